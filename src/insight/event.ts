@@ -1,0 +1,77 @@
+/**
+ * Insight events, as the spec's Resources table shows them. The data plane produces them
+ * (WAF verdicts, rate-limit episodes) through an InsightSink; the store keeps them in arrival
+ * order; the export endpoint pages over them.
+ */
+export type InsightEventType = 'WAF_EVENT' | 'APP_DDOS_ATTACK';
+
+export interface MatchedRule {
+  modSecId: number;
+  name: string;
+  /** DISABLED with value null unless the proxy sets waf.logMatchedData (the data may hold secrets). */
+  matchedData: { status: 'DISABLED'; value: null } | { status: 'ENABLED'; value: string | null };
+}
+
+export interface RequestSummary {
+  method: string;
+  path: string;
+  /** Each entry `Name: value`. */
+  headers: string[];
+  /** Raw request line and headers, separated by line feeds. */
+  messageHeader: string;
+  /** HTTP status of the response to the client. */
+  statusCode: number;
+}
+
+/** Fields every event has; `id` and `supportId` are assigned where the event is produced. */
+export interface InsightEventBase {
+  id: string;
+  tenantId: string;
+  trafficConfigId: string;
+  /** ISO 8601 UTC with milliseconds. */
+  timestamp: string;
+  /** 32 hex characters, also shown on the block page the client saw. */
+  supportId: string;
+  /** Three-letter code of the edge location (setting TPS_LOCATION). */
+  tpc: string;
+  destinationIp: string;
+  source: { countryCode: string; ip: string; port: number };
+  request: RequestSummary;
+}
+
+export interface WafEvent extends InsightEventBase {
+  type: 'WAF_EVENT';
+  action: 'BLOCKED' | 'LOGGED';
+  rules: MatchedRule[];
+}
+
+/** The rate limiter started blocking a client: one event per client and episode, never per request. */
+export interface AppDdosAttackEvent extends InsightEventBase {
+  type: 'APP_DDOS_ATTACK';
+  action: 'BLOCKED';
+  rules: [];
+  rateLimit: {
+    /** The threshold that was crossed. */
+    threshold: { requests: number; periodSeconds: number };
+    /** Requests the client sent in that period when it was crossed. */
+    observedRequests: number;
+    blockSeconds: number;
+    /** First request refused in this episode (ISO 8601). */
+    firstBlockedAt: string;
+    /** Last request refused so far in this episode (ISO 8601); updated while the episode lasts. */
+    lastBlockedAt: string;
+    /** Requests refused so far in this episode; updated while the episode lasts. */
+    blockedRequests: number;
+    /** Until when the client is refused (ISO 8601). */
+    blockedUntil: string;
+  };
+}
+
+export type InsightEvent = WafEvent | AppDdosAttackEvent;
+
+/** Where the data plane hands events; the store's implementation writes them in arrival order. */
+export interface InsightSink {
+  record(event: InsightEvent): void;
+  /** Updates the counters of an APP_DDOS_ATTACK episode already recorded (same id, same cursor place). */
+  updateRateLimitEpisode(eventId: string, update: { lastBlockedAt: string; blockedRequests: number; blockedUntil: string }): void;
+}
