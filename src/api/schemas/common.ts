@@ -1,4 +1,4 @@
-import { Type, type Static, type TSchema, type TUnion } from '@sinclair/typebox';
+import { Type, type SchemaOptions, type Static, type TSchema, type TUnion, type TUnsafe } from '@sinclair/typebox';
 
 export const Uuid = Type.String({ format: 'uuid', description: 'UUID.' });
 
@@ -13,4 +13,9 @@ export const ReadOnlyTimestamps = {
  */
 export function DiscriminatedUnion<T extends TSchema[]>(propertyName: string, schemas: [...T]): TUnion<T> {
   return Type.Unsafe<Static<TUnion<T>>>({ oneOf: schemas, discriminator: { propertyName } }) as unknown as TUnion<T>;
+}
+
+/** A closed set of values as one JSON Schema `enum`, so a wrong value gets one clear error listing the allowed ones. */
+export function Enum<const T extends readonly (string | number)[]>(values: T, options: SchemaOptions = {}): TUnsafe<T[number]> {
+  return Type.Unsafe<T[number]>({ ...options, type: typeof values[0] === 'number' ? 'integer' : 'string', enum: [...values] });
 }

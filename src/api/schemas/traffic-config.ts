@@ -7,7 +7,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { ISO_COUNTRY_CODES } from './countries.ts';
-import { Uuid, ReadOnlyTimestamps, DiscriminatedUnion } from './common.ts';
+import { Uuid, ReadOnlyTimestamps, DiscriminatedUnion, Enum } from './common.ts';
 
 export const HTTP_PROXY = 'httpProxy';
 export const L4_PROXY = 'l4Proxy';
@@ -27,7 +27,7 @@ const Frontend = {
 
 export const ClientCertificateVerification = Type.Object(
   {
-    mode: Type.Union([Type.Literal('VERIFY_AND_REJECT'), Type.Literal('VERIFY_AND_FORWARD')], {
+    mode: Enum(['VERIFY_AND_REJECT', 'VERIFY_AND_FORWARD'] as const, {
       description:
         'VERIFY_AND_REJECT: no valid client certificate, no request. VERIFY_AND_FORWARD: the certificate is ' +
         'optional and the verification result is passed to the origin in X-Client-Cert-* headers.',
@@ -42,8 +42,7 @@ export const ClientCertificateVerification = Type.Object(
   { additionalProperties: false },
 );
 
-const DeliveryMethod = Type.Union(
-  [Type.Literal('LEAST_CONNECTIONS'), Type.Literal('ROUND_ROBIN'), Type.Literal('SOURCE_IP_HASH')],
+const DeliveryMethod = Enum(['LEAST_CONNECTIONS', 'ROUND_ROBIN', 'SOURCE_IP_HASH'] as const,
   { default: 'LEAST_CONNECTIONS', description: 'How the next host is chosen when several hosts exist.' },
 );
 
@@ -65,7 +64,7 @@ const Hosts = Type.Array(BackendHost, { minItems: 1, maxItems: 64, description: 
 
 export const VerifyCertificate = Type.Object(
   {
-    mode: Type.Union([Type.Literal('SYSTEM_TRUSTSTORE'), Type.Literal('CUSTOM_TRUSTSTORE')]),
+    mode: Enum(['SYSTEM_TRUSTSTORE', 'CUSTOM_TRUSTSTORE'] as const),
     caCertificateIds: Type.Optional(
       Type.Array(Uuid, {
         uniqueItems: true,
@@ -127,7 +126,7 @@ export const RuleExclusion = Type.Object(
 
 export const Waf = Type.Object(
   {
-    mode: Type.Union([Type.Literal('BLOCKING'), Type.Literal('LOGGING')], { default: 'BLOCKING' }),
+    mode: Enum(['BLOCKING', 'LOGGING'] as const, { default: 'BLOCKING' }),
     paranoiaLevel: Type.Integer({ minimum: 1, maximum: 4, default: 1 }),
     anomalyThreshold: Type.Optional(
       Type.Integer({
@@ -166,8 +165,8 @@ export const RateLimiting = Type.Object(
 
 export const GeoFencing = Type.Object(
   {
-    mode: Type.Union([Type.Literal('BLOCK_LISTED'), Type.Literal('ALLOW_LISTED')]),
-    countries: Type.Array(Type.Union(ISO_COUNTRY_CODES.map((code) => Type.Literal(code))), {
+    mode: Enum(['BLOCK_LISTED', 'ALLOW_LISTED'] as const),
+    countries: Type.Array(Enum(ISO_COUNTRY_CODES), {
       minItems: 1,
       uniqueItems: true,
       description: 'ISO 3166-1 alpha-2 country codes.',
@@ -179,7 +178,7 @@ export const GeoFencing = Type.Object(
 export const ProxyProtocol = Type.Object(
   {
     enabled: Type.Boolean({ default: false }),
-    version: Type.Union([Type.Literal(1), Type.Literal(2)], { default: 1, description: 'UDP always uses version 2.' }),
+    version: Enum([1, 2] as const, { default: 1, description: 'UDP always uses version 2.' }),
   },
   { additionalProperties: false, default: { enabled: false, version: 1 } },
 );
@@ -199,7 +198,7 @@ export const ConnectionLimits = Type.Object(
 
 const ReadOnlyStatus = {
   status: Type.Optional(
-    Type.Union([Type.Literal('PROVISIONING'), Type.Literal('ACTIVE'), Type.Literal('ERROR')], {
+    Enum(['PROVISIONING', 'ACTIVE', 'ERROR'] as const, {
       readOnly: true,
       description: 'PROVISIONING until every edge node serves the current version; ERROR with statusDetail.',
     }),
@@ -233,7 +232,7 @@ export const L4ProxyAttributes = Type.Object(
   {
     frontend: Type.Object(Frontend, { additionalProperties: false }),
     backend: L4Backend,
-    protocols: Type.Array(Type.Union([Type.Literal('TCP'), Type.Literal('UDP')]), {
+    protocols: Type.Array(Enum(['TCP', 'UDP'] as const), {
       minItems: 1,
       maxItems: 2,
       uniqueItems: true,
@@ -296,7 +295,7 @@ export const TrafficConfigPatchDocument = Type.Object(
   {
     data: Type.Object(
       {
-        type: Type.Union([Type.Literal(HTTP_PROXY), Type.Literal(L4_PROXY)]),
+        type: Enum([HTTP_PROXY, L4_PROXY] as const),
         id: Type.Optional(Uuid),
         attributes: Type.Record(Type.String(), Type.Unknown()),
       },
@@ -307,3 +306,5 @@ export const TrafficConfigPatchDocument = Type.Object(
 );
 
 export type TrafficConfigAttributes = HttpProxyAttributes | L4ProxyAttributes;
+export type TrafficConfigDocument = Static<typeof TrafficConfigDocument>;
+export type TrafficConfigPatchDocument = Static<typeof TrafficConfigPatchDocument>;

@@ -1,0 +1,170 @@
+/**
+ * CA certificates: they validate client certificates (client-to-proxy mutual TLS) and origin
+ * certificates (CUSTOM_TRUSTSTORE). Each entry may name the URL of its revocation list.
+ */
+import type { FastifyInstance } from 'fastify';
+import { Type } from '@sinclair/typebox';
+import type { ApiDeps } from '../server.ts';
+import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, errorObject, notFound, type JsonApiErrorObject } from '../jsonapi.ts';
+import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
+import { CertificateCheckError, checkCaCertificate } from '../../certs/x509.ts';
+import type { CaCertificateEntry, CaCertificateRecord } from '../../store/certificates.ts';
+import { inUse } from './certificates.ts';
+
+const BASE = '/api/v2/traffic-mgmt/ca-certificates';
+
+export const CaCertificateDocument = Type.Object(
+  {
+    data: Type.Object(
+      {
+        type: Type.Literal('caCertificate'),
+        attributes: Type.Object(
+          {
+            certificates: Type.Array(
+              Type.Object(
+                {
+                  certificate: Type.String({ minLength: 1, maxLength: 65536, description: 'PEM-encoded CA certificate.' }),
+                  crlUrl: Type.Optional(
+                    Type.String({ format: 'uri', pattern: '^https?://', maxLength: 2048, description: 'URL of the certificate revocation list.' }),
+                  ),
+                },
+                { additionalProperties: false },
+              ),
+              { minItems: 1, maxItems: 50 },
+            ),
+          },
+          { additionalProperties: false },
+        ),
+        relationships: Type.Optional(
+          Type.Object({ belongsTo: Type.Object({ data: Type.Object({ type: Type.Literal('account'), id: Uuid }) }) }),
+        ),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+);
+
+const CaResource = Type.Object({
+  type: Type.Literal('caCertificate'),
+  id: Uuid,
+  attributes: Type.Object({
+    certificates: Type.Array(
+      Type.Object({
+        certificate: Type.String(),
+        crlUrl: Type.Optional(Type.String()),
+        subject: Type.String(),
+        fingerprint: Type.String(),
+        notAfter: Type.String({ format: 'date-time' }),
+      }),
+    ),
+    ...ReadOnlyTimestamps,
+  }),
+});
+const CaDocument = Type.Object({ data: CaResource });
+const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
+
+function toResource(record: CaCertificateRecord) {
+  return {
+    type: 'caCertificate' as const,
+    id: record.id,
+    attributes: { certificates: record.entries, createdAt: record.createdAt, updatedAt: record.updatedAt },
+    relationships: { belongsTo: { data: { type: 'account', id: record.tenantId } } },
+    links: { self: `${BASE}/${record.id}` },
+  };
+}
+
+export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps): void {
+  const tags = ['CA certificates'];
+  const security = [{ bearer: [] }];
+
+  app.post(
+    BASE,
+    {
+      config: { scope: 'write', jsonApiBody: true },
+      schema: {
+        tags,
+        security,
+        summary: 'Upload CA certificates',
+        body: CaCertificateDocument,
+        response: { 201: CaDocument, 415: ErrorDocument, 422: ErrorDocument },
+      },
+    },
+    async (request, reply) => {
+      const { data } = request.body as { data: { attributes: { certificates: { certificate: string; crlUrl?: string }[] }; relationships?: { belongsTo: { data: { id: string } } } } };
+      checkAccount(data.relationships, request.principal!.tenantId);
+      const errors: JsonApiErrorObject[] = [];
+      const entries: CaCertificateEntry[] = [];
+      for (const [index, entry] of data.attributes.certificates.entries()) {
+        const field = `/data/attributes/certificates/${index}/certificate`;
+        try {
+          const certificate = checkCaCertificate(entry.certificate, `certificates[${index}].certificate`);
+          entries.push({
+            certificate: certificate.toString(),
+            ...(entry.crlUrl !== undefined && { crlUrl: entry.crlUrl }),
+            subject: certificate.subject.split('\n').filter(Boolean).join(', '),
+            fingerprint: certificate.fingerprint256,
+            notAfter: certificate.validToDate.toISOString(),
+          });
+        } catch (error) {
+          if (!(error instanceof CertificateCheckError)) throw error;
+          errors.push(errorObject(422, error.code, error.message, { pointer: field }));
+        }
+      }
+      if (errors.length > 0) throw ApiError.many(422, errors);
+      const record = await deps.store.caCertificates.create(request.principal!.tenantId, entries);
+      void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${record.id}`);
+      return { data: toResource(record) };
+    },
+  );
+
+  app.get(
+    BASE,
+    {
+      config: { scope: 'read' },
+      schema: { tags, security, summary: "List the tenant's CA certificates", response: { 200: Type.Object({ data: Type.Array(CaResource) }) } },
+    },
+    async (request, reply) => {
+      void reply.type(JSONAPI_MEDIA_TYPE);
+      return { data: (await deps.store.caCertificates.list(request.principal!.tenantId)).map(toResource) };
+    },
+  );
+
+  app.get(
+    `${BASE}/:id`,
+    {
+      config: { scope: 'read' },
+      schema: { tags, security, summary: 'Get one CA certificate upload', params: Type.Object({ id: Uuid }), response: { 200: CaDocument, 404: ErrorDocument } },
+    },
+    async (request, reply) => {
+      const { id } = request.params as { id: string };
+      const record = await deps.store.caCertificates.get(request.principal!.tenantId, id);
+      if (!record) throw notFound('CA certificate', id);
+      void reply.type(JSONAPI_MEDIA_TYPE);
+      return { data: toResource(record) };
+    },
+  );
+
+  app.delete(
+    `${BASE}/:id`,
+    {
+      config: { scope: 'write' },
+      schema: {
+        tags,
+        security,
+        summary: 'Delete a CA certificate upload (409 while a proxy uses it)',
+        params: Type.Object({ id: Uuid }),
+        response: { 204: Type.Null(), 404: ErrorDocument, 409: ErrorDocument },
+      },
+    },
+    async (request, reply) => {
+      const { id } = request.params as { id: string };
+      const outcome = await deps.store.caCertificates.delete(request.principal!.tenantId, id);
+      if (!outcome.deleted) {
+        if (outcome.referencedBy.length === 0) throw notFound('CA certificate', id);
+        throw inUse('CA certificate', id, outcome.referencedBy);
+      }
+      void reply.code(204);
+    },
+  );
+}

@@ -1,0 +1,56 @@
+/**
+ * The one validator of the API: Ajv (JSON Schema 2020-12, the dialect of OpenAPI 3.1) compiles the
+ * same TypeBox schemas that the OpenAPI document is generated from.
+ */
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+import type { TSchema, Static } from '@sinclair/typebox';
+import { ApiError, validationErrors } from '../jsonapi.ts';
+
+// ajv-formats is CommonJS with a default export that TypeScript's nodenext view sees as the module.
+const addFormats = addFormatsModule as unknown as typeof addFormatsModule.default;
+
+function makeAjv(coerceTypes: boolean): Ajv2020 {
+  const ajv = new Ajv2020({
+    allErrors: true,
+    useDefaults: true,
+    discriminator: true,
+    coerceTypes,
+    // TypeBox adds keywords (readOnly, description...) that are annotations, not constraints.
+    strict: false,
+  });
+  addFormats(ajv);
+  return ajv;
+}
+
+/** Bodies: no type coercion (a port sent as "80" is an error), defaults filled in. */
+export const bodyAjv = makeAjv(false);
+/** Query strings and path parameters arrive as text: "100" may be the integer 100. */
+export const queryAjv = makeAjv(true);
+
+const compiled = new WeakMap<object, ValidateFunction>();
+
+/** Validates a request body against a schema (defaults are applied in place) or throws a 422 ApiError. */
+export function validateBody<T extends TSchema>(schema: T, value: unknown): Static<T> {
+  let validate = compiled.get(schema);
+  if (!validate) {
+    validate = bodyAjv.compile(schema);
+    compiled.set(schema, validate);
+  }
+  if (!validate(value)) throw ApiError.many(422, validationErrors(validate.errors ?? [], 'body'));
+  return value as Static<T>;
+}
+
+const DOCUMENT_ONLY = 'x-document-only';
+
+/**
+ * A schema that documents a body in OpenAPI but that the route checks itself, for routes whose
+ * errors follow another standard (the token endpoint answers RFC 6749 errors).
+ */
+export function documentOnly<T extends TSchema>(schema: T): T {
+  return { ...schema, [DOCUMENT_ONLY]: true };
+}
+
+export function isDocumentOnly(schema: unknown): boolean {
+  return typeof schema === 'object' && schema !== null && DOCUMENT_ONLY in schema;
+}

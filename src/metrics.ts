@@ -1,0 +1,28 @@
+/** Prometheus metrics of one process, served at /metrics. */
+import { Registry, Counter, Gauge, collectDefaultMetrics } from 'prom-client';
+
+export interface Metrics {
+  registry: Registry;
+  apiRequests: Counter<'method' | 'route' | 'status'>;
+  edgeConfigs: Gauge<'type' | 'state'>;
+}
+
+export function createMetrics(): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'tps_' });
+  return {
+    registry,
+    apiRequests: new Counter({
+      name: 'tps_api_requests_total',
+      help: 'Control-plane API requests by route and status.',
+      labelNames: ['method', 'route', 'status'],
+      registers: [registry],
+    }),
+    edgeConfigs: new Gauge({
+      name: 'tps_edge_configs',
+      help: 'Traffic configurations this edge node holds, by type and state.',
+      labelNames: ['type', 'state'],
+      registers: [registry],
+    }),
+  };
+}

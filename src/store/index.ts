@@ -1,0 +1,44 @@
+/** The store: one database (SQLite or PostgreSQL) behind one repository per resource. */
+import { openDb, type Db } from './db.ts';
+import { migrate } from './migrations.ts';
+import { TenantRepository } from './tenants.ts';
+import { ServiceAccountRepository } from './service-accounts.ts';
+import { SigningKeyRepository } from './signing-keys.ts';
+import { TrafficConfigRepository } from './traffic-configs.ts';
+import { CertificateRepository, CaCertificateRepository } from './certificates.ts';
+import { InsightEventRepository } from './insight-events.ts';
+import { EdgeStatusRepository } from './edge-status.ts';
+import { currentRevision } from './revision.ts';
+
+export interface Store {
+  db: Db;
+  tenants: TenantRepository;
+  serviceAccounts: ServiceAccountRepository;
+  signingKeys: SigningKeyRepository;
+  trafficConfigs: TrafficConfigRepository;
+  certificates: CertificateRepository;
+  caCertificates: CaCertificateRepository;
+  insightEvents: InsightEventRepository;
+  edgeStatus: EdgeStatusRepository;
+  revision(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Opens the store and brings its schema up to date. */
+export async function openStore(options: { databaseUrl?: string | undefined; dataDir: string }): Promise<Store> {
+  const db = await openDb(options);
+  await migrate(db);
+  return {
+    db,
+    tenants: new TenantRepository(db),
+    serviceAccounts: new ServiceAccountRepository(db),
+    signingKeys: new SigningKeyRepository(db),
+    trafficConfigs: new TrafficConfigRepository(db),
+    certificates: new CertificateRepository(db),
+    caCertificates: new CaCertificateRepository(db),
+    insightEvents: new InsightEventRepository(db),
+    edgeStatus: new EdgeStatusRepository(db),
+    revision: () => currentRevision(db),
+    close: () => db.close(),
+  };
+}
