@@ -4,4 +4,4 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$TPS_ROOT"
 npx tsc -p .
-exec node --test --test-reporter=spec "$@" 'src/**/*.test.ts' 'test/**/*.test.ts'
+exec node --test --test-global-setup=test/support/global-setup.ts --test-reporter=spec "$@" 'src/**/*.test.ts' 'test/**/*.test.ts'
