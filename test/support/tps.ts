@@ -9,6 +9,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { freshPostgresDatabase } from './postgres.ts';
+import { openStore, type Store } from '../../src/store/index.ts';
 
 const execFileAsync = promisify(execFile);
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -103,4 +104,9 @@ export async function createTenant(tps: Tps, scopes = 'read,write,insight'): Pro
     'service-account', 'create', '--tenant', tenant.id, '--scopes', scopes,
   );
   return { tenantId: tenant.id, clientId: account.clientId, clientSecret: account.clientSecret };
+}
+
+/** The store of a running `tps serve`, opened beside it (to seed events as edge nodes would write them). */
+export async function openStoreOf(tps: Tps): Promise<Store> {
+  return openStore({ dataDir: tps.env.TPS_DATA_DIR!, databaseUrl: tps.env.TPS_DATABASE_URL });
 }

@@ -19,3 +19,13 @@ export function DiscriminatedUnion<T extends TSchema[]>(propertyName: string, sc
 export function Enum<const T extends readonly (string | number)[]>(values: T, options: SchemaOptions = {}): TUnsafe<T[number]> {
   return Type.Unsafe<T[number]>({ ...options, type: typeof values[0] === 'number' ? 'integer' : 'string', enum: [...values] });
 }
+
+/**
+ * A value that may also be null, as `type: [T, "null"]` rather than `anyOf`: validators apply the
+ * defaults inside it (they skip defaults within anyOf branches) and errors point inside it.
+ */
+export function Nullable<T extends TSchema>(schema: T): TUnsafe<Static<T> | null> {
+  const { type } = schema as { type?: string };
+  if (typeof type !== 'string') throw new Error('Nullable needs a schema with a single type');
+  return Type.Unsafe<Static<T> | null>({ ...schema, type: [type, 'null'] });
+}

@@ -7,7 +7,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { ISO_COUNTRY_CODES } from './countries.ts';
-import { Uuid, ReadOnlyTimestamps, DiscriminatedUnion, Enum } from './common.ts';
+import { Uuid, ReadOnlyTimestamps, DiscriminatedUnion, Enum, Nullable } from './common.ts';
 
 export const HTTP_PROXY = 'httpProxy';
 export const L4_PROXY = 'l4Proxy';
@@ -72,20 +72,19 @@ export const VerifyCertificate = Type.Object(
       }),
     ),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, description: 'Absent or null: the origin certificate is not validated.' },
 );
 
 export const TlsSettings = Type.Object(
   {
     clientCertificateId: Type.Optional(
-      Type.Union([Uuid, Type.Null()], {
+      Nullable(Type.String({
+        format: 'uuid',
         description: 'ID of the customer-uploaded certificate the proxy presents to the origin (mutual TLS).',
-      }),
+      })),
     ),
     verifyCertificate: Type.Optional(
-      Type.Union([VerifyCertificate, Type.Null()], {
-        description: 'Absent or null: the origin certificate is not validated.',
-      }),
+      Nullable(VerifyCertificate),
     ),
   },
   {
@@ -98,7 +97,7 @@ const HttpBackend = Type.Object(
   {
     hosts: Hosts,
     deliveryMethod: Type.Optional(DeliveryMethod),
-    tlsSettings: Type.Optional(Type.Union([TlsSettings, Type.Null()])),
+    tlsSettings: Type.Optional(Nullable(TlsSettings)),
   },
   { additionalProperties: false },
 );
@@ -203,7 +202,7 @@ const ReadOnlyStatus = {
       description: 'PROVISIONING until every edge node serves the current version; ERROR with statusDetail.',
     }),
   ),
-  statusDetail: Type.Optional(Type.Union([Type.String(), Type.Null()], { readOnly: true })),
+  statusDetail: Type.Optional(Nullable(Type.String({ readOnly: true }))),
   ...ReadOnlyTimestamps,
 };
 
@@ -213,16 +212,16 @@ export const HttpProxyAttributes = Type.Object(
       {
         ...Frontend,
         certificateId: Type.Optional(
-          Type.Union([Uuid, Type.Null()], { description: 'Front-end TLS certificate. Absent or null: plain HTTP.' }),
+          Nullable(Type.String({ format: 'uuid', description: 'Front-end TLS certificate. Absent or null: plain HTTP.' })),
         ),
-        clientCertificateVerification: Type.Optional(Type.Union([ClientCertificateVerification, Type.Null()])),
+        clientCertificateVerification: Type.Optional(Nullable(ClientCertificateVerification)),
       },
       { additionalProperties: false },
     ),
     backend: HttpBackend,
     waf: Type.Optional(Waf),
-    rateLimiting: Type.Optional(Type.Union([RateLimiting, Type.Null()])),
-    geoFencing: Type.Optional(Type.Union([GeoFencing, Type.Null()])),
+    rateLimiting: Type.Optional(Nullable(RateLimiting)),
+    geoFencing: Type.Optional(Nullable(GeoFencing)),
     ...ReadOnlyStatus,
   },
   { additionalProperties: false },
