@@ -116,6 +116,12 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
       .send({ errors: [errorObject(404, 'NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)] });
   });
 
+  // JSON:API routes say so in the OpenAPI document too (added before swagger collects the routes).
+  app.addHook('onRoute', (route) => {
+    if (!route.config?.jsonApiBody || !route.schema) return;
+    Object.assign(route.schema, { consumes: [JSONAPI_MEDIA_TYPE], produces: [JSONAPI_MEDIA_TYPE] });
+  });
+
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',

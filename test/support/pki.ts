@@ -7,7 +7,15 @@ import crypto from 'node:crypto';
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 
-x509.cryptoProvider.set(crypto.webcrypto as unknown as Crypto);
+x509.cryptoProvider.set(crypto.webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+
+// WebCrypto's types, from Node's own definitions (the project compiles without the DOM library).
+type CryptoKey = crypto.webcrypto.CryptoKey;
+type CryptoKeyPair = crypto.webcrypto.CryptoKeyPair;
+type Algorithm = crypto.webcrypto.Algorithm;
+type EcdsaParams = crypto.webcrypto.EcdsaParams;
+type RsaHashedKeyGenParams = crypto.webcrypto.RsaHashedKeyGenParams;
+type EcKeyGenParams = crypto.webcrypto.EcKeyGenParams;
 
 export type KeyKind = 'rsa2048' | 'rsa1024' | 'p256' | 'p384';
 
@@ -42,11 +50,11 @@ function signingAlgorithm(key: CryptoKey): Algorithm | EcdsaParams {
 }
 
 async function generateKeys(kind: KeyKind): Promise<CryptoKeyPair> {
-  return (await crypto.webcrypto.subtle.generateKey(algorithmOf(kind), true, ['sign', 'verify'])) as unknown as CryptoKeyPair;
+  return (await crypto.webcrypto.subtle.generateKey(algorithmOf(kind), true, ['sign', 'verify'])) as CryptoKeyPair;
 }
 
 async function privateKeyPem(key: CryptoKey): Promise<string> {
-  const der = Buffer.from(await crypto.webcrypto.subtle.exportKey('pkcs8', key as unknown as crypto.webcrypto.CryptoKey));
+  const der = Buffer.from(await crypto.webcrypto.subtle.exportKey('pkcs8', key));
   return crypto.createPrivateKey({ key: der, format: 'der', type: 'pkcs8' }).export({ format: 'pem', type: 'pkcs8' }).toString();
 }
 

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs what is needed, then runs the service on the embedded SQLite store (./data) with a demo
+# tenant: it prints a tenant id, a client id and secret, and a ready curl line for the token endpoint.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+cd "$TPS_ROOT"
+exec node bin/tps.js serve --demo "$@"
