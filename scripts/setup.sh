@@ -51,3 +51,5 @@ cd "$TPS_ROOT"
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
+# The ModSecurity v3 addon (the WAF's reference engine); skips itself when up to date.
+bash native/modsecurity/build.sh >/dev/null

@@ -1,0 +1,51 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { WafSettingsError } from './engine.ts';
+import { normalizedPath, removalsFor, validateExclusion } from './exclusions.ts';
+
+test('normalizedPath: what the origin would serve', () => {
+  assert.equal(normalizedPath('/'), '/');
+  assert.equal(normalizedPath('/api/users?id=1#x'), '/api/users');
+  assert.equal(normalizedPath('/api/../admin'), '/admin');
+  assert.equal(normalizedPath('/api%2F..%2Fadmin'), '/admin');
+  assert.equal(normalizedPath('//api///./v1/'), '/api/v1/');
+  assert.equal(normalizedPath('/api\\..\\admin'), '/admin');
+  assert.equal(normalizedPath('http://example.com/api/x?y'), '/api/x');
+  assert.equal(normalizedPath('/../../etc/passwd'), '/etc/passwd');
+});
+
+test('removalsFor: path scope, rule ids, header name case', () => {
+  const request = { uri: '/api/search?q=1', headers: [['user-agent', 'x'], ['Host', 'h']] as [string, string][] };
+  assert.deepEqual(removalsFor(request, undefined), []);
+  assert.deepEqual(
+    removalsFor(request, [
+      { ruleIds: [942100, 942200] },
+      { ruleIds: [941100], pathPrefix: '/api/', target: 'ARGS:q' },
+      { ruleIds: [920100], pathPrefix: '/admin' },
+      { ruleIds: [913100], target: 'REQUEST_HEADERS:User-Agent' },
+    ]),
+    [
+      { ruleId: 942100 },
+      { ruleId: 942200 },
+      { ruleId: 941100, target: 'ARGS:q' },
+      { ruleId: 913100, target: 'REQUEST_HEADERS:User-Agent' },
+      { ruleId: 913100, target: 'REQUEST_HEADERS:user-agent' },
+    ],
+  );
+  assert.deepEqual(removalsFor({ uri: '/api/../admin', headers: [] }, [{ ruleIds: [1], pathPrefix: '/api/' }]), []);
+});
+
+test('validateExclusion refuses what the engine cannot apply', () => {
+  validateExclusion({ ruleIds: [942100], pathPrefix: '/a', target: 'REQUEST_COOKIES:session' });
+  validateExclusion({ ruleIds: [942100], target: 'ARGS' });
+  for (const bad of [
+    { ruleIds: [] },
+    { ruleIds: [0] },
+    { ruleIds: [1.5] },
+    { ruleIds: [1], pathPrefix: 'api' },
+    { ruleIds: [1], target: 'TX:score' },
+    { ruleIds: [1], target: 'ARGS: q' },
+  ]) {
+    assert.throws(() => validateExclusion(bad), WafSettingsError, JSON.stringify(bad));
+  }
+});

@@ -1,0 +1,80 @@
+/**
+ * CLI: run the CRS regression tests (FTW YAML) against the WAF engine in-process.
+ *
+ *   node src/waf-conformance/run.ts [folder-or-file] [--workers N] [--json FILE] [--quiet]
+ *
+ * Default folder: ../shared/crs-regression-v3.3.4 next to the repository. Prints passed / failed /
+ * skipped and the failed titles with their reasons. Exit code 0 whatever the pass rate (the rate is
+ * a measurement, compared by people and docs); 2 when the suite cannot be run at all.
+ */
+import { existsSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { loadFtwTests } from './ftw.ts';
+import { formatReport, runSuite } from './runner.ts';
+import { InProcessTarget } from './target.ts';
+
+export const DEFAULT_SUITE = fileURLToPath(new URL('../../../shared/crs-regression-v3.3.4/', import.meta.url));
+
+async function main(): Promise<number> {
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: {
+      workers: { type: 'string' },
+      json: { type: 'string' },
+      quiet: { type: 'boolean', default: false },
+    },
+  });
+  const folder = positionals[0] ?? DEFAULT_SUITE;
+  if (!existsSync(folder)) {
+    process.stderr.write(`waf-conformance: ${folder} does not exist\n`);
+    return 2;
+  }
+  const workers = values.workers !== undefined ? Number(values.workers) : Math.min(availableParallelism(), 2);
+  const tests = loadFtwTests(folder);
+  const target = await InProcessTarget.crsRegression({ workers });
+  try {
+    let done = 0;
+    const summary = await runSuite(tests, target, {
+      concurrency: workers * 2,
+      onResult: () => {
+        done++;
+        if (!values.quiet && process.stderr.isTTY && done % 100 === 0) process.stderr.write(`\r${done}/${tests.length}`);
+      },
+    });
+    if (!values.quiet && process.stderr.isTTY) process.stderr.write('\r');
+    process.stdout.write(formatReport(summary, `CRS conformance: ${folder} (${target.description})`) + '\n');
+    if (values.json) {
+      writeFileSync(
+        values.json,
+        JSON.stringify(
+          {
+            folder,
+            target: target.description,
+            passed: summary.passed,
+            failed: summary.failed,
+            skipped: summary.skipped,
+            run: summary.run,
+            results: summary.results.map((r) => ({ title: r.test.title, file: r.test.file, status: r.status, reason: r.reason })),
+          },
+          null,
+          2,
+        ) + '\n',
+      );
+    }
+    return 0;
+  } finally {
+    await target.close();
+  }
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(`waf-conformance: ${(error as Error).stack ?? String(error)}\n`);
+    process.exitCode = 2;
+  },
+);
