@@ -1,0 +1,627 @@
+/**
+ * The layer 4 proxy over real sockets on loopback: clients, proxy and origins on 127.0.0.x
+ * (and ::1), each test with its own proxy, origins and ports, all closed at the end.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer, type Socket } from 'node:net';
+import { createSocket } from 'node:dgram';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
+import { ThreatFeed } from './threat-feed.ts';
+import {
+  connectTo,
+  connectionOutcome,
+  eventually,
+  freePort,
+  l4Attributes,
+  readBytes,
+  readToEnd,
+  sha256,
+  startEchoOrigin,
+  startUdpEchoOrigin,
+  udpExchange,
+  waitForClose,
+  type TcpOrigin,
+} from './test-support.ts';
+
+const FRONT = '127.0.0.2';
+const noThreats = ThreatFeed.fromEntries([]);
+
+/** Resources a test opened, closed in reverse order after it, whether it passed, failed or timed out. */
+class Cleanup {
+  private readonly steps: Array<() => unknown> = [];
+  add<T>(resource: T, close: (resource: T) => unknown): T {
+    this.steps.push(() => close(resource));
+    return resource;
+  }
+  async run(): Promise<void> {
+    for (const step of this.steps.reverse()) await step();
+    this.steps.length = 0;
+  }
+}
+
+/** A test with its own cleanup, bounded in time. */
+function test(name: string, body: (cleanup: Cleanup) => Promise<void>): void {
+  it(name, { timeout: 20_000 }, async (t) => {
+    const cleanup = new Cleanup();
+    t.after(() => cleanup.run());
+    await body(cleanup);
+  });
+}
+
+async function origin(cleanup: Cleanup, address = '127.0.0.3', options: { expectProxyHeader?: boolean } = {}): Promise<TcpOrigin> {
+  return cleanup.add(await startEchoOrigin(address, options), (o) => o.close());
+}
+
+async function proxy(cleanup: Cleanup, options: Omit<L4ProxyOptions, 'id' | 'threatFeed'> & { threatFeed?: ThreatFeed }): Promise<L4Proxy> {
+  const created = new L4Proxy({ id: 'test-proxy', threatFeed: noThreats, ...options });
+  await created.start();
+  return cleanup.add(created, (p) => p.stop());
+}
+
+function client(cleanup: Cleanup, socket: Socket): Socket {
+  return cleanup.add(socket, (s) => s.destroy());
+}
+
+/** Writes `data` in chunks, honouring backpressure, then ends the socket. */
+async function writeAll(socket: Socket, data: Buffer, chunk = 256 * 1024): Promise<void> {
+  for (let offset = 0; offset < data.length; offset += chunk) {
+    if (!socket.write(data.subarray(offset, offset + chunk))) await new Promise((resolve) => socket.once('drain', resolve));
+  }
+  socket.end();
+}
+
+describe('L4Proxy over TCP', () => {
+  test('relays bytes intact both ways, 50 MB included', async (cleanup) => {
+    const echo = await origin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics });
+
+    const small = client(cleanup, await connectTo(FRONT, port));
+    small.write('ping');
+    assert.equal((await readBytes(small, 4)).toString(), 'ping');
+    small.end();
+    await waitForClose(small);
+
+    const payload = randomBytes(50 * 1024 * 1024);
+    const big = client(cleanup, await connectTo(FRONT, port));
+    const received = readToEnd(big);
+    await writeAll(big, payload);
+    const echoed = await received;
+    assert.equal(echoed.length, payload.length);
+    assert.equal(sha256(echoed), sha256(payload));
+    await eventually(() => metrics.closed.TCP.COMPLETED === 2, 'both connections counted as completed');
+    assert.equal(metrics.bytesFromClients.TCP, payload.length + 4);
+    assert.equal(metrics.bytesToClients.TCP, payload.length + 4);
+  });
+
+  test('relays a large download intact to a client that reads in fits and starts', async (cleanup) => {
+    // The origin-to-client direction reads into buffers the proxy reuses; a slow reader keeps
+    // writes pending, which is when a reused buffer could be overwritten too early.
+    const payload = randomBytes(24 * 1024 * 1024);
+    const server = createServer((socket) => {
+      socket.on('error', () => {});
+      socket.end(payload);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+    cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
+    });
+    const socket = client(cleanup, await connectTo(FRONT, port, undefined, { allowHalfOpen: false }));
+    const chunks: Buffer[] = [];
+    let reads = 0;
+    socket.on('data', (chunk: Buffer) => {
+      chunks.push(chunk);
+      if (++reads % 16 === 0) {
+        socket.pause();
+        setTimeout(() => socket.resume(), 2);
+      }
+    });
+    await new Promise((resolve) => socket.once('end', resolve));
+    assert.equal(sha256(chunks), sha256(payload));
+  });
+
+  test('passes a half-close on in each direction', async (cleanup) => {
+    // An origin that answers only after the client finished sending, then keeps reading after
+    // its own FIN until the client finishes too.
+    let originSaw = '';
+    const server = createServer({ allowHalfOpen: true }, (socket) => {
+      let request = '';
+      socket.on('data', (chunk: Buffer) => (request += chunk.toString()));
+      socket.on('end', () => {
+        originSaw = request;
+        socket.end(`you said ${request}`);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+    cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
+    const originPort = (server.address() as { port: number }).port;
+    const port = await freePort(FRONT);
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: originPort }]) });
+
+    // Client -> origin FIN; the origin still answers on its open half.
+    const first = client(cleanup, await connectTo(FRONT, port));
+    const answer = readToEnd(first);
+    first.end('hello');
+    assert.equal((await answer).toString(), 'you said hello');
+    assert.equal(originSaw, 'hello');
+
+    // Origin -> client FIN first; the client still sends on its open half.
+    let readAfterOwnFin: string | undefined;
+    const closingServer = createServer({ allowHalfOpen: true }, (socket) => {
+      socket.end('bye');
+      let rest = '';
+      socket.on('data', (chunk: Buffer) => (rest += chunk.toString()));
+      socket.on('end', () => (readAfterOwnFin = rest));
+    });
+    await new Promise<void>((resolve) => closingServer.listen(0, '127.0.0.4', resolve));
+    cleanup.add(closingServer, (s) => new Promise((resolve) => s.close(resolve)));
+    const closingPort = (closingServer.address() as { port: number }).port;
+    const port2 = await freePort(FRONT);
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port: port2 }, [{ address: '127.0.0.4', port: closingPort }]) });
+    const second = client(cleanup, await connectTo(FRONT, port2));
+    assert.equal((await readToEnd(second)).toString(), 'bye');
+    second.end('still here');
+    await eventually(() => readAfterOwnFin !== undefined, 'origin reads after its own FIN');
+    assert.equal(readAfterOwnFin, 'still here');
+  });
+
+  test('sends a PROXY v1 header with the client\'s real address and port', async (cleanup) => {
+    const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { proxyProtocol: { enabled: true, version: 1 } }),
+    });
+    const socket = client(cleanup, await connectTo(FRONT, port, '127.0.0.5'));
+    socket.write('payload after header');
+    assert.equal((await readBytes(socket, 20)).toString(), 'payload after header');
+    assert.deepEqual(echo.headers, [
+      {
+        version: 1,
+        command: 'PROXY',
+        protocol: 'TCP4',
+        sourceAddress: '127.0.0.5',
+        sourcePort: socket.localPort,
+        destinationAddress: FRONT,
+        destinationPort: port,
+        length: echo.headers[0]!.length,
+      },
+    ]);
+  });
+
+  test('sends a PROXY v2 header, over IPv4 and IPv6', async (cleanup) => {
+    const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echo], { proxyProtocol: { enabled: true, version: 2 } }),
+    });
+    const overV4 = client(cleanup, await connectTo(FRONT, port, '127.0.0.6'));
+    overV4.write('four');
+    await readBytes(overV4, 4);
+    const overV6 = client(cleanup, await connectTo('::1', port));
+    overV6.write('six');
+    await readBytes(overV6, 3);
+    assert.deepEqual(
+      echo.headers.map(({ length: _length, ...header }) => header),
+      [
+        { version: 2, command: 'PROXY', protocol: 'TCP4', sourceAddress: '127.0.0.6', sourcePort: overV4.localPort, destinationAddress: FRONT, destinationPort: port },
+        { version: 2, command: 'PROXY', protocol: 'TCP6', sourceAddress: '::1', sourcePort: overV6.localPort, destinationAddress: '::1', destinationPort: port },
+      ],
+    );
+  });
+
+  test('holds back a fast sender while the origin does not read (no unbounded buffering)', async (cleanup) => {
+    let originSocket: Socket | undefined;
+    const received: Buffer[] = [];
+    const server = createServer((socket) => {
+      originSocket = socket;
+      socket.pause(); // a slow origin: reads nothing for now
+      socket.on('data', (chunk: Buffer) => received.push(chunk));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+    cleanup.add(server, (s) => {
+      originSocket?.destroy();
+      return new Promise((resolve) => s.close(resolve));
+    });
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
+    });
+    const socket = client(cleanup, await connectTo(FRONT, port));
+    const payload = randomBytes(256 * 1024 * 1024);
+    // Push until the proxy stops taking bytes (no drain for 300 ms).
+    let offset = 0;
+    while (offset < payload.length) {
+      const chunk = payload.subarray(offset, offset + 1024 * 1024);
+      offset += chunk.length;
+      if (!socket.write(chunk)) {
+        const drained = await Promise.race([
+          new Promise<boolean>((resolve) => socket.once('drain', () => resolve(true))),
+          new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 300)),
+        ]);
+        if (!drained) break;
+      }
+    }
+    // What was taken is bounded by socket buffers (kernel autotuning allows tens of MB on
+    // loopback), not by the 256 MB offered.
+    assert.ok(offset < 160 * 1024 * 1024, `the proxy took ${offset} bytes from a client whose origin reads nothing`);
+    // Once the origin reads, everything sent arrives intact.
+    socket.end();
+    await eventually(() => originSocket !== undefined);
+    const done = new Promise((resolve) => originSocket!.once('end', resolve));
+    originSocket!.resume();
+    await done;
+    assert.equal(sha256(received), sha256(payload.subarray(0, offset)));
+  });
+
+  test('spreads long-lived connections evenly across 3 origins with LEAST_CONNECTIONS', async (cleanup) => {
+    const origins = [await origin(cleanup, '127.0.0.3'), await origin(cleanup, '127.0.0.4'), await origin(cleanup, '127.0.0.5')];
+    const port = await freePort(FRONT);
+    const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, origins) });
+    // Some connections come and go between the long ones: the counts follow.
+    const sockets: Socket[] = [];
+    // Clients that close when the origin does (no half-open connections left behind).
+    const plainClient = async () => client(cleanup, await connectTo(FRONT, port, undefined, { allowHalfOpen: false }));
+    for (let i = 0; i < 30; i++) {
+      sockets.push(await plainClient());
+      if (i % 5 === 0) {
+        const shortLived = await connectTo(FRONT, port);
+        shortLived.end();
+        await waitForClose(shortLived);
+      }
+    }
+    await eventually(() => origins.reduce((sum, o) => sum + o.open, 0) === 30, 'all 30 connections at the origins');
+    assert.deepEqual(origins.map((o) => o.open), [10, 10, 10]);
+    assert.equal(l4.connections, 30);
+    // Closing five at the first origin sends the next five there.
+    for (const socket of [...origins[0]!.sockets].slice(0, 5)) socket.destroy();
+    await eventually(() => origins[0]!.open === 5 && l4.connections === 25, 'five closed');
+    for (let i = 0; i < 5; i++) sockets.push(await plainClient());
+    await eventually(() => l4.connections === 30 && origins[0]!.open === 10, 'five more at the first origin');
+    assert.deepEqual(origins.map((o) => o.open), [10, 10, 10]);
+  });
+
+  test('skips a dead host: the connect is retried on the next host, and the dead one is marked down', async (cleanup) => {
+    const live = await origin(cleanup, '127.0.0.4');
+    const deadPort = await freePort('127.0.0.3'); // nothing listens there
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: deadPort }, live], {
+        backend: { hosts: [{ address: '127.0.0.3', port: deadPort }, live], deliveryMethod: 'ROUND_ROBIN' },
+      }),
+      metrics,
+    });
+    for (let i = 0; i < 4; i++) {
+      const socket = client(cleanup, await connectTo(FRONT, port));
+      socket.write('x');
+      assert.equal((await readBytes(socket, 1)).toString(), 'x');
+    }
+    assert.equal(live.accepted, 4);
+    // Round robin would have tried the dead host twice; marked down, it was tried once.
+    assert.equal(metrics.originConnectFailures.TCP, 1);
+  });
+
+  test('resets the client when no host can be reached', async (cleanup) => {
+    const deadPort = await freePort('127.0.0.3');
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: deadPort }]), metrics });
+    const socket = client(cleanup, await connectTo(FRONT, port));
+    assert.equal(await waitForClose(socket), 'ECONNRESET');
+    await eventually(() => metrics.closed.TCP.NO_HOST === 1);
+  });
+
+  test('refuses a client listed in the threat feed before the origin sees a connection', async (cleanup) => {
+    const dir = cleanup.add(await mkdtemp(join(tmpdir(), 'tps-l4-feed-')), (path) => rm(path, { recursive: true, force: true }));
+    const feedFile = join(dir, 'feed.txt');
+    await writeFile(feedFile, '# test feed\n127.0.0.9/32 ; listed loopback source\n');
+    const feed = new ThreatFeed({ sources: [feedFile], refreshIntervalMs: 0 });
+    await feed.start();
+    const echo = await origin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), threatFeed: feed, metrics });
+
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.9', 'should never arrive'), 'ECONNRESET');
+    assert.equal(echo.accepted, 0);
+    assert.equal(metrics.refused.TCP.THREAT_FEED, 1);
+
+    const clean = client(cleanup, await connectTo(FRONT, port, '127.0.0.10'));
+    clean.write('ok');
+    assert.equal((await readBytes(clean, 2)).toString(), 'ok');
+    assert.equal(echo.accepted, 1);
+
+    // With threat intelligence off for this proxy, the listed source gets through.
+    await l4.update(l4Attributes({ ipv4: FRONT, port }, [echo], { threatIntelligence: { enabled: false } }));
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.9', 'now ok'), 'ECHO');
+  });
+
+  test('caps connections open at once per source', async (cleanup) => {
+    const echo = await origin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const l4 = await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], {
+        connectionLimits: { maxConnectionsPerSource: 2, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 100 },
+      }),
+      metrics,
+    });
+    const first = client(cleanup, await connectTo(FRONT, port, '127.0.0.11'));
+    client(cleanup, await connectTo(FRONT, port, '127.0.0.11'));
+    await eventually(() => echo.open === 2);
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.11'), 'ECONNRESET');
+    assert.equal(metrics.refused.TCP.SOURCE_CONNECTIONS, 1);
+    // Another source is not affected; a slot freed is a slot again.
+    client(cleanup, await connectTo(FRONT, port, '127.0.0.12'));
+    first.destroy();
+    await eventually(() => l4.connections === 2, 'first closed, other source open');
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.11'), 'ECHO');
+    assert.equal(echo.accepted, 4);
+  });
+
+  test('caps new connections per second per source, and the proxy\'s total', async (cleanup) => {
+    const echo = await origin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], {
+        connectionLimits: { maxConnectionsPerSource: 100, maxNewConnectionsPerSecondPerSource: 3, maxConnections: 5 },
+      }),
+      metrics,
+    });
+    // Ten at once from one source: three get through this second.
+    const outcomes = await Promise.all(Array.from({ length: 10 }, () => connectionOutcome(FRONT, port, '127.0.0.13')));
+    assert.deepEqual(outcomes.filter((o) => o === 'ECHO').length, 3, outcomes.join());
+    assert.equal(metrics.refused.TCP.SOURCE_RATE, 7);
+    // Five connections held open from two other sources fill the proxy's cap of 5; a sixth is refused.
+    for (const source of ['127.0.0.14', '127.0.0.14', '127.0.0.14', '127.0.0.15', '127.0.0.15']) {
+      client(cleanup, await connectTo(FRONT, port, source));
+    }
+    await eventually(() => echo.open === 5);
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.16'), 'ECONNRESET');
+    assert.equal(metrics.refused.TCP.GLOBAL_CONNECTIONS, 1);
+  });
+
+  test('closes a connection idle in both directions', async (cleanup) => {
+    const echo = await origin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), idleTimeoutMs: 200, metrics });
+    const socket = client(cleanup, await connectTo(FRONT, port));
+    socket.write('x');
+    await readBytes(socket, 1);
+    await waitForClose(socket);
+    await eventually(() => metrics.closed.TCP.IDLE_TIMEOUT === 1 && echo.open === 0);
+  });
+});
+
+describe('L4Proxy over UDP', () => {
+  test('relays datagrams both ways as sessions keyed by client address', async (cleanup) => {
+    const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const l4 = await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { protocols: ['UDP'] }),
+      metrics,
+    });
+    const payloads = [Buffer.from('one'), Buffer.from('two'), randomBytes(1200)];
+    const a = await udpExchange(FRONT, port, payloads, { localAddress: '127.0.0.5' });
+    assert.deepEqual(a.replies.map(sha256).sort(), payloads.map(sha256).sort());
+    const b = await udpExchange(FRONT, port, [Buffer.from('other client')], { localAddress: '127.0.0.6' });
+    assert.equal(b.replies[0]?.toString(), 'other client');
+    // Two clients, two sessions, two upstream sockets.
+    assert.equal(echo.peers.size, 2);
+    assert.equal(l4.connections, 2);
+    assert.equal(metrics.accepted.UDP, 2);
+  });
+
+  test('prepends a PROXY v2 DGRAM header to every datagram', async (cleanup) => {
+    const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3', { expectProxyHeader: true }), (o) => o.close());
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      // Version 1 configured: UDP still gets version 2, the only one with UDP.
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { protocols: ['UDP'], proxyProtocol: { enabled: true, version: 1 } }),
+    });
+    const { replies, localPort } = await udpExchange(FRONT, port, [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')], {
+      localAddress: '127.0.0.7',
+    });
+    assert.equal(replies.length, 3, 'replies come back without header');
+    assert.deepEqual(replies.map(String).sort(), ['a', 'b', 'c']);
+    assert.equal(echo.headers.length, 3);
+    for (const header of echo.headers) {
+      assert.deepEqual(header, {
+        version: 2,
+        command: 'PROXY',
+        protocol: 'UDP4',
+        sourceAddress: '127.0.0.7',
+        sourcePort: localPort,
+        destinationAddress: FRONT,
+        destinationPort: port,
+        length: 28,
+      });
+    }
+  });
+
+  test('relays an IPv6 client to an IPv4 origin, the PROXY v2 header saying UDP6', async (cleanup) => {
+    const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3', { expectProxyHeader: true }), (o) => o.close());
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv6: '::1', port }, [echo], { protocols: ['UDP'], proxyProtocol: { enabled: true, version: 2 } }),
+    });
+    const { replies, localPort } = await udpExchange('::1', port, [Buffer.from('six')]);
+    assert.equal(replies[0]?.toString(), 'six');
+    assert.deepEqual(echo.headers.map(({ length: _length, ...header }) => header), [
+      { version: 2, command: 'PROXY', protocol: 'UDP6', sourceAddress: '::1', sourcePort: localPort, destinationAddress: '::1', destinationPort: port },
+    ]);
+  });
+
+  test('ends a session whose host answers with ICMP port unreachable, and marks the host down', async (cleanup) => {
+    const live = cleanup.add(await startUdpEchoOrigin('127.0.0.4'), (o) => o.close());
+    const dead = { address: '127.0.0.3', port: await freePort('127.0.0.3') }; // nothing listens there
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [dead, live], {
+        protocols: ['UDP'],
+        backend: { hosts: [dead, live], deliveryMethod: 'ROUND_ROBIN' },
+      }),
+      metrics,
+    });
+    // The first session goes to the dead host: its datagram is lost (UDP), the session ends.
+    const lost = await udpExchange(FRONT, port, [Buffer.from('lost')], { localAddress: '127.0.0.5', replyTimeoutMs: 300 });
+    assert.equal(lost.replies.length, 0);
+    await eventually(() => metrics.closed.UDP.ORIGIN_ERROR === 1);
+    // Round robin would send every other session to the dead host; marked down, it gets none.
+    for (const source of ['127.0.0.5', '127.0.0.6', '127.0.0.7']) {
+      const { replies } = await udpExchange(FRONT, port, [Buffer.from(source)], { localAddress: source });
+      assert.equal(replies[0]?.toString(), source);
+    }
+    assert.equal(metrics.originConnectFailures.UDP, 1);
+  });
+
+  test('drops datagrams of listed or over-cap sources, bounds sessions, and expires idle ones', async (cleanup) => {
+    const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const l4 = await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { protocols: ['UDP'] }),
+      threatFeed: ThreatFeed.fromEntries(['127.0.0.9']),
+      maxUdpSessions: 2,
+      udpSessionIdleMs: 300,
+      metrics,
+    });
+    const listed = await udpExchange(FRONT, port, [Buffer.from('x')], { localAddress: '127.0.0.9', replyTimeoutMs: 300 });
+    assert.equal(listed.replies.length, 0);
+    assert.equal(echo.received.length, 0);
+    assert.equal(metrics.refused.UDP.THREAT_FEED, 1);
+
+    await udpExchange(FRONT, port, [Buffer.from('1')], { localAddress: '127.0.0.5' });
+    await udpExchange(FRONT, port, [Buffer.from('2')], { localAddress: '127.0.0.6' });
+    const third = await udpExchange(FRONT, port, [Buffer.from('3')], { localAddress: '127.0.0.7', replyTimeoutMs: 300 });
+    assert.equal(third.replies.length, 0);
+    assert.equal(metrics.refused.UDP.SESSION_LIMIT, 1);
+
+    await eventually(() => l4.connections === 0, 'idle sessions expired');
+    assert.equal(metrics.closed.UDP.IDLE_TIMEOUT, 2);
+    const later = await udpExchange(FRONT, port, [Buffer.from('4')], { localAddress: '127.0.0.7' });
+    assert.equal(later.replies[0]?.toString(), '4');
+  });
+});
+
+describe('L4Proxy lifecycle', () => {
+  let echoA: TcpOrigin;
+  let echoB: TcpOrigin;
+  const shared = new Cleanup();
+  before(async () => {
+    echoA = await origin(shared, '127.0.0.3');
+    echoB = await origin(shared, '127.0.0.4', { expectProxyHeader: true });
+  });
+  after(() => shared.run());
+
+  test('update keeps an established connection of an unchanged front end, new connections take the new settings', async (cleanup) => {
+    const port = await freePort(FRONT);
+    const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echoA]) });
+    const established = client(cleanup, await connectTo(FRONT, port));
+    established.write('before');
+    await readBytes(established, 6);
+
+    await l4.update(l4Attributes({ ipv4: FRONT, port }, [echoB], { proxyProtocol: { enabled: true, version: 2 } }));
+    established.write('after');
+    assert.equal((await readBytes(established, 5)).toString(), 'after', 'the old connection still talks to A');
+
+    const fresh = client(cleanup, await connectTo(FRONT, port, '127.0.0.8'));
+    fresh.write('new');
+    assert.equal((await readBytes(fresh, 3)).toString(), 'new');
+    assert.equal(echoB.headers.at(-1)?.sourceAddress, '127.0.0.8', 'the new connection went to B with a PROXY header');
+    assert.equal(l4.connections, 2);
+  });
+
+  test('update moves to a new port: the new one is bound, the old one released, established connections stay', async (cleanup) => {
+    const oldPort = await freePort(FRONT);
+    const newPort = await freePort(FRONT);
+    const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port: oldPort }, [echoA]) });
+    const established = client(cleanup, await connectTo(FRONT, oldPort));
+
+    await l4.update(l4Attributes({ ipv4: FRONT, port: newPort }, [echoA], { protocols: ['TCP', 'UDP'] }));
+    await assert.rejects(connectTo(FRONT, oldPort), { code: 'ECONNREFUSED' });
+    const moved = client(cleanup, await connectTo(FRONT, newPort));
+    moved.write('moved');
+    assert.equal((await readBytes(moved, 5)).toString(), 'moved');
+    established.write('still');
+    assert.equal((await readBytes(established, 5)).toString(), 'still');
+  });
+
+  test('update to an address already taken rejects and keeps serving the old configuration', async (cleanup) => {
+    const port = await freePort(FRONT);
+    const blocker = createServer();
+    const takenPort = await freePort(FRONT);
+    await new Promise<void>((resolve) => blocker.listen(takenPort, FRONT, resolve));
+    cleanup.add(blocker, (s) => new Promise((resolve) => s.close(resolve)));
+    const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echoA]) });
+    await assert.rejects(l4.update(l4Attributes({ ipv4: FRONT, port: takenPort }, [echoB])), { code: 'EADDRINUSE' });
+    const socket = client(cleanup, await connectTo(FRONT, port));
+    socket.write('same');
+    assert.equal((await readBytes(socket, 4)).toString(), 'same');
+    assert.equal(echoA.sockets.size > 0, true, 'still proxied to A');
+  });
+
+  test('start rejects with the errno and releases what it had bound', async (cleanup) => {
+    const port = await freePort(FRONT);
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(port, '::1', resolve));
+    cleanup.add(blocker, (s) => new Promise((resolve) => s.close(resolve)));
+    const clash = new L4Proxy({ id: 'clash', attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echoA]), threatFeed: noThreats });
+    await assert.rejects(clash.start(), { code: 'EADDRINUSE' });
+    // The IPv4 listener it had bound first is released again.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(port, FRONT, resolve));
+    await new Promise((resolve) => probe.close(resolve));
+
+    // An address this host does not have (TEST-NET-1): nothing is sent, the bind just fails.
+    const foreign = new L4Proxy({ id: 'foreign', attributes: l4Attributes({ ipv4: '192.0.2.1', port }, [echoA]), threatFeed: noThreats });
+    await assert.rejects(foreign.start(), { code: 'EADDRNOTAVAIL' });
+  });
+
+  test('with reusePort, two proxies (one per worker) share the front-end port', async (cleanup) => {
+    const port = await freePort(FRONT);
+    const attributes = l4Attributes({ ipv4: FRONT, port }, [echoA], { protocols: ['TCP', 'UDP'] });
+    await proxy(cleanup, { attributes, reusePort: true });
+    await proxy(cleanup, { attributes, reusePort: true });
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.8'), 'ECHO');
+  });
+
+  test('stop frees the port and closes established connections', async (cleanup) => {
+    const port = await freePort(FRONT);
+    const l4 = new L4Proxy({ id: 'stopping', attributes: l4Attributes({ ipv4: FRONT, port }, [echoA], { protocols: ['TCP', 'UDP'] }), threatFeed: noThreats });
+    await l4.start();
+    const socket = client(cleanup, await connectTo(FRONT, port));
+    socket.write('x');
+    await readBytes(socket, 1);
+    const closed = waitForClose(socket);
+    await l4.stop();
+    await closed;
+    assert.equal(l4.connections, 0);
+    const probe = createServer();
+    await new Promise<void>((resolve, reject) => {
+      probe.once('error', reject);
+      probe.listen(port, FRONT, resolve);
+    });
+    await new Promise((resolve) => probe.close(resolve));
+    // The UDP port too.
+    const udpProbe = createSocket('udp4');
+    await new Promise<void>((resolve, reject) => {
+      udpProbe.once('error', reject);
+      udpProbe.bind(port, FRONT, resolve);
+    });
+    await new Promise<void>((resolve) => udpProbe.close(() => resolve()));
+    await assert.rejects(l4.update(l4Attributes({ ipv4: FRONT, port }, [echoA])), /stopped/);
+  });
+});

@@ -1,0 +1,456 @@
+/**
+ * One layer 4 proxy (`l4Proxy` traffic configuration) on the data plane: it binds the front-end
+ * addresses for its protocols and passes each admitted client connection (TCP) or session (UDP) to
+ * an origin host.
+ *
+ * Admission, in this order, before a single byte reaches an origin:
+ *   1. threat feed (when `threatIntelligence.enabled`): a listed source is refused;
+ *   2. flood caps (`connectionLimits`): per-source open connections, per-source new connections
+ *      per second, and the proxy's open connections.
+ * A refused TCP client gets a reset and no upstream connection is made; a refused UDP datagram is
+ * dropped. Every refusal is counted (`L4Metrics.connectionRefused`).
+ *
+ * `update` applies a changed configuration live. Hosts, delivery method, PROXY protocol and caps
+ * change for new connections only; established ones go on. Listeners whose (protocol, address,
+ * port) stay are kept; new ones are bound before old ones are released (released first only when
+ * the kernel refuses both at once, for example the same port on an overlapping address).
+ *
+ * One L4Proxy runs in one thread. To use several cores, run one per worker with `reusePort` (the
+ * kernel spreads connections, and UDP flows stay with one worker); caps are then per worker.
+ */
+import type { Server, Socket } from 'node:net';
+import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import { HostPool, type BackendHost, type DeliveryMethod } from '../balance/index.ts';
+import { FloodLimiter, type FloodLimitSettings, type FloodRefusal, type SourceSlot } from './flood-limits.ts';
+import type { ThreatFeed } from './threat-feed.ts';
+import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute, type TcpTunnelResult } from './tcp.ts';
+import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute, type UdpSessionResult } from './udp.ts';
+
+export type L4Protocol = 'TCP' | 'UDP';
+
+/** Why a connection (TCP) or a datagram of a would-be session (UDP) was refused. */
+export type L4RefusalReason =
+  | 'THREAT_FEED'
+  | FloodRefusal
+  /** UDP only: the relay holds its maximum number of sessions. */
+  | 'SESSION_LIMIT';
+
+export interface L4ConnectionClosed {
+  /** How it ended (TCP: `NO_HOST` when no origin host could be reached). */
+  reason: TcpTunnelResult['reason'] | UdpSessionResult['reason'];
+  /** Payload bytes from the client to the origin (without PROXY headers). */
+  bytesFromClient: number;
+  bytesToClient: number;
+}
+
+/**
+ * Counters a proxy reports. The edge maps them to its metrics system; each call names the proxy
+ * (traffic configuration id) so that one implementation serves every proxy.
+ */
+export interface L4Metrics {
+  /** A connection (TCP) or session (UDP) passed admission. */
+  connectionAccepted(proxyId: string, protocol: L4Protocol): void;
+  /** Refused before any byte reached an origin. For UDP, counted per dropped datagram. */
+  connectionRefused(proxyId: string, protocol: L4Protocol, reason: L4RefusalReason): void;
+  /** An accepted connection or session ended; its bytes are counted here, once. */
+  connectionClosed(proxyId: string, protocol: L4Protocol, closed: L4ConnectionClosed): void;
+  /** A connect to an origin host failed: the host is marked down for a while, the next one is tried. */
+  originConnectFailed(proxyId: string, protocol: L4Protocol, host: BackendHost, error: Error): void;
+}
+
+/** Something to report operational trouble to (pino's signature fits). */
+export interface L4Logger {
+  warn(details: object, message: string): void;
+}
+
+export interface L4ProxyOptions {
+  /** Traffic configuration id (for logs and metrics labels). */
+  id: string;
+  /** From src/api/schemas/traffic-config.ts, defaults already applied. */
+  attributes: L4ProxyAttributes;
+  /** Shared across proxies; consulted only when `attributes.threatIntelligence.enabled`. */
+  threatFeed: ThreatFeed;
+  metrics?: L4Metrics;
+  logger?: L4Logger;
+  /** TCP: a connection without a byte in either direction for this long is closed. Default 5 min. */
+  idleTimeoutMs?: number;
+  /** UDP: a session without a datagram in either direction for this long ends. Default 30 s. */
+  udpSessionIdleMs?: number;
+  /** TCP: a connect to an origin that takes longer fails (and the next host is tried). Default 5 s. */
+  connectTimeoutMs?: number;
+  /** How long a host that failed a connect is skipped. Default 10 s. */
+  hostDownForMs?: number;
+  /** UDP sessions per front-end socket (each holds a file descriptor). Default 10,000. */
+  maxUdpSessions?: number;
+  /** Share the ports with other processes or workers doing the same (SO_REUSEPORT). Default false. */
+  reusePort?: boolean;
+}
+
+type ListenerKey = string;
+
+interface TcpListener {
+  protocol: 'TCP';
+  server: Server;
+}
+interface UdpListener {
+  protocol: 'UDP';
+  relay: UdpRelay<SourceSlot>;
+}
+type Listener = TcpListener | UdpListener;
+
+interface Binding {
+  key: ListenerKey;
+  protocol: L4Protocol;
+  address: string;
+  port: number;
+}
+
+/** The defaults of the schema, for attributes that come without them (the API applies them first). */
+const DEFAULT_LIMITS: FloodLimitSettings = {
+  maxConnectionsPerSource: 512,
+  maxNewConnectionsPerSecondPerSource: 200,
+  maxConnections: 100_000,
+};
+
+export class L4Proxy {
+  readonly id: string;
+  private attributes: L4ProxyAttributes;
+  private readonly threatFeed: ThreatFeed;
+  private readonly metrics: L4Metrics | undefined;
+  private readonly logger: L4Logger | undefined;
+  private readonly idleTimeoutMs: number;
+  private readonly udpSessionIdleMs: number;
+  private readonly connectTimeoutMs: number;
+  private readonly maxUdpSessions: number;
+  private readonly reusePort: boolean;
+  private readonly limiter: FloodLimiter;
+  private pool: HostPool;
+  private tcpRoute: TcpRoute;
+  private udpRoute: UdpRoute;
+  private threatIntelligence: boolean;
+  private readonly listeners = new Map<ListenerKey, Listener>();
+  private readonly tunnels = new Set<TcpTunnel>();
+  private state: 'NEW' | 'RUNNING' | 'STOPPED' = 'NEW';
+  /** One timer for the connect and idle timeouts of every TCP connection (see tcp.ts). */
+  private timeoutSweep: NodeJS.Timeout | undefined;
+  /** update/stop run one at a time, in call order. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(options: L4ProxyOptions) {
+    this.id = options.id;
+    this.attributes = options.attributes;
+    this.threatFeed = options.threatFeed;
+    this.metrics = options.metrics;
+    this.logger = options.logger;
+    this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+    this.udpSessionIdleMs = options.udpSessionIdleMs ?? DEFAULT_UDP_SESSION_IDLE_MS;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
+    this.reusePort = options.reusePort ?? false;
+    this.limiter = new FloodLimiter(limitsOf(options.attributes));
+    this.pool = new HostPool(options.attributes.backend.hosts, methodOf(options.attributes), {
+      downForMs: options.hostDownForMs,
+    });
+    this.threatIntelligence = options.attributes.threatIntelligence?.enabled ?? true;
+    this.tcpRoute = this.makeTcpRoute(options.attributes);
+    this.udpRoute = this.makeUdpRoute(options.attributes);
+  }
+
+  /** Open TCP connections plus UDP sessions. */
+  get connections(): number {
+    let sessions = 0;
+    for (const listener of this.listeners.values()) if (listener.protocol === 'UDP') sessions += listener.relay.sessionCount;
+    return this.tunnels.size + sessions;
+  }
+
+  /** The flood limiter's refusal counts and tracked sources, for diagnostics. */
+  get floodLimiter(): Pick<FloodLimiter, 'refused' | 'trackedSources' | 'connections' | 'limits'> {
+    return this.limiter;
+  }
+
+  /**
+   * Binds every front-end address (ipv4 and/or ipv6) for every protocol. On failure, rejects with
+   * the bind error (its `code` is the errno: EADDRINUSE, EADDRNOTAVAIL, EACCES...) and releases
+   * whatever it had bound.
+   */
+  start(): Promise<void> {
+    return this.serialize(async () => {
+      if (this.state !== 'NEW') throw new Error(`L4 proxy ${this.id} was already started`);
+      const bound = await this.bindAll(bindingsOf(this.attributes));
+      for (const [key, listener] of bound) this.listeners.set(key, listener);
+      this.state = 'RUNNING';
+      const every = Math.max(10, Math.min(1000, Math.floor(Math.min(this.idleTimeoutMs, this.connectTimeoutMs) / 4)));
+      this.timeoutSweep = setInterval(this.sweepTimeouts, every);
+      this.timeoutSweep.unref();
+    });
+  }
+
+  /**
+   * Applies changed attributes live (see the module comment). On a bind failure it rejects as
+   * `start` does and keeps the previous configuration in force.
+   */
+  update(attributes: L4ProxyAttributes): Promise<void> {
+    return this.serialize(async () => {
+      if (this.state === 'STOPPED') throw new Error(`L4 proxy ${this.id} is stopped`);
+      const previous = {
+        attributes: this.attributes,
+        pool: this.pool,
+        tcpRoute: this.tcpRoute,
+        udpRoute: this.udpRoute,
+        threatIntelligence: this.threatIntelligence,
+        limits: this.limiter.limits,
+      };
+      // New connections take the new settings from here on, also on listeners bound below.
+      this.attributes = attributes;
+      this.pool = this.pool.withHosts(attributes.backend.hosts, methodOf(attributes));
+      this.tcpRoute = this.makeTcpRoute(attributes);
+      this.udpRoute = this.makeUdpRoute(attributes);
+      this.threatIntelligence = attributes.threatIntelligence?.enabled ?? true;
+      this.limiter.configure(limitsOf(attributes));
+      if (this.state !== 'RUNNING') return;
+      try {
+        await this.rebind(bindingsOf(attributes));
+      } catch (error) {
+        this.attributes = previous.attributes;
+        this.pool = previous.pool;
+        this.tcpRoute = previous.tcpRoute;
+        this.udpRoute = previous.udpRoute;
+        this.threatIntelligence = previous.threatIntelligence;
+        this.limiter.configure(previous.limits);
+        throw error;
+      }
+    });
+  }
+
+  /** Releases the ports and closes every established connection and session. */
+  stop(): Promise<void> {
+    return this.serialize(async () => {
+      if (this.state === 'STOPPED') return;
+      this.state = 'STOPPED';
+      clearInterval(this.timeoutSweep);
+      const listeners = [...this.listeners.values()];
+      this.listeners.clear();
+      for (const tunnel of this.tunnels) tunnel.close();
+      await Promise.all(listeners.map((listener) => this.closeListener(listener, true)));
+    });
+  }
+
+  private serialize<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(work, work);
+    this.queue = next.catch(() => {});
+    return next;
+  }
+
+  private makeTcpRoute(attributes: L4ProxyAttributes): TcpRoute {
+    const proxyProtocol = attributes.proxyProtocol;
+    return {
+      pool: this.pool,
+      proxyProtocol: proxyProtocol?.enabled === true ? proxyProtocol.version : undefined,
+      idleTimeoutMs: this.idleTimeoutMs,
+      connectTimeoutMs: this.connectTimeoutMs,
+    };
+  }
+
+  private makeUdpRoute(attributes: L4ProxyAttributes): UdpRoute {
+    return {
+      pool: this.pool,
+      proxyProtocol: attributes.proxyProtocol?.enabled === true,
+      sessionIdleMs: this.udpSessionIdleMs,
+    };
+  }
+
+  /** Binds new listeners first, then releases those no longer wanted. */
+  private async rebind(wanted: Binding[]): Promise<void> {
+    const wantedKeys = new Set(wanted.map((binding) => binding.key));
+    const missing = wanted.filter((binding) => !this.listeners.has(binding.key));
+    const unwanted = [...this.listeners.keys()].filter((key) => !wantedKeys.has(key));
+    let bound: Map<ListenerKey, Listener>;
+    try {
+      bound = await this.bindAll(missing);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE' || unwanted.length === 0) throw error;
+      // The new address overlaps one being released (e.g. 127.0.0.2 -> 0.0.0.0 on one port):
+      // release first, then bind; if that fails too, take the old ones back.
+      const released = unwanted.map((key) => [key, this.listeners.get(key)!] as const);
+      for (const [key, listener] of released) {
+        this.listeners.delete(key);
+        await this.closeListener(listener, false);
+      }
+      try {
+        bound = await this.bindAll(missing);
+      } catch (secondError) {
+        const restore = released.map(([key]) => bindingOfKey(key));
+        const restored = await this.bindAll(restore).catch(() => new Map<ListenerKey, Listener>());
+        for (const [key, listener] of restored) this.listeners.set(key, listener);
+        throw secondError;
+      }
+      for (const [key, listener] of bound) this.listeners.set(key, listener);
+      return;
+    }
+    for (const [key, listener] of bound) this.listeners.set(key, listener);
+    for (const key of unwanted) {
+      const listener = this.listeners.get(key)!;
+      this.listeners.delete(key);
+      await this.closeListener(listener, false);
+    }
+  }
+
+  /** Binds all or none: on the first failure, closes what it bound and rejects with that error. */
+  private async bindAll(bindings: Binding[]): Promise<Map<ListenerKey, Listener>> {
+    const bound = new Map<ListenerKey, Listener>();
+    try {
+      for (const binding of bindings) bound.set(binding.key, await this.bind(binding));
+    } catch (error) {
+      await Promise.all([...bound.values()].map((listener) => this.closeListener(listener, true)));
+      throw error;
+    }
+    return bound;
+  }
+
+  private async bind(binding: Binding): Promise<Listener> {
+    if (binding.protocol === 'TCP') {
+      const server = await listenTcp(binding.address, binding.port, this.onTcpConnection, { reusePort: this.reusePort });
+      server.on('error', (error: Error) => {
+        // Accept errors (EMFILE...) after the bind: the listener stays, the event is logged.
+        this.logger?.warn({ proxyId: this.id, address: binding.address, port: binding.port, err: error }, 'l4 TCP listener error');
+      });
+      return { protocol: 'TCP', server };
+    }
+    const relay = new UdpRelay<SourceSlot>(
+      { address: binding.address, port: binding.port, maxSessions: this.maxUdpSessions, reusePort: this.reusePort },
+      {
+        admit: this.admitUdp,
+        route: () => this.udpRoute,
+        onSessionLimit: () => this.metrics?.connectionRefused(this.id, 'UDP', 'SESSION_LIMIT'),
+        onOriginError: (host, error) => this.metrics?.originConnectFailed(this.id, 'UDP', host, error),
+        onSessionClose: (slot, result) => {
+          this.limiter.release(slot);
+          this.metrics?.connectionClosed(this.id, 'UDP', result);
+        },
+      },
+    );
+    await relay.start();
+    return { protocol: 'UDP', relay };
+  }
+
+  /**
+   * Closes a listener. `closeEverything`: its UDP sessions too and wait for the TCP server to be
+   * done; otherwise (rebinding) established TCP connections run on, UDP sessions end (their
+   * replies left from the front-end socket that is going away).
+   */
+  private async closeListener(listener: Listener, closeEverything: boolean): Promise<void> {
+    if (listener.protocol === 'UDP') {
+      await listener.relay.stop();
+      return;
+    }
+    const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
+    // The listening socket is gone once close() returns; the callback waits for the connections.
+    if (closeEverything) await closed;
+  }
+
+  /** Hand-written hot path: one trie walk, one map lookup, then the tunnel. */
+  private readonly onTcpConnection = (socket: Socket): void => {
+    const ip = socket.remoteAddress;
+    if (ip === undefined) {
+      socket.destroy(); // already gone
+      return;
+    }
+    if (this.threatIntelligence && this.threatFeed.has(ip)) {
+      this.refuseTcp(socket, 'THREAT_FEED');
+      return;
+    }
+    const slot = this.limiter.acquire(ip);
+    if (typeof slot === 'string') {
+      this.refuseTcp(socket, slot);
+      return;
+    }
+    this.metrics?.connectionAccepted(this.id, 'TCP');
+    const tunnel: TcpTunnel = new TcpTunnel(socket, this.tcpRoute, {
+      onConnectFailure: (host, error) => this.metrics?.originConnectFailed(this.id, 'TCP', host, error),
+      onClose: (result) => {
+        this.tunnels.delete(tunnel);
+        this.limiter.release(slot);
+        this.metrics?.connectionClosed(this.id, 'TCP', result);
+      },
+    });
+    this.tunnels.add(tunnel);
+  };
+
+  private readonly sweepTimeouts = (): void => {
+    const now = performance.now();
+    for (const tunnel of this.tunnels) tunnel.checkTimeouts(now);
+  };
+
+  private refuseTcp(socket: Socket, reason: L4RefusalReason): void {
+    socket.on('error', ignore);
+    // A reset: the client learns at once, and no FIN handshake lingers on a flood.
+    socket.resetAndDestroy();
+    this.metrics?.connectionRefused(this.id, 'TCP', reason);
+  }
+
+  private readonly admitUdp = (clientAddress: string): SourceSlot | undefined => {
+    if (this.threatIntelligence && this.threatFeed.has(clientAddress)) {
+      this.metrics?.connectionRefused(this.id, 'UDP', 'THREAT_FEED');
+      return undefined;
+    }
+    const slot = this.limiter.acquire(clientAddress);
+    if (typeof slot === 'string') {
+      this.metrics?.connectionRefused(this.id, 'UDP', slot);
+      return undefined;
+    }
+    this.metrics?.connectionAccepted(this.id, 'UDP');
+    return slot;
+  };
+}
+
+/** In-memory counters: an `L4Metrics` for tests, tools, and as the reference of what is counted. */
+export class L4Counters implements L4Metrics {
+  accepted: Record<L4Protocol, number> = { TCP: 0, UDP: 0 };
+  refused: Record<L4Protocol, Partial<Record<L4RefusalReason, number>>> = { TCP: {}, UDP: {} };
+  closed: Record<L4Protocol, Partial<Record<L4ConnectionClosed['reason'], number>>> = { TCP: {}, UDP: {} };
+  bytesFromClients: Record<L4Protocol, number> = { TCP: 0, UDP: 0 };
+  bytesToClients: Record<L4Protocol, number> = { TCP: 0, UDP: 0 };
+  originConnectFailures: Record<L4Protocol, number> = { TCP: 0, UDP: 0 };
+
+  connectionAccepted(_proxyId: string, protocol: L4Protocol): void {
+    this.accepted[protocol]++;
+  }
+  connectionRefused(_proxyId: string, protocol: L4Protocol, reason: L4RefusalReason): void {
+    this.refused[protocol][reason] = (this.refused[protocol][reason] ?? 0) + 1;
+  }
+  connectionClosed(_proxyId: string, protocol: L4Protocol, closed: L4ConnectionClosed): void {
+    this.closed[protocol][closed.reason] = (this.closed[protocol][closed.reason] ?? 0) + 1;
+    this.bytesFromClients[protocol] += closed.bytesFromClient;
+    this.bytesToClients[protocol] += closed.bytesToClient;
+  }
+  originConnectFailed(_proxyId: string, protocol: L4Protocol): void {
+    this.originConnectFailures[protocol]++;
+  }
+}
+
+function methodOf(attributes: L4ProxyAttributes): DeliveryMethod {
+  return attributes.backend.deliveryMethod ?? 'LEAST_CONNECTIONS';
+}
+
+function limitsOf(attributes: L4ProxyAttributes): FloodLimitSettings {
+  return { ...DEFAULT_LIMITS, ...attributes.connectionLimits };
+}
+
+function bindingsOf(attributes: L4ProxyAttributes): Binding[] {
+  const { ipv4, ipv6, port } = attributes.frontend;
+  const protocols: L4Protocol[] = attributes.protocols.length > 0 ? attributes.protocols : ['TCP'];
+  const addresses = [ipv4, ipv6].filter((address): address is string => address !== undefined && address !== '');
+  if (addresses.length === 0) throw Object.assign(new Error('frontend has neither ipv4 nor ipv6'), { code: 'EINVAL' });
+  const bindings: Binding[] = [];
+  for (const protocol of protocols) {
+    for (const address of addresses) bindings.push({ key: `${protocol} ${address} ${port}`, protocol, address, port });
+  }
+  return bindings;
+}
+
+function bindingOfKey(key: ListenerKey): Binding {
+  const [protocol, address, port] = key.split(' ') as [L4Protocol, string, string];
+  return { key, protocol, address, port: Number(port) };
+}
+
+function ignore(): void {}

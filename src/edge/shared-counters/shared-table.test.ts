@@ -1,0 +1,77 @@
+/**
+ * The shared counter table: exact counts under concurrent updates from several threads, bounded
+ * memory under millions of distinct keys, and a rate-limit store that counts one client's requests
+ * the same whichever worker sees them.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Worker } from 'node:worker_threads';
+import { SharedTable, hash64 } from './shared-table.ts';
+import { SharedRateLimitStore, createRateTable } from './shared-rate-store.ts';
+
+const TABLE_MODULE = new URL('./shared-table.ts', import.meta.url).href;
+
+/** Runs `increments` updates of `key` in a worker thread on the same table. */
+function incrementInWorker(table: SharedTable, key: string, increments: number): Promise<void> {
+  const source = `
+    const { workerData, parentPort } = require('node:worker_threads');
+    import(workerData.module).then(({ SharedTable }) => {
+      const table = new SharedTable(workerData.init);
+      for (let i = 0; i < workerData.increments; i++) {
+        table.update(workerData.key, 1, (words, offset) => { words[offset] += 1; });
+      }
+      parentPort.postMessage('done');
+    });`;
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(source, { eval: true, workerData: { module: TABLE_MODULE, init: table.init, key, increments } });
+    worker.once('message', () => resolve());
+    worker.once('error', reject);
+  });
+}
+
+const read = (table: SharedTable, key: string) => table.update(key, 1, (words, offset) => words[offset]!);
+
+describe('shared counter table', () => {
+  it('keeps exact counts when several threads update the same key at once', async () => {
+    const table = SharedTable.create(1024, 1);
+    await Promise.all([incrementInWorker(table, 'client', 50_000), incrementInWorker(table, 'client', 50_000), incrementInWorker(table, 'other', 10_000)]);
+    assert.equal(read(table, 'client'), 100_000);
+    assert.equal(read(table, 'other'), 10_000);
+  });
+
+  it('stays within its slots under a million distinct keys, keeping keys in active use', async () => {
+    const table = SharedTable.create(4096, 1);
+    for (let i = 0; i < 1_000_000; i++) {
+      table.update(`10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`, 1 + Math.floor(i / 1000), (words, offset) => {
+        words[offset] = 1;
+      });
+      // A client that keeps coming back is touched last, so eviction takes the one-off sources.
+      if (i % 100 === 0) table.update('regular client', 1 + Math.floor(i / 1000), (words, offset) => void (words[offset]! += 1));
+    }
+    assert.ok(table.used <= 4096);
+    assert.equal(read(table, 'regular client'), 10_000);
+  });
+
+  it('hashes keys to 64 bits, never to the free-slot marker', () => {
+    const seen = new Set<string>();
+    for (let i = 0; i < 100_000; i++) seen.add(hash64(`key-${i}`).join(':'));
+    assert.equal(seen.size, 100_000);
+    assert.notDeepEqual(hash64(''), [0, 0]);
+  });
+
+  it('gives two rate-limit stores on one table (two workers) the same count for a client', () => {
+    const table = createRateTable(1024);
+    const first = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-a', [1000, 60_000]);
+    const second = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-a', [1000, 60_000]);
+    const otherProxy = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-b', [1000]);
+    const now = 1_700_000_000_000;
+    for (let i = 0; i < 5; i++) first.hit('127.0.0.9', now + i);
+    const seen = second.hit('127.0.0.9', now + 10);
+    assert.equal(seen.estimates[0], 6);
+    assert.equal(seen.estimates[1], 6);
+    assert.equal(otherProxy.hit('127.0.0.9', now + 10).estimates[0], 1, 'proxies count separately');
+    second.block('127.0.0.9', now + 5_000);
+    assert.equal(first.hit('127.0.0.9', now + 20).blockedUntil, now + 5_000, 'a block set by one worker holds in the other');
+    assert.equal(first.hit('127.0.0.9', now + 6_000).estimates[0], 1, 'after the block the client starts afresh');
+  });
+});
