@@ -22,6 +22,21 @@ export interface FloodLimitSettings {
 
 export type FloodRefusal = 'SOURCE_CONNECTIONS' | 'SOURCE_RATE' | 'GLOBAL_CONNECTIONS';
 
+/**
+ * What a proxy needs of a flood limiter. `FloodLimiter` (below) counts in this thread's memory;
+ * `SharedFloodLimiter` (src/edge/shared-counters) counts in memory shared by all workers of the
+ * edge node, so the caps hold the same with several workers as with one.
+ */
+export interface FloodAdmission<Ticket extends object = object> {
+  /** A ticket to `release` exactly once when the connection ends, or the cap that refuses it. */
+  acquire(source: string): Ticket | FloodRefusal;
+  release(ticket: Ticket): void;
+  /** New caps apply to the next `acquire`; open connections are not cut. */
+  configure(settings: FloodLimitSettings): void;
+  readonly limits: Readonly<FloodLimitSettings>;
+  readonly refused: Record<FloodRefusal, number>;
+}
+
 export interface FloodLimiterOptions {
   /** Sources without open connections remembered for their rate window. Default 65,536. */
   maxIdleSources?: number;
@@ -49,7 +64,7 @@ export class SourceSlot {
 const WINDOW_MS = 1000;
 export const DEFAULT_MAX_IDLE_SOURCES = 65_536;
 
-export class FloodLimiter {
+export class FloodLimiter implements FloodAdmission<SourceSlot> {
   private settings: FloodLimitSettings;
   private readonly maxIdleSources: number;
   private readonly now: () => number;
@@ -169,6 +184,6 @@ function advanceWindow(slot: SourceSlot, now: number): void {
   slot.currentWindow = 0;
 }
 
-function unmapIpv4(address: string): string {
+export function unmapIpv4(address: string): string {
   return address.charCodeAt(0) === 58 /* : */ && address.startsWith('::ffff:') && address.includes('.', 7) ? address.slice(7) : address;
 }

@@ -21,7 +21,7 @@
 import type { Server, Socket } from 'node:net';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import { HostPool, type BackendHost, type DeliveryMethod } from '../balance/index.ts';
-import { FloodLimiter, type FloodLimitSettings, type FloodRefusal, type SourceSlot } from './flood-limits.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from './flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute, type TcpTunnelResult } from './tcp.ts';
 import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute, type UdpSessionResult } from './udp.ts';
@@ -84,6 +84,8 @@ export interface L4ProxyOptions {
   maxUdpSessions?: number;
   /** Share the ports with other processes or workers doing the same (SO_REUSEPORT). Default false. */
   reusePort?: boolean;
+  /** The flood limiter; default a `FloodLimiter` in this thread's memory (the edge passes a shared one). */
+  createFloodAdmission?: (settings: FloodLimitSettings) => FloodAdmission;
 }
 
 type ListenerKey = string;
@@ -94,7 +96,7 @@ interface TcpListener {
 }
 interface UdpListener {
   protocol: 'UDP';
-  relay: UdpRelay<SourceSlot>;
+  relay: UdpRelay<object>;
 }
 type Listener = TcpListener | UdpListener;
 
@@ -123,7 +125,7 @@ export class L4Proxy {
   private readonly connectTimeoutMs: number;
   private readonly maxUdpSessions: number;
   private readonly reusePort: boolean;
-  private readonly limiter: FloodLimiter;
+  private readonly limiter: FloodAdmission;
   private pool: HostPool;
   private tcpRoute: TcpRoute;
   private udpRoute: UdpRoute;
@@ -147,7 +149,7 @@ export class L4Proxy {
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
     this.reusePort = options.reusePort ?? false;
-    this.limiter = new FloodLimiter(limitsOf(options.attributes));
+    this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
     this.pool = new HostPool(options.attributes.backend.hosts, methodOf(options.attributes), {
       downForMs: options.hostDownForMs,
     });
@@ -164,7 +166,7 @@ export class L4Proxy {
   }
 
   /** The flood limiter's refusal counts and tracked sources, for diagnostics. */
-  get floodLimiter(): Pick<FloodLimiter, 'refused' | 'trackedSources' | 'connections' | 'limits'> {
+  get floodLimiter(): Pick<FloodAdmission, 'refused' | 'limits'> {
     return this.limiter;
   }
 
@@ -316,7 +318,7 @@ export class L4Proxy {
       });
       return { protocol: 'TCP', server };
     }
-    const relay = new UdpRelay<SourceSlot>(
+    const relay = new UdpRelay<object>(
       { address: binding.address, port: binding.port, maxSessions: this.maxUdpSessions, reusePort: this.reusePort },
       {
         admit: this.admitUdp,
@@ -388,7 +390,7 @@ export class L4Proxy {
     this.metrics?.connectionRefused(this.id, 'TCP', reason);
   }
 
-  private readonly admitUdp = (clientAddress: string): SourceSlot | undefined => {
+  private readonly admitUdp = (clientAddress: string): object | undefined => {
     if (this.threatIntelligence && this.threatFeed.has(clientAddress)) {
       this.metrics?.connectionRefused(this.id, 'UDP', 'THREAT_FEED');
       return undefined;

@@ -75,3 +75,38 @@ describe('shared counter table', () => {
     assert.equal(first.hit('127.0.0.9', now + 6_000).estimates[0], 1, 'after the block the client starts afresh');
   });
 });
+
+describe('shared flood limiter', () => {
+  it('holds the per-source and global caps across limiters sharing one table (two workers)', async () => {
+    const { SharedFloodLimiter, createFloodTable } = await import('./shared-flood-limiter.ts');
+    const table = createFloodTable(1024);
+    const settings = { maxConnectionsPerSource: 3, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 5 };
+    let now = 1_000_000;
+    const workerA = new SharedFloodLimiter(new SharedTable(table.init), 'p', settings, () => now);
+    const workerB = new SharedFloodLimiter(new SharedTable(table.init), 'p', settings, () => now);
+    const a1 = workerA.acquire('127.0.0.9');
+    const b1 = workerB.acquire('127.0.0.9');
+    const a2 = workerA.acquire('::ffff:127.0.0.9');
+    assert.equal(typeof a1, 'object');
+    assert.equal(typeof b1, 'object');
+    assert.equal(typeof a2, 'object');
+    assert.equal(workerB.acquire('127.0.0.9'), 'SOURCE_CONNECTIONS', 'the fourth connection from one source, on any worker');
+    workerB.release(b1 as { sourceKey: string });
+    assert.equal(typeof workerB.acquire('127.0.0.9'), 'object', 'a released slot is free again');
+    assert.equal(typeof workerA.acquire('127.0.0.10'), 'object');
+    assert.equal(typeof workerB.acquire('127.0.0.11'), 'object');
+    assert.equal(workerA.acquire('127.0.0.12'), 'GLOBAL_CONNECTIONS', 'the proxy holds 5 connections in all');
+
+    const rate = { maxConnectionsPerSource: 100, maxNewConnectionsPerSecondPerSource: 4, maxConnections: 100 };
+    const rateA = new SharedFloodLimiter(new SharedTable(table.init), 'q', rate, () => now);
+    const rateB = new SharedFloodLimiter(new SharedTable(table.init), 'q', rate, () => now);
+    const outcomes = [rateA, rateB, rateA, rateB, rateA, rateB].map((limiter) => {
+      const ticket = limiter.acquire('127.0.0.20');
+      if (typeof ticket !== 'string') limiter.release(ticket);
+      return typeof ticket === 'string' ? ticket : 'OK';
+    });
+    assert.deepEqual(outcomes, ['OK', 'OK', 'OK', 'OK', 'SOURCE_RATE', 'SOURCE_RATE']);
+    now += 2_500;
+    assert.equal(typeof rateB.acquire('127.0.0.20'), 'object', 'admitted again once the source slows down');
+  });
+});
