@@ -1,0 +1,137 @@
+/**
+ * Header rewriting between the two segments.
+ *
+ * Towards the origin:
+ * - hop-by-hop headers (RFC 9110 section 7.6.1: Connection and the names it lists, Keep-Alive,
+ *   Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade) are dropped; undici frames the body.
+ *   Expect is dropped too (Node already answered 100-continue to the client).
+ * - X-Forwarded-For: the client's own value, if any, with the socket peer appended (the origin must
+ *   trust only the last entry, ours). X-Forwarded-Proto and X-Forwarded-Host are replaced by ours.
+ * - X-Request-Id: the client's when it sent a sane one, else our support id.
+ * - X-Client-Cert-Verified / -Subject / -Fingerprint are always removed from the client's request and,
+ *   with VERIFY_AND_FORWARD, set by us: the origin can trust them.
+ * - HTTP/2: pseudo-headers become the request line and Host; split Cookie headers are joined with
+ *   "; " as RFC 9113 section 8.2.3 requires when forwarding to HTTP/1.1.
+ *
+ * Towards the client: the origin's hop-by-hop headers are dropped (Node frames the response; HTTP/2
+ * forbids them).
+ */
+import type { RequestCtx } from './ctx.ts';
+
+/** Lower-case names never forwarded in either direction. */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+
+/** Lower-case names of the request that we drop and (re)write ourselves. */
+const REWRITTEN = new Set([
+  ...HOP_BY_HOP,
+  'expect',
+  'x-forwarded-for',
+  'x-forwarded-proto',
+  'x-forwarded-host',
+  'x-request-id',
+  'x-client-cert-verified',
+  'x-client-cert-subject',
+  'x-client-cert-fingerprint',
+  'http2-settings',
+]);
+
+/**
+ * The request headers for the origin, as a flat `[name, value, ...]` list (undici's cheapest form).
+ * `upgrade` keeps Connection: upgrade and the Upgrade header, for a WebSocket handshake.
+ */
+export function originRequestHeaders(ctx: RequestCtx, upgrade = false): string[] {
+  const raw = ctx.req.rawHeaders;
+  const out: string[] = [];
+  let forwardedFor = '';
+  let listed: Set<string> | undefined;
+  let cookie: string | undefined;
+  let upgradeValue: string | undefined;
+  const http2 = ctx.http2;
+  if (http2) out.push('host', ctx.host);
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!;
+    const value = raw[i + 1]!;
+    if (http2 && name.charCodeAt(0) === 58 /* ':' */) continue;
+    const lower = name.toLowerCase();
+    if (REWRITTEN.has(lower)) {
+      if (lower === 'x-forwarded-for') forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`;
+      else if (lower === 'connection') listed = connectionTokens(value, listed);
+      else if (lower === 'upgrade') upgradeValue = value;
+      continue;
+    }
+    if (http2 && lower === 'cookie') {
+      cookie = cookie === undefined ? value : `${cookie}; ${value}`;
+      continue;
+    }
+    out.push(name, value);
+  }
+  if (listed !== undefined) removeListed(out, listed);
+  if (cookie !== undefined) out.push('cookie', cookie);
+  out.push(
+    'x-forwarded-for',
+    forwardedFor === '' ? ctx.clientIp : `${forwardedFor}, ${ctx.clientIp}`,
+    'x-forwarded-proto',
+    ctx.secure ? 'https' : 'http',
+    'x-request-id',
+    ctx.requestId,
+  );
+  if (ctx.host !== '') out.push('x-forwarded-host', ctx.host);
+  const certificate = ctx.clientCertificate;
+  if (certificate !== undefined && ctx.proxy.clientVerification === 'VERIFY_AND_FORWARD') {
+    out.push('x-client-cert-verified', certificate.verified);
+    if (certificate.subject !== '') out.push('x-client-cert-subject', certificate.subject);
+    if (certificate.fingerprint !== '') out.push('x-client-cert-fingerprint', certificate.fingerprint);
+  }
+  if (upgrade && upgradeValue !== undefined) out.push('connection', 'upgrade', 'upgrade', upgradeValue);
+  return out;
+}
+
+/**
+ * The origin's response headers for the client, flat. `raw` is undici's raw list (Buffers or strings,
+ * as on the wire); names are passed on as the origin spelled them (Node lower-cases them for HTTP/2).
+ */
+export function clientResponseHeaders(raw: readonly (Buffer | string)[]): string[] {
+  const out: string[] = [];
+  let listed: Set<string> | undefined;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = latin1(raw[i]!);
+    // Only names as long as a hop-by-hop one are lower-cased and looked up (this runs per response).
+    const length = name.length;
+    if (length === 2 || length === 7 || length === 10 || length === 16 || length === 17) {
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower)) {
+        if (lower === 'connection') listed = connectionTokens(latin1(raw[i + 1]!), listed);
+        continue;
+      }
+    }
+    out.push(name, latin1(raw[i + 1]!));
+  }
+  if (listed !== undefined) removeListed(out, listed);
+  return out;
+}
+
+/** Header bytes as Node writes them back (latin1 round-trips every byte, obs-text included). */
+function latin1(value: Buffer | string): string {
+  return typeof value === 'string' ? value : value.toString('latin1');
+}
+
+/** Header names listed in a Connection value (besides close, keep-alive and upgrade); undefined when none. */
+function connectionTokens(value: string, into: Set<string> | undefined): Set<string> | undefined {
+  let tokens = into;
+  for (const token of value.split(',')) {
+    const t = token.trim().toLowerCase();
+    if (t !== '' && t !== 'close' && t !== 'keep-alive' && t !== 'upgrade') (tokens ??= new Set<string>()).add(t);
+  }
+  return tokens;
+}
+
+function removeListed(flat: string[], listed: Set<string>): void {
+  if (listed.size === 0) return;
+  let w = 0;
+  for (let r = 0; r + 1 < flat.length; r += 2) {
+    if (listed.has(flat[r]!.toLowerCase())) continue;
+    flat[w++] = flat[r]!;
+    flat[w++] = flat[r + 1]!;
+  }
+  flat.length = w;
+}

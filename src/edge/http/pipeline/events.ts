@@ -1,0 +1,211 @@
+/**
+ * Last phase: what a finished request leaves behind. One access-log entry per request (when an
+ * access log is wired), metrics, and the insight events: WAF_EVENT (recorded here, once the final
+ * status is known) and APP_DDOS_ATTACK (recorded when a rate-limit episode starts, then updated by
+ * the limiter while it lasts: one event per client and episode, never one per request).
+ */
+import { randomUUID } from 'node:crypto';
+import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '../../../insight/event.ts';
+import type { RequestCtx } from '../ctx.ts';
+import type { HttpProxyDeps } from '../http-proxy.ts';
+import type { RateEpisode } from '../rate-limit/limiter.ts';
+import type { PhaseName } from './phase.ts';
+import type { WafEventDraft } from './waf.ts';
+
+/** One line of the access log (the caller writes it, typically as one JSON object per line). */
+export interface AccessLogEntry {
+  /** ISO 8601 UTC, when the request arrived. */
+  time: string;
+  proxyId: string;
+  tenantId: string;
+  revision: number;
+  supportId: string;
+  requestId: string;
+  clientIp: string;
+  clientPort: number;
+  serverIp: string;
+  serverPort: number;
+  country: string;
+  protocol: 'HTTP/1.0' | 'HTTP/1.1' | 'HTTP/2';
+  tls: boolean;
+  /** X-Client-Cert-Verified value when the proxy asks for client certificates. */
+  clientCertificate?: string;
+  method: string;
+  host: string;
+  /** Request target as received (path and query). */
+  url: string;
+  /** Status sent to the client; 0 when the client went away before any response head. */
+  status: number;
+  /** 'upstream' for a proxied response, else the phase that answered itself. */
+  answeredBy: PhaseName | 'none';
+  /** `address:port` of the origin that answered (or was tried last). */
+  upstream?: string;
+  upstreamAttempts: number;
+  upstreamError?: string;
+  durationMs: number;
+}
+
+/** One access-log line: the entry as a JSON object (no newline). */
+export function formatAccessLogLine(entry: AccessLogEntry): string {
+  return JSON.stringify(entry);
+}
+
+export interface HttpProxyMetrics {
+  /** A request ended (answered, proxied or abandoned). */
+  requestCompleted?(proxyId: string, status: number, answeredBy: PhaseName | 'none', durationSeconds: number): void;
+  /** One attempt to an origin failed (`reason`: error code such as ECONNREFUSED or UND_ERR_HEADERS_TIMEOUT). */
+  upstreamFailed?(proxyId: string, host: string, reason: string): void;
+}
+
+/** Runs once per request, when its response is over (sent, failed or abandoned). */
+export function finishRequest(ctx: RequestCtx): void {
+  if (ctx.finished) return;
+  ctx.finished = true;
+  const deps = ctx.proxy.deps;
+  if (ctx.wafEvents !== undefined) {
+    for (const draft of ctx.wafEvents) recordWafEvent(ctx, draft);
+  }
+  if (deps.accessLog !== undefined) {
+    try {
+      deps.accessLog(accessLogEntry(ctx));
+    } catch (err) {
+      deps.logger?.error({ err, proxyId: ctx.proxy.id }, 'access log failed');
+    }
+  }
+  deps.metrics?.requestCompleted?.(
+    ctx.proxy.id,
+    ctx.statusCode,
+    ctx.answeredBy ?? 'none',
+    (performance.now() - ctx.startedAt) / 1000,
+  );
+}
+
+export function accessLogEntry(ctx: RequestCtx): AccessLogEntry {
+  const req = ctx.req;
+  const entry: AccessLogEntry = {
+    time: new Date(performance.timeOrigin + ctx.startedAt).toISOString(),
+    proxyId: ctx.proxy.id,
+    tenantId: ctx.proxy.tenantId,
+    revision: ctx.proxy.revision,
+    supportId: ctx.supportId,
+    requestId: ctx.requestId,
+    clientIp: ctx.clientIp,
+    clientPort: ctx.clientPort,
+    serverIp: ctx.serverIp,
+    serverPort: ctx.serverPort,
+    country: ctx.country,
+    protocol: ctx.http2 ? 'HTTP/2' : req.httpVersion === '1.0' ? 'HTTP/1.0' : 'HTTP/1.1',
+    tls: ctx.secure,
+    method: req.method ?? '',
+    host: ctx.host,
+    url: req.url ?? '',
+    status: ctx.statusCode,
+    answeredBy: ctx.answeredBy ?? 'none',
+    upstreamAttempts: ctx.upstreamAttempts,
+    durationMs: Math.round((performance.now() - ctx.startedAt) * 1000) / 1000,
+  };
+  if (ctx.clientCertificate !== undefined) entry.clientCertificate = ctx.clientCertificate.verified;
+  if (ctx.upstreamHost !== undefined) entry.upstream = `${ctx.upstreamHost.address}:${ctx.upstreamHost.port}`;
+  if (ctx.upstreamError !== undefined) entry.upstreamError = ctx.upstreamError;
+  return entry;
+}
+
+/** Header values an event must not carry unless the proxy opted in (`waf.logMatchedData`): credentials. */
+const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);
+
+/**
+ * The request as insight events show it. `path` is the path without the query (the query is in
+ * `messageHeader`, the raw request line). Credentials (Authorization, Proxy-Authorization, Cookie)
+ * are replaced by "[redacted]" unless `waf.logMatchedData` is on: events leave the edge and are read
+ * by people who must not get a session from them.
+ */
+export function requestSummary(ctx: RequestCtx, statusCode: number): RequestSummary {
+  const req = ctx.req;
+  const revealSecrets = ctx.proxy.waf.logMatchedData === true;
+  const url = req.url ?? '';
+  const query = url.indexOf('?');
+  const headers: string[] = [];
+  const raw = req.rawHeaders;
+  if (ctx.http2) headers.push(`host: ${ctx.host}`);
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.charCodeAt(0) === 58 /* ':' pseudo-header */) continue;
+    const value = !revealSecrets && SECRET_HEADERS.has(name.toLowerCase()) ? '[redacted]' : raw[i + 1]!;
+    headers.push(`${name}: ${value}`);
+  }
+  const version = ctx.http2 ? 'HTTP/2' : `HTTP/${req.httpVersion}`;
+  return {
+    method: req.method ?? '',
+    path: query === -1 ? url : url.slice(0, query),
+    headers,
+    messageHeader: [`${req.method} ${url} ${version}`, ...headers].join('\n'),
+    statusCode,
+  };
+}
+
+function eventBase(ctx: RequestCtx, statusCode: number) {
+  return {
+    id: randomUUID(),
+    tenantId: ctx.proxy.tenantId,
+    trafficConfigId: ctx.proxy.id,
+    timestamp: new Date().toISOString(),
+    supportId: ctx.supportId,
+    tpc: ctx.proxy.location,
+    destinationIp: ctx.serverIp,
+    source: { countryCode: ctx.country, ip: ctx.clientIp, port: ctx.clientPort },
+    request: requestSummary(ctx, statusCode),
+  };
+}
+
+function recordWafEvent(ctx: RequestCtx, draft: WafEventDraft): void {
+  const event: WafEvent = {
+    ...eventBase(ctx, ctx.statusCode || 499),
+    type: 'WAF_EVENT',
+    action: draft.action,
+    rules: draft.rules,
+  };
+  record(ctx.proxy.deps, event);
+}
+
+/** The APP_DDOS_ATTACK event of an episode that `ctx`'s request just started. */
+export function recordEpisodeStart(ctx: RequestCtx, episode: RateEpisode): void {
+  const event: AppDdosAttackEvent = {
+    ...eventBase(ctx, 429),
+    id: episode.eventId,
+    supportId: episode.supportId,
+    type: 'APP_DDOS_ATTACK',
+    action: 'BLOCKED',
+    rules: [],
+    rateLimit: {
+      threshold: { requests: episode.threshold.requests, periodSeconds: episode.threshold.periodSeconds },
+      observedRequests: episode.observedRequests,
+      blockSeconds: ctx.proxy.config.attributes.rateLimiting?.blockSeconds ?? 0,
+      firstBlockedAt: new Date(episode.firstBlockedAt).toISOString(),
+      lastBlockedAt: new Date(episode.lastBlockedAt).toISOString(),
+      blockedRequests: episode.blockedRequests,
+      blockedUntil: new Date(episode.blockedUntil).toISOString(),
+    },
+  };
+  record(ctx.proxy.deps, event);
+}
+
+export function recordEpisodeUpdate(deps: HttpProxyDeps, episode: RateEpisode): void {
+  try {
+    deps.insight.updateRateLimitEpisode(episode.eventId, {
+      lastBlockedAt: new Date(episode.lastBlockedAt).toISOString(),
+      blockedRequests: episode.blockedRequests,
+      blockedUntil: new Date(episode.blockedUntil).toISOString(),
+    });
+  } catch (err) {
+    deps.logger?.error({ err, eventId: episode.eventId }, 'insight sink failed to update a rate-limit episode');
+  }
+}
+
+function record(deps: HttpProxyDeps, event: WafEvent | AppDdosAttackEvent): void {
+  try {
+    deps.insight.record(event);
+  } catch (err) {
+    // The sink belongs to the store; losing one event must not fail the request that caused it.
+    deps.logger?.error({ err, eventId: event.id, type: event.type }, 'insight sink failed to record an event');
+  }
+}

@@ -1,0 +1,56 @@
+/**
+ * The request pipeline: the phases of DESIGN.md in order, then the origin.
+ *
+ *   accept -> acme-challenge -> geo-fence -> rate-limit -> waf -> upstream (-> waf response) -> events
+ *
+ * Each phase is its own module; this file only runs them. A phase that answers ends the request
+ * there. Synchronous phases cost no promise; an asynchronous one resumes the loop where it stopped.
+ * The events phase runs when the response is over (see `finishRequest`), whoever answered.
+ */
+import type { RequestCtx } from '../ctx.ts';
+import { acceptPhase } from './accept.ts';
+import { acmeChallengePhase } from './acme-challenge.ts';
+import { geoFencePhase } from './geo-fence.ts';
+import type { PhaseOutcome, RequestPhase } from './phase.ts';
+import { rateLimitPhase } from './rate-limit.ts';
+import { respond } from './respond.ts';
+import { proxyToOrigin } from './upstream.ts';
+import { tunnelToOrigin } from './upgrade.ts';
+import { wafPhase } from './waf.ts';
+
+export const REQUEST_PHASES: readonly RequestPhase[] = [acceptPhase, acmeChallengePhase, geoFencePhase, rateLimitPhase, wafPhase];
+
+export function runPipeline(ctx: RequestCtx, from = 0): void {
+  const phases = REQUEST_PHASES;
+  for (let i = from; i < phases.length; i++) {
+    const phase = phases[i]!;
+    let outcome: PhaseOutcome | Promise<PhaseOutcome>;
+    try {
+      outcome = phase.run(ctx);
+    } catch (err) {
+      return internalError(ctx, err, phase.name);
+    }
+    if (outcome === undefined) continue;
+    if (outcome instanceof Promise) {
+      outcome.then(
+        (answer) => (answer === undefined ? runPipeline(ctx, i + 1) : respond(ctx, answer)),
+        (err: unknown) => internalError(ctx, err, phase.name),
+      );
+      return;
+    }
+    return respond(ctx, outcome);
+  }
+  if (ctx.upgradeSocket !== undefined) tunnelToOrigin(ctx);
+  else proxyToOrigin(ctx);
+}
+
+function internalError(ctx: RequestCtx, err: unknown, phase: string): void {
+  ctx.proxy.deps.logger?.error({ err, phase, proxyId: ctx.proxy.id, supportId: ctx.supportId }, 'request phase failed');
+  respond(ctx, {
+    phase: 'internal',
+    status: 500,
+    headers: ['content-type', 'text/plain; charset=utf-8'],
+    body: `internal error, support id ${ctx.supportId}\n`,
+    close: true,
+  });
+}

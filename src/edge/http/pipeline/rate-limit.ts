@@ -1,0 +1,29 @@
+/**
+ * Phase 4, rate limit: counts the request against the proxy's thresholds for its client address
+ * (the socket peer). Over a threshold, the client is blocked for `blockSeconds`: 429 with
+ * Retry-After and the page, whose support id is the episode's (the APP_DDOS_ATTACK event's), so
+ * every refused request of one attack points at the same event.
+ */
+import type { RequestCtx } from '../ctx.ts';
+import type { RateDecision } from '../rate-limit/limiter.ts';
+import { recordEpisodeStart } from './events.ts';
+import { pageAnswer } from './respond.ts';
+import type { PhaseOutcome, RequestPhase } from './phase.ts';
+
+export const rateLimitPhase: RequestPhase = {
+  name: 'rate-limit',
+  run(ctx: RequestCtx): PhaseOutcome | Promise<PhaseOutcome> {
+    const limiter = ctx.proxy.rateLimiter;
+    if (limiter === undefined) return undefined;
+    const decision = limiter.check(ctx.clientIp);
+    if (decision instanceof Promise) return decision.then((d) => outcome(ctx, d));
+    return outcome(ctx, decision);
+  },
+};
+
+function outcome(ctx: RequestCtx, decision: RateDecision): PhaseOutcome {
+  if (decision.allowed) return undefined;
+  ctx.supportId = decision.episode.supportId;
+  if (decision.started) recordEpisodeStart(ctx, decision.episode);
+  return pageAnswer(ctx, 'rate-limit', 'rate-limit', { headers: ['retry-after', String(decision.retryAfterSeconds)] });
+}

@@ -1,0 +1,411 @@
+/**
+ * Phase 6, upstream: sends the request to an origin and streams the response back (with the WAF's
+ * response side in between when a hook wants it).
+ *
+ * - The host comes from the proxy's `HostPool` (delivery method, passive health). A request without
+ *   a body goes through our own keep-alive client (`origin-client.ts`, the hot path); one with a body
+ *   through the host's undici pool, which streams it. Bodies stream both ways with backpressure;
+ *   nothing is buffered whole.
+ * - fail_to_connect (Pingora's name): the connection could not be opened (refused, unreachable,
+ *   connect timeout, TLS handshake or certificate refused): the host is marked down and the request
+ *   goes to the next host, whatever its method, since no byte of it reached the origin.
+ * - error_while_proxy: the connection broke before a response head: an idempotent request whose
+ *   body we still hold (none, or buffered) is retried on the next host (or once on the same host when
+ *   it is the only one: a kept-alive connection the origin had just closed).
+ * - fail_to_proxy: nothing left to try: 504 when the origin was too slow, else 502, with our page.
+ *   A failure after the response head went out can only cut the response.
+ *
+ * This is the hot path of the benchmark: one handler object per request, no closure per chunk, the
+ * response head passed to Node as a flat list, and a Content-Length body's last chunk sent with the
+ * end of the response in one write.
+ */
+import net from 'node:net';
+import type { Dispatcher } from 'undici';
+import type { PooledHost } from '../../balance/index.ts';
+import type { RequestCtx } from '../ctx.ts';
+import { clientResponseHeaders, originRequestHeaders } from '../headers.ts';
+import { BAD_RESPONSE, CONNECT_TIMEOUT, HEADERS_TIMEOUT, type OriginHandler } from '../origin-client.ts';
+import { isConnectFailure } from '../origins.ts';
+import { respond, pageAnswer } from './respond.ts';
+import { BodyTooLargeError, applyVerdict, failOpen, isTextLike, wafRequestHead, type WafVerdict } from './waf.ts';
+
+/** Methods RFC 9110 section 9.2.2 calls idempotent: safe to send twice. */
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
+
+/** Errors of an origin that answered too slowly: 504 rather than 502. */
+const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'ETIMEDOUT', HEADERS_TIMEOUT, CONNECT_TIMEOUT]);
+
+/** Errors after which sending the same request again is pointless or unsafe (besides timeouts). */
+const NO_RETRY = new Set([BAD_RESPONSE, 'UND_ERR_INFO']);
+
+type OriginBody = null | Buffer | NodeJS.ReadableStream | AsyncIterable<Buffer>;
+
+export function proxyToOrigin(ctx: RequestCtx): void {
+  new OriginExchange(ctx).attempt();
+}
+
+class ClientGoneError extends Error {
+  readonly code = 'TPS_CLIENT_GONE';
+}
+
+/**
+ * One request's trip to the origins (all its attempts). It implements undici's native handler
+ * interface (onConnect/onHeaders/onData/onComplete/onError), which our own origin client speaks too:
+ * undici's controller-style interface wraps it and first parses the response head into an object,
+ * which we would only take apart again.
+ */
+class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
+  private readonly ctx: RequestCtx;
+  private readonly headers: string[];
+  private readonly body: OriginBody;
+  /** The body can be sent again (none, or held whole in memory). */
+  private readonly replayable: boolean;
+  private readonly method: string;
+  private tried: Set<number> | undefined = undefined;
+  private host: PooledHost | undefined = undefined;
+  /** `HostPool.begin` was called for `host` and `end` not yet. */
+  private counted = false;
+  private abortAttempt: ((err?: Error) => void) | undefined = undefined;
+  private resumeAttempt: (() => void) | undefined = undefined;
+  private responseStarted = false;
+  /** Response body bytes still expected by Content-Length (-1: unknown): the last chunk ends the response in one write. */
+  private remaining = -1;
+  /** Completed, failed for good, or abandoned: later callbacks only clean up. */
+  private over = false;
+  private clientGone = false;
+  /** The failed attempt may be repeated on its own host (see the module comment). */
+  private retrySameHost = false;
+  private resumeOnDrain: (() => void) | undefined = undefined;
+  /** Response-side WAF: the head and the body prefix held back until its verdict. */
+  private held: { status: number; headers: string[]; chunks: Buffer[]; length: number; wantBody: boolean; ended: boolean } | undefined =
+    undefined;
+
+  constructor(ctx: RequestCtx) {
+    this.ctx = ctx;
+    this.method = ctx.req.method ?? 'GET';
+    this.headers = originRequestHeaders(ctx);
+    if (ctx.body === null) {
+      this.body = null;
+      this.replayable = true;
+    } else {
+      const { body, replayable } = originBody(ctx);
+      this.body = body;
+      this.replayable = replayable;
+    }
+    ctx.upstreamCall = this;
+  }
+
+  attempt(): void {
+    const ctx = this.ctx;
+    const origins = ctx.proxy.origins;
+    let host = origins.hostPool.pick(ctx.clientIp, this.tried);
+    if (host === undefined) {
+      // Every host was tried. A single host gets one more chance after a broken kept-alive connection.
+      if (ctx.upstreamAttempts === 1 && this.host !== undefined && this.retrySameHost) host = this.host;
+      else return this.failToProxy();
+    }
+    this.retrySameHost = false;
+    this.host = host;
+    ctx.upstreamHost = host;
+    ctx.upstreamAttempts++;
+    origins.hostPool.begin(host);
+    this.counted = true;
+    this.responseStarted = false;
+    this.remaining = -1;
+    this.abortAttempt = undefined;
+    this.resumeAttempt = undefined;
+    const path = ctx.req.url ?? '/';
+    if (this.body === null) {
+      // An HTTP/1.0 client may send no Host; HTTP/1.1 to the origin needs one (undici adds its own).
+      const headers = ctx.host === '' ? [...this.headers, 'host', hostHeader(host)] : this.headers;
+      origins.fast[host.index]!.request(this.method, path, headers, origins.tls === undefined ? undefined : sniName(ctx.host), this);
+      return;
+    }
+    origins.pools[host.index]!.dispatch(
+      {
+        path,
+        method: this.method,
+        headers: this.headers,
+        // undici's types want a Node Readable or an iterable; both are what we pass.
+        body: this.body as Dispatcher.DispatchOptions['body'],
+      },
+      this,
+    );
+  }
+
+  /** Called when the client's response closes before the exchange is over. */
+  clientClosed(): void {
+    if (this.over) return;
+    this.clientGone = true;
+    this.abortAttempt?.(new ClientGoneError('client went away'));
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortAttempt = abort;
+    if (this.clientGone) abort(new ClientGoneError('client went away'));
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[] | string[], resume: () => void): boolean {
+    // 1xx interim responses (102, 103) are not relayed; the final response follows.
+    if (statusCode < 200) return true;
+    const ctx = this.ctx;
+    const host = this.host!;
+    if (host.downUntil !== 0) ctx.proxy.origins.hostPool.markUp(host);
+    this.responseStarted = true;
+    this.resumeAttempt = resume;
+    const flat = clientResponseHeaders(rawHeaders);
+    const waf = ctx.proxy.deps.waf;
+    if (waf?.inspectResponse !== undefined) {
+      const limit = waf.responseBodyLimit ?? 0;
+      const wantBody = limit > 0 && this.method !== 'HEAD' && isTextLike(headerValue(flat, 'content-type'));
+      this.held = { status: statusCode, headers: flat, chunks: [], length: 0, wantBody, ended: false };
+      if (wantBody) return true;
+      this.inspectResponse();
+      return false;
+    }
+    if (this.method !== 'HEAD' && statusCode !== 204 && statusCode !== 304) {
+      const length = headerValue(flat, 'content-length');
+      if (length !== undefined) this.remaining = Number(length);
+    }
+    this.sendHead(statusCode, flat);
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.clientGone) return true;
+    const held = this.held;
+    if (held !== undefined) {
+      held.chunks.push(chunk);
+      held.length += chunk.length;
+      if (held.wantBody && held.length >= (this.ctx.proxy.deps.waf?.responseBodyLimit ?? 0)) {
+        held.wantBody = false;
+        this.inspectResponse();
+        return false;
+      }
+      return true;
+    }
+    const res = this.ctx.res!;
+    if (this.remaining === chunk.length) {
+      // The whole (rest of the) body: head, body and end leave in one write.
+      this.remaining = 0;
+      res.end(chunk);
+      return true;
+    }
+    if (this.remaining > 0) this.remaining -= chunk.length;
+    if (res.write(chunk)) return true;
+    this.resumeOnDrain ??= () => this.resumeAttempt?.();
+    res.once('drain', this.resumeOnDrain);
+    return false;
+  }
+
+  onComplete(): void {
+    this.release();
+    this.over = true;
+    this.ctx.upstreamCall = undefined;
+    if (this.clientGone) return;
+    const held = this.held;
+    if (held !== undefined) {
+      held.ended = true;
+      if (held.wantBody) {
+        held.wantBody = false;
+        this.inspectResponse();
+      }
+      return;
+    }
+    const res = this.ctx.res!;
+    if (!res.writableEnded) res.end();
+  }
+
+  onError(err: Error): void {
+    this.release();
+    if (this.over || this.clientGone) {
+      this.over = true;
+      return;
+    }
+    const ctx = this.ctx;
+    const code = errorCode(err);
+    ctx.upstreamError = code;
+    const host = this.host;
+    if (host !== undefined) ctx.proxy.deps.metrics?.upstreamFailed?.(ctx.proxy.id, `${host.address}:${host.port}`, code);
+    if (this.responseStarted && this.held === undefined) {
+      // The head is out: all we can still do is cut the response so the client sees it is incomplete.
+      this.over = true;
+      ctx.res!.destroy(err);
+      return;
+    }
+    if (err instanceof BodyTooLargeError) {
+      this.over = true;
+      respond(ctx, pageAnswer(ctx, 'upstream', 'body-too-large', { close: true }));
+      return;
+    }
+    if (code === 'UND_ERR_INVALID_ARG') {
+      // undici refused what Node's parser accepted (a header or target it considers invalid).
+      this.over = true;
+      respond(ctx, { phase: 'upstream', status: 400, headers: ['content-type', 'text/plain'], body: 'bad request\n', close: true });
+      return;
+    }
+    const connectFailed = isConnectFailure(err);
+    if (connectFailed && host !== undefined) ctx.proxy.origins.hostPool.markDown(host);
+    const retry = connectFailed
+      ? true
+      : this.replayable && IDEMPOTENT.has(this.method) && !TIMEOUTS.has(code) && !NO_RETRY.has(code) && this.held === undefined;
+    if (retry && host !== undefined) {
+      (this.tried ??= new Set()).add(host.index);
+      this.retrySameHost = !connectFailed;
+      this.held = undefined;
+      this.attempt();
+      return;
+    }
+    this.failToProxy();
+  }
+
+  private failToProxy(): void {
+    this.over = true;
+    this.ctx.upstreamCall = undefined;
+    const ctx = this.ctx;
+    const timeout = ctx.upstreamError !== undefined && TIMEOUTS.has(ctx.upstreamError);
+    respond(ctx, pageAnswer(ctx, 'upstream', timeout ? 'gateway-timeout' : 'bad-gateway', { close: this.body !== null && !this.replayable }));
+  }
+
+  private release(): void {
+    if (!this.counted) return;
+    this.counted = false;
+    this.ctx.proxy.origins.hostPool.end(this.host!);
+  }
+
+  private sendHead(status: number, headers: string[]): void {
+    const ctx = this.ctx;
+    ctx.answeredBy = 'upstream';
+    ctx.statusCode = status;
+    try {
+      ctx.res!.writeHead(status, headers);
+    } catch (err) {
+      // A header HTTP/2 cannot carry, or a status Node refuses: the origin's response cannot be relayed.
+      ctx.proxy.deps.logger?.warn({ err, proxyId: ctx.proxy.id, supportId: ctx.supportId }, 'origin response head refused');
+      this.clientGone = true;
+      this.remaining = -1;
+      this.abortAttempt?.(err as Error);
+      ctx.res!.destroy();
+    }
+  }
+
+  private inspectResponse(): void {
+    const ctx = this.ctx;
+    const held = this.held!;
+    const waf = ctx.proxy.deps.waf!;
+    const body = held.chunks.length === 0 ? null : Buffer.concat(held.chunks, held.length);
+    const limit = waf.responseBodyLimit ?? 0;
+    let verdict: WafVerdict | Promise<WafVerdict>;
+    try {
+      verdict = waf.inspectResponse!({
+        request: wafRequestHead(ctx),
+        statusCode: held.status,
+        headers: held.headers,
+        body: body === null || limit === 0 ? null : body.subarray(0, limit),
+        bodyTruncated: body !== null && (!held.ended || body.length > limit),
+      });
+    } catch (err) {
+      failOpen(ctx, err);
+      return this.releaseHeld();
+    }
+    if (verdict instanceof Promise) {
+      verdict.then(
+        (v) => this.afterResponseVerdict(v),
+        (err) => {
+          failOpen(ctx, err);
+          this.releaseHeld();
+        },
+      );
+    } else {
+      // Answer after undici has taken our "pause" from the callback that is still running.
+      queueMicrotask(() => this.afterResponseVerdict(verdict));
+    }
+  }
+
+  private afterResponseVerdict(verdict: WafVerdict): void {
+    if (this.clientGone) return;
+    const answer = applyVerdict(this.ctx, verdict, 'waf-response');
+    if (answer === undefined) return this.releaseHeld();
+    const wasOver = this.over;
+    this.over = true;
+    this.ctx.upstreamCall = undefined;
+    if (!wasOver) this.abortAttempt?.(new Error('response blocked by the WAF'));
+    respond(this.ctx, answer);
+  }
+
+  /** Sends what the response-side WAF held back, then lets the rest stream. */
+  private releaseHeld(): void {
+    const held = this.held!;
+    this.held = undefined;
+    if (this.clientGone) return;
+    this.sendHead(held.status, held.headers);
+    if (this.clientGone) return;
+    const res = this.ctx.res!;
+    for (const chunk of held.chunks) res.write(chunk);
+    if (held.ended) res.end();
+    else this.resumeAttempt?.();
+  }
+}
+
+function hostHeader(host: PooledHost): string {
+  return net.isIPv6(host.address) ? `[${host.address}]:${host.port}` : `${host.address}:${host.port}`;
+}
+
+/** SNI name for a TLS origin: the Host name, unless it is an IP literal (then none, as undici does). */
+function sniName(host: string): string | undefined {
+  let name = host;
+  if (name.startsWith('[')) return undefined;
+  const colon = name.lastIndexOf(':');
+  if (colon !== -1) name = name.slice(0, colon);
+  if (name === '' || net.isIP(name) !== 0) return undefined;
+  return name;
+}
+
+function headerValue(flat: readonly string[], lowerName: string): string | undefined {
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const name = flat[i]!;
+    if (name.length === lowerName.length && name.toLowerCase() === lowerName) return flat[i + 1];
+  }
+  return undefined;
+}
+
+/** What undici sends as the body, and whether it could be sent again. */
+function originBody(ctx: RequestCtx): { body: OriginBody; replayable: boolean } {
+  const body = ctx.body;
+  const max = ctx.proxy.limits.maxBodySize;
+  if (body === null) return { body: null, replayable: true };
+  if (body === 'stream') {
+    // A declared length is enforced by the parsers (and checked against the limit in accept);
+    // otherwise (chunked, HTTP/2 without content-length) we count as it streams.
+    if (ctx.declaredLength >= 0) return { body: ctx.req, replayable: false };
+    return { body: limited(ctx.req as AsyncIterable<Buffer>, max, 0), replayable: false };
+  }
+  if (body.rest === null) return { body: Buffer.concat(body.chunks, body.length), replayable: true };
+  return { body: resumed(body.chunks, body.rest, max, body.length), replayable: false };
+}
+
+async function* limited(source: AsyncIterable<Buffer>, max: number, already: number): AsyncGenerator<Buffer> {
+  let total = already;
+  for await (const chunk of source) {
+    total += chunk.length;
+    if (total > max) throw new BodyTooLargeError();
+    yield chunk;
+  }
+}
+
+async function* resumed(chunks: Buffer[], rest: AsyncIterator<Buffer>, max: number, already: number): AsyncGenerator<Buffer> {
+  yield* chunks;
+  let total = already;
+  for (;;) {
+    const next = await rest.next();
+    if (next.done) return;
+    total += next.value.length;
+    if (total > max) throw new BodyTooLargeError();
+    yield next.value;
+  }
+}
+
+function errorCode(err: Error): string {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? code : err.name;
+}

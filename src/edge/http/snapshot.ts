@@ -1,0 +1,90 @@
+/**
+ * One configuration revision of a proxy, compiled into what the request path reads: an immutable
+ * snapshot swapped atomically by `HttpProxy.update`. A request keeps the snapshot it started with.
+ *
+ * Stateful parts are carried over when their configuration did not change, so an update does not
+ * reset them: the origin pools (warm keep-alive connections, host health) and the rate limiter
+ * (counters, blocks, episodes).
+ */
+import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { HttpProxyDeps, ResolvedHttpProxy } from './http-proxy.ts';
+import type { HttpLimits } from './limits.ts';
+import { OriginSet, originSetKey } from './origins.ts';
+import { RateLimiter } from './rate-limit/limiter.ts';
+import { recordEpisodeUpdate } from './pipeline/events.ts';
+
+export type WafSettings = NonNullable<HttpProxyAttributes['waf']>;
+
+export interface GeoFence {
+  /** ALLOW_LISTED: only `countries` pass. BLOCK_LISTED: `countries` are refused. */
+  readonly allowListed: boolean;
+  readonly countries: ReadonlySet<string>;
+}
+
+export class ProxySnapshot {
+  readonly config: ResolvedHttpProxy;
+  readonly id: string;
+  readonly tenantId: string;
+  readonly revision: number;
+  readonly deps: HttpProxyDeps;
+  readonly limits: HttpLimits;
+  readonly location: string;
+  readonly secure: boolean;
+  readonly clientVerification: 'VERIFY_AND_REJECT' | 'VERIFY_AND_FORWARD' | undefined;
+  readonly geoFence: GeoFence | undefined;
+  readonly rateLimiter: RateLimiter | undefined;
+  readonly rateLimitKey: string;
+  readonly origins: OriginSet;
+  readonly waf: WafSettings;
+  /** The events phase must run when the response ends (access log or metrics wired). */
+  readonly observeEnd: boolean;
+
+  constructor(config: ResolvedHttpProxy, deps: HttpProxyDeps, limits: HttpLimits, previous: ProxySnapshot | undefined) {
+    const attributes = config.attributes;
+    this.config = config;
+    this.id = config.id;
+    this.tenantId = config.tenantId;
+    this.revision = config.revision;
+    this.deps = deps;
+    this.limits = limits;
+    this.location = deps.location;
+    this.secure = config.frontendCertificate !== undefined;
+    this.clientVerification = this.secure ? config.clientVerification?.mode : undefined;
+    const geo = attributes.geoFencing;
+    this.geoFence = geo
+      ? { allowListed: geo.mode === 'ALLOW_LISTED', countries: new Set(geo.countries.map((c) => c.toUpperCase())) }
+      : undefined;
+
+    const rateLimiting = attributes.rateLimiting;
+    this.rateLimitKey = rateLimiting ? JSON.stringify(rateLimiting) : '';
+    if (!rateLimiting) {
+      this.rateLimiter = undefined;
+    } else if (previous?.rateLimiter !== undefined && previous.rateLimitKey === this.rateLimitKey) {
+      this.rateLimiter = previous.rateLimiter;
+    } else {
+      const options = deps.rateLimit ?? {};
+      this.rateLimiter = new RateLimiter(rateLimiting, {
+        // A store made by the edge is shared by its workers: episodes are then named from the shared block.
+        ...(options.createStore ? { store: options.createStore(rateLimiting, config.id), sharedEpisodeScope: config.id } : {}),
+        ...(options.maxEntries !== undefined ? { maxEntries: options.maxEntries } : {}),
+        ...(options.episodeGapMs !== undefined ? { episodeGapMs: options.episodeGapMs } : {}),
+        ...(options.updateIntervalMs !== undefined ? { updateIntervalMs: options.updateIntervalMs } : {}),
+        onEpisodeUpdate: (episode) => recordEpisodeUpdate(deps, episode),
+      });
+    }
+
+    this.origins =
+      previous !== undefined && previous.origins.key === originSetKey(config)
+        ? previous.origins
+        : new OriginSet(config, limits, previous?.origins, deps.hostDownForMs);
+
+    this.waf = attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] };
+    this.observeEnd = deps.accessLog !== undefined || deps.metrics !== undefined;
+  }
+
+  /** Releases what this snapshot owns and `next` does not reuse (`next` undefined: the proxy stops). */
+  async retire(next: ProxySnapshot | undefined, graceMs: number): Promise<void> {
+    if (this.rateLimiter !== undefined && this.rateLimiter !== next?.rateLimiter) this.rateLimiter.dispose();
+    if (this.origins !== next?.origins) await this.origins.close(graceMs);
+  }
+}
