@@ -15,6 +15,8 @@ TPS_DEBIAN_PACKAGES=(
   postgresql                                        # the multi-node store, started by the tests
   redis-server                                      # shared rate-limit counters, started by the tests
   libmodsecurity-dev modsecurity-crs                # WAF reference engine and the OWASP CRS
+  chromium                                          # the portal's end-to-end tests (headless)
+  pebble                                            # ACME test CA (pebble, pebble-challtestsrv) for the certificate tests
 )
 
 missing=()
@@ -50,6 +52,10 @@ fi
 cd "$TPS_ROOT"
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund --loglevel=error
+fi
+# The portal (src/portal, served under /portal): built unless the build is newer than its sources.
+if [ ! -f src/portal/dist/index.html ] || [ -n "$(find src/portal src/api/schemas package-lock.json -newer src/portal/dist/index.html -type f -not -path 'src/portal/dist/*' -print -quit)" ]; then
+  npm run --silent build:portal
 fi
 # The ModSecurity v3 addon (the WAF's reference engine); skips itself when up to date.
 bash native/modsecurity/build.sh >/dev/null

@@ -21,7 +21,9 @@ import { registerAccountIpRoutes } from './routes/account-ips.ts';
 import { registerCertificateRoutes } from './routes/certificates.ts';
 import { registerCaCertificateRoutes } from './routes/ca-certificates.ts';
 import { registerInsightRoutes } from './routes/insight.ts';
+import { registerPortalRoutes, portalSessionPrincipal } from './routes/portal.ts';
 import type { SecretBox } from '../certs/secret-box.ts';
+import type { AcmeService } from '../certs/acme.ts';
 
 /** The addresses the service is known by; filled in once the listener's port is known. */
 export interface PublicUrls {
@@ -36,6 +38,8 @@ export interface ApiDeps {
   secrets: SecretBox;
   metrics: Metrics;
   urls: PublicUrls;
+  /** The ACME service, when this process runs one: the certificate routes hand it new work. */
+  acme?: Pick<AcmeService, 'enqueue' | 'renewNow'> | undefined;
 }
 
 declare module 'fastify' {
@@ -82,7 +86,8 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   app.addHook('onRequest', async (request, reply) => {
     const scope = request.routeOptions.config.scope;
     if (!scope) return;
-    request.principal = await deps.tokens.authenticate(request.headers.authorization);
+    // A portal session (cookie + CSRF token) when there is no Authorization header; see routes/portal.ts.
+    request.principal = (await portalSessionPrincipal(deps, request)) ?? (await deps.tokens.authenticate(request.headers.authorization));
     if (!request.principal.scopes.has(scope)) {
       throw new BearerError(403, 'insufficient_scope', `this call needs the "${scope}" scope`);
     }
@@ -170,6 +175,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   registerCertificateRoutes(app, deps);
   registerCaCertificateRoutes(app, deps);
   registerInsightRoutes(app, deps);
+  registerPortalRoutes(app, deps);
   return app;
 }
 

@@ -2,11 +2,14 @@
  * The `tps` command for operators and scripts. Every command that prints takes --json and then
  * prints exactly one JSON object.
  */
+import crypto from 'node:crypto';
 import { Command, Option } from 'commander';
 import { loadSettings, SettingsError, SETTINGS_ENV, type SettingsInput } from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { SCOPES, type Scope } from '../store/service-accounts.ts';
-import { serve } from './serve.ts';
+import { MIN_PASSWORD_LENGTH } from '../store/portal-users.ts';
+import { ConflictError } from '../store/errors.ts';
+import { serve, runEdgeNode } from './serve.ts';
 
 const program = new Command('tps')
   .description('Self-hosted traffic protection service: proxies with WAF, rate limiting, geo fencing and TLS.')
@@ -54,6 +57,20 @@ storeOptions(
   const service = await serve(settingsFrom(flags), { demo: demo === true });
   const stop = () => {
     void service.close().then(() => process.exit(0));
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+});
+
+storeOptions(
+  program
+    .command('edge')
+    .description('run an edge node only: the proxies of every configuration in the shared store')
+    .addOption(new Option('--location <code>', `three-letter edge location code (${SETTINGS_ENV.location})`)),
+).action(async (options: Record<string, string | boolean | undefined>) => {
+  const node = await runEdgeNode(settingsFrom(options));
+  const stop = () => {
+    void node.close().then(() => process.exit(0));
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
@@ -115,6 +132,48 @@ storeOptions(
   if (!account) fail(`no service account ${options.clientId}`);
   print(options.json, { clientId: account.clientId, revokedAt: account.revokedAt }, `revoked ${account.clientId}`);
 });
+
+const user = program.command('user').description('people who sign in to the portal (one tenant each)');
+storeOptions(
+  user
+    .command('create')
+    .description('create a portal user; without --password one is generated and printed this once')
+    .requiredOption('--tenant <id>')
+    .requiredOption('--email <email>')
+    .option('--password <password>', `at least ${MIN_PASSWORD_LENGTH} characters (visible in the shell history: prefer the generated one)`)
+    .option('--json'),
+).action(async (options: { tenant: string; email: string; password?: string; json?: boolean }) => {
+  if (!/^[^\s@]+@[^\s@]+$/.test(options.email.trim())) fail(`--email must be an email address; got "${options.email}"`);
+  if (options.password !== undefined && options.password.length < MIN_PASSWORD_LENGTH) {
+    fail(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
+  }
+  const password = options.password ?? crypto.randomBytes(15).toString('base64url');
+  const created = await withStore(options, async (store) => {
+    if (!(await store.tenants.get(options.tenant))) fail(`no tenant ${options.tenant}`);
+    try {
+      return await store.portalUsers.create(options.tenant, options.email, password);
+    } catch (error) {
+      if (error instanceof ConflictError) fail(error.message);
+      throw error;
+    }
+  });
+  const generated = options.password === undefined;
+  print(
+    options.json,
+    { id: created.id, email: created.email, tenantId: created.tenantId, ...(generated && { password }) },
+    generated ? `user      ${created.email}\npassword  ${password}   (shown once)` : `user ${created.email} created`,
+  );
+});
+storeOptions(user.command('list').description("list a tenant's portal users").requiredOption('--tenant <id>').option('--json')).action(
+  async (options: { tenant: string; json?: boolean }) => {
+    const users = await withStore(options, (store) => store.portalUsers.list(options.tenant));
+    print(
+      options.json,
+      { data: users },
+      users.map((u) => `${u.email}  ${u.disabledAt ? `disabled ${u.disabledAt}` : 'active'}  created ${u.createdAt}`).join('\n'),
+    );
+  },
+);
 
 try {
   await program.parseAsync();

@@ -2,18 +2,26 @@
  * `tps serve`: the control plane (API, token issuer, docs, metrics) and, unless TPS_EDGE=false,
  * the edge in the same process.
  */
+import fs from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { pino } from 'pino';
 import type { Settings } from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { SecretBox } from '../certs/secret-box.ts';
+import { AcmeService } from '../certs/acme.ts';
+import { CrlService } from '../certs/crl.ts';
 import { TokenIssuer } from '../auth/token-issuer.ts';
 import { buildApiServer, type PublicUrls } from '../api/server.ts';
-import { createMetrics } from '../metrics.ts';
+import { createMetrics, type Metrics } from '../metrics.ts';
+import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
+import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
+import { crlsFor } from '../certs/crl.ts';
 import type { Scope } from '../store/service-accounts.ts';
 
 export interface RunningService {
   urls: PublicUrls;
   store: Store;
+  edge: EdgeSupervisor | undefined;
   close(): Promise<void>;
 }
 
@@ -34,7 +42,32 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   });
   await tokens.init();
   const metrics = createMetrics();
-  const app = await buildApiServer({ settings, store, tokens, secrets, metrics, urls });
+  // Service-issued certificates (ACME) and CA certificates' CRLs: background work next to the API.
+  let acme: AcmeService | undefined;
+  const app = await buildApiServer({
+    settings,
+    store,
+    tokens,
+    secrets,
+    metrics,
+    urls,
+    get acme() {
+      return acme;
+    },
+  });
+  if (settings.acmeDirectoryUrl) {
+    acme = new AcmeService({
+      store,
+      secrets,
+      directoryUrl: settings.acmeDirectoryUrl,
+      email: settings.acmeEmail,
+      caBundlePem: settings.acmeCaBundle ? fs.readFileSync(settings.acmeCaBundle, 'utf8') : undefined,
+      nodeId: settings.nodeId,
+      logger: app.log,
+      registry: metrics.registry,
+    });
+  }
+  const crl = new CrlService({ store, logger: app.log, refreshIntervalMs: settings.crlRefreshSeconds * 1000 });
   await app.listen({ host: settings.apiListen.host, port: settings.apiListen.port });
 
   const address = app.server.address() as AddressInfo;
@@ -43,17 +76,62 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   urls.baseUrl ||= ownUrl;
   urls.authUrl ||= ownUrl;
 
-  app.log.info({ apiUrl: ownUrl, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect }, 'tps ready');
+  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log) : undefined;
+  acme?.start();
+  crl.start();
+
+  app.log.info({ apiUrl: ownUrl, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect, edge: settings.edge }, 'tps ready');
   if (options.demo) await printDemo(store, urls);
 
   return {
     urls,
     store,
+    edge,
     close: async () => {
+      await edge?.stop();
+      await acme?.stop();
+      await crl.stop();
       await app.close();
       await store.close();
     },
   };
+}
+
+/** `tps edge`: an edge node without the API, for several nodes sharing one PostgreSQL store. */
+export async function runEdgeNode(settings: Settings): Promise<{ close(): Promise<void> }> {
+  const store = await openStore(settings);
+  const secrets = SecretBox.fromSettings(settings);
+  const logger = pino({ level: settings.logLevel });
+  const edge = await startEdge(settings, store, secrets, createMetrics(), logger);
+  logger.info({ nodeId: settings.nodeId, store: store.db.dialect }, 'tps edge ready');
+  return {
+    close: async () => {
+      await edge.stop();
+      await store.close();
+    },
+  };
+}
+
+export async function startEdge(settings: Settings, store: Store, secrets: SecretBox, metrics: Metrics, logger: EdgeLogger): Promise<EdgeSupervisor> {
+  const edge = new EdgeSupervisor({
+    store,
+    secrets,
+    metrics,
+    logger,
+    nodeId: settings.nodeId,
+    location: settings.location,
+    workers: settings.edgeWorkers,
+    threatFeeds: settings.threatFeeds,
+    threatFeedRefreshMs: settings.threatFeedRefreshSeconds * 1000,
+    geoOverridesPath: settings.geoOverridesPath,
+    geoMmdbPath: settings.geoMmdbPath,
+    wafAuditLogPath: settings.wafAuditLog,
+    wafThreads: settings.wafThreads,
+    crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
+    acmeChallenge: new AcmeChallengeResponder(store.acmeChallenges).challengeResponse,
+  });
+  await edge.start();
+  return edge;
 }
 
 /** Seeds a demo tenant with a fresh service account and prints how to get a token. */

@@ -2,6 +2,8 @@
  * Operator settings: flags override TPS_* environment variables, which override defaults.
  * Read and validated once at start; a bad value stops the process with a message naming the variable.
  */
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
 
@@ -31,6 +33,27 @@ export interface Settings {
   edge: boolean;
   /** Identifies this edge node in status reports. */
   nodeId: string;
+  /** Proxy worker threads of the edge (default: one per core). */
+  edgeWorkers: number;
+  /** Threat-intelligence feeds: file paths or http(s) URLs of IP/CIDR lists. */
+  threatFeeds: string[];
+  threatFeedRefreshSeconds: number;
+  /** Extra `CIDR,CC` lines that place addresses in countries before the MMDB is asked. */
+  geoOverridesPath: string | undefined;
+  /** Another country MMDB instead of the bundled one. */
+  geoMmdbPath: string | undefined;
+  /** ACME directory of the CA issuing service-issued certificates; undefined: no ACME service ("off"). */
+  acmeDirectoryUrl: string | undefined;
+  /** Contact e-mail of the ACME account. */
+  acmeEmail: string | undefined;
+  /** PEM file of extra CA certificates to trust for the ACME directory's HTTPS (a test CA such as Pebble). */
+  acmeCaBundle: string | undefined;
+  /** How often every CA certificate's CRL is fetched again. */
+  crlRefreshSeconds: number;
+  /** JSON-lines WAF audit log for a SIEM; unset = none. */
+  wafAuditLog: string | undefined;
+  /** ModSecurity threads per edge worker. */
+  wafThreads: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -52,6 +75,17 @@ const ENV: Record<keyof Settings, string> = {
   logLevel: 'TPS_LOG_LEVEL',
   edge: 'TPS_EDGE',
   nodeId: 'TPS_NODE_ID',
+  edgeWorkers: 'TPS_EDGE_WORKERS',
+  threatFeeds: 'TPS_THREAT_FEEDS',
+  threatFeedRefreshSeconds: 'TPS_THREAT_FEED_REFRESH_SECONDS',
+  geoOverridesPath: 'TPS_GEO_OVERRIDES',
+  geoMmdbPath: 'TPS_GEO_MMDB',
+  wafAuditLog: 'TPS_WAF_AUDIT_LOG',
+  wafThreads: 'TPS_WAF_THREADS',
+  acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
+  acmeEmail: 'TPS_ACME_EMAIL',
+  acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
+  crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -82,6 +116,23 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     }
     return value.replace(/\/+$/, '');
   };
+
+  const existingFile = (key: keyof Settings): string | undefined => {
+    const value = raw(key);
+    if (value !== undefined && !fs.existsSync(value)) fail(key, `no file at "${value}"`);
+    return value === undefined ? undefined : path.resolve(value);
+  };
+
+  // ACME: Let's Encrypt production unless set; "off" runs no ACME service (requests stay PENDING).
+  const acmeDirectoryUrl = raw('acmeDirectoryUrl') === 'off' ? undefined : (url('acmeDirectoryUrl') ?? 'https://acme-v02.api.letsencrypt.org/directory');
+  const acmeEmail = raw('acmeEmail');
+  if (acmeEmail !== undefined && !/^[^\s@<>()",;:]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$/.test(acmeEmail)) {
+    fail('acmeEmail', `must be an e-mail address without spaces, got "${acmeEmail}"`);
+  }
+  const acmeCaBundle = existingFile('acmeCaBundle');
+  if (acmeCaBundle !== undefined && !fs.readFileSync(acmeCaBundle, 'utf8').includes('-----BEGIN CERTIFICATE-----')) {
+    fail('acmeCaBundle', `"${acmeCaBundle}" holds no PEM certificate`);
+  }
 
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
@@ -126,7 +177,18 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     apiRateLimitPerMinute: integer('apiRateLimitPerMinute', 1200, 1, 1_000_000),
     logLevel: raw('logLevel') ?? 'info',
     edge: /^(true|1|on)$/.test(edge),
-    nodeId: raw('nodeId') ?? `${process.env.HOSTNAME ?? 'node'}-${process.pid}`,
+    nodeId: raw('nodeId') ?? `${os.hostname()}-${process.pid}`,
+    edgeWorkers: integer('edgeWorkers', Math.max(1, os.availableParallelism()), 1, 256),
+    threatFeeds: (raw('threatFeeds') ?? '').split(',').map((source) => source.trim()).filter(Boolean),
+    threatFeedRefreshSeconds: integer('threatFeedRefreshSeconds', 3600, 10, 7 * 24 * 3600),
+    geoOverridesPath: existingFile('geoOverridesPath'),
+    geoMmdbPath: existingFile('geoMmdbPath'),
+    wafAuditLog: raw('wafAuditLog') === undefined ? undefined : path.resolve(raw('wafAuditLog')!),
+    wafThreads: integer('wafThreads', 1, 1, 64),
+    acmeDirectoryUrl,
+    acmeEmail,
+    acmeCaBundle,
+    crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
   };
 }
 

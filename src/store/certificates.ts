@@ -29,6 +29,22 @@ export interface CertificateRecord extends Partial<CertificateFacts> {
   revision: number;
   createdAt: string;
   updatedAt: string;
+  /** Service-issued certificates only: renewal and retry state (see src/certs/acme.ts). */
+  acme?: AcmeWorkState;
+}
+
+/** Where the ACME work on a service-issued certificate stands. */
+export interface AcmeWorkState {
+  /** When the certificate is renewed by itself (30 days after issuance). */
+  renewAfter: string | null;
+  /** A failed attempt is retried at this time (backoff), not before. */
+  nextAttemptAt: string | null;
+  /** Failed attempts since the last success. */
+  attempts: number;
+  /** Why the last renewal failed (the certificate in use stays served meanwhile). */
+  lastRenewalError: string | null;
+  /** An operator asked for a renewal now. */
+  renewalRequestedAt: string | null;
 }
 
 interface Row {
@@ -50,6 +66,11 @@ interface Row {
   revision: number;
   created_at: string;
   updated_at: string;
+  renew_after?: string | null;
+  next_attempt_at?: string | null;
+  attempts?: number | null;
+  last_renewal_error?: string | null;
+  renewal_requested_at?: string | null;
 }
 
 const fromRow = (row: Row): CertificateRecord => ({
@@ -71,6 +92,15 @@ const fromRow = (row: Row): CertificateRecord => ({
   revision: Number(row.revision),
   createdAt: row.created_at,
   updatedAt: row.updated_at,
+  ...(row.source === 'ACME' && {
+    acme: {
+      renewAfter: row.renew_after ?? null,
+      nextAttemptAt: row.next_attempt_at ?? null,
+      attempts: Number(row.attempts ?? 0),
+      lastRenewalError: row.last_renewal_error ?? null,
+      renewalRequestedAt: row.renewal_requested_at ?? null,
+    },
+  }),
 });
 
 export class CertificateRepository {
@@ -163,6 +193,143 @@ export class CertificateRepository {
   async delete(tenantId: string, id: string): Promise<DeleteOutcome> {
     return deleteUnreferenced(this.db, 'certificates', tenantId, id);
   }
+
+  // --- ACME work (src/certs/acme.ts) -----------------------------------------------------------
+
+  /**
+   * Service-issued certificates with work due at `now`: PENDING ones (first issuance) and ISSUED
+   * ones whose renewal time came or that an operator asked to renew; never before their
+   * next_attempt_at (backoff), never while another node holds their lease.
+   */
+  async dueForAcme(now: string, limit: number): Promise<CertificateRecord[]> {
+    const rows = await this.db.all<Row>(
+      `SELECT * FROM certificates WHERE source = 'ACME'
+         AND (lease_until IS NULL OR lease_until < ?)
+         AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
+         AND (status = 'PENDING'
+              OR (status = 'ISSUED' AND (renewal_requested_at IS NOT NULL OR (renew_after IS NOT NULL AND renew_after <= ?))))
+       ORDER BY COALESCE(next_attempt_at, created_at), id LIMIT ?`,
+      [now, now, now, limit],
+    );
+    return rows.map(fromRow);
+  }
+
+  /**
+   * Takes (or, for its holder, extends) the certificate's lease for `owner` until `until`; false
+   * when another holder's lease still runs.
+   */
+  async claimAcme(id: string, owner: string, until: string, now: string): Promise<boolean> {
+    const changed = await this.db.run(
+      `UPDATE certificates SET lease_owner = ?, lease_until = ?
+       WHERE id = ? AND source = 'ACME' AND (lease_until IS NULL OR lease_until < ? OR lease_owner = ?)`,
+      [owner, until, id, now, owner],
+    );
+    return changed > 0;
+  }
+
+  async releaseAcme(id: string, owner: string): Promise<void> {
+    await this.db.run('UPDATE certificates SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?', [id, owner]);
+  }
+
+  /**
+   * The CA issued (or renewed) the certificate: the new material replaces the old in the same
+   * record, so every proxy that refers to it serves it after the edge reloads (revision bump).
+   */
+  async markIssued(
+    id: string,
+    material: { certificatePem: string; chainPem: string; sealedPrivateKey: string },
+    facts: CertificateFacts,
+    renewAfter: string,
+  ): Promise<CertificateRecord | undefined> {
+    return this.db.transaction(async (tx) => {
+      const revision = await bumpRevision(tx);
+      const changed = await tx.run(
+        `UPDATE certificates SET status = 'ISSUED', status_detail = NULL, certificate_pem = ?, chain_pem = ?, private_key = ?,
+           subject = ?, sans = ?, issuer = ?, not_before = ?, not_after = ?, fingerprint = ?,
+           renew_after = ?, next_attempt_at = NULL, attempts = 0, last_renewal_error = NULL, renewal_requested_at = NULL,
+           lease_owner = NULL, lease_until = NULL, revision = ?, updated_at = ?
+         WHERE id = ? AND source = 'ACME'`,
+        [
+          material.certificatePem,
+          material.chainPem,
+          material.sealedPrivateKey,
+          facts.subject,
+          JSON.stringify(facts.subjectAltNames),
+          facts.issuer,
+          facts.notBefore,
+          facts.notAfter,
+          facts.fingerprint,
+          renewAfter,
+          revision,
+          new Date().toISOString(),
+          id,
+        ],
+      );
+      if (changed === 0) throw new CertificateGone(id);
+      const row = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
+      return row && fromRow(row);
+    }).catch((error: unknown) => {
+      if (error instanceof CertificateGone) return undefined;
+      throw error;
+    });
+  }
+
+  /** The first issuance failed for good: FAILED with the CA's reason. */
+  async markFailed(id: string, detail: string): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const revision = await bumpRevision(tx);
+      await tx.run(
+        `UPDATE certificates SET status = 'FAILED', status_detail = ?, next_attempt_at = NULL, renewal_requested_at = NULL,
+           lease_owner = NULL, lease_until = NULL, revision = ?, updated_at = ?
+         WHERE id = ? AND source = 'ACME' AND status = 'PENDING'`,
+        [detail, revision, new Date().toISOString(), id],
+      );
+    });
+  }
+
+  /**
+   * An attempt failed and will be retried at `nextAttemptAt`. The served material does not change
+   * (a renewal keeps the certificate in use), so the revision does not move.
+   */
+  async markAttemptFailed(id: string, failure: { detail: string; renewalError: string | null; attempts: number; nextAttemptAt: string }): Promise<void> {
+    await this.db.run(
+      `UPDATE certificates SET status_detail = ?, last_renewal_error = COALESCE(?, last_renewal_error), attempts = ?, next_attempt_at = ?,
+         renewal_requested_at = NULL, lease_owner = NULL, lease_until = NULL, updated_at = ?
+       WHERE id = ? AND source = 'ACME'`,
+      [failure.detail, failure.renewalError, failure.attempts, failure.nextAttemptAt, new Date().toISOString(), id],
+    );
+  }
+
+  /**
+   * An operator asks for a renewal now: an ISSUED certificate is renewed at once (any backoff is
+   * skipped); a FAILED one goes back to PENDING and is ordered again. Undefined: no such ACME
+   * certificate of the tenant.
+   */
+  async requestRenewal(tenantId: string, id: string): Promise<CertificateRecord | undefined> {
+    return this.db.transaction(async (tx) => {
+      const row = await tx.one<Row>("SELECT * FROM certificates WHERE id = ? AND tenant_id = ? AND source = 'ACME'", [id, tenantId]);
+      if (!row) return undefined;
+      const now = new Date().toISOString();
+      if (row.status === 'FAILED') {
+        const revision = await bumpRevision(tx);
+        await tx.run(
+          `UPDATE certificates SET status = 'PENDING', status_detail = NULL, attempts = 0, next_attempt_at = NULL,
+             revision = ?, updated_at = ? WHERE id = ?`,
+          [revision, now, id],
+        );
+      } else if (row.status === 'ISSUED') {
+        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ?', [now, now, id]);
+      }
+      const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
+      return updated && fromRow(updated);
+    });
+  }
+}
+
+class CertificateGone extends Error {
+  constructor(id: string) {
+    super(`certificate ${id} no longer exists`);
+  }
 }
 
 export interface CaCertificateEntry {
@@ -171,6 +338,23 @@ export interface CaCertificateEntry {
   subject: string;
   fingerprint: string;
   notAfter: string;
+  /** Entries with a crlUrl: how the revocation list fetches go (written by src/certs/crl.ts). */
+  crl?: CrlStatus;
+}
+
+/** The state of one CA entry's revocation list, as shown in the CA certificate resource. */
+export interface CrlStatus {
+  /** Last successful fetch (the CRL in use was fetched then); null while none succeeded. */
+  fetchedAt: string | null;
+  /** Why the last fetch failed; null when it succeeded. The last good CRL stays in use. */
+  error: string | null;
+  /** The last fetch attempt, successful or not. */
+  attemptedAt: string;
+  /** The CRL's own thisUpdate / nextUpdate, when one is in use. */
+  thisUpdate?: string;
+  nextUpdate?: string;
+  /** How many certificates the CRL in use revokes. */
+  revokedCount?: number;
 }
 
 export interface CaCertificateRecord {
@@ -237,6 +421,24 @@ export class CaCertificateRepository {
   async delete(tenantId: string, id: string): Promise<DeleteOutcome> {
     return deleteUnreferenced(this.db, 'ca_certificates', tenantId, id);
   }
+
+  /** Every tenant's CA certificates: what the CRL refresher looks after. */
+  async listAll(): Promise<CaCertificateRecord[]> {
+    return (await this.db.all<CaRow>('SELECT * FROM ca_certificates ORDER BY created_at, id')).map(caFromRow);
+  }
+
+  /** Shows the state of an entry's CRL in the CA certificate resource (`certificates[].crl`). */
+  async recordCrlStatus(id: string, entryIndex: number, status: CrlStatus): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const row = await tx.one<CaRow>('SELECT * FROM ca_certificates WHERE id = ?', [id]);
+      if (!row) return;
+      const entries = JSON.parse(row.entries) as CaCertificateEntry[];
+      const entry = entries[entryIndex];
+      if (!entry) return;
+      entry.crl = status;
+      await tx.run('UPDATE ca_certificates SET entries = ? WHERE id = ?', [JSON.stringify(entries), id]);
+    });
+  }
 }
 
 export type DeleteOutcome = { deleted: true } | { deleted: false; referencedBy: string[] };
@@ -251,4 +453,229 @@ async function deleteUnreferenced(db: Db, table: 'certificates' | 'ca_certificat
     if (deleted > 0) await bumpRevision(tx);
     return deleted > 0 ? { deleted: true } : { deleted: false, referencedBy: [] };
   });
+}
+
+// --- ACME accounts, pending challenges, CRL cache (src/certs/) ---------------------------------
+
+export interface AcmeAccountRecord {
+  directoryUrl: string;
+  email: string | null;
+  accountUrl: string;
+  /** The account key, sealed with the master key. */
+  sealedPrivateKey: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+interface AcmeAccountRow {
+  directory_url: string;
+  email: string | null;
+  account_url: string;
+  private_key: string;
+  created_at: string;
+  updated_at: string;
+}
+
+const accountFromRow = (row: AcmeAccountRow): AcmeAccountRecord => ({
+  directoryUrl: row.directory_url,
+  email: row.email,
+  accountUrl: row.account_url,
+  sealedPrivateKey: row.private_key,
+  createdAt: row.created_at,
+  updatedAt: row.updated_at,
+});
+
+/** One ACME account per directory URL, shared by every node. */
+export class AcmeAccountRepository {
+  readonly db: Db;
+  constructor(db: Db) {
+    this.db = db;
+  }
+
+  async get(directoryUrl: string): Promise<AcmeAccountRecord | undefined> {
+    const row = await this.db.one<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ?', [directoryUrl]);
+    return row && accountFromRow(row);
+  }
+
+  /** Stores a newly registered account unless another node stored one first; answers the one kept. */
+  async add(account: { directoryUrl: string; email: string | null; accountUrl: string; sealedPrivateKey: string }): Promise<AcmeAccountRecord> {
+    const now = new Date().toISOString();
+    await this.db.run(
+      `INSERT INTO acme_accounts (directory_url, email, account_url, private_key, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (directory_url) DO NOTHING`,
+      [account.directoryUrl, account.email, account.accountUrl, account.sealedPrivateKey, now, now],
+    );
+    return (await this.get(account.directoryUrl))!;
+  }
+
+  async updateEmail(directoryUrl: string, email: string | null): Promise<void> {
+    await this.db.run('UPDATE acme_accounts SET email = ?, updated_at = ? WHERE directory_url = ?', [email, new Date().toISOString(), directoryUrl]);
+  }
+
+  /** Forgets an account the CA deactivated (only that one: another node may have replaced it already). */
+  async forget(directoryUrl: string, accountUrl: string): Promise<void> {
+    await this.db.run('DELETE FROM acme_accounts WHERE directory_url = ? AND account_url = ?', [directoryUrl, accountUrl]);
+  }
+}
+
+export type AcmeChallengeType = 'http-01' | 'tls-alpn-01';
+
+export interface AcmeChallengeRecord {
+  type: AcmeChallengeType;
+  token: string;
+  /** The identifier being validated (lower case, no trailing dot). */
+  domain: string;
+  keyAuthorization: string;
+  certificateId: string;
+  expiresAt: string;
+}
+
+interface ChallengeRow {
+  type: string;
+  token: string;
+  domain: string;
+  key_authorization: string;
+  certificate_id: string;
+  expires_at: string;
+}
+
+const challengeFromRow = (row: ChallengeRow): AcmeChallengeRecord => ({
+  type: row.type as AcmeChallengeType,
+  token: row.token,
+  domain: row.domain,
+  keyAuthorization: row.key_authorization,
+  certificateId: row.certificate_id,
+  expiresAt: row.expires_at,
+});
+
+/**
+ * Challenges of running orders. Not part of the edge's snapshot (the revision does not move): the
+ * edge asks for them when a CA's validation request arrives.
+ */
+export class AcmeChallengeRepository {
+  readonly db: Db;
+  constructor(db: Db) {
+    this.db = db;
+  }
+
+  async put(challenge: AcmeChallengeRecord): Promise<void> {
+    await this.db.run(
+      `INSERT INTO acme_challenges (type, token, domain, key_authorization, certificate_id, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (type, token) DO UPDATE SET domain = excluded.domain, key_authorization = excluded.key_authorization,
+         certificate_id = excluded.certificate_id, expires_at = excluded.expires_at`,
+      [challenge.type, challenge.token, challenge.domain, challenge.keyAuthorization, challenge.certificateId, challenge.expiresAt, new Date().toISOString()],
+    );
+  }
+
+  /** Every challenge not yet expired at `now` (a handful at any time). */
+  async live(now: string, limit = 10_000): Promise<AcmeChallengeRecord[]> {
+    const rows = await this.db.all<ChallengeRow>('SELECT * FROM acme_challenges WHERE expires_at > ? ORDER BY created_at DESC LIMIT ?', [now, limit]);
+    return rows.map(challengeFromRow);
+  }
+
+  async deleteForCertificate(certificateId: string): Promise<void> {
+    await this.db.run('DELETE FROM acme_challenges WHERE certificate_id = ?', [certificateId]);
+  }
+
+  async purgeExpired(now: string): Promise<void> {
+    await this.db.run('DELETE FROM acme_challenges WHERE expires_at <= ?', [now]);
+  }
+}
+
+export interface CrlCacheRecord {
+  caCertificateId: string;
+  entryIndex: number;
+  crlUrl: string;
+  /** The last good CRL (verified as signed by its CA), PEM; null while none was fetched. */
+  crlPem: string | null;
+  thisUpdate: string | null;
+  nextUpdate: string | null;
+  fetchedAt: string | null;
+  attemptedAt: string | null;
+  lastError: string | null;
+}
+
+interface CrlRow {
+  ca_certificate_id: string;
+  entry_index: number;
+  crl_url: string;
+  crl_pem: string | null;
+  this_update: string | null;
+  next_update: string | null;
+  fetched_at: string | null;
+  attempted_at: string | null;
+  last_error: string | null;
+}
+
+const crlFromRow = (row: CrlRow): CrlCacheRecord => ({
+  caCertificateId: row.ca_certificate_id,
+  entryIndex: Number(row.entry_index),
+  crlUrl: row.crl_url,
+  crlPem: row.crl_pem,
+  thisUpdate: row.this_update,
+  nextUpdate: row.next_update,
+  fetchedAt: row.fetched_at,
+  attemptedAt: row.attempted_at,
+  lastError: row.last_error,
+});
+
+/** The last good CRL of each CA entry, shared by every node. */
+export class CrlCacheRepository {
+  readonly db: Db;
+  constructor(db: Db) {
+    this.db = db;
+  }
+
+  async list(caCertificateIds: readonly string[]): Promise<CrlCacheRecord[]> {
+    if (caCertificateIds.length === 0) return [];
+    const rows = await this.db.all<CrlRow>(
+      `SELECT * FROM crl_cache WHERE ca_certificate_id IN (${caCertificateIds.map(() => '?').join(',')}) ORDER BY ca_certificate_id, entry_index`,
+      [...caCertificateIds],
+    );
+    return rows.map(crlFromRow);
+  }
+
+  async listAll(): Promise<CrlCacheRecord[]> {
+    return (await this.db.all<CrlRow>('SELECT * FROM crl_cache ORDER BY ca_certificate_id, entry_index')).map(crlFromRow);
+  }
+
+  /**
+   * A verified CRL was fetched. The revision moves only when the CRL differs from the one in use,
+   * since the edge then has to load it.
+   */
+  async recordSuccess(
+    key: { caCertificateId: string; entryIndex: number; crlUrl: string },
+    crl: { pem: string; thisUpdate: string; nextUpdate: string | null },
+    at: string,
+  ): Promise<{ changed: boolean }> {
+    return this.db.transaction(async (tx) => {
+      const current = await tx.one<CrlRow>('SELECT * FROM crl_cache WHERE ca_certificate_id = ? AND entry_index = ?', [key.caCertificateId, key.entryIndex]);
+      const changed = current?.crl_pem !== crl.pem;
+      await tx.run(
+        `INSERT INTO crl_cache (ca_certificate_id, entry_index, crl_url, crl_pem, this_update, next_update, fetched_at, attempted_at, last_error)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)
+         ON CONFLICT (ca_certificate_id, entry_index) DO UPDATE SET crl_url = excluded.crl_url, crl_pem = excluded.crl_pem,
+           this_update = excluded.this_update, next_update = excluded.next_update, fetched_at = excluded.fetched_at,
+           attempted_at = excluded.attempted_at, last_error = NULL`,
+        [key.caCertificateId, key.entryIndex, key.crlUrl, crl.pem, crl.thisUpdate, crl.nextUpdate, at, at],
+      );
+      if (changed) await bumpRevision(tx);
+      return { changed };
+    });
+  }
+
+  /** A fetch failed: the error is kept next to the last good CRL, which stays in use. */
+  async recordFailure(key: { caCertificateId: string; entryIndex: number; crlUrl: string }, error: string, at: string): Promise<void> {
+    await this.db.run(
+      `INSERT INTO crl_cache (ca_certificate_id, entry_index, crl_url, attempted_at, last_error) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (ca_certificate_id, entry_index) DO UPDATE SET crl_url = excluded.crl_url, attempted_at = excluded.attempted_at,
+         last_error = excluded.last_error`,
+      [key.caCertificateId, key.entryIndex, key.crlUrl, at, error],
+    );
+  }
+
+  /** Drops the CRLs of CA certificates that were deleted. */
+  async purgeOrphans(): Promise<void> {
+    await this.db.run('DELETE FROM crl_cache WHERE ca_certificate_id NOT IN (SELECT id FROM ca_certificates)');
+  }
 }

@@ -5,8 +5,16 @@ import { TenantRepository } from './tenants.ts';
 import { ServiceAccountRepository } from './service-accounts.ts';
 import { SigningKeyRepository } from './signing-keys.ts';
 import { TrafficConfigRepository } from './traffic-configs.ts';
-import { CertificateRepository, CaCertificateRepository } from './certificates.ts';
+import {
+  CertificateRepository,
+  CaCertificateRepository,
+  AcmeAccountRepository,
+  AcmeChallengeRepository,
+  CrlCacheRepository,
+} from './certificates.ts';
 import { InsightEventRepository } from './insight-events.ts';
+import { InsightAggregates } from './insight-aggregates.ts';
+import { PortalUserRepository } from './portal-users.ts';
 import { EdgeStatusRepository } from './edge-status.ts';
 import { currentRevision } from './revision.ts';
 
@@ -18,7 +26,12 @@ export interface Store {
   trafficConfigs: TrafficConfigRepository;
   certificates: CertificateRepository;
   caCertificates: CaCertificateRepository;
+  acmeAccounts: AcmeAccountRepository;
+  acmeChallenges: AcmeChallengeRepository;
+  crlCache: CrlCacheRepository;
   insightEvents: InsightEventRepository;
+  insightAggregates: InsightAggregates;
+  portalUsers: PortalUserRepository;
   edgeStatus: EdgeStatusRepository;
   revision(): Promise<number>;
   close(): Promise<void>;
@@ -36,7 +49,12 @@ export async function openStore(options: { databaseUrl?: string | undefined; dat
     trafficConfigs: new TrafficConfigRepository(db),
     certificates: new CertificateRepository(db),
     caCertificates: new CaCertificateRepository(db),
+    acmeAccounts: new AcmeAccountRepository(db),
+    acmeChallenges: new AcmeChallengeRepository(db),
+    crlCache: new CrlCacheRepository(db),
     insightEvents: new InsightEventRepository(db),
+    insightAggregates: new InsightAggregates(db),
+    portalUsers: new PortalUserRepository(db),
     edgeStatus: new EdgeStatusRepository(db),
     revision: () => currentRevision(db),
     close: () => db.close(),

@@ -1,5 +1,6 @@
 import type { Db } from './db.ts';
 import type { InsightEvent, InsightEventType } from '../insight/event.ts';
+import { recordInsightAggregates } from './insight-aggregates.ts';
 
 export class UnknownCursorError extends Error {}
 
@@ -18,10 +19,11 @@ export class InsightEventRepository {
     if (events.length === 0) return;
     await this.db.transaction(async (tx) => {
       if (tx.dialect === 'postgres') await tx.run('SELECT pg_advisory_xact_lock(7349002)');
+      const appended: { seq: number; event: InsightEvent }[] = [];
       for (const event of events) {
-        await tx.run(
+        const row = await tx.one<{ seq: number }>(
           `INSERT INTO insight_events (id, tenant_id, config_id, type, action, occurred_at, source_ip, country_code, path, body)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
           [
             event.id,
             event.tenantId,
@@ -35,7 +37,10 @@ export class InsightEventRepository {
             JSON.stringify(event),
           ],
         );
+        appended.push({ seq: Number(row!.seq), event });
       }
+      // The dashboards' rule rows and rollups, in the same transaction (see insight-aggregates.ts).
+      await recordInsightAggregates(tx, appended);
     });
   }
 

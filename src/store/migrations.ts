@@ -122,6 +122,176 @@ const MIGRATIONS: Migration[] = [
       `CREATE INDEX insight_events_tenant_type ON insight_events (tenant_id, type, seq)`,
     ],
   },
+  {
+    id: 2,
+    name: 'portal users and insight aggregates',
+    statements: (dialect) => {
+      // Clustered rollup tables on SQLite (the primary key is the table); PostgreSQL has no such option.
+      const clustered = dialect === 'sqlite' ? ' WITHOUT ROWID' : '';
+      // Start of the minute / hour of an ISO 8601 timestamp as epoch seconds (backfill only: new
+      // events are bucketed by the repository as they are appended).
+      const epoch = (column: string) =>
+        dialect === 'sqlite'
+          ? `CAST(strftime('%s', ${column}) AS INTEGER)`
+          : `CAST(FLOOR(EXTRACT(EPOCH FROM CAST(${column} AS TIMESTAMPTZ))) AS BIGINT)`;
+      const bucket = (column: string, seconds: number) => `((${epoch(column)} / ${seconds}) * ${seconds})`;
+      const keysBackfill = (dim: string, key: string) =>
+        `INSERT INTO insight_hourly_keys (tenant_id, config_id, type, action, hour_s, dim, dim_key, label, events)
+         SELECT tenant_id, COALESCE(config_id, ''), type, action, ${bucket('occurred_at', 3600)}, '${dim}', ${key}, NULL, COUNT(*)
+         FROM insight_events GROUP BY tenant_id, COALESCE(config_id, ''), type, action, ${bucket('occurred_at', 3600)}, ${key}`;
+      return [
+        // People who sign in to the portal; each belongs to one tenant and sees only it.
+        `CREATE TABLE portal_users (
+          id TEXT PRIMARY KEY,
+          tenant_id TEXT NOT NULL REFERENCES tenants(id),
+          email TEXT NOT NULL UNIQUE,
+          password_hash TEXT NOT NULL,
+          created_at TEXT NOT NULL,
+          disabled_at TEXT)`,
+        `CREATE INDEX portal_users_tenant ON portal_users (tenant_id)`,
+        // Only a hash of the session token is stored: a copy of the table opens no session.
+        `CREATE TABLE portal_sessions (
+          token_hash TEXT PRIMARY KEY,
+          user_id TEXT NOT NULL REFERENCES portal_users(id) ON DELETE CASCADE,
+          tenant_id TEXT NOT NULL,
+          csrf_token TEXT NOT NULL,
+          created_at BIGINT NOT NULL,
+          last_seen_at BIGINT NOT NULL,
+          expires_at BIGINT NOT NULL)`,
+        `CREATE INDEX portal_sessions_user ON portal_sessions (user_id)`,
+        `CREATE INDEX portal_sessions_expiry ON portal_sessions (expires_at)`,
+        // Failed sign-ins per throttle key (a hash of email + client IP, or of the IP alone), in the
+        // store so that every API node counts the same attempts.
+        `CREATE TABLE portal_login_failures (
+          throttle_key TEXT NOT NULL,
+          failed_at BIGINT NOT NULL)`,
+        `CREATE INDEX portal_login_failures_key ON portal_login_failures (throttle_key, failed_at)`,
+
+        // Dashboards: time-range scans of raw events (the partial hours at both ends of a range,
+        // and the event list, newest first).
+        `CREATE INDEX insight_events_time ON insight_events (tenant_id, type, occurred_at, seq)`,
+        `CREATE INDEX insight_events_config_time ON insight_events (tenant_id, config_id, type, occurred_at, seq)`,
+        // The rules each WAF event matched, one row per (event, rule): top rules, "events of rule X".
+        `CREATE TABLE insight_event_rules (
+          event_seq BIGINT NOT NULL,
+          tenant_id TEXT NOT NULL,
+          config_id TEXT,
+          action TEXT NOT NULL,
+          occurred_at TEXT NOT NULL,
+          rule_id INTEGER NOT NULL,
+          rule_name TEXT NOT NULL,
+          PRIMARY KEY (event_seq, rule_id))`,
+        `CREATE INDEX insight_event_rules_time ON insight_event_rules (tenant_id, occurred_at)`,
+        `CREATE INDEX insight_event_rules_rule ON insight_event_rules (tenant_id, rule_id, occurred_at)`,
+        // Rollups kept up to date by every append: events per minute (charts, totals) and events per
+        // hour and per day per source IP, country, path and rule (top lists). See insight-aggregates.ts.
+        `CREATE TABLE insight_minutes (
+          tenant_id TEXT NOT NULL,
+          config_id TEXT NOT NULL,
+          type TEXT NOT NULL,
+          action TEXT NOT NULL,
+          minute_s BIGINT NOT NULL,
+          events BIGINT NOT NULL,
+          PRIMARY KEY (tenant_id, type, minute_s, config_id, action))${clustered}`,
+        `CREATE TABLE insight_hourly_keys (
+          tenant_id TEXT NOT NULL,
+          config_id TEXT NOT NULL,
+          type TEXT NOT NULL,
+          action TEXT NOT NULL,
+          hour_s BIGINT NOT NULL,
+          dim TEXT NOT NULL,
+          dim_key TEXT NOT NULL,
+          label TEXT,
+          events BIGINT NOT NULL,
+          PRIMARY KEY (tenant_id, dim, type, hour_s, config_id, action, dim_key))${clustered}`,
+        `CREATE TABLE insight_daily_keys (
+          tenant_id TEXT NOT NULL,
+          config_id TEXT NOT NULL,
+          type TEXT NOT NULL,
+          action TEXT NOT NULL,
+          day_s BIGINT NOT NULL,
+          dim TEXT NOT NULL,
+          dim_key TEXT NOT NULL,
+          label TEXT,
+          events BIGINT NOT NULL,
+          PRIMARY KEY (tenant_id, dim, type, day_s, config_id, action, dim_key))${clustered}`,
+
+        // Backfill from the events stored before this migration.
+        dialect === 'sqlite'
+          ? `INSERT OR IGNORE INTO insight_event_rules (event_seq, tenant_id, config_id, action, occurred_at, rule_id, rule_name)
+             SELECT e.seq, e.tenant_id, e.config_id, e.action, e.occurred_at, CAST(json_extract(r.value, '$.modSecId') AS INTEGER),
+                    COALESCE(json_extract(r.value, '$.name'), '')
+             FROM insight_events e, json_each(e.body, '$.rules') r
+             WHERE e.type = 'WAF_EVENT' AND json_extract(r.value, '$.modSecId') IS NOT NULL`
+          : `INSERT INTO insight_event_rules (event_seq, tenant_id, config_id, action, occurred_at, rule_id, rule_name)
+             SELECT e.seq, e.tenant_id, e.config_id, e.action, e.occurred_at, CAST(r.value->>'modSecId' AS INTEGER),
+                    COALESCE(r.value->>'name', '')
+             FROM insight_events e CROSS JOIN LATERAL jsonb_array_elements(CAST(e.body AS JSONB)->'rules') AS r(value)
+             WHERE e.type = 'WAF_EVENT' AND r.value->>'modSecId' IS NOT NULL
+             ON CONFLICT DO NOTHING`,
+        `INSERT INTO insight_minutes (tenant_id, config_id, type, action, minute_s, events)
+         SELECT tenant_id, COALESCE(config_id, ''), type, action, ${bucket('occurred_at', 60)}, COUNT(*)
+         FROM insight_events GROUP BY tenant_id, COALESCE(config_id, ''), type, action, ${bucket('occurred_at', 60)}`,
+        keysBackfill('ip', `COALESCE(source_ip, '')`),
+        keysBackfill('country', `COALESCE(country_code, '')`),
+        keysBackfill('path', `SUBSTR(COALESCE(path, ''), 1, 512)`),
+        `INSERT INTO insight_hourly_keys (tenant_id, config_id, type, action, hour_s, dim, dim_key, label, events)
+         SELECT tenant_id, COALESCE(config_id, ''), 'WAF_EVENT', action, ${bucket('occurred_at', 3600)}, 'rule', CAST(rule_id AS TEXT),
+                MAX(rule_name), COUNT(*)
+         FROM insight_event_rules GROUP BY tenant_id, COALESCE(config_id, ''), action, ${bucket('occurred_at', 3600)}, rule_id`,
+        `INSERT INTO insight_daily_keys (tenant_id, config_id, type, action, day_s, dim, dim_key, label, events)
+         SELECT tenant_id, config_id, type, action, (hour_s / 86400) * 86400, dim, dim_key, MAX(label), SUM(events)
+         FROM insight_hourly_keys GROUP BY tenant_id, config_id, type, action, (hour_s / 86400) * 86400, dim, dim_key`,
+      ];
+    },
+  },
+  {
+    id: 3,
+    name: 'acme issuance, renewal and CRLs',
+    statements: () => [
+      // One ACME account per directory URL; its key is sealed with the master key.
+      `CREATE TABLE acme_accounts (
+        directory_url TEXT PRIMARY KEY,
+        email TEXT,
+        account_url TEXT NOT NULL,
+        private_key TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL)`,
+      // Pending challenges, in the store so that every edge node can answer them.
+      `CREATE TABLE acme_challenges (
+        type TEXT NOT NULL,
+        token TEXT NOT NULL,
+        domain TEXT NOT NULL,
+        key_authorization TEXT NOT NULL,
+        certificate_id TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (type, token))`,
+      `CREATE INDEX acme_challenges_domain ON acme_challenges (domain)`,
+      `CREATE INDEX acme_challenges_certificate ON acme_challenges (certificate_id)`,
+      // The ACME work on a service-issued certificate: when to renew, retries, and a lease so
+      // that only one node works on it at a time.
+      `ALTER TABLE certificates ADD COLUMN renew_after TEXT`,
+      `ALTER TABLE certificates ADD COLUMN next_attempt_at TEXT`,
+      `ALTER TABLE certificates ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0`,
+      `ALTER TABLE certificates ADD COLUMN last_renewal_error TEXT`,
+      `ALTER TABLE certificates ADD COLUMN renewal_requested_at TEXT`,
+      `ALTER TABLE certificates ADD COLUMN lease_owner TEXT`,
+      `ALTER TABLE certificates ADD COLUMN lease_until TEXT`,
+      // The last good, verified CRL of each CA certificate entry, and the last fetch error.
+      `CREATE TABLE crl_cache (
+        ca_certificate_id TEXT NOT NULL,
+        entry_index INTEGER NOT NULL,
+        crl_url TEXT NOT NULL,
+        crl_pem TEXT,
+        this_update TEXT,
+        next_update TEXT,
+        fetched_at TEXT,
+        attempted_at TEXT,
+        last_error TEXT,
+        PRIMARY KEY (ca_certificate_id, entry_index))`,
+    ],
+  },
 ];
 
 export const LATEST_MIGRATION = MIGRATIONS.at(-1)!.id;

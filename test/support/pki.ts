@@ -178,6 +178,7 @@ export class TestCa {
       signingAlgorithm: signingAlgorithm(this.keys.privateKey),
       extensions: [await x509.AuthorityKeyIdentifierExtension.create(this.certificate)],
     });
-    return `${crl.toString('pem')}\n`;
+    // Node's TLS reads CRLs labelled "X509 CRL" (OpenSSL's PEM name); @peculiar/x509 writes "CRL".
+    return `${crl.toString('pem').replace(/-----(BEGIN|END) CRL-----/g, '-----$1 X509 CRL-----')}\n`;
   }
 }

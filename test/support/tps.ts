@@ -42,6 +42,8 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
     TPS_FRONTEND_IPS: '127.0.0.2,127.0.0.3,::1',
     TPS_LOCATION: 'TST',
     TPS_EDGE: 'false',
+    // Never a public CA from the tests: the ACME tests start Pebble and set their own directory.
+    TPS_ACME_DIRECTORY_URL: 'off',
     ...(store === 'postgres' && { TPS_DATABASE_URL: await freshPostgresDatabase() }),
     ...options.env,
   };

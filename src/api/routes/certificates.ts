@@ -193,7 +193,40 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
       checkAccount(data.relationships, request.principal!.tenantId);
       const domains = data.attributes.domains.map((domain) => domain.toLowerCase().replace(/\.$/, ''));
       const record = await deps.store.certificates.createAcme(request.principal!.tenantId, domains);
+      deps.acme?.enqueue(record.id);
       void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${record.id}`);
+      return { data: toCertificateResource(record) };
+    },
+  );
+
+  app.post(
+    `${BASE}/:id/renew`,
+    {
+      config: { scope: 'write' },
+      schema: {
+        tags,
+        security,
+        summary: 'Renew a service-issued certificate now',
+        description:
+          'An ISSUED service-issued certificate is renewed at once (the renewed certificate replaces it in the same record, ' +
+          'so proxies serve it without a change); a FAILED one is requested again (back to PENDING). ' +
+          'Customer certificates are renewed by uploading a new one (409).',
+        params: Type.Object({ id: Uuid }),
+        response: { 202: CertificateDocument, 404: ErrorDocument, 409: ErrorDocument },
+      },
+    },
+    async (request, reply) => {
+      const { id } = request.params as { id: string };
+      const tenantId = request.principal!.tenantId;
+      const existing = await deps.store.certificates.get(tenantId, id);
+      if (!existing) throw notFound('certificate', id);
+      if (existing.source !== 'ACME') {
+        throw new ApiError(409, 'NOT_SERVICE_ISSUED', `certificate ${id} was uploaded by the customer; renew it by uploading a new one`);
+      }
+      // Without an ACME service in this process the request waits in the store for the node that runs one.
+      const record = deps.acme ? await deps.acme.renewNow(tenantId, id) : await deps.store.certificates.requestRenewal(tenantId, id);
+      if (!record) throw notFound('certificate', id);
+      void reply.code(202).type(JSONAPI_MEDIA_TYPE);
       return { data: toCertificateResource(record) };
     },
   );

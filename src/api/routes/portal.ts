@@ -1,0 +1,308 @@
+/**
+ * The portal (web UI) under /portal: its built files, and the few endpoints it needs besides the
+ * public API: sign-in and sessions, the tenant's service accounts, and the dashboards'
+ * aggregations (computed in the store, see src/store/insight-aggregates.ts).
+ *
+ * Sessions: a random 256-bit token in an HTTP-only, SameSite=Strict cookie (Secure, and named
+ * with the __Host- prefix, when the base URL is https); only its hash is stored. Every
+ * state-changing call made with the session must carry the session's CSRF token in
+ * `X-CSRF-Token`. Failed sign-ins are throttled per email and client IP, and per client IP.
+ *
+ * How the portal calls the public API: the API's auth hook also accepts this session cookie
+ * (portalSessionPrincipal below), so the browser never holds a bearer token that script could
+ * read and leak. It applies only when a request carries no Authorization header, so API clients
+ * keep exactly the bearer rules they had; with the cookie, writes need the CSRF token as well.
+ * (The alternative, minting short-lived access tokens for sessions, would need a service account
+ * per user behind every token and would put a bearer token within reach of page script.)
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fastifyStatic from '@fastify/static';
+import { Type, type Static } from '@sinclair/typebox';
+import type { ApiDeps } from '../server.ts';
+import { ApiError, errorObject } from '../jsonapi.ts';
+import { Uuid } from '../schemas/common.ts';
+import type { Principal } from '../../auth/token-issuer.ts';
+import { SCOPES, type Scope } from '../../store/service-accounts.ts';
+import type { PortalSession } from '../../store/portal-users.ts';
+import { BadCursorError, dashboardRange } from '../../store/insight-aggregates.ts';
+import { toEventResource } from './insight.ts';
+
+/** The built portal (`npm run build:portal`). */
+export const PORTAL_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../portal/dist');
+const API = '/portal/api';
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+/** Longest range a dashboard aggregates. */
+const MAX_RANGE_SECONDS = 92 * 86_400;
+
+/** Security headers of the portal's pages: only its own scripts, styles and API; never framed. */
+const PAGE_HEADERS = {
+  'Content-Security-Policy':
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+    "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  'X-Frame-Options': 'DENY',
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'same-origin',
+};
+
+const isHttps = (deps: ApiDeps) => deps.urls.baseUrl.startsWith('https:');
+const cookieName = (deps: ApiDeps) => (isHttps(deps) ? '__Host-tps_session' : 'tps_session');
+
+function sessionCookie(deps: ApiDeps, value: string, maxAgeSeconds: number): string {
+  return [`${cookieName(deps)}=${value}`, 'Path=/', `Max-Age=${maxAgeSeconds}`, 'HttpOnly', 'SameSite=Strict', ...(isHttps(deps) ? ['Secure'] : [])].join('; ');
+}
+
+function readCookie(request: FastifyRequest, name: string): string | undefined {
+  for (const part of (request.headers.cookie ?? '').split(';')) {
+    const index = part.indexOf('=');
+    if (index > 0 && part.slice(0, index).trim() === name) return part.slice(index + 1).trim();
+  }
+  return undefined;
+}
+
+const loaded = new WeakMap<FastifyRequest, PortalSession | null>();
+
+/** The live session of the request's cookie, looked up once per request. */
+async function sessionOf(deps: ApiDeps, request: FastifyRequest): Promise<PortalSession | undefined> {
+  if (loaded.has(request)) return loaded.get(request) ?? undefined;
+  const token = readCookie(request, cookieName(deps));
+  const session = token && /^[A-Za-z0-9_-]{43}$/.test(token) ? await deps.store.portalUsers.session(token) : undefined;
+  loaded.set(request, session ?? null);
+  return session;
+}
+
+function checkCsrf(request: FastifyRequest, session: PortalSession): void {
+  const sent = request.headers['x-csrf-token'];
+  if (typeof sent !== 'string' || sent !== session.csrfToken) {
+    throw new ApiError(403, 'CSRF_TOKEN_INVALID', 'this call needs the X-CSRF-Token header of the signed-in session', { header: 'X-CSRF-Token' });
+  }
+}
+
+/**
+ * The API's auth hook asks this first: the principal of a portal session, for requests without
+ * an Authorization header that carry a session cookie; undefined otherwise (then the bearer rules
+ * apply unchanged). A signed-in user acts with every scope on their own tenant only.
+ */
+export async function portalSessionPrincipal(deps: ApiDeps, request: FastifyRequest): Promise<Principal | undefined> {
+  if (request.headers.authorization !== undefined) return undefined;
+  const session = await sessionOf(deps, request);
+  if (!session) return undefined;
+  // The spec's certificate upload is a GET with a body: it writes, so it needs the token too.
+  if (!SAFE_METHODS.has(request.method) || request.routeOptions.config.scope === 'write') checkCsrf(request, session);
+  return { tenantId: session.tenantId, clientId: `portal-user:${session.userId}`, scopes: new Set<Scope>(SCOPES) };
+}
+
+const Login = Type.Object(
+  { email: Type.String({ minLength: 3, maxLength: 254 }), password: Type.String({ minLength: 1, maxLength: 1024 }) },
+  { additionalProperties: false },
+);
+const NewServiceAccount = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 100 }),
+    scopes: Type.Array(Type.String({ enum: [...SCOPES] }), { minItems: 1, uniqueItems: true }),
+  },
+  { additionalProperties: false },
+);
+const EventType = Type.String({ enum: ['WAF_EVENT', 'APP_DDOS_ATTACK'], default: 'WAF_EVENT' });
+const RangeQuery = {
+  type: EventType,
+  configId: Type.Optional(Uuid),
+  from: Type.Optional(Type.String({ format: 'date-time', description: 'Default: 24 hours before `to`.' })),
+  to: Type.Optional(Type.String({ format: 'date-time', description: 'Default: now.' })),
+};
+const DashboardQuery = Type.Object({ ...RangeQuery, limit: Type.Integer({ minimum: 1, maximum: 100, default: 10 }) }, { additionalProperties: false });
+const EventsQuery = Type.Object(
+  {
+    ...RangeQuery,
+    ruleId: Type.Optional(Type.Integer({ minimum: 1, maximum: 999_999 })),
+    sourceIp: Type.Optional(Type.String({ maxLength: 45 })),
+    countryCode: Type.Optional(Type.String({ maxLength: 2 })),
+    path: Type.Optional(Type.String({ maxLength: 2048 })),
+    cursor: Type.Optional(Type.String({ maxLength: 512 })),
+    size: Type.Integer({ minimum: 1, maximum: 200, default: 50 }),
+  },
+  { additionalProperties: false },
+);
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Portal endpoints that work without a session (sign-in, session probe). */
+    portalPublic?: boolean;
+  }
+}
+
+export function registerPortalRoutes(app: FastifyInstance, deps: ApiDeps): void {
+  const { store } = deps;
+
+  void app.register(async (portal) => {
+    // Every portal endpoint but sign-in needs a session; state-changing ones the CSRF token too.
+    portal.addHook('onRequest', async (request) => {
+      if (!request.url.startsWith(`${API}/`) || request.routeOptions.config.portalPublic) return;
+      const session = await sessionOf(deps, request);
+      if (!session) throw new ApiError(401, 'NOT_SIGNED_IN', 'sign in to the portal first');
+      if (!SAFE_METHODS.has(request.method)) checkCsrf(request, session);
+    });
+    portal.addHook('onSend', async (request, reply) => {
+      if (request.url.startsWith(`${API}/`)) void reply.header('Cache-Control', 'no-store').header('X-Content-Type-Options', 'nosniff');
+    });
+
+    const session = (request: FastifyRequest) => loaded.get(request)!;
+    const describe = async (current: PortalSession) => ({
+      user: { email: current.email, tenantId: current.tenantId, tenantName: (await store.tenants.get(current.tenantId))?.name ?? '' },
+      csrfToken: current.csrfToken,
+      expiresAt: new Date(current.expiresAt).toISOString(),
+    });
+
+    portal.post(`${API}/login`, { config: { portalPublic: true }, schema: { hide: true, body: Login } }, async (request, reply) => {
+      // JSON only: a cross-site HTML form cannot send it without the browser asking first (CORS).
+      if (!(request.headers['content-type'] ?? '').toLowerCase().startsWith('application/json')) {
+        throw new ApiError(415, 'UNSUPPORTED_MEDIA_TYPE', 'sign in with Content-Type: application/json', { header: 'Content-Type' });
+      }
+      const { email, password } = request.body as Static<typeof Login>;
+      const wait = await store.portalUsers.throttled(email, request.ip);
+      if (wait > 0) {
+        const seconds = Math.ceil(wait / 1000);
+        throw new ApiError(429, 'TOO_MANY_SIGN_IN_ATTEMPTS', `too many failed sign-ins: try again in ${Math.ceil(seconds / 60)} minutes`, undefined, {
+          'Retry-After': String(seconds),
+        });
+      }
+      const user = await store.portalUsers.authenticate(email, password);
+      if (!user) {
+        await store.portalUsers.recordFailure(email, request.ip);
+        throw new ApiError(401, 'INVALID_CREDENTIALS', 'wrong email or password', { pointer: '/password' });
+      }
+      await store.portalUsers.clearFailures(email, request.ip);
+      const opened = await store.portalUsers.openSession(user);
+      request.log.info({ portalUser: user.id, tenantId: user.tenantId }, 'portal sign-in');
+      void reply.header('Set-Cookie', sessionCookie(deps, opened.token, Math.floor((opened.session.expiresAt - Date.now()) / 1000)));
+      return describe(opened.session);
+    });
+
+    portal.get(`${API}/session`, { schema: { hide: true } }, async (request) => describe(session(request)));
+
+    portal.post(`${API}/logout`, { schema: { hide: true } }, async (request, reply) => {
+      const token = readCookie(request, cookieName(deps));
+      if (token) await store.portalUsers.closeSession(token);
+      void reply.code(204).header('Set-Cookie', sessionCookie(deps, '', 0));
+    });
+
+    // ---- service accounts of the session's tenant -------------------------------------------
+    const account = (a: { clientId: string; name: string; scopes: string[]; createdAt: string; revokedAt: string | null }) => ({
+      clientId: a.clientId,
+      name: a.name,
+      scopes: a.scopes,
+      createdAt: a.createdAt,
+      revokedAt: a.revokedAt,
+    });
+
+    portal.get(`${API}/service-accounts`, { schema: { hide: true } }, async (request) => ({
+      data: (await store.serviceAccounts.list(session(request).tenantId)).map(account),
+    }));
+
+    portal.post(`${API}/service-accounts`, { schema: { hide: true, body: NewServiceAccount } }, async (request, reply) => {
+      const { name, scopes } = request.body as Static<typeof NewServiceAccount>;
+      const created = await store.serviceAccounts.create(session(request).tenantId, name.trim(), scopes as Scope[]);
+      request.log.info({ clientId: created.clientId, tenantId: created.tenantId }, 'service account created in the portal');
+      void reply.code(201);
+      // The secret exists nowhere else: this answer is the only time anyone sees it.
+      return { data: { ...account(created), clientSecret: created.clientSecret } };
+    });
+
+    portal.delete(
+      `${API}/service-accounts/:clientId`,
+      { schema: { hide: true, params: Type.Object({ clientId: Uuid }) } },
+      async (request) => {
+        const { clientId } = request.params as { clientId: string };
+        const revoked = await store.serviceAccounts.revoke(session(request).tenantId, clientId);
+        if (!revoked) throw new ApiError(404, 'NOT_FOUND', `service account ${clientId} does not exist`);
+        return { data: account(revoked) };
+      },
+    );
+
+    // ---- dashboards ---------------------------------------------------------------------------
+    const rangeOf = (query: { from?: string | undefined; to?: string | undefined }) => {
+      const to = query.to === undefined ? Date.now() / 1000 : Date.parse(query.to) / 1000;
+      const from = query.from === undefined ? to - 86_400 : Date.parse(query.from) / 1000;
+      if (!(from < to)) throw new ApiError(400, 'INVALID_RANGE', '`from` must be before `to`', { parameter: 'from' });
+      if (to - from > MAX_RANGE_SECONDS) throw new ApiError(400, 'RANGE_TOO_LONG', 'a dashboard covers at most 92 days', { parameter: 'from' });
+      return dashboardRange(from, to);
+    };
+
+    portal.get(`${API}/insight/dashboard`, { schema: { hide: true, querystring: DashboardQuery } }, async (request) => {
+      const query = request.query as Static<typeof DashboardQuery>;
+      const range = rangeOf(query);
+      const filter = {
+        tenantId: session(request).tenantId,
+        type: query.type as 'WAF_EVENT' | 'APP_DDOS_ATTACK',
+        configId: query.configId,
+        from: range.from,
+        to: range.to,
+      };
+      const dashboard = await store.insightAggregates.dashboard(filter, range, query.limit);
+      return {
+        ...dashboard,
+        range: { from: new Date(range.from * 1000).toISOString(), to: new Date(range.to * 1000).toISOString(), stepSeconds: range.step },
+        series: dashboard.series.map((bucket) => ({ ...bucket, start: new Date(bucket.start * 1000).toISOString() })),
+      };
+    });
+
+    portal.get(`${API}/insight/events`, { schema: { hide: true, querystring: EventsQuery } }, async (request) => {
+      const query = request.query as Static<typeof EventsQuery>;
+      const range = rangeOf(query);
+      try {
+        const page = await store.insightAggregates.events({
+          tenantId: session(request).tenantId,
+          type: query.type as 'WAF_EVENT' | 'APP_DDOS_ATTACK',
+          configId: query.configId,
+          from: range.from,
+          to: range.to,
+          ruleId: query.ruleId,
+          sourceIp: query.sourceIp,
+          countryCode: query.countryCode,
+          path: query.path,
+          cursor: query.cursor,
+          size: query.size,
+        });
+        return { data: page.events.map(toEventResource), next: page.next };
+      } catch (error) {
+        if (error instanceof BadCursorError) throw new ApiError(400, 'UNKNOWN_CURSOR', error.message, { parameter: 'cursor' });
+        throw error;
+      }
+    });
+
+    portal.get(`${API}/insight/events/:id`, { schema: { hide: true, params: Type.Object({ id: Uuid }) } }, async (request) => {
+      const { id } = request.params as { id: string };
+      const event = await store.insightAggregates.event(session(request).tenantId, id);
+      if (!event) throw new ApiError(404, 'NOT_FOUND', `event ${id} does not exist`);
+      return { data: toEventResource(event) };
+    });
+
+    // Unknown portal endpoints are JSON errors, never the page.
+    portal.all(`${API}/*`, { config: { portalPublic: true }, schema: { hide: true } }, async (request, reply) => {
+      void reply.code(404).send({ errors: [errorObject(404, 'NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)] });
+    });
+
+    // ---- the built UI: hashed assets cached for good, every other path gets the page --------
+    const built = fs.existsSync(path.join(PORTAL_DIST, 'index.html'));
+    if (built) {
+      await portal.register(fastifyStatic, {
+        root: path.join(PORTAL_DIST, 'assets'),
+        prefix: '/portal/assets/',
+        immutable: true,
+        maxAge: '365d',
+        index: false,
+      });
+    }
+    const page = async (_request: FastifyRequest, reply: FastifyReply) => {
+      void reply.headers(PAGE_HEADERS).header('Cache-Control', 'no-cache');
+      if (!built) {
+        return reply.code(503).type('text/plain').send('The portal is not built: run `npm run build:portal`, then restart tps.\n');
+      }
+      return reply.type('text/html; charset=utf-8').sendFile('index.html', PORTAL_DIST);
+    };
+    portal.get('/portal', { schema: { hide: true } }, page);
+    portal.get('/portal/*', { schema: { hide: true } }, page);
+  });
+}

@@ -1,0 +1,154 @@
+/**
+ * The edge's side of the ACME challenges: HTTP-01 key authorizations and TLS-ALPN-01 certificates
+ * looked up in the store, the ClientHello reader that tells a validation connection from a
+ * browser's, and the TLS server that presents the challenge certificate, over real loopback sockets.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import crypto, { X509Certificate } from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import acme from 'acme-client';
+import * as x509 from '@peculiar/x509';
+import { openStore, type Store } from '../store/index.ts';
+import { AcmeChallengeResponder, ACME_IDENTIFIER_OID, tlsAlpnCertificate } from './acme-challenges.ts';
+import { ACME_TLS_ALPN_PROTOCOL, createAcmeTlsAlpnServer, isAcmeTlsAlpn, parseClientHello, readClientHello, type ClientHelloInfo } from './acme-tls-alpn.ts';
+import { TestCa } from '../../test/support/pki.ts';
+
+const inOneHour = () => new Date(Date.now() + 3600_000).toISOString();
+
+describe('ACME challenge answers from the store', () => {
+  let dir: string;
+  let store: Store;
+  let responder: AcmeChallengeResponder;
+
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-acme-challenges-'));
+    store = await openStore({ dataDir: dir });
+    responder = new AcmeChallengeResponder(store.acmeChallenges);
+  });
+  after(async () => {
+    await store.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('answers an HTTP-01 token for its domain only, and not once it expired', async () => {
+    await store.acmeChallenges.put({
+      type: 'http-01',
+      token: 'tok-1',
+      domain: 'www.example.test',
+      keyAuthorization: 'tok-1.thumbprint',
+      certificateId: 'c1',
+      expiresAt: inOneHour(),
+    });
+    assert.equal(await responder.challengeResponse('tok-1', 'www.example.test'), 'tok-1.thumbprint');
+    assert.equal(await responder.challengeResponse('tok-1', 'WWW.Example.Test.'), 'tok-1.thumbprint', 'host compared case-insensitively');
+    assert.equal(await responder.challengeResponse('tok-1'), 'tok-1.thumbprint', 'no host given: token alone');
+    assert.equal(await responder.challengeResponse('tok-1', 'other.example.test'), undefined);
+    assert.equal(await responder.challengeResponse('unknown'), undefined);
+
+    await store.acmeChallenges.put({
+      type: 'http-01',
+      token: 'tok-old',
+      domain: 'www.example.test',
+      keyAuthorization: 'tok-old.thumbprint',
+      certificateId: 'c1',
+      expiresAt: new Date(Date.now() - 1000).toISOString(),
+    });
+    assert.equal(await responder.challengeResponse('tok-old'), undefined);
+  });
+
+  it('finds a challenge written after its last look (a miss refreshes the snapshot)', async () => {
+    assert.equal(await responder.challengeResponse('tok-late'), undefined);
+    await store.acmeChallenges.put({
+      type: 'http-01',
+      token: 'tok-late',
+      domain: 'late.example.test',
+      keyAuthorization: 'tok-late.thumbprint',
+      certificateId: 'c2',
+      expiresAt: inOneHour(),
+    });
+    const found = await responder.challengeResponse('tok-late');
+    assert.equal(found, 'tok-late.thumbprint');
+    await store.acmeChallenges.deleteForCertificate('c2');
+  });
+
+  it('builds the TLS-ALPN-01 certificate RFC 8737 asks for', async () => {
+    const keyAuthorization = 'alpn-token.thumbprint';
+    const { certPem, keyPem } = await tlsAlpnCertificate('alpn.example.test', keyAuthorization);
+    const certificate = new X509Certificate(certPem);
+    assert.equal(certificate.subjectAltName, 'DNS:alpn.example.test');
+    assert.ok(certificate.checkPrivateKey(crypto.createPrivateKey(keyPem)));
+    // acme-client's own check of the acmeIdentifier extension (critical, SHA-256 of the key authorization).
+    assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(certPem, keyAuthorization), true);
+    assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(certPem, 'another.thumbprint'), false);
+    const parsed = new x509.X509Certificate(certPem);
+    assert.equal(parsed.getExtension(ACME_IDENTIFIER_OID)?.critical, true);
+  });
+
+  it('presents the challenge certificate to acme-tls/1 connections and the proxy certificate to everyone else', async () => {
+    const keyAuthorization = 'alpn-tok.thumbprint';
+    await store.acmeChallenges.put({
+      type: 'tls-alpn-01',
+      token: 'alpn-tok',
+      domain: 'tls.example.test',
+      keyAuthorization,
+      certificateId: 'c3',
+      expiresAt: inOneHour(),
+    });
+    const ca = await TestCa.create('Proxy Test CA');
+    const served = await ca.issue({ commonName: 'tls.example.test', dnsNames: ['tls.example.test'] });
+    const proxyServer = tls.createServer({ cert: served.certificatePem, key: served.privateKeyPem, ALPNProtocols: ['h2', 'http/1.1'] }, (socket) =>
+      socket.end('proxy\n'),
+    );
+    const acmeServer = createAcmeTlsAlpnServer(responder);
+    const hellos: (ClientHelloInfo | undefined)[] = [];
+    const listener = net.createServer(async (socket) => {
+      const hello = await readClientHello(socket);
+      hellos.push(hello);
+      (hello && isAcmeTlsAlpn(hello) ? acmeServer : proxyServer).emit('connection', socket);
+    });
+    await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+    const port = (listener.address() as net.AddressInfo).port;
+    const connect = (options: tls.ConnectionOptions) =>
+      new Promise<{ certificate: X509Certificate; alpn: string | false }>((resolve, reject) => {
+        const socket = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false, ...options }, () => {
+          const certificate = socket.getPeerX509Certificate()!;
+          const alpn = socket.alpnProtocol ?? false;
+          socket.destroy();
+          resolve({ certificate, alpn });
+        });
+        socket.on('error', reject);
+      });
+    try {
+      for (const maxVersion of ['TLSv1.2', 'TLSv1.3'] as const) {
+        const validation = await connect({ servername: 'tls.example.test', ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL], maxVersion });
+        assert.equal(validation.alpn, ACME_TLS_ALPN_PROTOCOL, maxVersion);
+        assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(validation.certificate.toString(), keyAuthorization), true, maxVersion);
+
+        const browser = await connect({ servername: 'tls.example.test', ALPNProtocols: ['h2', 'http/1.1'], maxVersion });
+        assert.equal(browser.certificate.fingerprint256, served.fingerprint256, maxVersion);
+        assert.equal(browser.alpn, 'h2');
+      }
+      assert.deepEqual(hellos[0], { servername: 'tls.example.test', alpnProtocols: ['acme-tls/1'] });
+      assert.deepEqual(hellos[1], { servername: 'tls.example.test', alpnProtocols: ['h2', 'http/1.1'] });
+
+      // No pending challenge for the name: the validation handshake fails, nothing else is shown.
+      await assert.rejects(connect({ servername: 'nothing.example.test', ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL] }));
+    } finally {
+      listener.close();
+      acmeServer.close();
+      proxyServer.close();
+    }
+  });
+
+  it('parses ClientHellos, and says when it needs more bytes or sees something else', () => {
+    assert.equal(parseClientHello(Buffer.from('GET / HTTP/1.1\r\n')), undefined);
+    assert.equal(parseClientHello(Buffer.from([0x16, 0x03, 0x01])), 'incomplete');
+    assert.equal(parseClientHello(Buffer.from([0x16, 0x03, 0x01, 0x00, 0x40, 0x01])), 'incomplete');
+    assert.equal(parseClientHello(Buffer.from([0x16, 0x03, 0x01, 0x00, 0x02, 0x01, 0x00])), undefined, 'truncated');
+  });
+});

@@ -1,0 +1,159 @@
+/**
+ * The bridge between the HTTP proxy's WAF phases (src/edge/http/pipeline/waf.ts) and a WAF engine
+ * (ModSecurity now, our compiled engine later): it turns the proxy's request into the engine's,
+ * the engine's verdict into block / continue, and matched rules into the WAF_EVENT of the spec.
+ *
+ * - A request the engine would interrupt is BLOCKED (403 page) in BLOCKING mode and LOGGED (let
+ *   through) in LOGGING mode; both produce one WAF_EVENT with every matched rule. Requests that only
+ *   matched rules below the anomaly threshold produce no event (nothing was, or would have been,
+ *   blocked), but go to the audit log.
+ * - Matched data may hold passwords or tokens: it leaves the engine only with `waf.logMatchedData`.
+ * - Response side: the engine's transaction is kept from the request to the response (an exchange),
+ *   so response rules see the request too. A response that the engine would interrupt is replaced
+ *   by the block page before any byte reaches the client.
+ */
+import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafSettings as EngineSettings, WafVerdict as EngineVerdict } from './engine.ts';
+import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../pipeline/waf.ts';
+import type { MatchedRule } from '../../../insight/event.ts';
+import type { WafAuditLog } from './audit-log.ts';
+
+export interface WafHookOptions {
+  /** Request body bytes inspected (the rest streams on uninspected). Default 128 KiB. */
+  requestBodyLimit?: number;
+  /** Text-like response body bytes inspected; 0 = response headers only. Default 64 KiB. */
+  responseBodyLimit?: number;
+  /** One JSON line per request with any matched rule. */
+  auditLog?: WafAuditLog;
+  /** How long a request's engine transaction waits for its response before it is ended. Default 120 s. */
+  exchangeTtlMs?: number;
+}
+
+interface OpenExchange {
+  exchange: WafExchange;
+  request: WafRequest;
+  requestVerdict: EngineVerdict;
+  timer: NodeJS.Timeout;
+}
+
+export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): WafHook {
+  const exchanges = new Map<string, OpenExchange>();
+  const ttlMs = options.exchangeTtlMs ?? 120_000;
+  const auditLog = options.auditLog;
+  const responseBodyLimit = options.responseBodyLimit ?? 64 * 1024;
+
+  const end = (supportId: string) => {
+    const open = exchanges.get(supportId);
+    if (!open) return;
+    exchanges.delete(supportId);
+    clearTimeout(open.timer);
+    open.exchange.end();
+  };
+
+  const audit = (head: WafRequestHead, request: WafRequest, requestVerdict: EngineVerdict, responseVerdict?: EngineVerdict, responseStatus?: number) => {
+    auditLog?.record({
+      supportId: head.supportId,
+      tenantId: head.tenantId,
+      trafficConfigId: head.proxyId,
+      engine: engine.name,
+      mode: head.settings.mode,
+      paranoiaLevel: head.settings.paranoiaLevel,
+      ...(head.settings.anomalyThreshold !== undefined && { anomalyThreshold: head.settings.anomalyThreshold }),
+      logMatchedData: head.settings.logMatchedData,
+      request,
+      requestVerdict,
+      ...(responseVerdict && { responseVerdict }),
+      ...(responseStatus !== undefined && { responseStatus }),
+    });
+  };
+
+  return {
+    requestBodyLimit: options.requestBodyLimit ?? 128 * 1024,
+    responseBodyLimit,
+
+    async inspectRequest(input: WafRequestInput): Promise<WafVerdict> {
+      const request = toEngineRequest(input, input.body);
+      const settings = engineSettings(input.settings);
+      let verdict: EngineVerdict;
+      if (engine.beginExchange && responseBodyLimit >= 0) {
+        const exchange = await engine.beginExchange(request, settings);
+        verdict = exchange.requestVerdict;
+        if (verdict.interrupt && input.settings.mode === 'BLOCKING') {
+          exchange.end();
+        } else {
+          const timer = setTimeout(() => end(input.supportId), ttlMs);
+          timer.unref();
+          exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, timer });
+        }
+      } else {
+        verdict = await engine.inspectRequest(request, settings);
+      }
+      if (verdict.matchedRules.length > 0 && (!engine.beginExchange || verdict.interrupt)) audit(input, request, verdict);
+      return toProxyVerdict(verdict, input.settings);
+    },
+
+    async inspectResponse(input: WafResponseInput): Promise<WafVerdict> {
+      const open = exchanges.get(input.request.supportId);
+      if (!open) return { action: 'continue' };
+      try {
+        const headers: [string, string][] = [];
+        for (let i = 0; i + 1 < input.headers.length; i += 2) headers.push([input.headers[i]!, input.headers[i + 1]!]);
+        const verdict = await open.exchange.inspectResponse({
+          status: input.statusCode,
+          httpVersion: open.request.httpVersion,
+          headers,
+          ...(input.body && { body: input.body }),
+        });
+        if (open.requestVerdict.matchedRules.length > 0 || verdict.matchedRules.length > 0) {
+          audit(input.request, open.request, open.requestVerdict, verdict, verdict.interrupt && input.request.settings.mode === 'BLOCKING' ? 403 : input.statusCode);
+        }
+        // Rules already reported with the request are not reported twice.
+        const seen = new Set(open.requestVerdict.matchedRules.map((rule) => rule.id));
+        const fresh = { ...verdict, matchedRules: verdict.matchedRules.filter((rule) => !seen.has(rule.id)) };
+        return toProxyVerdict(fresh, input.request.settings);
+      } finally {
+        end(input.request.supportId);
+      }
+    },
+  };
+}
+
+function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest {
+  const headers: [string, string][] = [];
+  for (let i = 0; i + 1 < head.headers.length; i += 2) headers.push([head.headers[i]!, head.headers[i + 1]!]);
+  return {
+    clientIp: head.client.ip,
+    clientPort: head.client.port,
+    serverIp: head.server.ip,
+    serverPort: head.server.port,
+    method: head.method,
+    uri: head.url,
+    httpVersion: head.httpVersion === '2.0' ? '2.0' : head.httpVersion,
+    headers,
+    ...(body && { body }),
+    id: head.supportId,
+  };
+}
+
+function engineSettings(settings: WafRequestHead['settings']): EngineSettings {
+  return {
+    paranoiaLevel: settings.paranoiaLevel,
+    mode: settings.mode,
+    ...(settings.anomalyThreshold !== undefined && { anomalyThreshold: settings.anomalyThreshold }),
+    ruleExclusions: settings.ruleExclusions,
+  };
+}
+
+function toProxyVerdict(verdict: EngineVerdict, settings: WafRequestHead['settings']): WafVerdict {
+  if (!verdict.interrupt) return { action: 'continue' };
+  const rules = verdict.matchedRules.map((rule) => toEventRule(rule, settings.logMatchedData));
+  if (settings.mode === 'LOGGING') return { action: 'continue', event: { action: 'LOGGED', rules } };
+  return { action: 'block', status: 403, event: { action: 'BLOCKED', rules } };
+}
+
+function toEventRule(rule: WafMatchedRule, logMatchedData: boolean): MatchedRule {
+  return {
+    modSecId: rule.id,
+    name: rule.message,
+    matchedData: logMatchedData ? { status: 'ENABLED', value: rule.matchedData } : { status: 'DISABLED', value: null },
+  };
+}

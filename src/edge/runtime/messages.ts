@@ -1,0 +1,50 @@
+/**
+ * What the edge supervisor (one per process, beside the store) and its proxy workers (one thread
+ * per core) say to each other. Workers never touch the store: the supervisor resolves every
+ * configuration (keys decrypted, CA certificates gathered) and sends whole snapshots.
+ */
+import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
+import type { InsightEvent } from '../../insight/event.ts';
+
+export type ResolvedConfig =
+  | { type: 'l4Proxy'; id: string; tenantId: string; revision: number; attributes: L4ProxyAttributes }
+  | ({ type: 'httpProxy' } & ResolvedHttpProxy);
+
+export interface ConfigEntry {
+  config: ResolvedConfig;
+  /**
+   * Changes whenever what the worker must serve changes: the configuration's revision, and for
+   * HTTP proxies the revisions of the certificates and CA certificates it uses (a renewed
+   * certificate keeps its id but must reach new connections).
+   */
+  version: string;
+}
+
+export type ToWorker =
+  | { kind: 'apply'; entries: ConfigEntry[] }
+  | { kind: 'acme-answer'; requestId: number; keyAuthorization: string | undefined }
+  | { kind: 'stop' };
+
+export type FromWorker =
+  | { kind: 'ready' }
+  | { kind: 'status'; id: string; version: string; state: 'ACTIVE' | 'ERROR'; detail: string | null }
+  | { kind: 'removed'; id: string }
+  | { kind: 'insight'; event: InsightEvent }
+  | { kind: 'insight-update'; eventId: string; update: { lastBlockedAt: string; blockedRequests: number; blockedUntil: string } }
+  | { kind: 'acme-lookup'; requestId: number; token: string; host: string }
+  | { kind: 'counters'; counters: CounterIncrement[] }
+  | { kind: 'stopped' };
+
+export interface CounterIncrement {
+  name: EdgeCounterName;
+  labels: Record<string, string>;
+  value: number;
+}
+
+export type EdgeCounterName =
+  | 'tps_edge_connections_total'
+  | 'tps_edge_refused_total'
+  | 'tps_edge_bytes_total'
+  | 'tps_edge_origin_failures_total'
+  | 'tps_edge_http_requests_total';

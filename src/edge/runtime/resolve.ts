@@ -1,0 +1,107 @@
+/**
+ * From stored configurations to what a proxy needs in memory: certificates with their private keys
+ * opened, CA certificates as PEM, and a version that changes with any of them.
+ */
+import crypto from 'node:crypto';
+import type { Store } from '../../store/index.ts';
+import type { SecretBox } from '../../certs/secret-box.ts';
+import type { TrafficConfigRecord } from '../../store/traffic-configs.ts';
+import type { HttpProxyAttributes, L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
+import type { ConfigEntry } from './messages.ts';
+
+/** Looks up CRLs for CA certificate ids (the certificates service keeps them fresh). */
+export type CrlSource = (caCertificateIds: readonly string[]) => Promise<string[]>;
+
+interface Material {
+  certificatePem: string;
+  privateKeyPem: string;
+}
+
+/**
+ * Resolves every configuration. A configuration whose certificate cannot be had yet (an ACME
+ * certificate still PENDING) is served without it: plain HTTP is refused for it, so it is skipped
+ * and reported by the caller, never served over the wrong scheme.
+ */
+export class ConfigResolver {
+  readonly #store: Store;
+  readonly #secrets: SecretBox;
+  readonly #crls: CrlSource;
+  /** Opened keys by certificate id and revision: a key is decrypted once, not on every reload. */
+  readonly #materials = new Map<string, { revision: number; material: Material | undefined }>();
+
+  constructor(store: Store, secrets: SecretBox, crls: CrlSource = async () => []) {
+    this.#store = store;
+    this.#secrets = secrets;
+    this.#crls = crls;
+  }
+
+  async resolve(record: TrafficConfigRecord): Promise<ConfigEntry | { id: string; unresolved: string }> {
+    if (record.type === 'l4Proxy') {
+      return {
+        config: { type: 'l4Proxy', id: record.id, tenantId: record.tenantId, revision: record.revision, attributes: record.attributes as L4ProxyAttributes },
+        version: String(record.revision),
+      };
+    }
+    const attributes = record.attributes as HttpProxyAttributes;
+    const versions = [String(record.revision)];
+    const resolved: ResolvedHttpProxy = { id: record.id, tenantId: record.tenantId, revision: record.revision, attributes };
+
+    if (attributes.frontend.certificateId) {
+      const material = await this.#material(attributes.frontend.certificateId, versions);
+      if (!material) return { id: record.id, unresolved: `certificate ${attributes.frontend.certificateId} is not issued yet` };
+      resolved.frontendCertificate = material;
+    }
+    const verification = attributes.frontend.clientCertificateVerification;
+    if (verification) {
+      resolved.clientVerification = {
+        mode: verification.mode,
+        caPems: await this.#caPems(verification.caCertificateIds, versions),
+        crlPems: verification.verifyCrl ? await this.#crls(verification.caCertificateIds) : [],
+      };
+      if (verification.verifyCrl) versions.push(`crl:${digest(resolved.clientVerification.crlPems.join(''))}`);
+    }
+    const tls = attributes.backend.tlsSettings;
+    if (tls) {
+      if (tls.clientCertificateId) {
+        const material = await this.#material(tls.clientCertificateId, versions);
+        if (!material) return { id: record.id, unresolved: `certificate ${tls.clientCertificateId} is not available` };
+        resolved.originClientCertificate = material;
+      }
+      const verify = tls.verifyCertificate;
+      resolved.originTrust = !verify
+        ? { mode: 'NONE' }
+        : verify.mode === 'SYSTEM_TRUSTSTORE'
+          ? { mode: 'SYSTEM_TRUSTSTORE' }
+          : { mode: 'CUSTOM_TRUSTSTORE', caPems: await this.#caPems(verify.caCertificateIds ?? [], versions) };
+    }
+    return { config: { type: 'httpProxy', ...resolved }, version: versions.join('/') };
+  }
+
+  async #material(certificateId: string, versions: string[]): Promise<Material | undefined> {
+    const record = await this.#store.certificates.getAny(certificateId);
+    if (!record) return undefined;
+    versions.push(`cert:${record.id}@${record.revision}`);
+    const cached = this.#materials.get(record.id);
+    if (cached && cached.revision === record.revision) return cached.material;
+    const material =
+      record.status === 'ISSUED' && record.certificatePem && record.sealedPrivateKey
+        ? { certificatePem: record.certificatePem + (record.chainPem ?? ''), privateKeyPem: this.#secrets.open(record.sealedPrivateKey) }
+        : undefined;
+    this.#materials.set(record.id, { revision: record.revision, material });
+    return material;
+  }
+
+  async #caPems(ids: readonly string[], versions: string[]): Promise<string[]> {
+    const pems: string[] = [];
+    for (const id of ids) {
+      const record = await this.#store.caCertificates.getAny(id);
+      if (!record) continue;
+      versions.push(`ca:${id}@${record.updatedAt}`);
+      pems.push(...record.entries.map((entry) => entry.certificate));
+    }
+    return pems;
+  }
+}
+
+const digest = (text: string) => crypto.createHash('sha256').update(text).digest('hex').slice(0, 16);

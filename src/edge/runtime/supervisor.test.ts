@@ -1,0 +1,107 @@
+/**
+ * The edge node keeps serving when one of its proxy workers dies, starts that worker again with
+ * the configuration it had, and reports the configuration ACTIVE once every worker serves it.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { pino } from 'pino';
+import { openStore, type Store } from '../../store/index.ts';
+import { SecretBox } from '../../certs/secret-box.ts';
+import { createMetrics } from '../../metrics.ts';
+import { EdgeSupervisor } from './supervisor.ts';
+import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+
+const FRONTEND = '127.0.0.41';
+
+async function echoOrigin(): Promise<net.Server> {
+  const server = net.createServer((socket) => {
+    socket.on('data', (chunk) => socket.write(chunk));
+    socket.on('error', () => {});
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.42', resolve));
+  return server;
+}
+
+function roundTrip(port: number, text: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: FRONTEND, port });
+    const timer = setTimeout(() => finish('TIMEOUT'), 5_000);
+    const finish = (reply: string) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(reply);
+    };
+    socket.once('data', (chunk) => finish(chunk.toString()));
+    socket.once('error', () => finish('ERROR'));
+    socket.write(text);
+  });
+}
+
+async function until<T>(probe: () => Promise<T | undefined>): Promise<T> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error('condition not reached within 10 s');
+}
+
+describe('edge supervisor', () => {
+  let dir: string;
+  let store: Store;
+  let edge: EdgeSupervisor;
+  let origin: net.Server;
+
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-edge-'));
+    store = await openStore({ dataDir: dir });
+    origin = await echoOrigin();
+    edge = new EdgeSupervisor({
+      store,
+      secrets: SecretBox.fromSettings({ masterKey: undefined, dataDir: dir }),
+      metrics: createMetrics(),
+      logger: pino({ level: 'silent' }),
+      nodeId: 'test-node',
+      location: 'TST',
+      workers: 2,
+    });
+    await edge.start();
+  });
+  after(async () => {
+    await edge.stop();
+    await store.close();
+    origin.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps serving through the crash of a worker and restarts it with its configuration', async () => {
+    const tenant = await store.tenants.create('t');
+    const port = 20000 + Math.floor(Math.random() * 20000);
+    const attributes = {
+      frontend: { ipv4: FRONTEND, port },
+      backend: { hosts: [{ address: '127.0.0.42', port: (origin.address() as net.AddressInfo).port }], deliveryMethod: 'LEAST_CONNECTIONS' },
+      protocols: ['TCP'],
+      proxyProtocol: { enabled: false, version: 1 },
+      threatIntelligence: { enabled: true },
+      connectionLimits: { maxConnectionsPerSource: 512, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 1000 },
+    } satisfies L4ProxyAttributes;
+    const config = await store.trafficConfigs.create(tenant.id, 'l4Proxy', attributes);
+    const status = async () => (await store.edgeStatus.statusOf([config])).get(config.id)!.status;
+    await until(async () => ((await status()) === 'ACTIVE' ? true : undefined));
+    assert.equal(edge.servingWorkers(config.id), 2);
+    assert.equal(await roundTrip(port, 'before'), 'before');
+
+    edge.crashWorkerForTest(0);
+    // The other worker holds the port too: every connection meanwhile is still served.
+    for (let i = 0; i < 20; i++) assert.equal(await roundTrip(port, `during ${i}`), `during ${i}`);
+
+    await until(async () => (edge.servingWorkers(config.id) === 2 ? true : undefined));
+    assert.equal(await status(), 'ACTIVE');
+    for (let i = 0; i < 20; i++) assert.equal(await roundTrip(port, `after ${i}`), `after ${i}`);
+    assert.equal((await store.trafficConfigs.listAll()).length, 1, 'no configuration was lost');
+  });
+});

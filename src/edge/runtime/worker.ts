@@ -1,0 +1,238 @@
+/**
+ * A proxy worker: one thread that serves every configuration of the edge node. Each worker binds
+ * the same front-end ports with SO_REUSEPORT, so the kernel spreads connections over the workers,
+ * and a worker that dies takes none of the others with it: the supervisor starts it again.
+ *
+ * The worker applies whole snapshots: a configuration whose version did not change is left alone
+ * (its listeners and connections untouched), a changed one is updated live, a missing one stopped.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { L4Proxy, type L4Metrics } from '../l4/l4-proxy.ts';
+import { ThreatFeed } from '../l4/threat-feed.ts';
+import { HttpProxy, type HttpProxyDeps } from '../http/http-proxy.ts';
+import { sharedGeoLookup } from '../geo/geo-lookup.ts';
+import type { InsightSink } from '../../insight/event.ts';
+import { SharedTable, type SharedTableInit } from '../shared-counters/shared-table.ts';
+import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
+import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
+import { createWafHook } from '../http/waf/waf-hook.ts';
+import { WafAuditLog } from '../http/waf/audit-log.ts';
+import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
+import type { WafEngine } from '../http/waf/engine.ts';
+import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
+
+export interface WorkerSettings {
+  index: number;
+  /** Rate-limit counters shared by all workers of the node. */
+  rateTable: SharedTableInit;
+  /** Layer 4 flood-cap counters shared by all workers of the node. */
+  floodTable: SharedTableInit;
+  location: string;
+  threatFeeds: string[];
+  threatFeedRefreshMs: number;
+  geoOverridesPath: string | undefined;
+  geoMmdbPath: string | undefined;
+  /** JSON-lines WAF audit log (one record per request with a matched rule); absent = none. */
+  wafAuditLogPath: string | undefined;
+  /** Threads of the ModSecurity engine in this worker. */
+  wafThreads: number;
+}
+
+interface Running {
+  type: ConfigEntry['config']['type'];
+  proxy: L4Proxy | HttpProxy;
+  version: string;
+}
+
+const RETRY_FAILED_MS = 5_000;
+const COUNTER_FLUSH_MS = 1_000;
+
+const port = parentPort!;
+const settings = workerData as WorkerSettings;
+const send = (message: FromWorker) => port.postMessage(message);
+
+const running = new Map<string, Running>();
+/** Configurations that could not be served, kept to try again (the port may be freed). */
+const failed = new Map<string, ConfigEntry>();
+let wanted: ConfigEntry[] = [];
+let queue: Promise<void> = Promise.resolve();
+
+// ----- counters, sent to the supervisor (which owns the Prometheus registry) once a second -----
+const counters = new Map<string, CounterIncrement>();
+function count(name: EdgeCounterName, labels: Record<string, string>, value = 1): void {
+  const key = `${name}|${Object.values(labels).join('|')}`;
+  const existing = counters.get(key);
+  if (existing) existing.value += value;
+  else counters.set(key, { name, labels, value });
+}
+setInterval(() => {
+  if (counters.size === 0) return;
+  send({ kind: 'counters', counters: [...counters.values()] });
+  counters.clear();
+}, COUNTER_FLUSH_MS).unref();
+
+const l4Metrics: L4Metrics = {
+  connectionAccepted: (proxy, protocol) => count('tps_edge_connections_total', { proxy, protocol }),
+  connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
+  connectionClosed: (proxy, protocol, closed) => {
+    count('tps_edge_bytes_total', { proxy, protocol, direction: 'from_client' }, closed.bytesFromClient);
+    count('tps_edge_bytes_total', { proxy, protocol, direction: 'to_client' }, closed.bytesToClient);
+  },
+  originConnectFailed: (proxy, protocol) => count('tps_edge_origin_failures_total', { proxy, protocol }),
+};
+
+// ----- shared services of this worker -----
+const rateTable = new SharedTable(settings.rateTable);
+const floodTable = new SharedTable(settings.floodTable);
+const threatFeed = new ThreatFeed({ sources: settings.threatFeeds, refreshIntervalMs: settings.threatFeedRefreshMs });
+const insight: InsightSink = {
+  record: (event) => send({ kind: 'insight', event }),
+  updateRateLimitEpisode: (eventId, update) => send({ kind: 'insight-update', eventId, update }),
+};
+
+/**
+ * The WAF engine starts with the first HTTP proxy this worker serves (a node of layer 4 proxies
+ * never loads the rule set). One rule set per worker serves every proxy: per-proxy settings
+ * (paranoia, mode, threshold, exclusions) are data passed with each request.
+ */
+let wafEngine: Promise<WafEngine> | undefined;
+const lazyWafEngine: WafEngine = {
+  name: 'modsecurity',
+  inspectRequest: async (request, wafSettings) => (await (wafEngine ??= startWafEngine())).inspectRequest(request, wafSettings),
+  beginExchange: async (request, wafSettings) => {
+    const engine = await (wafEngine ??= startWafEngine());
+    return engine.beginExchange ? engine.beginExchange(request, wafSettings) : { requestVerdict: await engine.inspectRequest(request, wafSettings), inspectResponse: async () => ({ matchedRules: [] }), end: () => {} };
+  },
+  close: async () => {
+    if (wafEngine) await (await wafEngine).close();
+  },
+};
+function startWafEngine(): Promise<WafEngine> {
+  return createModSecurityEngine({ workers: settings.wafThreads });
+}
+
+let acmeRequests = 0;
+const pendingAcme = new Map<number, (keyAuthorization: string | undefined) => void>();
+const httpDeps: HttpProxyDeps = {
+  insight,
+  geo: sharedGeoLookup({
+    ...(settings.geoMmdbPath && { mmdbPath: settings.geoMmdbPath }),
+    ...(settings.geoOverridesPath && { overridesPath: settings.geoOverridesPath }),
+  }),
+  location: settings.location,
+  waf: createWafHook(lazyWafEngine, settings.wafAuditLogPath ? { auditLog: new WafAuditLog(settings.wafAuditLogPath) } : {}),
+  rateLimit: {
+    createStore: (policy, proxyId) => {
+      const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
+      // Scoped by the periods too: changed thresholds start from fresh counters, never misread old ones.
+      return new SharedRateLimitStore(rateTable, `${proxyId}|${periodsMs.join(',')}`, periodsMs);
+    },
+  },
+  // Challenges live in the store, which only the supervisor reads.
+  acmeChallenge: (token, host) =>
+    new Promise((resolve) => {
+      const requestId = ++acmeRequests;
+      pendingAcme.set(requestId, resolve);
+      send({ kind: 'acme-lookup', requestId, token, host });
+    }),
+  metrics: {
+    requestCompleted: (proxy, status, answeredBy) =>
+      count('tps_edge_http_requests_total', { proxy, status: String(status), answered_by: answeredBy }),
+  },
+  reusePort: true,
+};
+
+function describe(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const message = error instanceof Error ? error.message : String(error);
+  return code && !message.startsWith(code) ? `${code}: ${message}` : message;
+}
+
+async function startProxy(entry: ConfigEntry): Promise<Running> {
+  const { config } = entry;
+  const proxy =
+    config.type === 'l4Proxy'
+      ? new L4Proxy({
+          id: config.id,
+          attributes: config.attributes,
+          threatFeed,
+          metrics: l4Metrics,
+          reusePort: true,
+          createFloodAdmission: (limits) => new SharedFloodLimiter(floodTable, config.id, limits),
+        })
+      : new HttpProxy(config, httpDeps);
+  await proxy.start();
+  return { type: config.type, proxy, version: entry.version };
+}
+
+async function applyEntry(entry: ConfigEntry): Promise<void> {
+  const { config } = entry;
+  const current = running.get(config.id);
+  if (current && current.version === entry.version) return;
+  try {
+    if (current && current.type === config.type) {
+      if (config.type === 'l4Proxy') await (current.proxy as L4Proxy).update(config.attributes);
+      else await (current.proxy as HttpProxy).update(config);
+      current.version = entry.version;
+    } else {
+      if (current) await current.proxy.stop();
+      running.delete(config.id);
+      running.set(config.id, await startProxy(entry));
+    }
+    failed.delete(config.id);
+    send({ kind: 'status', id: config.id, version: entry.version, state: 'ACTIVE', detail: null });
+  } catch (error) {
+    failed.set(config.id, entry);
+    send({ kind: 'status', id: config.id, version: entry.version, state: 'ERROR', detail: describe(error) });
+  }
+}
+
+async function apply(entries: ConfigEntry[]): Promise<void> {
+  wanted = entries;
+  const ids = new Set(entries.map((entry) => entry.config.id));
+  for (const [id, current] of running) {
+    if (ids.has(id)) continue;
+    running.delete(id);
+    await current.proxy.stop().catch(() => {});
+    send({ kind: 'removed', id });
+  }
+  for (const id of failed.keys()) if (!ids.has(id)) failed.delete(id);
+  // Released ports first, then the rest: a port moved from one proxy to another is free in time.
+  for (const entry of entries) await applyEntry(entry);
+}
+
+const enqueue = (work: () => Promise<void>) => {
+  queue = queue.then(work, work);
+};
+
+setInterval(() => {
+  if (failed.size === 0) return;
+  enqueue(async () => {
+    for (const entry of [...failed.values()]) if (wanted.includes(entry)) await applyEntry(entry);
+  });
+}, RETRY_FAILED_MS).unref();
+
+port.on('message', (message: ToWorker) => {
+  switch (message.kind) {
+    case 'apply':
+      enqueue(() => apply(message.entries));
+      break;
+    case 'acme-answer':
+      pendingAcme.get(message.requestId)?.(message.keyAuthorization);
+      pendingAcme.delete(message.requestId);
+      break;
+    case 'stop':
+      enqueue(async () => {
+        threatFeed.stop();
+        await lazyWafEngine.close().catch(() => {});
+        await Promise.all([...running.values()].map((current) => current.proxy.stop().catch(() => {})));
+        running.clear();
+        send({ kind: 'stopped' });
+        process.exit(0);
+      });
+      break;
+  }
+});
+
+void threatFeed.start().catch(() => {});
+send({ kind: 'ready' });
