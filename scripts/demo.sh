@@ -4,4 +4,6 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$TPS_ROOT"
+# The sample threat feed lists documentation ranges only (192.0.2.0/24, ...).
+export TPS_THREAT_FEEDS="${TPS_THREAT_FEEDS:-$TPS_ROOT/src/edge/l4/sample-threat-feed.txt}"
 exec node bin/tps.js serve --demo "$@"

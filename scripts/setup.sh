@@ -51,7 +51,9 @@ fi
 
 cd "$TPS_ROOT"
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  # Not `npm ci`: it refuses a lock file without other platforms' optional packages (rollup's),
+  # which the registries reachable here do not serve; `npm install` keeps the locked versions all the same.
+  npm install --no-audit --no-fund --loglevel=error
 fi
 # The portal (src/portal, served under /portal): built unless the build is newer than its sources.
 if [ ! -f src/portal/dist/index.html ] || [ -n "$(find src/portal src/api/schemas package-lock.json -newer src/portal/dist/index.html -type f -not -path 'src/portal/dist/*' -print -quit)" ]; then

@@ -3,6 +3,7 @@
  * the edge in the same process.
  */
 import fs from 'node:fs';
+import crypto from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import type { Settings } from '../config/settings.ts';
@@ -139,6 +140,10 @@ async function printDemo(store: Store, urls: PublicUrls): Promise<void> {
   const tenant = (await store.tenants.findByName('demo')) ?? (await store.tenants.create('demo'));
   const scopes: Scope[] = ['read', 'write', 'insight'];
   const account = await store.serviceAccounts.create(tenant.id, 'demo', scopes);
+  // A portal user too, with a fresh password each start (the store keeps only its hash).
+  const password = crypto.randomBytes(12).toString('base64url');
+  const email = `demo-${crypto.randomBytes(3).toString('hex')}@example.com`;
+  await store.portalUsers.create(tenant.id, email, password);
   const body = JSON.stringify({
     client_id: account.clientId,
     client_secret: account.clientSecret,
@@ -150,6 +155,7 @@ async function printDemo(store: Store, urls: PublicUrls): Promise<void> {
       '',
       '  Traffic protection service: demo',
       `  API and docs     ${urls.baseUrl}/docs`,
+      `  portal           ${urls.baseUrl}/portal   (${email} / ${password})`,
       `  tenant id        ${tenant.id}`,
       `  client id        ${account.clientId}`,
       `  client secret    ${account.clientSecret}   (shown once)`,

@@ -10,6 +10,11 @@ export interface MatchedRule {
   name: string;
   /** DISABLED with value null unless the proxy sets waf.logMatchedData (the data may hold secrets). */
   matchedData: { status: 'DISABLED'; value: null } | { status: 'ENABLED'; value: string | null };
+  /**
+   * The request field that matched (`ARGS:q`, `REQUEST_COOKIES:session`...), when the engine says:
+   * a field name, never its value, so it is always given. It is what a rule exclusion names.
+   */
+  matchedVariable?: string | null;
 }
 
 export interface RequestSummary {

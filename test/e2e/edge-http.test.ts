@@ -229,7 +229,9 @@ describe('HTTP proxies from the API', () => {
     assert.equal(event.attributes.destinationIp, FRONTEND);
     assert.equal(event.attributes.source.ip, '127.0.0.1');
     assert.equal(event.attributes.tpc, 'TST');
-    assert.ok(event.attributes.rules.some((rule: any) => rule.modSecId === 942100), JSON.stringify(event.attributes.rules));
+    const sqli = event.attributes.rules.find((rule: any) => rule.modSecId === 942100);
+    assert.ok(sqli, JSON.stringify(event.attributes.rules));
+    assert.equal(sqli.matchedVariable, 'ARGS:id', 'the field to name in an exclusion');
     assert.ok(event.attributes.rules.every((rule: any) => rule.matchedData.status === 'DISABLED' && rule.matchedData.value === null));
     const audit = fs.readFileSync(path.join(dir, 'waf-audit.jsonl'), 'utf8');
     assert.match(audit, new RegExp(supportId), 'the audit log has the request');

@@ -36,6 +36,9 @@ const EventResource = Type.Object({
         modSecId: Type.Integer(),
         name: Type.String(),
         matchedData: Type.Object({ status: Type.String({ enum: ['DISABLED', 'ENABLED'] }), value: Type.Union([Type.String(), Type.Null()]) }),
+        matchedVariable: Type.Optional(
+          Type.Union([Type.String(), Type.Null()], { description: 'The request field that matched (ARGS:q...): what a rule exclusion names. An extension of the spec.' }),
+        ),
       }),
     ),
     supportId: Type.String({ pattern: '^[0-9a-f]{32}$' }),

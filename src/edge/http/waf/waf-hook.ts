@@ -155,5 +155,6 @@ function toEventRule(rule: WafMatchedRule, logMatchedData: boolean): MatchedRule
     modSecId: rule.id,
     name: rule.message,
     matchedData: logMatchedData ? { status: 'ENABLED', value: rule.matchedData } : { status: 'DISABLED', value: null },
+    matchedVariable: rule.matchedVariable,
   };
 }
