@@ -69,7 +69,8 @@ async function main(): Promise<number> {
   }
 }
 
-main().then(
+// Only as a command: tests import DEFAULT_SUITE from here.
+if (import.meta.main) void main().then(
   (code) => {
     process.exitCode = code;
   },
