@@ -249,6 +249,26 @@ describe('HTTP proxies from the API', () => {
     await waitFor('blocking after the PATCH', async () => ((await get(`${proxy.url}/page?q=<script>alert(1)</script>`)).status === 403 ? true : undefined));
   });
 
+  it('applies a paranoia level change live', async () => {
+    const proxy = await createProxy({ waf: { mode: 'BLOCKING', paranoiaLevel: 1 } });
+    // Markup in an argument: a paranoia 2 finding (941320, 942130), not a paranoia 1 one.
+    const markup = `${proxy.url}/comment?q=%3Cb%3Ehi%3C/b%3E`;
+    assert.equal((await get(markup, { headers: { 'user-agent': 'Mozilla/5.0' } })).status, 200);
+    await api.call('PATCH', `${CONFIGS}/${proxy.id}`, { data: { type: 'httpProxy', attributes: { waf: { paranoiaLevel: 2 } } } });
+    await waitFor('paranoia 2 to block', async () => ((await get(markup, { headers: { 'user-agent': 'Mozilla/5.0' } })).status === 403 ? true : undefined));
+  });
+
+  it('blocks a path traversal, and passes a benign request with browser headers', async () => {
+    const proxy = await createProxy({ waf: { mode: 'BLOCKING', paranoiaLevel: 1 } });
+    const before = originRequests.length;
+    assert.equal((await get(`${proxy.url}/static/..%2f..%2f..%2fetc%2fpasswd`)).status, 403);
+    assert.equal(originRequests.length, before, 'the origin never saw it');
+    const benign = await get(`${proxy.url}/products?page=2&sort=price`, {
+      headers: { 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0', accept: 'text/html,application/xhtml+xml', 'accept-language': 'en-US,en;q=0.5' },
+    });
+    assert.equal(benign.status, 200);
+  });
+
   it('silences one rule for one field with an exclusion', async () => {
     const proxy = await createProxy({ waf: { mode: 'BLOCKING', paranoiaLevel: 1, ruleExclusions: [{ ruleIds: [930100, 930110, 930120, 932160], target: 'ARGS:file' }] } });
     // A form body, so that only the argument carries the payload (a query would also be in REQUEST_URI).
