@@ -6,5 +6,5 @@ cd "$TPS_ROOT"
 npx tsc -p .
 # The OWASP CRS regression suite, our WAF conformance yardstick (docs/waf-conformance.md), when present.
 CRS_SUITE="$TPS_ROOT/../shared/crs-regression-v3.3.4"
-if [ -d "$CRS_SUITE" ]; then node src/waf-conformance/run.ts "$CRS_SUITE" --quiet | sed -n '1,2p'; fi
+if [ -d "$CRS_SUITE" ]; then node src/waf-conformance/run.ts "$CRS_SUITE" --target socket --quiet | sed -n '1,2p'; fi
 exec node --test --test-global-setup=test/support/global-setup.ts --test-reporter=spec "$@" 'src/**/*.test.ts' 'test/**/*.test.ts'

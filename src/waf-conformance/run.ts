@@ -1,7 +1,7 @@
 /**
  * CLI: run the CRS regression tests (FTW YAML) against the WAF engine in-process.
  *
- *   node src/waf-conformance/run.ts [folder-or-file] [--workers N] [--json FILE] [--quiet]
+ *   node src/waf-conformance/run.ts [folder-or-file] [--workers N] [--json FILE] [--quiet] [--target in-process|socket]
  *
  * Default folder: ../shared/crs-regression-v3.3.4 next to the repository. Prints passed / failed /
  * skipped and the failed titles with their reasons. Exit code 0 whatever the pass rate (the rate is
@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { loadFtwTests } from './ftw.ts';
 import { formatReport, runSuite } from './runner.ts';
+import { SocketTarget } from './socket-target.ts';
 import { InProcessTarget } from './target.ts';
 
 export const DEFAULT_SUITE = fileURLToPath(new URL('../../../shared/crs-regression-v3.3.4/', import.meta.url));
@@ -24,6 +25,7 @@ async function main(): Promise<number> {
       workers: { type: 'string' },
       json: { type: 'string' },
       quiet: { type: 'boolean', default: false },
+      target: { type: 'string', default: 'in-process' },
     },
   });
   const folder = positionals[0] ?? DEFAULT_SUITE;
@@ -33,11 +35,17 @@ async function main(): Promise<number> {
   }
   const workers = values.workers !== undefined ? Number(values.workers) : Math.min(availableParallelism(), 2);
   const tests = loadFtwTests(folder);
-  const target = await InProcessTarget.crsRegression({ workers });
+  if (values.target !== 'in-process' && values.target !== 'socket') {
+    process.stderr.write(`waf-conformance: --target must be in-process or socket\n`);
+    return 2;
+  }
+  // The socket target goes through our HTTP proxy (its parser and pipeline), one stage at a time.
+  const socket = values.target === 'socket';
+  const target = socket ? await SocketTarget.start({ workers }) : await InProcessTarget.crsRegression({ workers });
   try {
     let done = 0;
     const summary = await runSuite(tests, target, {
-      concurrency: workers * 2,
+      concurrency: socket ? 1 : workers * 2,
       onResult: () => {
         done++;
         if (!values.quiet && process.stderr.isTTY && done % 100 === 0) process.stderr.write(`\r${done}/${tests.length}`);

@@ -56,7 +56,7 @@ export function crsRegressionEngineOptions(extra: ModSecurityEngineOptions = {})
   return { ruleEngine: 'DetectionOnly', extraSetupRules: CRS_REGRESSION_SETUP, ...extra };
 }
 
-function logLine(rule: WafVerdict['matchedRules'][number]): string {
+export function logLine(rule: WafVerdict['matchedRules'][number]): string {
   const quote = (s: string): string => s.replace(/"/g, '\\"');
   const tags = rule.tags.map((t) => ` [tag "${quote(t)}"]`).join('');
   return (

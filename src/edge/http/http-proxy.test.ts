@@ -57,6 +57,18 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
     assert.equal(echo.headers['user-agent'], 'spec');
   });
 
+  it('answers CONNECT with 405 (400 when its target is not host:port) and tunnels nothing', T, async () => {
+    const ask = (target: string) =>
+      new Promise<string>((resolve) => {
+        const socket = net.connect({ host: FRONT_IP, port }, () => socket.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+        let text = '';
+        socket.on('data', (chunk) => (text += chunk.toString('latin1')));
+        socket.on('close', () => resolve(text.split('\r\n')[0] ?? ''));
+      });
+    assert.equal(await ask('example.com:443'), 'HTTP/1.1 405 Method Not Allowed');
+    assert.equal(await ask('example.com'), 'HTTP/1.1 400 Bad Request');
+  });
+
   it('gives an HTTP/1.0 request without Host one for the origin (curl --http1.0)', T, async () => {
     const { execFile } = await import('node:child_process');
     // Asynchronously: the proxy under test runs in this very process.

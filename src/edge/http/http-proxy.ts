@@ -280,6 +280,7 @@ export class HttpProxy {
       this.onRequest,
     );
     server.on('upgrade', this.onUpgrade);
+    server.on('connect', refuseConnect);
     // Without a 'timeout' listener Node destroys the idle socket, which is what we want.
     server.timeout = limits.idleTimeoutMs;
     return server;
@@ -310,6 +311,7 @@ export class HttpProxy {
       this.onRequest,
     );
     server.on('upgrade', this.onUpgrade);
+    server.on('connect', refuseConnect);
     // HTTP/2 sessions and HTTP/1 sockets with no traffic for this long are closed.
     server.setTimeout(limits.idleTimeoutMs);
     return server;
@@ -345,4 +347,19 @@ function listenerSpecs(config: ResolvedHttpProxy, reusePort: boolean): ListenerS
   if (ipv4) specs.push({ key: `${ipv4}|${port}|${secure}`, host: ipv4, port, family: 4, secure, reusePort });
   if (ipv6) specs.push({ key: `[${ipv6}]|${port}|${secure}`, host: ipv6, port, family: 6, secure, reusePort });
   return specs;
+}
+
+/**
+ * A reverse proxy tunnels nothing: CONNECT gets 405 (as nginx answers it) instead of a silently
+ * closed connection, which clients would retry.
+ */
+function refuseConnect(request: http.IncomingMessage, socket: import('node:stream').Duplex): void {
+  socket.on('error', () => {});
+  // RFC 9110 9.3.6: the target of CONNECT is host:port; anything else is a malformed request.
+  const wellFormed = /^(?:\[[0-9A-Fa-f:.]+\]|[^:/\s]+):\d{1,5}$/.test(request.url ?? '');
+  socket.end(
+    wellFormed
+      ? 'HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'
+      : 'HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n',
+  );
 }

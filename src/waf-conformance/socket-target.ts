@@ -1,0 +1,155 @@
+/**
+ * The conformance target that goes through the real proxy: each stage's bytes are written to a
+ * raw loopback socket of a running `HttpProxy` (our HTTP parser, limits and pipeline, as a client
+ * meets them), whose WAF runs the CRS regression setup in LOGGING mode at paranoia 4. The rule ids
+ * a request matched are read from what the proxy's WAF recorded for it (request and response
+ * phases), the status from the proxy's answer.
+ *
+ * Stages are sent one at a time: what the WAF records between two sends belongs to the stage.
+ */
+import net from 'node:net';
+import http from 'node:http';
+import type { WafEngine, WafExchange, WafRequest, WafResponse, WafSettings, WafVerdict } from '../edge/http/waf/engine.ts';
+import { createModSecurityEngine } from '../edge/http/waf/modsecurity-engine.ts';
+import { createWafHook } from '../edge/http/waf/waf-hook.ts';
+import { HttpProxy } from '../edge/http/http-proxy.ts';
+import { loadGeoLookup } from '../edge/geo/geo-lookup.ts';
+import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
+import { CRS_REGRESSION_SETTINGS, crsRegressionEngineOptions, logLine, type ConformanceTarget, type StageDestination, type StageOutcome } from './target.ts';
+
+const PROXY_IP = '127.0.0.80';
+const ORIGIN_IP = '127.0.0.81';
+/** A stage the proxy does not answer within this long counts as "no answer" (go-ftw's error). */
+const ANSWER_TIMEOUT_MS = 3_000;
+
+/** Remembers every verdict the proxy's WAF reaches, in order. */
+class RecordingEngine implements WafEngine {
+  readonly name: string;
+  readonly verdicts: WafVerdict[] = [];
+  readonly #inner: WafEngine;
+
+  constructor(inner: WafEngine) {
+    this.#inner = inner;
+    this.name = inner.name;
+  }
+
+  async inspectRequest(request: WafRequest, settings: WafSettings): Promise<WafVerdict> {
+    const verdict = await this.#inner.inspectRequest(request, settings);
+    this.verdicts.push(verdict);
+    return verdict;
+  }
+
+  async beginExchange(request: WafRequest, settings: WafSettings): Promise<WafExchange> {
+    const exchange = await this.#inner.beginExchange!(request, settings);
+    this.verdicts.push(exchange.requestVerdict);
+    return {
+      requestVerdict: exchange.requestVerdict,
+      inspectResponse: async (response: WafResponse) => {
+        const verdict = await exchange.inspectResponse(response);
+        this.verdicts.push(verdict);
+        return verdict;
+      },
+      end: () => exchange.end(),
+    };
+  }
+
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+}
+
+export class SocketTarget implements ConformanceTarget {
+  readonly description: string;
+  readonly #engine: RecordingEngine;
+  readonly #proxy: HttpProxy;
+  readonly #origin: http.Server;
+  readonly #port: number;
+
+  private constructor(engine: RecordingEngine, proxy: HttpProxy, origin: http.Server, port: number) {
+    this.#engine = engine;
+    this.#proxy = proxy;
+    this.#origin = origin;
+    this.#port = port;
+    this.description = `tps HTTP proxy on a socket, ${engine.name} engine, paranoia ${CRS_REGRESSION_SETTINGS.paranoiaLevel}`;
+  }
+
+  static async start(options: { workers?: number } = {}): Promise<SocketTarget> {
+    const origin = http.createServer((request, response) => {
+      request.resume();
+      request.on('end', () => response.end('ok\n'));
+    });
+    await new Promise<void>((resolve) => origin.listen(0, ORIGIN_IP, resolve));
+    const engine = new RecordingEngine(await createModSecurityEngine(crsRegressionEngineOptions({ workers: options.workers ?? 1 })));
+    const port = await freePort(PROXY_IP);
+    const attributes: HttpProxyAttributes = {
+      frontend: { ipv4: PROXY_IP, port },
+      backend: { hosts: [{ address: ORIGIN_IP, port: (origin.address() as net.AddressInfo).port }], deliveryMethod: 'LEAST_CONNECTIONS' },
+      waf: { mode: 'LOGGING', paranoiaLevel: CRS_REGRESSION_SETTINGS.paranoiaLevel, logMatchedData: false, ruleExclusions: [] },
+    };
+    const proxy = new HttpProxy(
+      { id: '00000000-0000-4000-8000-000000000001', tenantId: '00000000-0000-4000-8000-000000000002', revision: 1, attributes },
+      {
+        insight: { record: () => {}, updateRateLimitEpisode: () => {} },
+        geo: loadGeoLookup({ withoutMmdb: true }),
+        location: 'FTW',
+        waf: createWafHook(engine),
+      },
+    );
+    await proxy.start();
+    return new SocketTarget(engine, proxy, origin, port);
+  }
+
+  async send(request: Buffer, _destination: StageDestination): Promise<StageOutcome> {
+    const first = this.#engine.verdicts.length;
+    const answer = await exchange(this.#port, request);
+    const verdicts = this.#engine.verdicts.slice(first);
+    const rules = verdicts.flatMap((verdict) => verdict.matchedRules);
+    const seen = new Set<number>();
+    const unique = rules.filter((rule) => (seen.has(rule.id) ? false : (seen.add(rule.id), true)));
+    return {
+      ...(answer.status !== undefined ? { status: answer.status } : { error: answer.error ?? 'no answer' }),
+      matchedRuleIds: unique.map((rule) => rule.id),
+      logLines: unique.map(logLine),
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.#proxy.stop();
+    this.#origin.close();
+    await this.#engine.close();
+  }
+}
+
+/** Writes the bytes on a new connection and reads the answer's status line. */
+function exchange(port: number, request: Buffer): Promise<{ status?: number; error?: string }> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: PROXY_IP, port });
+    let received = '';
+    const finish = (result: { status?: number; error?: string }) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(result);
+    };
+    const timer = setTimeout(() => finish({ error: 'no answer within 3 s' }), ANSWER_TIMEOUT_MS);
+    socket.on('connect', () => socket.write(request));
+    socket.on('data', (chunk: Buffer) => {
+      received += chunk.toString('latin1');
+      const status = /^HTTP\/\d(?:\.\d)? (\d{3})/.exec(received);
+      if (status) finish({ status: Number(status[1]) });
+      else if (received.length > 64) finish({ error: 'not an HTTP answer' });
+    });
+    socket.on('error', (error) => finish({ error: error.message }));
+    socket.on('close', () => finish({ error: 'closed without an answer' }));
+  });
+}
+
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, host, () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
