@@ -114,6 +114,7 @@ export async function runEdgeNode(settings: Settings): Promise<{ close(): Promis
 }
 
 export async function startEdge(settings: Settings, store: Store, secrets: SecretBox, metrics: Metrics, logger: EdgeLogger): Promise<EdgeSupervisor> {
+  const challenges = new AcmeChallengeResponder(store.acmeChallenges);
   const edge = new EdgeSupervisor({
     store,
     secrets,
@@ -129,7 +130,8 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     wafAuditLogPath: settings.wafAuditLog,
     wafThreads: settings.wafThreads,
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
-    acmeChallenge: new AcmeChallengeResponder(store.acmeChallenges).challengeResponse,
+    acmeChallenge: challenges.challengeResponse,
+    acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),
   });
   await edge.start();
   return edge;

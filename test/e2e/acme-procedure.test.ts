@@ -97,5 +97,25 @@ describe('HTTP proxy with a service-issued certificate, through the edge', () =>
       }),
     );
     assert.equal(body, 'origin: GET /hello', 'a client trusting the CA completes the handshake and reaches the origin');
+
+    // Renewal: no proxy answers port 80 any more, so the CA validates TLS-ALPN-01 on the proxy's port 443.
+    const servedFingerprint = () =>
+      new Promise<string | undefined>((resolve) => {
+        const request = https.get(`https://${FRONTEND}:443/`, { agent: false, ca: root, servername: DOMAIN }, (response) => {
+          resolve((response.socket as import('node:tls').TLSSocket).getPeerCertificate().fingerprint256);
+          response.resume();
+        });
+        request.on('error', () => resolve(undefined));
+      });
+    const before = await servedFingerprint();
+    assert.equal(before, issued.fingerprint);
+    const renewal = await api.call('POST', `/api/v2/traffic-mgmt/certificates/${certificateId}/renew`);
+    assert.equal(renewal.status, 202, JSON.stringify(renewal.body));
+    const renewed = await waitFor('the renewed certificate in the record', async () => {
+      const { attributes } = (await api.get(`/api/v2/traffic-mgmt/certificates/${certificateId}`)).body.data;
+      if (attributes.statusDetail && /renewal failed/.test(attributes.statusDetail)) throw new Error(attributes.statusDetail);
+      return attributes.fingerprint !== issued.fingerprint && attributes.status === 'ISSUED' ? attributes : undefined;
+    });
+    await waitFor('the renewed certificate served without a restart', async () => ((await servedFingerprint()) === renewed.fingerprint ? true : undefined));
   });
 });

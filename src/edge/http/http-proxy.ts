@@ -13,6 +13,8 @@
  */
 import http from 'node:http';
 import http2 from 'node:http2';
+import tls from 'node:tls';
+import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../certs/acme-tls-alpn.ts';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
@@ -97,6 +99,12 @@ export interface HttpProxyDeps {
    * Rate-limit counters must then be shared (`rateLimit.createStore`). Default false.
    */
   reusePort?: boolean;
+  /**
+   * ACME TLS-ALPN-01 (renewal when no proxy answers port 80 any more): a TLS connection that offers
+   * only `acme-tls/1` gets the challenge certificate of its SNI name instead of the site. Absent =
+   * TLS listeners hand every connection to the site.
+   */
+  acmeTlsAlpn?: { alpnChallengeCertificate(servername: string): Promise<{ certPem: string; keyPem: string } | undefined> };
 }
 
 interface ListenerSpec {
@@ -179,6 +187,8 @@ export class HttpProxy {
   private tlsKey: string;
   private started = false;
   private stopped = false;
+  /** Answers TLS-ALPN-01 validation connections (made on the first TLS listener when deps ask for it). */
+  private acmeTlsServer: tls.Server | undefined;
 
   constructor(config: ResolvedHttpProxy, deps: HttpProxyDeps) {
     this.deps = deps;
@@ -258,7 +268,9 @@ export class HttpProxy {
   }
 
   private async bind(spec: ListenerSpec): Promise<void> {
-    const listener = new Listener(spec, spec.secure ? this.createSecureServer() : this.createPlainServer());
+    const server = spec.secure ? this.createSecureServer() : this.createPlainServer();
+    const listener = new Listener(spec, server);
+    if (spec.secure && this.deps.acmeTlsAlpn) dispatchAcmeTlsAlpn(server, this.acmeTlsServer ??= createAcmeTlsAlpnServer(this.deps.acmeTlsAlpn));
     await listener.listen();
     this.listeners.push(listener);
   }
@@ -362,4 +374,22 @@ function refuseConnect(request: http.IncomingMessage, socket: import('node:strea
       ? 'HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'
       : 'HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n',
   );
+}
+
+/**
+ * Puts a look at the ClientHello in front of a TLS listener: validation connections of the ACME CA
+ * (ALPN `acme-tls/1` only) go to the challenge server, all others to the site, which then reads the
+ * ClientHello as if nothing had happened (the bytes are put back). The connection listeners the
+ * server already has (Node's TLS handshake, our socket tracking) are run in that order afterwards.
+ */
+function dispatchAcmeTlsAlpn(server: FrontServer, acmeServer: tls.Server): void {
+  const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];
+  server.removeAllListeners('connection');
+  server.on('connection', (socket: net.Socket) => {
+    void readClientHello(socket).then((hello) => {
+      if (socket.destroyed) return;
+      if (hello && isAcmeTlsAlpn(hello)) acmeServer.emit('connection', socket);
+      else for (const listener of listeners) listener.call(server, socket);
+    });
+  });
 }

@@ -24,6 +24,7 @@ export interface ConfigEntry {
 export type ToWorker =
   | { kind: 'apply'; entries: ConfigEntry[] }
   | { kind: 'acme-answer'; requestId: number; keyAuthorization: string | undefined }
+  | { kind: 'acme-alpn-answer'; requestId: number; certificate: { certPem: string; keyPem: string } | undefined }
   | { kind: 'stop' };
 
 export type FromWorker =
@@ -33,6 +34,7 @@ export type FromWorker =
   | { kind: 'insight'; event: InsightEvent }
   | { kind: 'insight-update'; eventId: string; update: { lastBlockedAt: string; blockedRequests: number; blockedUntil: string } }
   | { kind: 'acme-lookup'; requestId: number; token: string; host: string }
+  | { kind: 'acme-alpn-lookup'; requestId: number; servername: string }
   | { kind: 'counters'; counters: CounterIncrement[] }
   | { kind: 'stopped' };
 

@@ -63,6 +63,8 @@ export interface EdgeOptions {
   crls?: CrlSource;
   /** Answers ACME HTTP-01 challenges (token, host) with the key authorization. */
   acmeChallenge?: (token: string, host: string) => Promise<string | undefined>;
+  /** The TLS-ALPN-01 challenge certificate of a name, when one is pending. */
+  acmeTlsAlpn?: (servername: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
 }
 
 interface WorkerSlot {
@@ -218,6 +220,15 @@ export class EdgeSupervisor {
           .catch(() => undefined)
           .then((keyAuthorization) =>
             slot.worker?.postMessage({ kind: 'acme-answer', requestId: message.requestId, keyAuthorization } satisfies ToWorker),
+          );
+        break;
+      }
+      case 'acme-alpn-lookup': {
+        const lookup = this.#options.acmeTlsAlpn ?? (async () => undefined);
+        void lookup(message.servername)
+          .catch(() => undefined)
+          .then((certificate) =>
+            slot.worker?.postMessage({ kind: 'acme-alpn-answer', requestId: message.requestId, certificate } satisfies ToWorker),
           );
         break;
       }

@@ -113,6 +113,7 @@ function startWafEngine(): Promise<WafEngine> {
 
 let acmeRequests = 0;
 const pendingAcme = new Map<number, (keyAuthorization: string | undefined) => void>();
+const pendingAlpn = new Map<number, (certificate: { certPem: string; keyPem: string } | undefined) => void>();
 const httpDeps: HttpProxyDeps = {
   insight,
   geo: sharedGeoLookup({
@@ -135,6 +136,14 @@ const httpDeps: HttpProxyDeps = {
       pendingAcme.set(requestId, resolve);
       send({ kind: 'acme-lookup', requestId, token, host });
     }),
+  acmeTlsAlpn: {
+    alpnChallengeCertificate: (servername) =>
+      new Promise((resolve) => {
+        const requestId = ++acmeRequests;
+        pendingAlpn.set(requestId, resolve);
+        send({ kind: 'acme-alpn-lookup', requestId, servername });
+      }),
+  },
   metrics: {
     requestCompleted: (proxy, status, answeredBy) =>
       count('tps_edge_http_requests_total', { proxy, status: String(status), answered_by: answeredBy }),
@@ -220,6 +229,10 @@ port.on('message', (message: ToWorker) => {
     case 'acme-answer':
       pendingAcme.get(message.requestId)?.(message.keyAuthorization);
       pendingAcme.delete(message.requestId);
+      break;
+    case 'acme-alpn-answer':
+      pendingAlpn.get(message.requestId)?.(message.certificate);
+      pendingAlpn.delete(message.requestId);
       break;
     case 'stop':
       enqueue(async () => {
