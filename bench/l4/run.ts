@@ -11,6 +11,7 @@
  * measured in interleaved rounds and the median of each figure is printed, because the machine's
  * cores are shared (load, origin, proxy, and whatever else runs).
  */
+import { freePort } from '../../src/net/ports.ts';
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type AddressInfo } from 'node:net';
@@ -95,17 +96,6 @@ function ensureHaproxy(): string | undefined {
     if (ownPolicy && existsSync(policy)) unlinkSync(policy);
   }
   return which() === '' ? undefined : which();
-}
-
-function freePort(address: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, address, () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function waitForMessage<T>(child: ChildProcess, type: string): Promise<T> {

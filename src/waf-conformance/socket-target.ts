@@ -14,6 +14,7 @@ import { createModSecurityEngine } from '../edge/http/waf/modsecurity-engine.ts'
 import { createWafHook } from '../edge/http/waf/waf-hook.ts';
 import { HttpProxy } from '../edge/http/http-proxy.ts';
 import { loadGeoLookup } from '../edge/geo/geo-lookup.ts';
+import { freePort } from '../net/ports.ts';
 import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngineOptions, logLine, type ConformanceTarget, type StageDestination, type StageOutcome } from './target.ts';
 
@@ -143,13 +144,3 @@ function exchange(port: number, request: Buffer): Promise<{ status?: number; err
   });
 }
 
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, host, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}

@@ -13,21 +13,12 @@ import path from 'node:path';
 import { startPebble, type Pebble } from '../support/pebble.ts';
 import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
+import { waitFor } from '../support/wait.ts';
 
 const FRONTEND = '127.0.0.63';
 const ORIGIN = '127.0.0.64';
 const DOMAIN = 'shop.procedure.tps.test';
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
 
 describe('HTTP proxy with a service-issued certificate, through the edge', () => {
   let pebble: Pebble;
@@ -78,7 +69,7 @@ describe('HTTP proxy with a service-issued certificate, through the edge', () =>
       const { attributes } = (await api.get(`/api/v2/traffic-mgmt/certificates/${certificateId}`)).body.data;
       if (attributes.status === 'FAILED') throw new Error(`issuance failed: ${attributes.statusDetail}`);
       return attributes.status === 'ISSUED' ? attributes : undefined;
-    });
+    }, { timeoutMs: 60_000 });
     assert.deepEqual(issued.subjectAltNames, [DOMAIN]);
 
     const replaced = await api.call('PUT', `${CONFIGS}/${id}`, {
@@ -115,7 +106,7 @@ describe('HTTP proxy with a service-issued certificate, through the edge', () =>
       const { attributes } = (await api.get(`/api/v2/traffic-mgmt/certificates/${certificateId}`)).body.data;
       if (attributes.statusDetail && /renewal failed/.test(attributes.statusDetail)) throw new Error(attributes.statusDetail);
       return attributes.fingerprint !== issued.fingerprint && attributes.status === 'ISSUED' ? attributes : undefined;
-    });
+    }, { timeoutMs: 60_000 });
     await waitFor('the renewed certificate served without a restart', async () => ((await servedFingerprint()) === renewed.fingerprint ? true : undefined));
   });
 });

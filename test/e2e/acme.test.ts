@@ -31,22 +31,12 @@ import { AcmeService } from '../../src/certs/acme.ts';
 import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../src/certs/acme-tls-alpn.ts';
 import { crlsFor, verifyCrl } from '../../src/certs/crl.ts';
 import { TestCa } from '../support/pki.ts';
+import { freePort } from '../../src/net/ports.ts';
 
 const PROXY_IP = '127.0.0.61';
 const DEAD_IP = '127.0.0.69';
 const CERTIFICATES = '/api/v2/traffic-mgmt/certificates';
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
-
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen({ host, port: 0 }, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 describe('service-issued certificates from an ACME CA (Pebble)', () => {
   let pebble: Pebble;

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { freePort } from '../support/postgres.ts';
+import { waitFor } from '../support/wait.ts';
 import { TestCa } from '../support/pki.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
@@ -75,16 +76,6 @@ function postForm(url: string, body: string): Promise<Reply> {
     request.on('error', reject);
     request.end(body);
   });
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 describe('HTTP proxies from the API', () => {
@@ -306,6 +297,6 @@ describe('HTTP proxies from the API', () => {
     assert.deepEqual(event.attributes.rateLimit.threshold, { requests: 10, periodSeconds: 60 });
     assert.match(refused.body, new RegExp(event.attributes.supportId), 'the 429 page shows the episode support id');
 
-    await waitFor('recovery after blockSeconds', async () => ((await get(`${proxy.url}/later`, { localAddress: FLOODER })).status === 200 ? true : undefined), 10_000);
+    await waitFor('recovery after blockSeconds', async () => ((await get(`${proxy.url}/later`, { localAddress: FLOODER })).status === 200 ? true : undefined), { timeoutMs: 10_000 });
   });
 });

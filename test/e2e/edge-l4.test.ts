@@ -11,6 +11,7 @@ import path from 'node:path';
 import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { freePort } from '../support/postgres.ts';
+import { waitFor } from '../support/wait.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const FRONTEND = '127.0.0.31';
@@ -44,16 +45,6 @@ function exchange(port: number, text: string, localAddress?: string, socket?: ne
     client.once('error', () => done('CLOSED'));
     client.write(text);
   });
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 describe('layer 4 proxies from the API', () => {

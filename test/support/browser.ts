@@ -3,6 +3,7 @@
  * with a fresh profile per launch, for the portal's end-to-end tests; screenshots go to
  * test-output/ (ignored by git).
  */
+import { waitFor } from './wait.ts';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -60,18 +61,6 @@ export async function screenshot(page: Page, name: string, fullPage = true): Pro
   return file;
 }
 
-/** Polls `check` until it returns a value other than undefined/false, at most `timeoutMs`. */
-export async function until<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value !== undefined && value !== false) return value;
-    } catch (error) {
-      last = error;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
+/** Polls `check` until it returns a value other than undefined/false (errors count as "not yet"). */
+export const until = <T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> =>
+  waitFor(what, check, { timeoutMs, intervalMs: 200, retryErrors: true });

@@ -18,6 +18,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { TestCa } from './pki.ts';
+import { freePort } from '../../src/net/ports.ts';
 
 export interface PebbleOptions {
   /** Loopback address Pebble and its DNS server listen on. */
@@ -46,17 +47,6 @@ export interface Pebble {
   /** Everything both processes printed. */
   output(): string;
   stop(): Promise<void>;
-}
-
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen({ host, port: 0 }, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function httpsGet(url: string, ca: string): Promise<{ status: number; body: string }> {

@@ -11,6 +11,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { freePort } from '../../src/net/ports.ts';
+
+export { freePort };
 
 export interface PostgresCluster {
   adminUrl: string;
@@ -22,17 +25,6 @@ function postgresBin(): string {
   const versions = fs.existsSync(root) ? fs.readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
   if (versions.length === 0) throw new Error('PostgreSQL is not installed: run scripts/setup.sh');
   return path.join(root, versions[0]!, 'bin');
-}
-
-export async function freePort(host = '127.0.0.1'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, host, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Starts a throw-away cluster as the `postgres` user (the server refuses to run as root). */

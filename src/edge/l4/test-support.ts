@@ -344,15 +344,6 @@ export function sha256(data: Buffer | Buffer[]): string {
   return hash.digest('hex');
 }
 
-/** A port that was free on `address` a moment ago (for configs that need a fixed port up front). */
-export async function freePort(address: string): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, address, resolve));
-  const port = (server.address() as AddressInfo).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
 /** L4 proxy attributes with the schema's defaults, for a front end and origins on loopback. */
 export function l4Attributes(
   frontend: { ipv4?: string; ipv6?: string; port: number },
@@ -378,3 +369,5 @@ export async function eventually(condition: () => boolean, what = 'condition'): 
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
+
+export { freePort } from '../../net/ports.ts';

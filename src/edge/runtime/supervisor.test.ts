@@ -13,6 +13,7 @@ import { openStore, type Store } from '../../store/index.ts';
 import { SecretBox } from '../../certs/secret-box.ts';
 import { createMetrics } from '../../metrics.ts';
 import { EdgeSupervisor } from './supervisor.ts';
+import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 
 const FRONTEND = '127.0.0.41';
@@ -39,15 +40,6 @@ function roundTrip(port: number, text: string): Promise<string> {
     socket.once('error', () => finish('ERROR'));
     socket.write(text);
   });
-}
-
-async function until<T>(probe: () => Promise<T | undefined>): Promise<T> {
-  for (let attempt = 0; attempt < 100; attempt++) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error('condition not reached within 10 s');
 }
 
 describe('edge supervisor', () => {
@@ -91,7 +83,7 @@ describe('edge supervisor', () => {
     } satisfies L4ProxyAttributes;
     const config = await store.trafficConfigs.create(tenant.id, 'l4Proxy', attributes);
     const status = async () => (await store.edgeStatus.statusOf([config])).get(config.id)!.status;
-    await until(async () => ((await status()) === 'ACTIVE' ? true : undefined));
+    await waitFor('ACTIVE', async () => (await status()) === 'ACTIVE');
     assert.equal(edge.servingWorkers(config.id), 2);
     assert.equal(await roundTrip(port, 'before'), 'before');
 
@@ -99,7 +91,7 @@ describe('edge supervisor', () => {
     // The other worker holds the port too: every connection meanwhile is still served.
     for (let i = 0; i < 20; i++) assert.equal(await roundTrip(port, `during ${i}`), `during ${i}`);
 
-    await until(async () => (edge.servingWorkers(config.id) === 2 ? true : undefined));
+    await waitFor('the restarted worker to serve', async () => edge.servingWorkers(config.id) === 2);
     assert.equal(await status(), 'ACTIVE');
     for (let i = 0; i < 20; i++) assert.equal(await roundTrip(port, `after ${i}`), `after ${i}`);
     assert.equal((await store.trafficConfigs.listAll()).length, 1, 'no configuration was lost');

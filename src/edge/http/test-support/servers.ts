@@ -18,17 +18,9 @@ export const FRONT_IP = '127.0.0.2';
 export const ORIGIN_IP = '127.0.0.3';
 export const ORIGIN_IP_2 = '127.0.0.4';
 
-/** A port free on `host` right now (bound once on port 0, then released). */
-export function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen({ host, port: 0 }, () => {
-      const port = (server.address() as net.AddressInfo).port;
-      server.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from '../../../net/ports.ts';
+
+export { freePort };
 
 export interface EchoReply {
   method: string;
