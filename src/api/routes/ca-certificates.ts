@@ -5,11 +5,11 @@
 import type { FastifyInstance } from 'fastify';
 import { Type } from '@sinclair/typebox';
 import type { ApiDeps } from '../server.ts';
-import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, errorObject, notFound, type JsonApiErrorObject } from '../jsonapi.ts';
+import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, errorObject, type JsonApiErrorObject } from '../jsonapi.ts';
 import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { CertificateCheckError, checkCaCertificate } from '../../certs/x509.ts';
 import type { CaCertificateEntry, CaCertificateRecord } from '../../store/certificates.ts';
-import { inUse } from './certificates.ts';
+import { registerOwnedResourceRoutes } from './owned-resources.ts';
 
 const BASE = '/api/v2/traffic-mgmt/ca-certificates';
 
@@ -118,53 +118,14 @@ export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps)
     },
   );
 
-  app.get(
-    BASE,
-    {
-      config: { scope: 'read' },
-      schema: { tags, security, summary: "List the tenant's CA certificates", response: { 200: Type.Object({ data: Type.Array(CaResource) }) } },
-    },
-    async (request, reply) => {
-      void reply.type(JSONAPI_MEDIA_TYPE);
-      return { data: (await deps.store.caCertificates.list(request.principal!.tenantId)).map(toResource) };
-    },
-  );
-
-  app.get(
-    `${BASE}/:id`,
-    {
-      config: { scope: 'read' },
-      schema: { tags, security, summary: 'Get one CA certificate upload', params: Type.Object({ id: Uuid }), response: { 200: CaDocument, 404: ErrorDocument } },
-    },
-    async (request, reply) => {
-      const { id } = request.params as { id: string };
-      const record = await deps.store.caCertificates.get(request.principal!.tenantId, id);
-      if (!record) throw notFound('CA certificate', id);
-      void reply.type(JSONAPI_MEDIA_TYPE);
-      return { data: toResource(record) };
-    },
-  );
-
-  app.delete(
-    `${BASE}/:id`,
-    {
-      config: { scope: 'write' },
-      schema: {
-        tags,
-        security,
-        summary: 'Delete a CA certificate upload (409 while a proxy uses it)',
-        params: Type.Object({ id: Uuid }),
-        response: { 204: Type.Null(), 404: ErrorDocument, 409: ErrorDocument },
-      },
-    },
-    async (request, reply) => {
-      const { id } = request.params as { id: string };
-      const outcome = await deps.store.caCertificates.delete(request.principal!.tenantId, id);
-      if (!outcome.deleted) {
-        if (outcome.referencedBy.length === 0) throw notFound('CA certificate', id);
-        throw inUse('CA certificate', id, outcome.referencedBy);
-      }
-      void reply.code(204);
-    },
-  );
+  registerOwnedResourceRoutes(app, {
+    base: BASE,
+    name: 'CA certificate',
+    tags,
+    resourceSchema: CaResource,
+    list: (tenantId) => deps.store.caCertificates.list(tenantId),
+    get: (tenantId, id) => deps.store.caCertificates.get(tenantId, id),
+    delete: (tenantId, id) => deps.store.caCertificates.delete(tenantId, id),
+    present: toResource,
+  });
 }

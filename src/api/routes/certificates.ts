@@ -7,6 +7,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Type } from '@sinclair/typebox';
 import type { ApiDeps } from '../server.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, notFound } from '../jsonapi.ts';
+import { registerOwnedResourceRoutes } from './owned-resources.ts';
 import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { validateBody } from '../schemas/validator.ts';
 import { CertificateCheckError, checkCustomerCertificate } from '../../certs/x509.ts';
@@ -231,59 +232,16 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
     },
   );
 
-  app.get(
-    BASE,
-    {
-      config: { scope: 'read' },
-      schema: { tags, security, summary: "List the tenant's certificates", response: { 200: Type.Object({ data: Type.Array(CertificateResource) }) } },
-    },
-    async (request, reply) => {
-      void reply.type(JSONAPI_MEDIA_TYPE);
-      return { data: (await deps.store.certificates.list(request.principal!.tenantId)).map(toCertificateResource) };
-    },
-  );
-
-  app.get(
-    `${BASE}/:id`,
-    {
-      config: { scope: 'read' },
-      schema: { tags, security, summary: 'Get one certificate', params: Type.Object({ id: Uuid }), response: { 200: CertificateDocument, 404: ErrorDocument } },
-    },
-    async (request, reply) => {
-      const { id } = request.params as { id: string };
-      const record = await deps.store.certificates.get(request.principal!.tenantId, id);
-      if (!record) throw notFound('certificate', id);
-      void reply.type(JSONAPI_MEDIA_TYPE);
-      return { data: toCertificateResource(record) };
-    },
-  );
-
-  app.delete(
-    `${BASE}/:id`,
-    {
-      config: { scope: 'write' },
-      schema: {
-        tags,
-        security,
-        summary: 'Delete a certificate (409 while a proxy uses it)',
-        params: Type.Object({ id: Uuid }),
-        response: { 204: Type.Null(), 404: ErrorDocument, 409: ErrorDocument },
-      },
-    },
-    async (request, reply) => {
-      const { id } = request.params as { id: string };
-      const outcome = await deps.store.certificates.delete(request.principal!.tenantId, id);
-      if (!outcome.deleted) {
-        if (outcome.referencedBy.length === 0) throw notFound('certificate', id);
-        throw inUse('certificate', id, outcome.referencedBy);
-      }
-      void reply.code(204);
-    },
-  );
-}
-
-export function inUse(what: string, id: string, configIds: readonly string[]): ApiError {
-  return new ApiError(409, 'IN_USE', `${what} ${id} is used by the traffic configurations ${configIds.join(', ')}`);
+  registerOwnedResourceRoutes(app, {
+    base: BASE,
+    name: 'certificate',
+    tags,
+    resourceSchema: CertificateResource,
+    list: (tenantId) => deps.store.certificates.list(tenantId),
+    get: (tenantId, id) => deps.store.certificates.get(tenantId, id),
+    delete: (tenantId, id) => deps.store.certificates.delete(tenantId, id),
+    present: toCertificateResource,
+  });
 }
 
 async function readJsonBody(request: FastifyRequest): Promise<unknown> {

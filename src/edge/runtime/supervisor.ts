@@ -90,8 +90,6 @@ export class EdgeSupervisor {
   #entries: ConfigEntry[] = [];
   /** Configuration id -> revision, of what the snapshot holds. */
   #revisions = new Map<string, number>();
-  /** Configurations that could not be resolved (e.g. certificate not issued yet): id -> reason. */
-  #unresolved = new Map<string, { revision: number; detail: string }>();
   #published = new Map<string, Published>();
   #storeRevision = -1;
   #timers: NodeJS.Timeout[] = [];
@@ -274,7 +272,6 @@ export class EdgeSupervisor {
     this.#storeRevision = revision;
     this.#entries = entries;
     this.#revisions = revisions;
-    this.#unresolved = unresolved;
     for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
     for (const [id, { revision: configRevision, detail }] of unresolved) this.#report(id, { revision: configRevision, state: 'ERROR', detail });
     for (const id of this.#published.keys()) {

@@ -1,0 +1,83 @@
+/**
+ * List, get and delete of a tenant-owned resource that proxies refer to (certificates, CA
+ * certificates): the same three routes, answers and errors for each such resource.
+ */
+import type { FastifyInstance } from 'fastify';
+import { Type, type TSchema } from '@sinclair/typebox';
+import { ApiError, JSONAPI_MEDIA_TYPE, notFound } from '../jsonapi.ts';
+import { Uuid } from '../schemas/common.ts';
+import type { DeleteOutcome } from '../../store/certificates.ts';
+
+export interface OwnedResource<R> {
+  base: string;
+  /** How errors name it: "certificate", "CA certificate". */
+  name: string;
+  tags: string[];
+  resourceSchema: TSchema;
+  list(tenantId: string): Promise<R[]>;
+  get(tenantId: string, id: string): Promise<R | undefined>;
+  delete(tenantId: string, id: string): Promise<DeleteOutcome>;
+  present(record: R): unknown;
+}
+
+const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
+
+export function inUse(what: string, id: string, configIds: readonly string[]): ApiError {
+  return new ApiError(409, 'IN_USE', `${what} ${id} is used by the traffic configurations ${configIds.join(', ')}`);
+}
+
+export function registerOwnedResourceRoutes<R>(app: FastifyInstance, resource: OwnedResource<R>): void {
+  const { base, name, tags } = resource;
+  const security = [{ bearer: [] }];
+  const params = Type.Object({ id: Uuid });
+
+  app.get(
+    base,
+    {
+      config: { scope: 'read' },
+      schema: { tags, security, summary: `List the tenant's ${name}s`, response: { 200: Type.Object({ data: Type.Array(resource.resourceSchema) }) } },
+    },
+    async (request, reply) => {
+      void reply.type(JSONAPI_MEDIA_TYPE);
+      return { data: (await resource.list(request.principal!.tenantId)).map((record) => resource.present(record)) };
+    },
+  );
+
+  app.get(
+    `${base}/:id`,
+    {
+      config: { scope: 'read' },
+      schema: { tags, security, summary: `Get one ${name}`, params, response: { 200: Type.Object({ data: resource.resourceSchema }), 404: ErrorDocument } },
+    },
+    async (request, reply) => {
+      const { id } = request.params as { id: string };
+      const record = await resource.get(request.principal!.tenantId, id);
+      if (!record) throw notFound(name, id);
+      void reply.type(JSONAPI_MEDIA_TYPE);
+      return { data: resource.present(record) };
+    },
+  );
+
+  app.delete(
+    `${base}/:id`,
+    {
+      config: { scope: 'write' },
+      schema: {
+        tags,
+        security,
+        summary: `Delete a ${name} (409 while a proxy uses it)`,
+        params,
+        response: { 204: Type.Null(), 404: ErrorDocument, 409: ErrorDocument },
+      },
+    },
+    async (request, reply) => {
+      const { id } = request.params as { id: string };
+      const outcome = await resource.delete(request.principal!.tenantId, id);
+      if (!outcome.deleted) {
+        if (outcome.referencedBy.length === 0) throw notFound(name, id);
+        throw inUse(name, id, outcome.referencedBy);
+      }
+      void reply.code(204);
+    },
+  );
+}
