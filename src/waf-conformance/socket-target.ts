@@ -23,35 +23,56 @@ const ORIGIN_IP = '127.0.0.81';
 /** A stage the proxy does not answer within this long counts as "no answer" (go-ftw's error). */
 const ANSWER_TIMEOUT_MS = 3_000;
 
-/** Remembers every verdict the proxy's WAF reaches, in order. */
+/**
+ * Remembers every verdict the proxy's WAF reaches, in order, and how many inspections are under
+ * way: a stage is over only once the WAF is idle, since the proxy may answer a client (a 400 for
+ * pipelined garbage) before the WAF has finished with the request before it.
+ */
 class RecordingEngine implements WafEngine {
   readonly name: string;
   readonly verdicts: WafVerdict[] = [];
   readonly #inner: WafEngine;
+  #inFlight = 0;
 
   constructor(inner: WafEngine) {
     this.#inner = inner;
     this.name = inner.name;
   }
 
-  async inspectRequest(request: WafRequest, settings: WafSettings): Promise<WafVerdict> {
-    const verdict = await this.#inner.inspectRequest(request, settings);
-    this.verdicts.push(verdict);
-    return verdict;
+  async #record<T>(work: () => Promise<T>, verdictOf: (result: T) => WafVerdict): Promise<T> {
+    this.#inFlight++;
+    try {
+      const result = await work();
+      this.verdicts.push(verdictOf(result));
+      return result;
+    } finally {
+      this.#inFlight--;
+    }
+  }
+
+  inspectRequest(request: WafRequest, settings: WafSettings): Promise<WafVerdict> {
+    return this.#record(() => this.#inner.inspectRequest(request, settings), (verdict) => verdict);
   }
 
   async beginExchange(request: WafRequest, settings: WafSettings): Promise<WafExchange> {
-    const exchange = await this.#inner.beginExchange!(request, settings);
-    this.verdicts.push(exchange.requestVerdict);
+    const exchange = await this.#record(() => this.#inner.beginExchange!(request, settings), (begun) => begun.requestVerdict);
     return {
       requestVerdict: exchange.requestVerdict,
-      inspectResponse: async (response: WafResponse) => {
-        const verdict = await exchange.inspectResponse(response);
-        this.verdicts.push(verdict);
-        return verdict;
-      },
+      inspectResponse: (response: WafResponse) => this.#record(() => exchange.inspectResponse(response), (verdict) => verdict),
       end: () => exchange.end(),
     };
+  }
+
+  /** Resolves once no inspection has been under way for `settleMs` (at most ANSWER_TIMEOUT_MS). */
+  async idle(settleMs: number): Promise<void> {
+    const deadline = Date.now() + ANSWER_TIMEOUT_MS;
+    let quietSince = Date.now();
+    for (;;) {
+      if (this.#inFlight > 0) quietSince = Date.now();
+      else if (Date.now() - quietSince >= settleMs) return;
+      if (Date.now() > deadline) return;
+      await new Promise((resolve) => setTimeout(resolve, this.#inFlight > 0 ? 1 : settleMs));
+    }
   }
 
   close(): Promise<void> {
@@ -101,8 +122,12 @@ export class SocketTarget implements ConformanceTarget {
   }
 
   async send(request: Buffer, _destination: StageDestination): Promise<StageOutcome> {
+    await this.#engine.idle(0);
     const first = this.#engine.verdicts.length;
     const answer = await exchange(this.#port, request);
+    // An answer before the WAF is done (the proxy refused the connection's next bytes) may leave the
+    // request's own inspections, even its response phase, still to come: give them a moment.
+    await this.#engine.idle(answer.status === undefined || answer.status >= 400 ? 25 : 0);
     const verdicts = this.#engine.verdicts.slice(first);
     const rules = verdicts.flatMap((verdict) => verdict.matchedRules);
     const seen = new Set<number>();
