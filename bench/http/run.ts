@@ -1,0 +1,135 @@
+/**
+ * HTTP proxy benchmark, in one sitting (about 80 s with the defaults):
+ *
+ *   direct   wrk -> origin
+ *   nginx    wrk -> nginx reverse proxy (1 worker, keep-alive upstream) -> origin
+ *   tps      wrk -> our HttpProxy, WAF off, running in THIS Node process -> origin
+ *
+ * The origin is nginx itself (1 worker) answering a small fixed body from memory, so it costs little
+ * and is the same for all three. Both proxies add the same forwarding headers (X-Forwarded-For,
+ * -Proto, -Host, X-Request-Id) and neither writes an access log. Rounds are interleaved so that
+ * background load (other work on the machine) hits every target alike; the median round counts.
+ *
+ * Installs nginx and wrk from Debian when absent (as root), with a policy-rc.d that keeps the
+ * package from starting nginx on port 80. Only loopback addresses are used.
+ *
+ *   node bench/http/run.ts
+ *   BENCH_SECONDS=6 BENCH_ROUNDS=3 BENCH_CONNECTIONS=64 node bench/http/run.ts
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
+import { HttpProxy } from '../../src/edge/http/http-proxy.ts';
+import { processCpuSeconds } from '../support/cpu.ts';
+import { hasCommand, installDebianPackages } from '../support/debian.ts';
+import { freePort, splitAddress } from '../support/net.ts';
+import { originLocation, proxyLocation, startNginx, writeNginxConf, type NginxProcess } from '../support/nginx.ts';
+import { fixed, median, printTable, ratio } from '../support/table.ts';
+import { runWrk, type WrkResult } from '../support/wrk.ts';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const WARMUP_SECONDS = 2;
+const ORIGIN_IP = '127.0.0.60';
+const NGINX_IP = '127.0.0.61';
+const TPS_IP = '127.0.0.62';
+const BODY = 'hello from the benchmark origin, a small static response\n';
+
+const wrk = (url: string, seconds: number): Promise<WrkResult> => runWrk({ url, seconds, connections: CONNECTIONS });
+
+async function main(): Promise<void> {
+  const started = performance.now();
+  installDebianPackages(['nginx', 'wrk'].filter((c) => !hasCommand(c)));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-bench-http-'));
+  fs.chmodSync(dir, 0o755);
+  const originAddress = `${ORIGIN_IP}:${await freePort(ORIGIN_IP)}`;
+  const nginxAddress = `${NGINX_IP}:${await freePort(NGINX_IP)}`;
+  const tpsPort = await freePort(TPS_IP);
+  const children: NginxProcess[] = [];
+  let proxy: HttpProxy | undefined;
+  try {
+    const originConf = writeNginxConf({ dir, name: 'origin', servers: [{ listen: originAddress, location: originLocation(BODY) }] });
+    children.push(await startNginx(originConf, dir, [originAddress]));
+    const proxyConf = writeNginxConf({
+      dir,
+      name: 'proxy',
+      upstreams: [{ name: 'origin', server: originAddress, keepalive: 64 }],
+      servers: [{ listen: nginxAddress, location: proxyLocation('origin') }],
+    });
+    const nginxProxy = await startNginx(proxyConf, dir, [nginxAddress]);
+    children.push(nginxProxy);
+    const nginxWorker = nginxProxy.workerPids()[0]!;
+    const [originHost, originPort] = splitAddress(originAddress);
+    proxy = new HttpProxy(
+      {
+        id: '00000000-0000-4000-8000-00000000be01',
+        tenantId: '00000000-0000-4000-8000-00000000be00',
+        revision: 1,
+        attributes: {
+          frontend: { ipv4: TPS_IP, port: tpsPort },
+          backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
+          waf: { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] },
+        },
+      },
+      {
+        insight: { record() {}, updateRateLimitEpisode() {} },
+        geo: loadGeoLookup({ withoutMmdb: true }),
+        location: 'BEN',
+      },
+    );
+    await proxy.start();
+
+    const targets = [
+      { name: 'direct', url: `http://${originAddress}/`, cpu: undefined as undefined | (() => number) },
+      { name: 'nginx', url: `http://${nginxAddress}/`, cpu: () => processCpuSeconds(nginxWorker) },
+      { name: 'tps', url: `http://${TPS_IP}:${tpsPort}/`, cpu: () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; } },
+    ];
+    const results = new Map<string, (WrkResult & { cpuUsPerRequest: number })[]>();
+    for (const target of targets) {
+      await wrk(target.url, WARMUP_SECONDS);
+      results.set(target.name, []);
+    }
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const target of targets) {
+        const cpuBefore = target.cpu?.() ?? 0;
+        const r = await wrk(target.url, SECONDS);
+        const cpu = target.cpu ? target.cpu() - cpuBefore : NaN;
+        const cpuUsPerRequest = (cpu * 1e6) / r.requests;
+        results.get(target.name)!.push({ ...r, cpuUsPerRequest });
+        console.log(
+          `round ${round} ${target.name.padEnd(6)} ${r.rps.toFixed(0).padStart(7)} req/s  p50 ${r.p50Ms.toFixed(2)} ms  p99 ${r.p99Ms.toFixed(2)} ms` +
+            (Number.isFinite(cpuUsPerRequest) ? `  ${cpuUsPerRequest.toFixed(1)} us CPU/req` : '') +
+            (r.errors ? `  (${r.errors})` : ''),
+        );
+      }
+    }
+
+    const summary = targets.map((t) => {
+      const rs = results.get(t.name)!;
+      return {
+        name: t.name,
+        rps: median(rs.map((r) => r.rps)),
+        p99: median(rs.map((r) => r.p99Ms)),
+        cpu: median(rs.map((r) => r.cpuUsPerRequest)),
+      };
+    });
+    const nginx = summary.find((s) => s.name === 'nginx')!;
+    const direct = summary.find((s) => s.name === 'direct')!;
+    console.log(`\nwrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s, median; ${os.cpus().length} cores, Node ${process.version}`);
+    printTable(
+      ['target', 'req/s', 'p99 ms', 'CPU us/req', 'vs nginx req/s', 'vs direct req/s'],
+      summary.map((s) => [s.name, s.rps.toFixed(0), s.p99.toFixed(2), fixed(s.cpu, 1), ratio(s.rps, nginx.rps), ratio(s.rps, direct.rps)]),
+    );
+    const tps = summary.find((s) => s.name === 'tps')!;
+    console.log(`\ngoal: tps >= 0.5x nginx req/s -> ${(tps.rps / nginx.rps).toFixed(2)}x ${tps.rps >= 0.5 * nginx.rps ? 'MET' : 'NOT MET'}`);
+    console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
+  } finally {
+    await proxy?.stop();
+    await Promise.all(children.map((child) => child.stop()));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,366 @@
+/**
+ * WAF benchmark, in one sitting (about 2.5 minutes with the defaults): our HttpProxy with the
+ * ModSecurity engine in BLOCKING mode against nginx + ModSecurity-nginx, both running
+ * ModSecurity v3.0.9 with Debian's CRS 3.3.4 and the same engine settings, at paranoia 1 and 4,
+ * for three requests:
+ *
+ *   get     benign GET with browser-like headers                 -> 200 from the origin
+ *   post    benign 1 KB application/x-www-form-urlencoded POST   -> 200 from the origin
+ *   attack  GET with an SQL injection in the query string        -> 403 from the WAF
+ *
+ * Equal cores: both sides are pinned (taskset) to the same N CPUs (BENCH_CORES, default half the
+ * machine, at least 1): nginx runs N worker processes, our proxy one Node process with its event
+ * loop and N ModSecurity worker threads. wrk and the origin run on the other CPUs when there are
+ * any. CPU time is read from /proc for every process (nginx: master + workers) and thread (ours)
+ * of each side, so CPU per request can be compared even when the machine is busy.
+ *
+ * Installs nginx, wrk, the ModSecurity-nginx module and the CRS from Debian when absent (as root),
+ * with a policy-rc.d that keeps the packages from starting nginx. Loopback only: 127.0.0.70 origin,
+ * .71 nginx + ModSecurity, .72 ours.
+ *
+ *   node bench/waf/run.ts
+ *   BENCH_SECONDS=3 BENCH_ROUNDS=3 BENCH_CONNECTIONS=32 BENCH_CORES=1 node bench/waf/run.ts
+ *   BENCH_PARANOIA=1 BENCH_REQUESTS=get,post node bench/waf/run.ts     (a subset)
+ *   BENCH_WAF_THREADS=2 ...                                           (our ModSecurity threads; default BENCH_CORES)
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { modsecurityRulesSources } from '../../src/edge/http/waf/modsecurity-config.ts';
+import { allowedCpus, threadCpuSeconds, treeCpuSeconds } from '../support/cpu.ts';
+import { hasCommand, hasDebianPackage, installDebianPackages } from '../support/debian.ts';
+import { freePort, splitAddress } from '../support/net.ts';
+import { originLocation, proxyLocation, startNginx, writeNginxConf, type NginxProcess } from '../support/nginx.ts';
+import { fixed, median, printTable, ratio } from '../support/table.ts';
+import { runWrk, type WrkResult } from '../support/wrk.ts';
+import type { TpsProxyArgs } from './tps-proxy.ts';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+const WARMUP_SECONDS = 1;
+const PARANOIA_LEVELS = (process.env.BENCH_PARANOIA ?? '1,4').split(',').map(Number) as (1 | 2 | 3 | 4)[];
+const REQUESTS = (process.env.BENCH_REQUESTS ?? 'get,post,attack').split(',');
+const ORIGIN_IP = '127.0.0.70';
+const NGINX_IP = '127.0.0.71';
+const TPS_IP = '127.0.0.72';
+const BODY = 'hello from the benchmark origin, a small static response\n';
+const MODSECURITY_MODULE = '/usr/share/nginx/modules/ngx_http_modsecurity_module.so';
+
+/** What a browser sends (Host named, not an IP: CRS 920350 would score a numeric Host). */
+const BROWSER_HEADERS = [
+  'Host: shop.example',
+  'User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36',
+  'Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8',
+  'Accept-Language: en-US,en;q=0.9',
+  'Accept-Encoding: gzip, deflate, br',
+  'Cookie: session=6f1c2a9e4b7d4c1f8a3e5b2d9c0f7a14; theme=dark',
+  'Referer: http://shop.example/catalog/books',
+];
+
+/** 1024 bytes of form fields that pass the CRS at paranoia 4 too (no spaces, few special characters). */
+function formBody(): string {
+  const words = ['alpha', 'bravo', 'charlie', 'delta', 'echo', 'foxtrot', 'golf', 'hotel', 'india', 'juliet', 'kilo', 'lima', 'mike'];
+  let body = 'first_name=Alice&last_name=Martin&email=alice.martin_example.com&city=Springfield&zip=12345&newsletter=yes&comment=';
+  for (let i = 0; body.length < 1024; i++) body += `${words[i % words.length]}_`;
+  return body.slice(0, 1024);
+}
+const FORM = formBody();
+
+interface Scenario {
+  name: 'get' | 'post' | 'attack';
+  path: string;
+  /** Status every response must have. */
+  status: number;
+  script?: string;
+}
+
+interface Side {
+  name: 'nginx' | 'tps';
+  ports: Map<number, number>;
+  /** CPU seconds of the whole side. */
+  cpu(): number;
+  /** CPU seconds by part (ours: event loop / WAF threads / other threads). */
+  parts(): Record<string, number>;
+}
+
+interface Sample extends WrkResult {
+  cpuUsPerRequest: number;
+  partsUsPerRequest: Record<string, number>;
+}
+
+/** The SecLang nginx loads for one paranoia level: exactly what our engine loads (modsecurity-config.ts), with the level set by the CRS's own SecAction 900000. */
+function nginxRulesFile(dir: string, paranoiaLevel: number): string {
+  const sources = modsecurityRulesSources({
+    extraSetupRules: `SecAction "id:900000,phase:1,nolog,pass,t:none,setvar:tx.paranoia_level=${paranoiaLevel}"`,
+  });
+  const text = sources.map((s) => ('file' in s ? `Include ${s.file}` : `# ${s.name}\n${s.text}`)).join('\n');
+  const file = path.join(dir, `modsecurity-pl${paranoiaLevel}.conf`);
+  fs.writeFileSync(file, `${text}\n`);
+  return file;
+}
+
+function request(address: string, scenario: Scenario): Promise<number> {
+  const [host, port] = splitAddress(address);
+  const headers: Record<string, string> = {};
+  for (const h of BROWSER_HEADERS) headers[h.slice(0, h.indexOf(':'))] = h.slice(h.indexOf(':') + 2);
+  const post = scenario.name === 'post';
+  if (post) headers['Content-Type'] = 'application/x-www-form-urlencoded';
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host, port, path: scenario.path, method: post ? 'POST' : 'GET', headers, agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', reject);
+    req.end(post ? FORM : undefined);
+  });
+}
+
+function startTps(args: TpsProxyArgs, cpus: string): Promise<ChildProcess> {
+  const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
+  const child = spawn('taskset', ['-c', cpus, process.execPath, script, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error('our proxy was not ready after 60 s'));
+    }, 60_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      if (out.includes('ready')) {
+        clearTimeout(timer);
+        resolve(child);
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`our proxy exited (${signal ?? `code ${code}`}) before it was ready`));
+    });
+  });
+}
+
+/** SIGTERM, then SIGKILL after 3 s; resolves with how it ended. */
+async function stopChild(child: ChildProcess): Promise<string> {
+  if (child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
+    await exited;
+    clearTimeout(timer);
+  }
+  return child.signalCode ?? `code ${child.exitCode}`;
+}
+
+async function main(): Promise<void> {
+  const started = performance.now();
+  installDebianPackages([
+    ...['nginx', 'wrk'].filter((c) => !hasCommand(c)),
+    ...['libnginx-mod-http-modsecurity', 'modsecurity-crs'].filter((p) => !hasDebianPackage(p)),
+  ]);
+
+  const cpus = allowedCpus();
+  const cores = Number(process.env.BENCH_CORES ?? Math.max(1, Math.floor(cpus.length / 2)));
+  if (!Number.isInteger(cores) || cores < 1 || cores > cpus.length) throw new RangeError(`BENCH_CORES must be 1-${cpus.length}`);
+  const sutCpus = cpus.slice(cpus.length - cores).join(',');
+  const loadCpus = cores < cpus.length ? cpus.slice(0, cpus.length - cores).join(',') : undefined;
+
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-bench-waf-'));
+  fs.chmodSync(dir, 0o755);
+  const originAddress = `${ORIGIN_IP}:${await freePort(ORIGIN_IP)}`;
+  const nginxPorts = new Map<number, number>();
+  const tpsPorts = new Map<number, number>();
+  for (const level of PARANOIA_LEVELS) {
+    nginxPorts.set(level, await freePort(NGINX_IP));
+    tpsPorts.set(level, await freePort(TPS_IP));
+  }
+  const scriptPath = path.join(dir, 'post.lua');
+  fs.writeFileSync(
+    scriptPath,
+    `wrk.method = "POST"\nwrk.body = "${FORM}"\nwrk.headers["Content-Type"] = "application/x-www-form-urlencoded"\n`,
+  );
+  const scenarios = (
+    [
+      { name: 'get', path: '/catalog/books?category=fiction&page=2&sort=price', status: 200 },
+      { name: 'post', path: '/account/profile', status: 200, script: scriptPath },
+      { name: 'attack', path: '/catalog/books?id=1%27%20UNION%20SELECT%20password%20FROM%20users--%20', status: 403 },
+    ] satisfies Scenario[]
+  ).filter((s) => REQUESTS.includes(s.name));
+  if (scenarios.length === 0 || PARANOIA_LEVELS.some((l) => ![1, 2, 3, 4].includes(l))) throw new RangeError('BENCH_REQUESTS: get,post,attack; BENCH_PARANOIA: 1-4, comma-separated');
+
+  const nginxes: NginxProcess[] = [];
+  let tps: ChildProcess | undefined;
+  try {
+    const originConf = writeNginxConf({ dir, name: 'origin', servers: [{ listen: originAddress, location: originLocation(BODY) }] });
+    nginxes.push(await startNginx(originConf, dir, [originAddress], loadCpus ? { cpus: loadCpus } : {}));
+    const wafConf = writeNginxConf({
+      dir,
+      name: 'nginx-modsecurity',
+      workers: cores,
+      loadModules: [MODSECURITY_MODULE],
+      upstreams: [{ name: 'origin', server: originAddress, keepalive: 64 }],
+      servers: PARANOIA_LEVELS.map((level) => ({
+        listen: `${NGINX_IP}:${nginxPorts.get(level)}`,
+        directives: `modsecurity on;\nmodsecurity_rules_file ${nginxRulesFile(dir, level)};`,
+        location: proxyLocation('origin'),
+      })),
+    });
+    const nginx = await startNginx(wafConf, dir, [...nginxPorts.values()].map((p) => `${NGINX_IP}:${p}`), { cpus: sutCpus });
+    nginxes.push(nginx);
+    const wafThreads = Number(process.env.BENCH_WAF_THREADS ?? cores);
+    tps = await startTps(
+      { workers: wafThreads, origin: originAddress, listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: tpsPorts.get(level)!, paranoiaLevel: level })) },
+      sutCpus,
+    );
+    const tpsPid = tps.pid!;
+
+    const sides: Side[] = [
+      {
+        name: 'nginx',
+        ports: nginxPorts,
+        cpu: () => treeCpuSeconds(nginx.pid),
+        parts: () => ({}),
+      },
+      {
+        name: 'tps',
+        ports: tpsPorts,
+        cpu: () => treeCpuSeconds(tpsPid),
+        parts: () => {
+          const parts = { loop: 0, waf: 0, other: 0 };
+          for (const t of threadCpuSeconds(tpsPid)) {
+            if (t.name === 'MainThread' || t.tid === tpsPid) parts.loop += t.seconds;
+            else if (t.name.startsWith('waf-modsecurity')) parts.waf += t.seconds;
+            else parts.other += t.seconds;
+          }
+          return parts;
+        },
+      },
+    ];
+    const ip = (side: Side) => (side.name === 'nginx' ? NGINX_IP : TPS_IP);
+    const url = (side: Side, level: number, scenario: Scenario) => `http://${ip(side)}:${side.ports.get(level)}${scenario.path}`;
+
+    // Every side answers every request as expected before anything is measured.
+    for (const level of PARANOIA_LEVELS) {
+      for (const scenario of scenarios) {
+        for (const side of sides) {
+          const status = await request(`${ip(side)}:${side.ports.get(level)}`, scenario);
+          if (status !== scenario.status) throw new Error(`${side.name} PL${level} ${scenario.name}: status ${status}, expected ${scenario.status}`);
+        }
+      }
+    }
+    console.log(
+      `cores: ${cores} (CPU ${sutCpus}) for each side: nginx ${cores} worker process(es); ours 1 event loop + ${wafThreads} ModSecurity thread(s); ` +
+        `wrk and origin on ${loadCpus ? `CPU ${loadCpus}` : 'the same CPUs'}`,
+    );
+
+    const key = (level: number, scenario: Scenario, side: Side) => `${level}/${scenario.name}/${side.name}`;
+    const results = new Map<string, Sample[]>();
+    const wrk = (side: Side, level: number, scenario: Scenario, seconds: number) =>
+      runWrk({
+        url: url(side, level, scenario),
+        seconds,
+        connections: CONNECTIONS,
+        headers: BROWSER_HEADERS,
+        ...(scenario.script ? { script: scenario.script } : {}),
+        ...(loadCpus ? { cpus: loadCpus } : {}),
+      });
+    for (const level of PARANOIA_LEVELS) {
+      for (const scenario of scenarios) {
+        for (const side of sides) {
+          await wrk(side, level, scenario, WARMUP_SECONDS);
+          results.set(key(level, scenario, side), []);
+        }
+      }
+    }
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const level of PARANOIA_LEVELS) {
+        for (const scenario of scenarios) {
+          for (const side of round % 2 ? sides : [...sides].reverse()) {
+            const cpuBefore = side.cpu();
+            const partsBefore = side.parts();
+            const r = await wrk(side, level, scenario, SECONDS);
+            const cpuUsPerRequest = ((side.cpu() - cpuBefore) * 1e6) / r.requests;
+            const partsAfter = side.parts();
+            const partsUsPerRequest: Record<string, number> = {};
+            for (const [part, seconds] of Object.entries(partsAfter)) partsUsPerRequest[part] = ((seconds - (partsBefore[part] ?? 0)) * 1e6) / r.requests;
+            const wrong = scenario.status === 200 ? r.non2xx : r.requests - r.non2xx;
+            results.get(key(level, scenario, side))!.push({ ...r, cpuUsPerRequest, partsUsPerRequest });
+            console.log(
+              `round ${round} PL${level} ${scenario.name.padEnd(6)} ${side.name.padEnd(5)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.p50Ms.toFixed(1)} ms  p99 ${r.p99Ms.toFixed(1)} ms  ${cpuUsPerRequest.toFixed(0)} us CPU/req` +
+                (wrong > 0 || r.socketErrors > 0 ? `  (WRONG STATUS ${wrong}, socket errors ${r.socketErrors})` : ''),
+            );
+          }
+        }
+      }
+    }
+
+    const rows: string[][] = [];
+    const partRows: string[][] = [];
+    const rpsRatios: number[] = [];
+    const cpuRatios: number[] = [];
+    for (const level of PARANOIA_LEVELS) {
+      for (const scenario of scenarios) {
+        const n = results.get(key(level, scenario, sides[0]!))!;
+        const t = results.get(key(level, scenario, sides[1]!))!;
+        const nRps = median(n.map((r) => r.rps));
+        const tRps = median(t.map((r) => r.rps));
+        const nCpu = median(n.map((r) => r.cpuUsPerRequest));
+        const tCpu = median(t.map((r) => r.cpuUsPerRequest));
+        rpsRatios.push(tRps / nRps);
+        cpuRatios.push(nCpu / tCpu);
+        rows.push([
+          `PL${level}`,
+          scenario.name,
+          `${scenario.status}`,
+          nRps.toFixed(0),
+          tRps.toFixed(0),
+          ratio(tRps, nRps),
+          fixed(median(n.map((r) => r.p99Ms)), 1),
+          fixed(median(t.map((r) => r.p99Ms)), 1),
+          nCpu.toFixed(0),
+          tCpu.toFixed(0),
+          ratio(nCpu, tCpu),
+        ]);
+        partRows.push([
+          `PL${level}`,
+          scenario.name,
+          tCpu.toFixed(0),
+          ...['loop', 'waf', 'other'].map((part) => median(t.map((r) => r.partsUsPerRequest[part] ?? NaN)).toFixed(0)),
+        ]);
+      }
+    }
+    const geomean = (values: number[]) => Math.exp(values.reduce((sum, v) => sum + Math.log(v), 0) / values.length);
+
+    console.log(
+      `\nwrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s, median; ${cores} of ${cpus.length} cores per side; Node ${process.version}; ` +
+        `ModSecurity 3.0.9 + CRS 3.3.4, BLOCKING, anomaly threshold 5`,
+    );
+    printTable(
+      ['PL', 'request', 'status', 'nginx req/s', 'tps req/s', 'tps/nginx req/s', 'nginx p99 ms', 'tps p99 ms', 'nginx CPU us/req', 'tps CPU us/req', 'nginx/tps CPU'],
+      rows,
+    );
+    console.log('\nour CPU per request by thread (us): loop = event loop (proxy + hand-off), waf = ModSecurity threads, other = V8/libuv helpers');
+    printTable(['PL', 'request', 'total', 'loop', 'waf', 'other'], partRows);
+    const rpsMean = geomean(rpsRatios);
+    const cpuMean = geomean(cpuRatios);
+    const verdict = (r: number) => (r >= 1 ? 'MET' : 'NOT MET');
+    console.log(`\ngoal: tps >= 1.0x nginx + ModSecurity (geometric mean of the ${rpsRatios.length} rows)`);
+    console.log(`  req/s            ${rpsMean.toFixed(2)}x  ${verdict(rpsMean)}  (${rpsRatios.filter((r) => r >= 1).length}/${rpsRatios.length} rows >= 1.0)`);
+    console.log(`  CPU per request  ${cpuMean.toFixed(2)}x  ${verdict(cpuMean)}  (${cpuRatios.filter((r) => r >= 1).length}/${cpuRatios.length} rows >= 1.0; nginx CPU / ours)`);
+    console.log(
+      '  on a core shared with other work, req/s favours the side with more runnable threads (ours: event loop + ModSecurity threads);\n' +
+        '  CPU per request is the comparison that does not depend on the share each side gets',
+    );
+    console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
+  } finally {
+    if (tps) {
+      const ended = await stopChild(tps);
+      if (ended !== 'code 0') console.log(`note: our proxy process ended with ${ended} while shutting down (see bench/waf/README.md)`);
+    }
+    await Promise.all(nginxes.map((n) => n.stop()));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();
