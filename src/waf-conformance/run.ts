@@ -1,7 +1,7 @@
 /**
  * CLI: run the CRS regression tests (FTW YAML) against the WAF engine in-process.
  *
- *   node src/waf-conformance/run.ts [folder-or-file] [--workers N] [--json FILE] [--quiet] [--target in-process|socket]
+ *   node src/waf-conformance/run.ts [folder-or-file] [--workers N] [--json FILE] [--quiet] [--target in-process|socket] [--engine modsecurity|compiled]
  *
  * Default folder: ../shared/crs-regression-v3.3.4 next to the repository. Prints passed / failed /
  * skipped and the failed titles with their reasons. Exit code 0 whatever the pass rate (the rate is
@@ -26,6 +26,7 @@ async function main(): Promise<number> {
       json: { type: 'string' },
       quiet: { type: 'boolean', default: false },
       target: { type: 'string', default: 'in-process' },
+      engine: { type: 'string', default: 'modsecurity' },
     },
   });
   const folder = positionals[0] ?? DEFAULT_SUITE;
@@ -35,13 +36,21 @@ async function main(): Promise<number> {
   }
   const workers = values.workers !== undefined ? Number(values.workers) : Math.min(availableParallelism(), 2);
   const tests = loadFtwTests(folder);
+  if (values.engine !== 'modsecurity' && values.engine !== 'compiled') {
+    process.stderr.write(`waf-conformance: --engine must be modsecurity or compiled\n`);
+    return 2;
+  }
   if (values.target !== 'in-process' && values.target !== 'socket') {
     process.stderr.write(`waf-conformance: --target must be in-process or socket\n`);
     return 2;
   }
   // The socket target goes through our HTTP proxy (its parser and pipeline), one stage at a time.
   const socket = values.target === 'socket';
-  const target = socket ? await SocketTarget.start({ workers }) : await InProcessTarget.crsRegression({ workers });
+  const target = socket
+    ? await SocketTarget.start({ workers })
+    : values.engine === 'compiled'
+      ? await InProcessTarget.crsRegressionCompiled()
+      : await InProcessTarget.crsRegression({ workers });
   try {
     let done = 0;
     const summary = await runSuite(tests, target, {

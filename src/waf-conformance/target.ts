@@ -9,6 +9,8 @@
  */
 import type { WafEngine, WafSettings, WafVerdict } from '../edge/http/waf/engine.ts';
 import { createModSecurityEngine } from '../edge/http/waf/modsecurity-engine.ts';
+import { createCompiledEngine } from '../edge/http/waf/compiled/compiled-engine.ts';
+import type { CompiledEngineOptions } from '../edge/http/waf/compiled/compiled-engine.ts';
 import type { ModSecurityEngineOptions } from '../edge/http/waf/modsecurity-engine.ts';
 import { parseRawRequest } from './raw-http.ts';
 
@@ -83,6 +85,12 @@ export class InProcessTarget implements ConformanceTarget {
   /** The CRS regression setup on a fresh ModSecurity engine. */
   static async crsRegression(options: ModSecurityEngineOptions = {}): Promise<InProcessTarget> {
     const engine = await createModSecurityEngine(crsRegressionEngineOptions(options));
+    return new InProcessTarget(engine, CRS_REGRESSION_SETTINGS, true);
+  }
+
+  /** The CRS regression setup on the compiled engine (src/edge/http/waf/compiled/), in process. */
+  static async crsRegressionCompiled(options: CompiledEngineOptions = {}): Promise<InProcessTarget> {
+    const engine = await createCompiledEngine({ ruleEngine: 'DetectionOnly', extraSetupRules: CRS_REGRESSION_SETUP, ...options });
     return new InProcessTarget(engine, CRS_REGRESSION_SETTINGS, true);
   }
 

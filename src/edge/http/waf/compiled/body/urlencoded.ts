@@ -1,0 +1,67 @@
+/**
+ * application/x-www-form-urlencoded and query strings, as ModSecurity's
+ * Transaction::extractArguments: split on the separator (getline semantics: no trailing empty
+ * token, empty tokens in the middle kept as empty arguments), split each at the first '=',
+ * decode both halves (%XX when valid, '+' to space; an invalid % sets URLENCODED_ERROR).
+ */
+
+/** urldecode_nonstrict_inplace: returns the decoded text and whether an invalid % was seen. */
+export function urlDecodeNonStrict(s: string): { text: string; invalid: boolean } {
+  if (s.indexOf('%') < 0 && s.indexOf('+') < 0) return { text: s, invalid: false };
+  let out = '';
+  let invalid = false;
+  const n = s.length;
+  const hex = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
+  let i = 0;
+  let start = 0;
+  while (i < n) {
+    const c = s.charCodeAt(i);
+    if (c === 0x25) {
+      if (i + 2 < n + 1 && i + 2 <= n - 1 && hex(s.charCodeAt(i + 1)) && hex(s.charCodeAt(i + 2))) {
+        out += s.slice(start, i) + String.fromCharCode(parseInt(s.slice(i + 1, i + 3), 16));
+        i += 3;
+        start = i;
+        continue;
+      }
+      invalid = true;
+      i++;
+      continue;
+    }
+    if (c === 0x2b) {
+      out += s.slice(start, i) + ' ';
+      i++;
+      start = i;
+      continue;
+    }
+    i++;
+  }
+  out += s.slice(start);
+  return { text: out, invalid };
+}
+
+/** getline()-style split: tokens between separators, no trailing empty token. */
+export function getlineSplit(s: string, sep: string): string[] {
+  if (s === '') return [];
+  const parts = s.split(sep);
+  if (parts[parts.length - 1] === '') parts.pop();
+  return parts;
+}
+
+export interface ArgumentSink {
+  addArgument(origin: 'GET' | 'POST', key: string, value: string): boolean;
+}
+
+/** Returns true when some %-encoding was invalid (URLENCODED_ERROR). */
+export function extractArguments(sink: ArgumentSink, origin: 'GET' | 'POST', text: string, separator = '&'): boolean {
+  let invalid = false;
+  for (const token of getlineSplit(text, separator)) {
+    const eq = token.indexOf('=');
+    const rawKey = eq < 0 ? token : token.slice(0, eq);
+    const rawValue = eq < 0 ? '' : token.slice(eq + 1);
+    const k = urlDecodeNonStrict(rawKey);
+    const v = urlDecodeNonStrict(rawValue);
+    if (k.invalid || v.invalid) invalid = true;
+    sink.addArgument(origin, k.text, v.text);
+  }
+  return invalid;
+}

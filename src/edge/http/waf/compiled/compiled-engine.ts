@@ -1,0 +1,298 @@
+/**
+ * The compiled engine behind the WafEngine interface: the CRS compiled once into JavaScript
+ * closures (compiler.ts) and run per request by transaction.ts, with the ModSecurity engine's
+ * settings semantics (paranoia, threshold, exclusions, mode; see inspector.ts).
+ *
+ * The compiled rule set is immutable and cached per process by its options: every proxy (and
+ * every engine instance created with the same options) shares one copy. Per-proxy settings are
+ * per-transaction data.
+ *
+ * Two ways to run:
+ * - in process (`workers: 0`, the default): inspectRequest runs synchronously on the caller's
+ *   thread. Regular expressions that V8's linear engine can take fall back to it on excessive
+ *   backtracking (regex/runtime.ts).
+ * - in a worker pool (`workers: N`): each worker holds its own compiled copy (closures cannot
+ *   cross isolates) and a request that runs past `requestBudgetMs` of wall time has its worker
+ *   terminated and replaced; the request fails with WafUnavailableError (the proxy chooses
+ *   fail-open or fail-closed). That budget is what bounds patterns the linear engine cannot take.
+ */
+import { Worker } from 'node:worker_threads';
+import type { WafEngine, WafExchange, WafRequest, WafResponse, WafSettings, WafVerdict } from '../engine.ts';
+import { WafOverloadedError, WafUnavailableError } from '../engine.ts';
+import { checkSettings } from '../modsecurity-inspect.ts';
+import { resolvedLimits } from '../modsecurity-config.ts';
+import { CompiledInspector, compileCrs } from './inspector.ts';
+import type { CompiledRulesOptions } from './inspector.ts';
+import type { CompiledRuleSet } from './program.ts';
+
+export interface CompiledEngineOptions extends CompiledRulesOptions {
+  /** 0 (default): run in the calling thread. N > 0: a pool of N worker threads. */
+  readonly workers?: number;
+  /** Worker mode: requests in flight before WafOverloadedError; default 256 per worker. */
+  readonly maxQueue?: number;
+  /** Worker mode: wall-clock budget of one request before its worker is replaced; default 250 ms. */
+  readonly requestBudgetMs?: number;
+  /** An exchange whose response never comes is dropped after this long; default 120 s. */
+  readonly exchangeTimeoutMs?: number;
+}
+
+const shared = new Map<string, CompiledRuleSet>();
+
+/** The process-wide compiled rule set for these options (compiled on first use). */
+export function sharedRuleSet(options: CompiledRulesOptions = {}): CompiledRuleSet {
+  const key = JSON.stringify(options, Object.keys(options).sort());
+  let rs = shared.get(key);
+  if (!rs) {
+    rs = compileCrs(options);
+    shared.set(key, rs);
+  }
+  return rs;
+}
+
+function rulesOptions(options: CompiledEngineOptions): CompiledRulesOptions {
+  const { workers: _w, maxQueue: _q, requestBudgetMs: _b, exchangeTimeoutMs: _e, ...rules } = options;
+  return rules;
+}
+
+export class CompiledEngine implements WafEngine {
+  readonly name = 'compiled';
+  private readonly inspector: CompiledInspector | undefined;
+  private readonly pool: WorkerPool | undefined;
+  private closed = false;
+
+  /** Use createCompiledEngine(). */
+  constructor(options: CompiledEngineOptions = {}) {
+    const limits = resolvedLimits(options);
+    const workers = options.workers ?? 0;
+    if (!Number.isInteger(workers) || workers < 0 || workers > 64) throw new RangeError('workers must be 0-64');
+    if (workers === 0) {
+      this.inspector = new CompiledInspector(sharedRuleSet(rulesOptions(options)), limits);
+    } else {
+      this.pool = new WorkerPool(options, workers);
+    }
+  }
+
+  get ruleCount(): number | undefined {
+    return this.inspector?.ruleCount;
+  }
+
+  async ready(): Promise<void> {
+    if (this.pool) await this.pool.ready();
+  }
+
+  async inspectRequest(request: WafRequest, settings: WafSettings): Promise<WafVerdict> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    checkSettings(settings);
+    if (this.inspector) return this.inspector.inspectRequest(request, settings, false).verdict;
+    return (await this.pool!.call({ type: 'request', request, settings, keepOpen: false })).verdict;
+  }
+
+  /** Synchronous inspection (in-process mode only): for benchmarks and tests. */
+  inspectRequestSync(request: WafRequest, settings: WafSettings): WafVerdict {
+    if (!this.inspector) throw new Error('inspectRequestSync needs the in-process mode (workers: 0)');
+    return this.inspector.inspectRequest(request, settings, false).verdict;
+  }
+
+  async beginExchange(request: WafRequest, settings: WafSettings): Promise<WafExchange> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    checkSettings(settings);
+    if (this.inspector) {
+      const inspector = this.inspector;
+      const { verdict, open } = inspector.inspectRequest(request, settings, true);
+      let done = open === undefined;
+      return {
+        requestVerdict: verdict,
+        inspectResponse: async (response: WafResponse): Promise<WafVerdict> => {
+          if (done || !open) return { matchedRules: [] };
+          done = true;
+          return inspector.inspectResponse(open, response);
+        },
+        end: (): void => {
+          if (done || !open) return;
+          done = true;
+          inspector.endTransaction(open);
+        },
+      };
+    }
+    const pool = this.pool!;
+    const { verdict, exchange, worker } = await pool.call({ type: 'request', request, settings, keepOpen: true });
+    let done = exchange === undefined;
+    return {
+      requestVerdict: verdict,
+      inspectResponse: async (response: WafResponse): Promise<WafVerdict> => {
+        if (done || exchange === undefined) return { matchedRules: [] };
+        done = true;
+        return (await pool.call({ type: 'response', exchange, response }, worker)).verdict;
+      },
+      end: (): void => {
+        if (done || exchange === undefined) return;
+        done = true;
+        pool.send(worker, { type: 'end', exchange });
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.pool) await this.pool.close();
+  }
+}
+
+export async function createCompiledEngine(options: CompiledEngineOptions = {}): Promise<CompiledEngine> {
+  const engine = new CompiledEngine(options);
+  try {
+    await engine.ready();
+  } catch (error) {
+    await engine.close();
+    throw error;
+  }
+  return engine;
+}
+
+// ---------------------------------------------------------------------------- worker pool
+
+export type ToCompiledWorker =
+  | { type: 'request'; id: number; request: WafRequest; settings: WafSettings; keepOpen: boolean }
+  | { type: 'response'; id: number; exchange: number; response: WafResponse }
+  | { type: 'end'; exchange: number };
+
+type FromCompiledWorker =
+  | { type: 'ready'; ruleCount: number }
+  | { type: 'loadError'; message: string }
+  | { type: 'result'; id: number; verdict: WafVerdict; exchange?: number }
+  | { type: 'failure'; id: number; message: string; code?: string };
+
+type Call = Extract<ToCompiledWorker, { id: number }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
+
+interface Pending {
+  resolve(v: { verdict: WafVerdict; exchange?: number | undefined }): void;
+  reject(e: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+class PoolWorker {
+  readonly worker: Worker;
+  readonly pending = new Map<number, Pending>();
+  readonly ready: Promise<void>;
+  private nextId = 1;
+  dead = false;
+
+  constructor(data: unknown, onExit: (w: PoolWorker) => void) {
+    this.worker = new Worker(new URL('./compiled-worker.ts', import.meta.url), { workerData: data, name: 'waf-compiled' });
+    this.worker.unref();
+    let settle: { resolve(): void; reject(e: Error): void } | undefined;
+    this.ready = new Promise<void>((resolve, reject) => {
+      settle = { resolve, reject };
+    });
+    this.ready.catch(() => {});
+    this.worker.on('message', (m: FromCompiledWorker) => {
+      if (m.type === 'ready') settle?.resolve();
+      else if (m.type === 'loadError') settle?.reject(new Error(m.message));
+      else {
+        const p = this.pending.get(m.id);
+        if (!p) return;
+        this.pending.delete(m.id);
+        clearTimeout(p.timer);
+        if (this.pending.size === 0) this.worker.unref();
+        if (m.type === 'result') p.resolve({ verdict: m.verdict, exchange: m.exchange });
+        else {
+          const e = new Error(m.message) as Error & { code?: string };
+          if (m.code) e.code = m.code;
+          p.reject(e);
+        }
+      }
+    });
+    this.worker.on('error', (error) => {
+      settle?.reject(error);
+      this.failAll(new WafUnavailableError(`compiled WAF worker failed: ${error.message}`));
+    });
+    this.worker.on('exit', () => {
+      this.dead = true;
+      settle?.reject(new Error('compiled WAF worker exited before it was ready'));
+      this.failAll(new WafUnavailableError('compiled WAF worker exited'));
+      onExit(this);
+    });
+  }
+
+  call(message: Call, budgetMs: number): Promise<{ verdict: WafVerdict; exchange?: number | undefined }> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        // The request ran past its budget: a runaway regular expression cannot be interrupted
+        // inside the worker, so the worker goes (and is replaced).
+        this.failAll(new WafUnavailableError(`WAF request exceeded its ${budgetMs} ms budget`));
+        void this.worker.terminate();
+      }, budgetMs);
+      timer.unref();
+      if (this.pending.size === 0) this.worker.ref();
+      this.pending.set(id, { resolve, reject, timer });
+      this.worker.postMessage({ ...message, id });
+    });
+  }
+
+  failAll(error: Error): void {
+    const all = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of all) {
+      clearTimeout(p.timer);
+      p.reject(error);
+    }
+    this.worker.unref();
+  }
+}
+
+class WorkerPool {
+  private readonly workers: PoolWorker[] = [];
+  private readonly data: unknown;
+  private readonly maxQueue: number;
+  private readonly budgetMs: number;
+  private inFlight = 0;
+  private closed = false;
+
+  constructor(options: CompiledEngineOptions, count: number) {
+    this.maxQueue = options.maxQueue ?? 256 * count;
+    this.budgetMs = options.requestBudgetMs ?? 250;
+    this.data = { options: rulesOptions(options), exchangeTimeoutMs: options.exchangeTimeoutMs ?? 120_000 };
+    for (let i = 0; i < count; i++) this.workers.push(this.spawn());
+  }
+
+  private spawn(): PoolWorker {
+    return new PoolWorker(this.data, (dead) => {
+      const index = this.workers.indexOf(dead);
+      if (index >= 0 && !this.closed) this.workers[index] = this.spawn();
+    });
+  }
+
+  async ready(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.ready));
+  }
+
+  async call(message: Call, worker?: PoolWorker): Promise<{ verdict: WafVerdict; exchange?: number | undefined; worker: PoolWorker }> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    if (this.inFlight >= this.maxQueue) throw new WafOverloadedError(`WAF engine overloaded: ${this.inFlight} requests in flight`);
+    let w = worker;
+    if (w === undefined) {
+      for (const c of this.workers) if (!c.dead && (w === undefined || c.pending.size < w.pending.size)) w = c;
+    }
+    if (w === undefined || w.dead) throw new WafUnavailableError('the compiled WAF worker of this exchange is gone');
+    this.inFlight++;
+    try {
+      const r = await w.call(message, this.budgetMs);
+      return { ...r, worker: w };
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  send(worker: PoolWorker, message: ToCompiledWorker): void {
+    if (!worker.dead) worker.worker.postMessage(message);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const all = this.workers.splice(0);
+    for (const w of all) w.failAll(new WafUnavailableError('WAF engine closed'));
+    await Promise.all(all.map((w) => w.worker.terminate()));
+  }
+}

@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { AhoCorasick } from './aho-corasick.ts';
+import { atoll, invalidUtf8, parsePmContent, pmFileLines, stoi, validateUrlEncoding } from './index.ts';
+import { ORACLE_AVAILABLE, simpleRequest, smallRuleSets } from '../differential/oracle.ts';
+
+test('operators: numbers, @pm parsing, validation helpers', () => {
+  assert.equal(atoll(' 42abc'), 42);
+  assert.equal(atoll('-7'), -7);
+  assert.equal(atoll('x'), 0);
+  assert.equal(stoi('99999999999'), 0, 'std::stoi out of range: ModSecurity catches and uses 0');
+  assert.deepEqual(parsePmContent('"a b  |41|c\\;"'), ['a', 'b', 'c;'], 'ModSecurity drops digits inside |hex|');
+  assert.deepEqual(parsePmContent('|ab|x'), ['\xabx']);
+  assert.deepEqual(pmFileLines('# comment\n  # indented comment\nfoo\n\nbar baz\n'), ['foo', 'bar baz']);
+  assert.equal(validateUrlEncoding('a%41b'), false);
+  assert.equal(validateUrlEncoding('a%4'), true);
+  assert.equal(validateUrlEncoding('a%zz'), true);
+  assert.equal(invalidUtf8('caf\xc3\xa9'), false);
+  assert.equal(invalidUtf8('\xc0\xaf'), true, 'overlong');
+  assert.equal(invalidUtf8('\xed\xa0\x80'), true, 'surrogate');
+  const ac = new AhoCorasick(['Script', 'on']);
+  assert.equal(ac.test('<SCRIPT>'), true);
+  assert.equal(ac.search('a ONe'), 'on');
+  assert.equal(ac.test('nothing'), false);
+});
+
+test('operators: same results as the ModSecurity addon', { skip: !ORACLE_AVAILABLE }, () => {
+  const ops = [
+    '@pm select union',
+    '@within GET POST HEAD',
+    '@contains admin',
+    '@containsWord admin',
+    '@streq GET',
+    '@beginsWith /adm',
+    '@endsWith .php',
+    '@eq 5',
+    '@gt 5',
+    '@ge 5',
+    '@lt 5',
+    '@le 5',
+    '@ipMatch 10.0.0.0/8,192.168.1.1,2001:db8::/32',
+    '@validateByteRange 32-126',
+    '@validateUrlEncoding',
+    '@validateUtf8Encoding',
+    '@rx (?i)^[a-z]{3}\\d',
+    '@unconditionalMatch',
+  ];
+  const rules = ops.map((op, k) => `SecRule REQUEST_HEADERS "${op}" "id:${100 + k},phase:1,pass,log,multiMatch,t:none,msg:'${k}',logdata:'%{MATCHED_VAR_NAME}'"`).join('\n');
+  const values = ['GET', 'get', 'POST', 'admin', 'the admin page', 'xadminx', '/admin/x', 'index.php', '5', '05', ' 6', '-1', '4x', '10.1.2.3', '192.168.1.1', '2001:db8::1', '8.8.8.8', 'tab\there', '%41%zz', '\xc3\xa9', '\xc3', 'abc1', 'ABC9', '', 'select * from'];
+  const both = smallRuleSets(rules);
+  try {
+    const request = simpleRequest({ headers: values.map((v, k) => [`h${k}`, v] as const) });
+    const a = both.modsecurity(request).map((m) => `${m.id} ${m.data}`).sort();
+    const b = both.compiled(request).map((m) => `${m.id} ${m.data}`).sort();
+    assert.deepEqual(b, a);
+  } finally {
+    both.close();
+  }
+});

@@ -1,0 +1,211 @@
+/**
+ * The compiled form of a SecLang rule set: what the parser's directives become once, at load
+ * time, and what every transaction then runs. Nothing here holds per-request state; a
+ * CompiledRuleSet is immutable after compile() and shared by every proxy (per-proxy paranoia,
+ * threshold and exclusions are transaction data, see transaction.ts).
+ *
+ * The types mirror ModSecurity v3's model closely on purpose (RuleWithOperator, RuleUnconditional,
+ * RuleMarker, the action kinds and their execution order), because the verdicts must be the same.
+ */
+import type { Transaction, Entry } from './transaction.ts';
+
+/** A string with %{...} macros, compiled. `text` when it has none. */
+export interface Expand {
+  readonly text?: string;
+  readonly parts?: readonly (string | MacroVar)[];
+}
+
+export interface MacroVar {
+  readonly resolver: VarResolver;
+}
+
+/** Resolves one variable of a rule (ARGS, ARGS:foo, ARGS:/re/, TX:score, &ARGS, REQUEST_URI ...). */
+export interface VarResolver {
+  /** ModSecurity's m_fullName: "ARGS", "ARGS:foo", "ARGS:regex(^re)", "TX:score". Used by exclusions. */
+  readonly fullName: string;
+  /** Upper-case collection name. */
+  readonly collection: string;
+  /** Dict element (as written), if any. */
+  readonly key?: string | undefined;
+  /** Regex selector source (PCRE), if any. */
+  readonly keyRegex?: string | undefined;
+  readonly count: boolean;
+  /** Appends the values to `out`. `rule` is the rule being evaluated (RULE:msg ...). */
+  resolve(tx: Transaction, rule: CompiledRule | undefined, out: Entry[]): void;
+  /** Present when the values are a whole list that can be read in place (no copy). */
+  readonly plan?: VarPlan | undefined;
+}
+
+/** A list collection read whole, without key, regex or exclusion filters: the loop reads it in place. */
+export interface VarPlan {
+  readonly whole: (tx: Transaction) => readonly Entry[];
+}
+
+export interface CompiledOperator {
+  /** "rx", "pm", ... */
+  readonly name: string;
+  /** Parameter as written (for messages). */
+  readonly param: string;
+  readonly negated: boolean;
+  /** The parameter when it has no macros. */
+  readonly staticParam?: string | undefined;
+  /** @rx with a static pattern: the compiled expression. */
+  readonly regex?: unknown;
+  /** Evaluates (without negation). `capture`: the rule has the capture action. */
+  run(tx: Transaction, rule: CompiledRule, input: string): boolean;
+}
+
+export type SetVarOp = 'set' | 'one' | 'unset' | 'add' | 'sub';
+
+export interface SetVarAction {
+  /** TX, IP, GLOBAL, SESSION, USER, RESOURCE. */
+  readonly collection: string;
+  readonly name: Expand;
+  readonly op: SetVarOp;
+  readonly value?: Expand | undefined;
+}
+
+/** Run-time actions executed after a full match, in rule order (ModSecurity's m_actionsRuntimePos). */
+export type RuntimeAction =
+  | { readonly kind: 'log' | 'nolog' | 'auditlog' | 'noauditlog' }
+  | { readonly kind: 'block' }
+  | { readonly kind: 'skipAfter'; readonly marker: string }
+  | { readonly kind: 'skip'; readonly count: number }
+  | { readonly kind: 'status'; readonly status: number }
+  | { readonly kind: 'ctl'; readonly ctl: CtlAction }
+  | { readonly kind: 'initcol'; readonly collection: string; readonly value: Expand }
+  | { readonly kind: 'setenv'; readonly name: Expand; readonly value: Expand | undefined; readonly unset: boolean }
+  | { readonly kind: 'noop' };
+
+export type CtlAction =
+  | { readonly kind: 'ruleRemoveById'; readonly ids: readonly number[]; readonly ranges: readonly (readonly [number, number])[] }
+  | { readonly kind: 'ruleRemoveByTag'; readonly tag: string }
+  | { readonly kind: 'ruleRemoveTargetById'; readonly id: number; readonly target: string }
+  | { readonly kind: 'ruleRemoveTargetByTag'; readonly tag: string; readonly target: string }
+  | { readonly kind: 'ruleEngine'; readonly value: 'On' | 'Off' | 'DetectionOnly' }
+  | { readonly kind: 'requestBodyAccess'; readonly value: boolean }
+  | { readonly kind: 'requestBodyProcessor'; readonly value: 'XML' | 'JSON' | 'URLENCODED' }
+  | { readonly kind: 'forceRequestBodyVariable'; readonly value: boolean }
+  | { readonly kind: 'ignored' };
+
+export type DisruptiveAction =
+  | { readonly kind: 'deny' | 'drop' | 'pass' }
+  | { readonly kind: 'allow'; readonly scope: 'all' | 'request' | 'phase' }
+  | { readonly kind: 'redirect'; readonly url: Expand };
+
+/** One SecRule or SecAction (ModSecurity's RuleWithOperator / RuleUnconditional). */
+export interface CompiledRule {
+  readonly type: 'rule' | 'action';
+  /** 0 for chain children. */
+  readonly id: number;
+  /** SecLang phase 0-5. */
+  readonly phase: number;
+  readonly file: string;
+  readonly line: number;
+  readonly variables: readonly VarResolver[];
+  readonly operator: CompiledOperator | undefined;
+  /** Node of the transformation trie for this rule's chain (0 = none). */
+  readonly tnode: number;
+  /** For multiMatch: the nodes along the chain (without 0). */
+  readonly tpath: readonly number[];
+  /** True when the rule has t:none (then SecDefaultAction transformations do not apply). */
+  readonly hasNone: boolean;
+  /** Transformations of the rule itself (after the last t:none), for the default-action merge. */
+  readonly ownTransformations: readonly string[];
+  readonly multiMatch: boolean;
+  readonly capture: boolean;
+  /** Has the `chain` action (a child follows). */
+  readonly chained: boolean;
+  child: CompiledRule | undefined;
+  parent: CompiledRule | undefined;
+  readonly setvars: readonly SetVarAction[];
+  readonly tags: readonly Expand[];
+  /** Static tag texts, for ruleRemoveByTag / ruleRemoveTargetByTag. */
+  readonly tagTexts: readonly string[];
+  readonly severity: number | undefined;
+  readonly msg: Expand | undefined;
+  readonly logdata: Expand | undefined;
+  readonly runtime: readonly RuntimeAction[];
+  readonly disruptive: DisruptiveAction | undefined;
+  readonly hasBlock: boolean;
+  readonly rev: string;
+  readonly ver: string;
+  /** True when this rule's regex has a prefilter at its chain node (CompiledRuleSet.prefilters). */
+  prefiltered: boolean;
+  /** Set by SecRuleUpdateTargetById/ByTag: exclusions and additions (applied at run time like ModSecurity). */
+  exclusions: UpdateExclusion[];
+  additions: VarResolver[];
+}
+
+/** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */
+export interface UpdateExclusion {
+  readonly fullName: string;
+  /** Regex selector: any value whose key matches is excluded (ModSecurity ignores the collection). */
+  readonly re?: { test(key: string): boolean } | undefined;
+}
+
+export interface PhaseEntry {
+  readonly marker?: string | undefined;
+  readonly rule?: CompiledRule | undefined;
+}
+
+/** Engine-wide settings from the configuration directives. */
+export interface EngineConfig {
+  ruleEngine: 'On' | 'Off' | 'DetectionOnly';
+  requestBodyAccess: boolean;
+  requestBodyLimit: number;
+  requestBodyNoFilesLimit: number | undefined;
+  requestBodyLimitAction: 'Reject' | 'ProcessPartial';
+  requestBodyJsonDepthLimit: number;
+  responseBodyAccess: boolean;
+  responseBodyLimit: number;
+  responseBodyLimitAction: 'Reject' | 'ProcessPartial';
+  responseBodyMimeTypes: string[];
+  argumentSeparator: string;
+  argumentsLimit: number | undefined;
+  pcreMatchLimit: number;
+  components: string[];
+}
+
+export interface TransformationNode {
+  readonly id: number;
+  readonly parent: number;
+  readonly name: string;
+  /** Index of the transformation function (nodes of the same function share a memo). */
+  readonly kind: number;
+  readonly fn: (s: string) => string;
+}
+
+export interface CompiledRuleSet {
+  readonly config: EngineConfig;
+  /** Phases 0-5, each in load order, markers included. */
+  readonly phases: readonly (readonly PhaseEntry[])[];
+  /** For each phase: marker name -> indexes where it appears. */
+  readonly markerIndex: readonly ReadonlyMap<string, readonly number[]>[];
+  /** Node 0 is the identity. */
+  readonly transformations: readonly TransformationNode[];
+  /** Number of distinct transformation functions used. */
+  readonly transformationKinds: number;
+  /**
+   * Per transformation chain node: one expression matching any required literal of the regexes of
+   * the rules read through that node (regex/prefilter.ts); a value it does not match cannot match
+   * any of them.
+   */
+  readonly prefilters: readonly (RegExp | undefined)[];
+  /** Default actions per phase (SecDefaultAction): runtime actions, transformations, disruptive. */
+  readonly defaults: readonly DefaultActions[];
+  /** SecRuleRemoveById / ByTag / ByMsg. */
+  readonly removedIds: ReadonlySet<number>;
+  readonly removedRanges: readonly (readonly [number, number])[];
+  readonly removedTags: readonly string[];
+  readonly removedMsgs: readonly string[];
+  readonly ruleCount: number;
+  readonly rulesById: ReadonlyMap<number, CompiledRule>;
+}
+
+export interface DefaultActions {
+  readonly runtime: readonly RuntimeAction[];
+  readonly transformations: readonly string[];
+  /** Disruptive actions, in order (what `block` runs). */
+  readonly disruptive: readonly DisruptiveAction[];
+}

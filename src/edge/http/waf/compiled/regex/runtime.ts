@@ -1,0 +1,91 @@
+/**
+ * Compiled PCRE patterns for matching binary strings, and the ReDoS guard.
+ *
+ * ReDoS: V8 is told, once, before any pattern is compiled, to fall back to its linear-time
+ * (automaton) engine when a backtracking match exceeds `--regexp-backtracks-before-fallback`
+ * backtracks. The translation (pcre.ts) keeps patterns in the subset that engine accepts (no `i`
+ * flag, no modifiers); `linear` tells whether V8 accepted a pattern for it. A pattern the linear
+ * engine cannot run (lookahead, backreference, huge counted repetition) has no such guarantee: the
+ * engine's per-request time budget (compiled-engine.ts) covers those.
+ */
+import { setFlagsFromString } from 'node:v8';
+import { translatePcre } from './pcre.ts';
+import type { TranslatedRegex } from './pcre.ts';
+
+let flagsSet = false;
+
+/** Sets the V8 flags of the ReDoS guard (idempotent; must run before patterns are compiled). */
+export function enableLinearFallback(backtracks = 10_000): void {
+  if (flagsSet) return;
+  flagsSet = true;
+  setFlagsFromString('--enable-experimental-regexp-engine-on-excessive-backtracks');
+  setFlagsFromString(`--regexp-backtracks-before-fallback=${backtracks}`);
+  // Lets us ask V8 whether a pattern can run in linear time (the `l` flag) at load time.
+  setFlagsFromString('--enable-experimental-regexp-engine');
+}
+
+enableLinearFallback();
+
+function canRunLinear(source: string, flags: string): boolean {
+  try {
+    new RegExp(source, 'l' + flags);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export class CompiledRegex {
+  readonly pattern: string;
+  readonly translated: TranslatedRegex;
+  /** For subjects without "\n". */
+  readonly re: RegExp;
+  /** For subjects with "\n" but no "\r" (JS multiline flag). */
+  readonly reM: RegExp;
+  /** For subjects with "\n" and "\r" (lookaround anchors). */
+  readonly reNl: RegExp;
+  /** True when V8's linear engine can take over on subjects without "\r" (the usual case). */
+  readonly linear: boolean;
+  /** True when it can also for subjects with "\r\n" line ends. */
+  readonly linearNl: boolean;
+
+  constructor(pattern: string, caseless = false) {
+    this.pattern = pattern;
+    const t = translatePcre(pattern, caseless);
+    this.translated = t;
+    this.re = new RegExp(t.source);
+    const nlSensitive = t.sourceNl !== t.source;
+    this.reM = nlSensitive ? new RegExp(t.sourceM, 'm') : this.re;
+    this.reNl = nlSensitive ? new RegExp(t.sourceNl) : this.re;
+    this.linear = canRunLinear(t.source, '') && (!nlSensitive || canRunLinear(t.sourceM, 'm'));
+    this.linearNl = this.linear && (this.reNl === this.re || canRunLinear(t.sourceNl, ''));
+  }
+
+  private pick(subject: string): RegExp {
+    if (this.reNl === this.re || subject.indexOf('\n') < 0) return this.re;
+    return subject.indexOf('\r') < 0 ? this.reM : this.reNl;
+  }
+
+  test(subject: string): boolean {
+    return this.pick(subject).test(subject);
+  }
+
+  /** PCRE-numbered captures of the first match (undefined for groups that did not take part), or null. */
+  exec(subject: string): (string | undefined)[] | null {
+    const m = this.pick(subject).exec(subject);
+    if (!m) return null;
+    const map = this.translated.groupMap;
+    const out: (string | undefined)[] = new Array(map.length);
+    for (let g = 0; g < map.length; g++) out[g] = m[map[g]!];
+    return out;
+  }
+}
+
+export interface KeyRegex {
+  test(key: string): boolean;
+}
+
+/** A collection-key selector (`ARGS:/re/`): case-insensitive, as ModSecurity compiles them. */
+export function compileKeyRegex(pattern: string): KeyRegex {
+  return new CompiledRegex(pattern, true);
+}

@@ -1,0 +1,776 @@
+/**
+ * One HTTP exchange against a CompiledRuleSet: the collections, the per-transaction state and the
+ * rule evaluation loop. The loop follows ModSecurity v3.0.9 (RulesSet::evaluate,
+ * RuleWithOperator::evaluate, RuleWithActions::executeActions*, performLogging) step by step,
+ * because matching the reference engine's verdicts is the point; what differs is how values are
+ * kept: every value is a "box" holding its transformation results by chain node, computed once
+ * and shared by every rule asking for the same chain.
+ */
+import type {
+  CompiledRule,
+  CompiledRuleSet,
+  CtlAction,
+  DisruptiveAction,
+  Expand,
+  RuntimeAction,
+  SetVarAction,
+} from './program.ts';
+import { stoi } from './operators/index.ts';
+import { lowerAscii } from './variables.ts';
+
+export interface ValueBox {
+  readonly v: string;
+  /** Transformation results by trie node (index 0 unused). */
+  c: (string | undefined)[] | undefined;
+  /** Prefilter results by trie node: 1 = a required literal occurs, 2 = none does. */
+  u?: Uint8Array | undefined;
+}
+
+export interface Entry {
+  /** Key within its collection (as stored), or the variable name for single variables. */
+  readonly key: string;
+  /** The key upper-cased (filled on first lookup). */
+  readonly uk?: string;
+  /** ModSecurity's getKeyWithCollection(): "ARGS:q", "REQUEST_URI", "TX:score". */
+  readonly full: string;
+  readonly box: ValueBox;
+}
+
+export function newEntry(key: string, full: string, value: string): Entry {
+  return { key, full, box: { v: value, c: undefined, u: undefined }, uk: undefined };
+}
+
+export interface DynVar {
+  key: string;
+  box: ValueBox;
+  entry: Entry | undefined;
+}
+
+/** One logged match (ModSecurity's RuleMessage, as pushed to m_rulesMessages). */
+export interface LoggedMessage {
+  readonly ruleId: number;
+  readonly phase: number;
+  readonly message: string;
+  readonly data: string;
+  /** Undefined when the rule has no severity action. */
+  readonly severity: number | undefined;
+  readonly tags: readonly string[];
+  readonly disruptive: boolean;
+  /** Key of the last matched value (ARGS:q ...). */
+  readonly matchedVar: string | undefined;
+}
+
+interface MutableMessage {
+  rule: CompiledRule;
+  message: string;
+  data: string;
+  severity: number | undefined;
+  tags: string[];
+  save: boolean;
+  disruptive: boolean;
+  matchedVar: string | undefined;
+}
+
+export interface Intervention {
+  status: number;
+  disruptive: boolean;
+  url: string | undefined;
+  ruleId: number | undefined;
+  phase: number | undefined;
+}
+
+
+/** Slots of single variables, process-wide; the computed ones (never cached) come first. */
+const SLOTS = new Map<string, number>();
+for (const name of ['DURATION', 'HIGHEST_SEVERITY', 'TIME_EPOCH', 'MATCHED_VAR', 'MATCHED_VAR_NAME']) SLOTS.set(name, SLOTS.size);
+const COMPUTED_SLOTS = SLOTS.size;
+
+export function singleSlot(name: string): number {
+  let slot = SLOTS.get(name);
+  if (slot === undefined) {
+    slot = SLOTS.size;
+    SLOTS.set(name, slot);
+  }
+  return slot;
+}
+
+const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
+const NONE_ALLOW = 0;
+const ALLOW_ALL = 1; // FromNowOnAllowType
+const ALLOW_REQUEST = 2; // RequestAllowType
+const ALLOW_PHASE = 3; // PhaseAllowType
+
+/** Per-process counter for unique ids when the caller gives none. */
+let uniqueCounter = 0;
+
+export class Transaction {
+  readonly rs: CompiledRuleSet;
+  readonly id: string;
+
+  // --- collections ---
+  args: Entry[] = [];
+  argsGet: Entry[] = [];
+  argsPost: Entry[] = [];
+  requestHeaders: Entry[] = [];
+  requestHeadersNames: Entry[] = [];
+  requestCookies: Entry[] = [];
+  requestCookiesNames: Entry[] = [];
+  files: Entry[] = [];
+  filesNames: Entry[] = [];
+  filesSizes: Entry[] = [];
+  filesTmpNames: Entry[] = [];
+  filesTmpContent: Entry[] = [];
+  multipartFilename: Entry[] = [];
+  multipartName: Entry[] = [];
+  multipartPartHeaders: Entry[] = [];
+  matchedVars: Entry[] = [];
+  matchedVarsNames: Entry[] = [];
+  responseHeaders: Entry[] = [];
+  responseHeadersNames: Entry[] = [];
+  geo: Entry[] = [];
+  env = new Map<string, string>();
+  private readonly collections = new Map<string, Map<string, DynVar>>();
+  /** The TX collection (also in `collections`). */
+  readonly txStore = new Map<string, DynVar>();
+  private matchedVar: string | undefined;
+  private matchedVarName: string | undefined;
+  /** Reused message of the rule being evaluated (copied when logged). */
+  private readonly msg: MutableMessage = { rule: undefined as unknown as CompiledRule, message: '', data: '', severity: undefined, tags: [], save: true, disruptive: false, matchedVar: undefined };
+  /** Single variables by slot (singleSlot()): values and their entries (built on first read). */
+  private readonly sv: (string | undefined)[] = [];
+  private readonly se: (Entry | undefined)[] = [];
+  /** ARGS_NAMES & co, built from their collection as it grows. */
+  private readonly nameLists = new Map<readonly Entry[], Entry[]>();
+  private argsCombinedSize = 0;
+  /** The XML body's document (XML:/*, XML://@*), when the XML processor built one. */
+  xmlDocument: { readonly rootText: string | undefined; readonly attributes: readonly string[] } | undefined;
+  private xmlEntryCache: Entry | undefined;
+
+  // --- state ---
+  ruleEngine: 'On' | 'Off' | 'DetectionOnly' | undefined;
+  requestBodyProcessor: 'XML' | 'JSON' | 'URLENCODED' | undefined;
+  /** Set from Content-Type: multipart or urlencoded. */
+  requestBodyType: 'MULTIPART' | 'URLENCODED' | undefined;
+  requestBodyAccess: boolean | undefined;
+  marker: string | undefined;
+  skipNext = 0;
+  allowType = NONE_ALLOW;
+  ruleRemoveById: number[] = [];
+  ruleRemoveByIdRange: [number, number][] = [];
+  ruleRemoveByTag: string[] = [];
+  ruleRemoveTargetById: [number, string][] = [];
+  ruleRemoveTargetByTag: [string, string][] = [];
+  readonly intervention: Intervention = { status: 200, disruptive: false, url: undefined, ruleId: undefined, phase: undefined };
+  readonly messages: LoggedMessage[] = [];
+  highestSeverity = 255;
+  private readonly started = process.hrtime.bigint();
+  private currentPhase = 0;
+  /** Per transformation function: input text -> output. */
+  private readonly tmemo: (Map<string, string> | undefined)[] = [];
+  /** Scratch arrays reused by the evaluation loop (one per chain depth). */
+  private readonly scratch: Entry[][] = [];
+
+  constructor(rs: CompiledRuleSet, id?: string) {
+    this.rs = rs;
+    this.collections.set('TX', this.txStore);
+    this.sv[URLENCODED_ERROR_SLOT] = '0';
+    this.id = id ?? `${Date.now().toString(16)}${(++uniqueCounter).toString(16).padStart(8, '0')}`;
+  }
+
+  // ------------------------------------------------------------------ collections
+
+  /** TX, IP, GLOBAL ... (created on first use). */
+  collection(name: string): Map<string, DynVar> {
+    let c = this.collections.get(name);
+    if (!c) {
+      c = new Map();
+      this.collections.set(name, c);
+    }
+    return c;
+  }
+
+  /** storeOrUpdateFirst on a dynamic collection. */
+  store(collection: string, key: string, value: string): void {
+    const c = this.collection(collection);
+    const lk = lowerAscii(key);
+    const v = c.get(lk);
+    if (v) {
+      v.box = { v: value, c: undefined, u: undefined };
+      v.entry = undefined;
+    } else c.set(lk, { key, box: { v: value, c: undefined, u: undefined }, entry: undefined });
+  }
+
+  setTx(key: string, value: string): void {
+    this.store('TX', key, value);
+  }
+
+  getTx(key: string): string | undefined {
+    return this.txStore.get(lowerAscii(key))?.box.v;
+  }
+
+  dynamicEntry(collection: string, key: string, v: DynVar): Entry {
+    const e = v.entry;
+    if (e !== undefined && e.key === key && e.box === v.box) return e;
+    const entry: Entry = { key, full: `${collection}:${key}`, box: v.box, uk: undefined };
+    v.entry = entry;
+    return entry;
+  }
+
+  /** ARGS_NAMES-style entries (key -> key) for a collection's list, in the same order. */
+  namesOf(collection: string, list: readonly Entry[]): Entry[] {
+    let names = this.nameLists.get(list);
+    if (names === undefined) {
+      names = [];
+      this.nameLists.set(list, names);
+    }
+    for (let k = names.length; k < list.length; k++) {
+      const key = list[k]!.key;
+      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined, u: undefined }, uk: undefined });
+    }
+    return names;
+  }
+
+  setSingle(name: string, value: string): void {
+    const slot = singleSlot(name);
+    this.sv[slot] = value;
+    this.se[slot] = undefined;
+  }
+
+  getSingle(name: string): string {
+    return this.sv[singleSlot(name)] ?? '';
+  }
+
+  single(name: string): Entry {
+    return this.singleAt(singleSlot(name), name);
+  }
+
+  /** A single variable by its slot (resolvers look the slot up once, at compile time). */
+  singleAt(slot: number, name: string): Entry {
+    const e = this.se[slot];
+    if (e !== undefined) return e;
+    if (slot < COMPUTED_SLOTS) {
+      switch (name) {
+        case 'DURATION':
+          return newEntry(name, name, String(Number((process.hrtime.bigint() - this.started) / 1000n)));
+        case 'HIGHEST_SEVERITY':
+          return newEntry(name, name, String(this.highestSeverity));
+        case 'TIME_EPOCH':
+          return newEntry(name, name, String(Math.floor(Date.now() / 1000)));
+        case 'MATCHED_VAR':
+          return newEntry(name, name, this.matchedVar ?? '');
+        case 'MATCHED_VAR_NAME':
+          return newEntry(name, name, this.matchedVarName ?? '');
+      }
+    }
+    const entry = newEntry(name, name, this.sv[slot] ?? '');
+    this.se[slot] = entry;
+    return entry;
+  }
+
+  xmlEntry(fullName: string, text: string): Entry {
+    if (this.xmlEntryCache === undefined || this.xmlEntryCache.box.v !== text) this.xmlEntryCache = newEntry(fullName, fullName, text);
+    return this.xmlEntryCache;
+  }
+
+  ruleValue(rule: CompiledRule | undefined, what: string): string | undefined {
+    let r = rule;
+    switch (what) {
+      case 'id':
+        while (r && r.id === 0) r = r.parent;
+        return r && r.id !== 0 ? String(r.id) : undefined;
+      case 'rev':
+        if (!rule) return undefined;
+        while (r && r.rev === '') r = r.parent;
+        return r ? r.rev : undefined;
+      case 'severity':
+        if (!rule) return undefined;
+        while (r && r.severity === undefined) r = r.parent;
+        return r && r.severity !== undefined ? String(r.severity) : undefined;
+      case 'logdata':
+        if (!rule) return undefined;
+        while (r && r.logdata === undefined) r = r.parent;
+        return r && r.logdata ? this.expand(r.logdata, undefined) : undefined;
+      case 'msg':
+        if (!rule) return undefined;
+        while (r && r.msg === undefined) r = r.parent;
+        return r && r.msg ? this.expand(r.msg, undefined) : undefined;
+      case 'ver':
+        if (!rule) return undefined;
+        while (r && r.ver === '') r = r.parent;
+        return r ? r.ver : undefined;
+      default:
+        return undefined;
+    }
+  }
+
+  /** Adds a request argument (ModSecurity's Transaction::addArgument). */
+  addArgument(origin: 'GET' | 'POST' | 'JSON', key: string, value: string): boolean {
+    const limit = this.rs.config.argumentsLimit;
+    if (limit !== undefined && this.args.length >= limit) return false;
+    const box: ValueBox = { v: value, c: undefined, u: undefined };
+    this.args.push({ key, full: `ARGS:${key}`, box, uk: undefined });
+    if (origin === 'GET') this.argsGet.push({ key, full: `ARGS_GET:${key}`, box, uk: undefined });
+    else if (origin === 'POST') this.argsPost.push({ key, full: `ARGS_POST:${key}`, box, uk: undefined });
+    this.argsCombinedSize += key.length + value.length;
+    this.setSingle('ARGS_COMBINED_SIZE', String(this.argsCombinedSize));
+    return true;
+  }
+
+  // ------------------------------------------------------------------ macros
+
+  expand(e: Expand, rule: CompiledRule | undefined): string {
+    if (e.text !== undefined) return e.text;
+    let out = '';
+    const tmp: Entry[] = [];
+    for (const part of e.parts!) {
+      if (typeof part === 'string') {
+        out += part;
+        continue;
+      }
+      tmp.length = 0;
+      part.resolver.resolve(this, rule, tmp);
+      if (tmp.length > 0) out += tmp[0]!.box.v;
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------------ transformations
+
+  /** The value of `box` after the chain ending at trie node `node` (cached). */
+  transformed(box: ValueBox, node: number): string {
+    if (node === 0) return box.v;
+    let c = box.c;
+    if (c === undefined) {
+      c = new Array(this.rs.transformations.length);
+      box.c = c;
+    } else {
+      const hit = c[node];
+      if (hit !== undefined) return hit;
+    }
+    const t = this.rs.transformations[node]!;
+    const input = t.parent === 0 ? box.v : this.transformed(box, t.parent);
+    // the same function on the same text (another chain, another variable) is computed once
+    let memo = this.tmemo[t.kind];
+    if (memo === undefined) {
+      memo = new Map();
+      this.tmemo[t.kind] = memo;
+    }
+    let out = memo.get(input);
+    if (out === undefined) {
+      out = t.fn(input);
+      memo.set(input, out);
+    }
+    c[node] = out;
+    return out;
+  }
+
+  /** Whether a value (at chain node `node`) contains a required literal of some regex of that node. */
+  private mayMatch(box: ValueBox, node: number, value: string): boolean {
+    let u = box.u;
+    if (u === undefined) {
+      u = new Uint8Array(this.rs.transformations.length);
+      box.u = u;
+    }
+    const known = u[node]!;
+    if (known !== 0) return known === 1;
+    const hit = this.rs.prefilters[node]!.test(value);
+    u[node] = hit ? 1 : 2;
+    return hit;
+  }
+
+  // ------------------------------------------------------------------ phases
+
+  engineState(): 'On' | 'Off' | 'DetectionOnly' {
+    return this.ruleEngine ?? this.rs.config.ruleEngine;
+  }
+
+  /** RulesSet::evaluate for one phase (0-5). */
+  evaluatePhase(phase: number): void {
+    this.currentPhase = phase;
+    if (this.allowType === ALLOW_ALL && phase !== 5) return;
+    if (this.allowType === ALLOW_REQUEST && phase <= 2) return;
+    this.allowType = NONE_ALLOW;
+    const list = this.rs.phases[phase]!;
+    const markerIndex = this.rs.markerIndex[phase]!;
+    const rs = this.rs;
+    for (let i = 0; i < list.length; i++) {
+      const item = list[i]!;
+      if (this.marker !== undefined) {
+        if (item.marker === undefined) {
+          // jump to the next occurrence of the marker in this phase (or past the end)
+          const idx = markerIndex.get(this.marker);
+          let next = list.length;
+          if (idx) {
+            for (const k of idx) {
+              if (k > i) {
+                next = k;
+                break;
+              }
+            }
+          }
+          i = next - 1;
+          continue;
+        }
+        if (item.marker === this.marker) this.marker = undefined;
+        continue;
+      }
+      if (item.marker !== undefined) continue;
+      const rule = item.rule!;
+      if (this.skipNext > 0) {
+        this.skipNext--;
+        continue;
+      }
+      if (this.allowType !== NONE_ALLOW) continue;
+      if (rs.removedIds.size > 0 && rs.removedIds.has(rule.id)) continue;
+      if (rs.removedRanges.length > 0 && rs.removedRanges.some(([a, b]) => rule.id >= a && rule.id <= b)) continue;
+      if (rs.removedMsgs.length > 0 && rule.msg && rs.removedMsgs.includes(this.expand(rule.msg, undefined))) continue;
+      if (rs.removedTags.length > 0 && this.hasTag(rule, rs.removedTags)) continue;
+      if (this.ruleRemoveByTag.length > 0 && this.hasTag(rule, this.ruleRemoveByTag)) continue;
+      if (rule.type === 'action') this.evaluateUnconditional(rule);
+      else this.evaluateRule(rule, this.newMessage(rule));
+      if (this.intervention.disruptive) break;
+    }
+  }
+
+  private hasTag(rule: CompiledRule, tags: readonly string[]): boolean {
+    for (const t of rule.tags) {
+      const name = this.expand(t, undefined);
+      if (tags.includes(name)) return true;
+    }
+    return false;
+  }
+
+  private newMessage(rule: CompiledRule): MutableMessage {
+    const m = this.msg;
+    m.rule = rule;
+    m.message = '';
+    m.data = '';
+    m.severity = undefined;
+    if (m.tags.length > 0) m.tags = [];
+    m.save = true;
+    m.disruptive = false;
+    m.matchedVar = undefined;
+    return m;
+  }
+
+  private pushMessage(m: MutableMessage): void {
+    this.messages.push({
+      ruleId: m.rule.id,
+      phase: m.rule.phase,
+      message: m.message,
+      data: m.data,
+      severity: m.rule.severity !== undefined ? (m.severity ?? 0) : undefined,
+      tags: m.tags.slice(),
+      disruptive: m.disruptive,
+      matchedVar: m.matchedVar,
+    });
+  }
+
+  /** RuleUnconditional::evaluate (SecAction). */
+  private evaluateUnconditional(rule: CompiledRule): void {
+    const msg = this.newMessage(rule);
+    for (const sv of rule.setvars) this.setVar(sv, rule);
+    this.actionsAfterFullMatch(rule, msg);
+    // performLogging(lastLog = true, chainedParentNull = false)
+    if (rule.hasBlock && !rule.multiMatch) this.pushMessage(msg);
+    else if (msg.save && !rule.multiMatch && msg.message !== '') this.pushMessage(msg);
+  }
+
+  /** Internal (generated code). */
+  isRemovedTarget(rule: CompiledRule, name: string): boolean {
+    for (const [id, target] of this.ruleRemoveTargetById) if (id === rule.id && target === name) return true;
+    if (this.ruleRemoveTargetByTag.length > 0) {
+      for (const [tag, target] of this.ruleRemoveTargetByTag) {
+        if (target === name && this.hasTag(rule, [tag])) return true;
+      }
+    }
+    return false;
+  }
+
+  private excludedByUpdate(rule: CompiledRule, e: Entry): boolean {
+    for (const x of rule.exclusions) {
+      if (x.re !== undefined) {
+        if (x.re.test(e.key)) return true;
+      } else if (x.fullName === e.full) return true;
+    }
+    return false;
+  }
+
+  /** RuleWithOperator::evaluate. Returns whether the rule (and its chain) matched. */
+  private evaluateRule(rule: CompiledRule, msg: MutableMessage, depth = 0): boolean {
+    if (this.ruleRemoveById.length > 0 && this.ruleRemoveById.includes(rule.id)) return true;
+    if (this.ruleRemoveByIdRange.length > 0) {
+      for (const [a, b] of this.ruleRemoveByIdRange) if (a <= rule.id && b >= rule.id) return true;
+    }
+    const globalRet = this.scan(rule, msg, depth);
+    if (!globalRet) {
+      this.cleanMatchedVars();
+      return false;
+    }
+    if (rule.chained) {
+      const child = rule.child;
+      if (child === undefined) return false;
+      if (!this.evaluateRule(child, msg, depth + 1)) return false;
+    }
+    this.actionsAfterFullMatch(rule, msg);
+    // performLogging(lastLog = true, chainedParentNull = true)
+    if (msg.save && rule.parent === undefined && !rule.multiMatch) this.pushMessage(msg);
+    return true;
+  }
+
+  /** The variables and the operator of a rule: true when some value matched. */
+  private scan(rule: CompiledRule, msg: MutableMessage, depth: number): boolean {
+    const op = rule.operator!;
+    const removals = this.ruleRemoveTargetById.length > 0 || this.ruleRemoveTargetByTag.length > 0;
+    const hasExclusions = rule.exclusions.length > 0;
+    let globalRet = false;
+    let values = this.scratch[depth];
+    if (values === undefined) {
+      values = [];
+      this.scratch[depth] = values;
+    }
+    const vars = rule.additions.length > 0 ? [...rule.variables, ...rule.additions] : rule.variables;
+    for (let vi = 0; vi < vars.length; vi++) {
+      const variable = vars[vi]!;
+      if (hasExclusions && vi < rule.variables.length && rule.exclusions.some((x) => x.fullName === variable.fullName)) continue;
+      if (removals && this.isRemovedTarget(rule, variable.fullName)) continue;
+      // a whole list collection is read in place (a snapshot of its length, as ModSecurity copies it)
+      let list: readonly Entry[];
+      if (variable.plan !== undefined) list = variable.plan.whole(this);
+      else {
+        values.length = 0;
+        variable.resolve(this, rule, values);
+        list = values;
+      }
+      const count = list.length;
+      for (let k = 0; k < count; k++) {
+        const entry = list[k]!;
+        if (hasExclusions && this.excludedByUpdate(rule, entry)) continue;
+        if (removals && this.isRemovedTarget(rule, entry.full)) continue;
+        if (!rule.multiMatch) {
+          const value = this.transformed(entry.box, rule.tnode);
+          // no required literal of this rule's regex in the value: it cannot match, do not run it
+          const hit = rule.prefiltered && !this.mayMatch(entry.box, rule.tnode, value) ? false : op.run(this, rule, value);
+          if (hit !== op.negated) {
+            this.onMatch(rule, msg, entry, value);
+            globalRet = true;
+          }
+        } else {
+          // the original value, then each transformation result that changed the value
+          let prev = entry.box.v;
+          if (op.run(this, rule, prev) !== op.negated) {
+            this.onMatch(rule, msg, entry, prev);
+            globalRet = true;
+          }
+          for (const node of rule.tpath) {
+            const value = this.transformed(entry.box, node);
+            if (value === prev) continue;
+            prev = value;
+            if (op.run(this, rule, value) !== op.negated) {
+              this.onMatch(rule, msg, entry, value);
+              globalRet = true;
+            }
+          }
+        }
+      }
+    }
+    values.length = 0;
+    return globalRet;
+  }
+
+  /** A value matched (ModSecurity's updateMatchedVars + independent actions + per-match logging). Internal. */
+  onMatch(rule: CompiledRule, msg: MutableMessage, entry: Entry, value: string): void {
+    // updateMatchedVars
+    const key = entry.full;
+    this.matchedVar = value;
+    this.matchedVarName = key;
+    this.matchedVars.push({ key, full: `MATCHED_VARS:${key}`, box: { v: value, c: undefined, u: undefined }, uk: undefined });
+    this.matchedVarsNames.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined, u: undefined }, uk: undefined });
+    msg.matchedVar = key;
+    // executeActionsIndependentOfChainedRuleResult
+    for (const sv of rule.setvars) this.setVar(sv, rule);
+    if (rule.multiMatch && !rule.chained) {
+      if (rule.severity !== undefined) this.applySeverity(rule, msg);
+      if (rule.logdata) msg.data = this.expand(rule.logdata, undefined);
+      if (rule.msg) msg.message = this.expand(rule.msg, undefined);
+    }
+    // performLogging(lastLog = false)
+    if (rule.multiMatch && msg.save) this.pushMessage(msg);
+  }
+
+  private cleanMatchedVars(): void {
+    this.matchedVar = undefined;
+    this.matchedVarName = undefined;
+    if (this.matchedVars.length > 0) this.matchedVars = [];
+    if (this.matchedVarsNames.length > 0) this.matchedVarsNames = [];
+  }
+
+  private applySeverity(rule: CompiledRule, msg: MutableMessage): void {
+    msg.severity = rule.severity;
+    if (rule.severity !== undefined && this.highestSeverity > rule.severity) this.highestSeverity = rule.severity;
+  }
+
+  /** RuleWithActions::executeActionsAfterFullMatch. */
+  private actionsAfterFullMatch(rule: CompiledRule, msg: MutableMessage): void {
+    const defaults = this.rs.defaults[rule.phase];
+    if (defaults) for (const a of defaults.runtime) this.runAction(a, rule, msg);
+    for (const t of rule.tags) msg.tags.push(this.expand(t, undefined));
+    if (rule.severity !== undefined) this.applySeverity(rule, msg);
+    if (rule.logdata) msg.data = this.expand(rule.logdata, undefined);
+    if (rule.msg) msg.message = this.expand(rule.msg, undefined);
+    for (const a of rule.runtime) this.runAction(a, rule, msg);
+    if (rule.disruptive !== undefined && this.engineState() === 'On') this.runDisruptive(rule.disruptive, rule, msg);
+  }
+
+  private runAction(a: RuntimeAction, rule: CompiledRule, msg: MutableMessage): void {
+    switch (a.kind) {
+      case 'log':
+      case 'auditlog':
+        msg.save = true;
+        return;
+      case 'nolog':
+      case 'noauditlog':
+        msg.save = false;
+        return;
+      case 'block': {
+        if (this.engineState() !== 'On') return;
+        const ds = this.rs.defaults[rule.phase]?.disruptive;
+        if (ds !== undefined) for (const d of ds) this.runDisruptive(d, rule, msg);
+        return;
+      }
+      case 'skipAfter':
+        this.marker = a.marker;
+        return;
+      case 'skip':
+        this.skipNext = a.count;
+        return;
+      case 'status':
+        this.intervention.status = a.status;
+        return;
+      case 'ctl':
+        this.runCtl(a.ctl);
+        return;
+      case 'initcol':
+        this.expand(a.value, rule);
+        return;
+      case 'setenv': {
+        const name = this.expand(a.name, rule);
+        if (a.unset) this.env.delete(name);
+        else this.env.set(name, a.value ? this.expand(a.value, rule) : '1');
+        return;
+      }
+      case 'noop':
+        return;
+    }
+  }
+
+  private runDisruptive(d: DisruptiveAction, rule: CompiledRule, msg: MutableMessage): void {
+    const top = this.topRule(rule);
+    switch (d.kind) {
+      case 'deny':
+      case 'drop':
+        if (this.intervention.status === 200) this.intervention.status = 403;
+        this.intervention.disruptive = true;
+        this.intervention.ruleId = top.id;
+        this.intervention.phase = top.phase;
+        msg.disruptive = true;
+        return;
+      case 'redirect':
+        if (this.intervention.status === 200 || this.intervention.status < 300 || this.intervention.status > 399) this.intervention.status = 302;
+        this.intervention.url = this.expand(d.url, rule);
+        this.intervention.disruptive = true;
+        this.intervention.ruleId = top.id;
+        this.intervention.phase = top.phase;
+        msg.disruptive = true;
+        return;
+      case 'pass':
+        this.intervention.status = 200;
+        this.intervention.disruptive = false;
+        this.intervention.url = undefined;
+        this.intervention.ruleId = undefined;
+        this.intervention.phase = undefined;
+        return;
+      case 'allow':
+        this.allowType = d.scope === 'request' ? ALLOW_REQUEST : d.scope === 'phase' ? ALLOW_PHASE : ALLOW_ALL;
+        return;
+    }
+  }
+
+  private topRule(rule: CompiledRule): CompiledRule {
+    let r = rule;
+    while (r.parent) r = r.parent;
+    return r;
+  }
+
+  private runCtl(c: CtlAction): void {
+    switch (c.kind) {
+      case 'ruleRemoveById':
+        for (const id of c.ids) this.ruleRemoveById.push(id);
+        for (const r of c.ranges) this.ruleRemoveByIdRange.push([r[0], r[1]]);
+        return;
+      case 'ruleRemoveByTag':
+        this.ruleRemoveByTag.push(c.tag);
+        return;
+      case 'ruleRemoveTargetById':
+        this.ruleRemoveTargetById.push([c.id, c.target]);
+        return;
+      case 'ruleRemoveTargetByTag':
+        this.ruleRemoveTargetByTag.push([c.tag, c.target]);
+        return;
+      case 'ruleEngine':
+        this.ruleEngine = c.value;
+        return;
+      case 'requestBodyAccess':
+        this.requestBodyAccess = c.value;
+        return;
+      case 'requestBodyProcessor':
+        if (c.value === 'URLENCODED') this.requestBodyType = 'URLENCODED';
+        else this.requestBodyProcessor = c.value;
+        this.setSingle('REQBODY_PROCESSOR', c.value);
+        return;
+      default:
+        return;
+    }
+  }
+
+  /** SetVar::evaluate. */
+  setVar(sv: SetVarAction, rule: CompiledRule): void {
+    const pre = sv.value ? this.expand(sv.value, rule) : '';
+    const name = this.expand(sv.name, rule);
+    const coll = this.collection(sv.collection);
+    switch (sv.op) {
+      case 'unset':
+        coll.delete(lowerAscii(name));
+        return;
+      case 'set':
+        this.store(sv.collection, name, pre);
+        return;
+      case 'one':
+        this.store(sv.collection, name, '1');
+        return;
+      default: {
+        const p = stoi(pre);
+        const cur = coll.get(lowerAscii(name));
+        const value = cur ? stoi(cur.box.v) : 0;
+        this.store(sv.collection, name, String(sv.op === 'add' ? value + p : value - p));
+      }
+    }
+  }
+
+  /** Reads and clears the pending intervention (what the addon's intervention() does). */
+  takeIntervention(): Intervention | undefined {
+    const it = this.intervention;
+    if (!it.disruptive) return undefined;
+    const copy = { ...it };
+    it.status = 200;
+    it.disruptive = false;
+    it.url = undefined;
+    it.ruleId = undefined;
+    it.phase = undefined;
+    return copy;
+  }
+
+  get phase(): number {
+    return this.currentPhase;
+  }
+}

@@ -1,0 +1,334 @@
+/**
+ * Variable resolvers: how each SecLang variable of a rule finds its values in a transaction, with
+ * ModSecurity v3's semantics: collection keys compare case-insensitively, regex selectors are
+ * case-insensitive searches on the key, `!COLL:key` exclusions of the same rule remove keys
+ * (case-insensitively) from whole-collection and regex reads, `&COLL` counts, and each value
+ * carries the "COLLECTION:key" name that ctl:ruleRemoveTargetById compares byte for byte.
+ */
+import type { CompiledRule, VarPlan, VarResolver } from './program.ts';
+import { compileKeyRegex } from './regex/runtime.ts';
+import type { KeyRegex } from './regex/runtime.ts';
+import type { VariableSpec } from './seclang/parser.ts';
+import { newEntry, singleSlot } from './transaction.ts';
+import type { Entry, Transaction } from './transaction.ts';
+
+/** Collections stored as lists of entries on the transaction (ModSecurity's AnchoredSetVariable). */
+const SET_COLLECTIONS: Record<string, (tx: Transaction) => readonly Entry[]> = {
+  ARGS: (tx) => tx.args,
+  ARGS_GET: (tx) => tx.argsGet,
+  ARGS_POST: (tx) => tx.argsPost,
+  REQUEST_HEADERS: (tx) => tx.requestHeaders,
+  REQUEST_HEADERS_NAMES: (tx) => tx.requestHeadersNames,
+  REQUEST_COOKIES: (tx) => tx.requestCookies,
+  REQUEST_COOKIES_NAMES: (tx) => tx.requestCookiesNames,
+  FILES: (tx) => tx.files,
+  FILES_NAMES: (tx) => tx.filesNames,
+  FILES_SIZES: (tx) => tx.filesSizes,
+  FILES_TMPNAMES: (tx) => tx.filesTmpNames,
+  FILES_TMP_CONTENT: (tx) => tx.filesTmpContent,
+  MULTIPART_FILENAME: (tx) => tx.multipartFilename,
+  MULTIPART_NAME: (tx) => tx.multipartName,
+  MULTIPART_PART_HEADERS: (tx) => tx.multipartPartHeaders,
+  MATCHED_VARS: (tx) => tx.matchedVars,
+  MATCHED_VARS_NAMES: (tx) => tx.matchedVarsNames,
+  RESPONSE_HEADERS: (tx) => tx.responseHeaders,
+  RESPONSE_HEADERS_NAMES: (tx) => tx.responseHeadersNames,
+  GEO: (tx) => tx.geo,
+};
+
+/** ARGS_NAMES & co: the keys of another collection (ModSecurity's translation proxy). */
+const NAME_PROXIES: Record<string, string> = {
+  ARGS_NAMES: 'ARGS',
+  ARGS_GET_NAMES: 'ARGS_GET',
+  ARGS_POST_NAMES: 'ARGS_POST',
+};
+
+/** Dynamic key/value collections (ModSecurity's in-memory collections). */
+export const DYNAMIC_COLLECTIONS = new Set(['TX', 'IP', 'GLOBAL', 'SESSION', 'USER', 'RESOURCE']);
+
+/** Single-valued variables (AnchoredVariable: always one value, "" when unset). */
+export const SINGLE_VARIABLES = new Set([
+  'ARGS_COMBINED_SIZE',
+  'AUTH_TYPE',
+  'FILES_COMBINED_SIZE',
+  'FULL_REQUEST',
+  'FULL_REQUEST_LENGTH',
+  'INBOUND_DATA_ERROR',
+  'MATCHED_VAR',
+  'MATCHED_VAR_NAME',
+  'MULTIPART_BOUNDARY_QUOTED',
+  'MULTIPART_BOUNDARY_WHITESPACE',
+  'MULTIPART_CRLF_LF_LINES',
+  'MULTIPART_DATA_AFTER',
+  'MULTIPART_DATA_BEFORE',
+  'MULTIPART_FILE_LIMIT_EXCEEDED',
+  'MULTIPART_HEADER_FOLDING',
+  'MULTIPART_INVALID_HEADER_FOLDING',
+  'MULTIPART_INVALID_PART',
+  'MULTIPART_INVALID_QUOTING',
+  'MULTIPART_LF_LINE',
+  'MULTIPART_MISSING_SEMICOLON',
+  'MULTIPART_SEMICOLON_MISSING',
+  'MULTIPART_STRICT_ERROR',
+  'MULTIPART_UNMATCHED_BOUNDARY',
+  'OUTBOUND_DATA_ERROR',
+  'PATH_INFO',
+  'QUERY_STRING',
+  'REMOTE_ADDR',
+  'REMOTE_HOST',
+  'REMOTE_PORT',
+  'REQBODY_ERROR',
+  'REQBODY_ERROR_MSG',
+  'REQBODY_PROCESSOR_ERROR',
+  'REQBODY_PROCESSOR_ERROR_MSG',
+  'REQBODY_PROCESSOR',
+  'REQUEST_BASENAME',
+  'REQUEST_BODY',
+  'REQUEST_BODY_LENGTH',
+  'REQUEST_FILENAME',
+  'REQUEST_LINE',
+  'REQUEST_METHOD',
+  'REQUEST_PROTOCOL',
+  'REQUEST_URI',
+  'REQUEST_URI_RAW',
+  'RESOURCE_ID',
+  'RESPONSE_BODY',
+  'RESPONSE_CONTENT_LENGTH',
+  'RESPONSE_CONTENT_TYPE',
+  'RESPONSE_PROTOCOL',
+  'RESPONSE_STATUS',
+  'SERVER_ADDR',
+  'SERVER_NAME',
+  'SERVER_PORT',
+  'SESSIONID',
+  'UNIQUE_ID',
+  'URLENCODED_ERROR',
+  'USERID',
+  'WEBAPPID',
+  'STATUS',
+  // computed
+  'DURATION',
+  'HIGHEST_SEVERITY',
+  'MODSEC_BUILD',
+  'TIME',
+  'TIME_DAY',
+  'TIME_EPOCH',
+  'TIME_HOUR',
+  'TIME_MIN',
+  'TIME_MON',
+  'TIME_SEC',
+  'TIME_WDAY',
+  'TIME_YEAR',
+  'REMOTE_USER',
+]);
+
+interface KeyExclusion {
+  readonly text?: string | undefined;
+  readonly re?: KeyRegex | undefined;
+}
+
+function excluded(key: string, exclusions: readonly KeyExclusion[]): boolean {
+  for (const e of exclusions) {
+    if (e.re !== undefined) {
+      if (e.re.test(key)) return true;
+    } else if (e.text !== undefined && e.text.length === key.length && e.text === upperAscii(key)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+const NON_ASCII = /[^\x00-\x7f]/;
+/** ASCII upper-case (C toupper). */
+export function upperAscii(s: string): string {
+  if (!NON_ASCII.test(s)) return s.toUpperCase();
+  return s.replace(/[a-z]+/g, (m) => m.toUpperCase());
+}
+/** ASCII lower-case (C tolower). */
+export function lowerAscii(s: string): string {
+  if (!NON_ASCII.test(s)) return s.toLowerCase();
+  return s.replace(/[A-Z]+/g, (m) => m.toLowerCase());
+}
+/** The entry's key, upper-cased once. */
+function upperKey(e: Entry): string {
+  let u = e.uk;
+  if (u === undefined) {
+    u = upperAscii(e.key);
+    (e as { uk?: string }).uk = u;
+  }
+  return u;
+}
+
+function fullNameOf(spec: VariableSpec): string {
+  if (spec.keyRegex !== undefined) return `${spec.collection}:regex(${spec.keyRegex})`;
+  if (spec.key !== undefined) return `${spec.collection}:${spec.key}`;
+  return spec.collection;
+}
+
+/** Key exclusions (`!COLL:key`, `!COLL:/re/`) of a rule for one collection. */
+export function keyExclusionsFor(collection: string, excludes: readonly VariableSpec[]): KeyExclusion[] {
+  const out: KeyExclusion[] = [];
+  for (const ex of excludes) {
+    if (ex.collection !== collection) continue;
+    if (ex.keyRegex !== undefined) out.push({ re: compileKeyRegex(ex.keyRegex) });
+    else if (ex.key !== undefined) out.push({ text: upperAscii(ex.key) });
+  }
+  return out;
+}
+
+export function variableFullName(spec: VariableSpec): string {
+  return fullNameOf(spec);
+}
+
+/**
+ * Builds the resolver of one (non-exclusion) variable. `exclusions`: the rule's key exclusions
+ * for this variable's collection.
+ */
+export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExclusion[]): VarResolver {
+  const base = compileBase(spec, exclusions);
+  if (!spec.count) return base;
+  const fullName = base.fullName;
+  const tmp: Entry[] = [];
+  const direct = spec.key === undefined && spec.keyRegex === undefined && exclusions.length === 0 ? SET_COLLECTIONS[spec.collection] : undefined;
+  if (direct) {
+    return {
+      fullName,
+      collection: spec.collection,
+      key: undefined,
+      keyRegex: undefined,
+      count: true,
+      resolve(tx, _rule, out) {
+        out.push(newEntry(fullName, fullName, String(direct(tx).length)));
+      },
+    };
+  }
+  return {
+    fullName,
+    collection: spec.collection,
+    key: spec.key,
+    keyRegex: spec.keyRegex,
+    count: true,
+    resolve(tx, rule, out) {
+      tmp.length = 0;
+      base.resolve(tx, rule, tmp);
+      const n = tmp.length;
+      tmp.length = 0;
+      out.push(newEntry(fullName, fullName, String(n)));
+    },
+  };
+}
+
+function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): VarResolver {
+  const collection = spec.collection;
+  const fullName = fullNameOf(spec);
+  const common = { fullName, collection, key: spec.key, keyRegex: spec.keyRegex, count: false };
+  const keyRe = spec.keyRegex !== undefined ? compileKeyRegex(spec.keyRegex) : undefined;
+  const keyUpper = spec.key !== undefined ? upperAscii(spec.key) : undefined;
+
+  const fromList = (list: readonly Entry[], out: Entry[], map?: (e: Entry) => Entry): void => {
+    if (keyUpper !== undefined) {
+      for (const e of list) if (e.key.length === keyUpper.length && upperKey(e) === keyUpper) out.push(map ? map(e) : e);
+      return;
+    }
+    if (keyRe !== undefined) {
+      for (const e of list) {
+        if (!keyRe.test(e.key)) continue;
+        if (exclusions.length > 0 && excluded(e.key, exclusions)) continue;
+        out.push(map ? map(e) : e);
+      }
+      return;
+    }
+    if (exclusions.length === 0 && !map) {
+      for (const e of list) out.push(e);
+      return;
+    }
+    for (const e of list) {
+      if (exclusions.length > 0 && excluded(e.key, exclusions)) continue;
+      out.push(map ? map(e) : e);
+    }
+  };
+
+  const setGetter = SET_COLLECTIONS[collection];
+  if (setGetter) {
+    const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
+    const plan: VarPlan | undefined = plain ? { whole: setGetter } : undefined;
+    return { ...common, plan, resolve: (tx, _rule, out) => fromList(setGetter(tx), out) };
+  }
+  const proxied = NAME_PROXIES[collection];
+  if (proxied) {
+    const getter = SET_COLLECTIONS[proxied]!;
+    const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
+    const plan: VarPlan | undefined = plain ? { whole: (tx: Transaction) => tx.namesOf(collection, getter(tx)) } : undefined;
+    return {
+      ...common,
+      plan,
+      resolve: (tx, _rule, out) => fromList(tx.namesOf(collection, getter(tx)), out),
+    };
+  }
+  if (DYNAMIC_COLLECTIONS.has(collection)) {
+    const keyLower = spec.key !== undefined ? lowerAscii(spec.key) : undefined;
+    const isTx = collection === 'TX';
+    return {
+      ...common,
+      resolve(tx, _rule, out) {
+        const store = isTx ? tx.txStore : tx.collection(collection);
+        if (keyLower !== undefined) {
+          const v = store.get(keyLower);
+          // ModSecurity names the value with the key as the rule wrote it.
+          if (v !== undefined && !(exclusions.length > 0 && excluded(spec.key!, exclusions))) out.push(tx.dynamicEntry(collection, spec.key!, v));
+          return;
+        }
+        for (const v of store.values()) {
+          if (keyRe !== undefined && !keyRe.test(v.key)) continue;
+          if (exclusions.length > 0 && excluded(v.key, exclusions)) continue;
+          out.push(tx.dynamicEntry(collection, v.key, v));
+        }
+      },
+    };
+  }
+  if (collection === 'ENV') {
+    return {
+      ...common,
+      resolve(tx, _rule, out) {
+        for (const [k, v] of tx.env) {
+          if (keyUpper !== undefined ? upperAscii(k) !== keyUpper : keyRe !== undefined && !keyRe.test(k)) continue;
+          out.push(newEntry(k, `ENV:${k}`, v));
+        }
+      },
+    };
+  }
+  if (collection === 'RULE') {
+    const what = (spec.key ?? '').toLowerCase();
+    return {
+      ...common,
+      resolve(tx, rule, out) {
+        const v = tx.ruleValue(rule, what);
+        if (v !== undefined) out.push(newEntry(what, `RULE:${what}`, v));
+      },
+    };
+  }
+  if (collection === 'XML') {
+    const xpath = spec.key ?? '';
+    if (xpath !== '/*' && xpath !== '//@*') throw new Error(`XML:${xpath}: only XML:/* and XML://@* are supported`);
+    return {
+      ...common,
+      resolve(tx, _rule, out) {
+        const doc = tx.xmlDocument;
+        if (doc === undefined) return;
+        if (xpath === '/*') {
+          if (doc.rootText !== undefined) out.push(tx.xmlEntry(fullName, doc.rootText));
+        } else {
+          for (const value of doc.attributes) out.push(newEntry(fullName, fullName, value));
+        }
+      },
+    };
+  }
+  if (SINGLE_VARIABLES.has(collection)) {
+    if (spec.key !== undefined || spec.keyRegex !== undefined) {
+      // ModSecurity accepts e.g. REQUEST_URI:foo and ignores the key for single variables.
+    }
+    const slot = singleSlot(collection);
+    return { ...common, resolve: (tx, _rule, out) => out.push(tx.singleAt(slot, collection)) };
+  }
+  throw new Error(`unknown variable ${spec.text}`);
+}
