@@ -129,6 +129,7 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     geoMmdbPath: settings.geoMmdbPath,
     wafAuditLogPath: settings.wafAuditLog,
     wafThreads: settings.wafThreads,
+    wafEngine: settings.wafEngine,
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),

@@ -54,6 +54,8 @@ export interface Settings {
   wafAuditLog: string | undefined;
   /** ModSecurity threads per edge worker. */
   wafThreads: number;
+  /** The WAF engine: `modsecurity` (the reference, default) or `compiled` (ours, issue 6). */
+  wafEngine: 'modsecurity' | 'compiled';
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -82,6 +84,7 @@ const ENV: Record<keyof Settings, string> = {
   geoMmdbPath: 'TPS_GEO_MMDB',
   wafAuditLog: 'TPS_WAF_AUDIT_LOG',
   wafThreads: 'TPS_WAF_THREADS',
+  wafEngine: 'TPS_WAF_ENGINE',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -134,6 +137,12 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     fail('acmeCaBundle', `"${acmeCaBundle}" holds no PEM certificate`);
   }
 
+  const wafEngine = (): Settings['wafEngine'] => {
+    const value = raw('wafEngine') ?? 'modsecurity';
+    if (value !== 'modsecurity' && value !== 'compiled') fail('wafEngine', `must be modsecurity or compiled, got "${value}"`);
+    return value as Settings['wafEngine'];
+  };
+
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     fail('databaseUrl', 'must start with postgres:// (leave it unset for the embedded SQLite store)');
@@ -185,6 +194,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     geoMmdbPath: existingFile('geoMmdbPath'),
     wafAuditLog: raw('wafAuditLog') === undefined ? undefined : path.resolve(raw('wafAuditLog')!),
     wafThreads: integer('wafThreads', 1, 1, 64),
+    wafEngine: wafEngine(),
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,

@@ -61,6 +61,10 @@ function get(url: string, options: GetOptions = {}): Promise<Reply> {
   });
 }
 
+async function events(api: TenantApi, type: string): Promise<any[]> {
+  return (await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=${type}&page[size]=1000`)).body.data;
+}
+
 function postForm(url: string, body: string): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const request = http.request(
@@ -128,9 +132,6 @@ describe('HTTP proxies from the API', () => {
     const scheme = frontend.certificateId ? 'https' : 'http';
     return { id, url: `${scheme}://${FRONTEND}:${port}` };
   }
-
-  const events = async (type: string) =>
-    (await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=${type}&page[size]=1000`)).body.data as any[];
 
   it('serves HTTPS with the uploaded certificate and proxies to the origin', async () => {
     const ca = await TestCa.create();
@@ -213,7 +214,7 @@ describe('HTTP proxies from the API', () => {
     assert.ok(supportId, 'the block page shows the support id');
     assert.equal(originRequests.length, before, 'the origin never saw the request');
 
-    const event = await waitFor('the WAF event', async () => (await events('WAF_EVENT')).find((candidate) => candidate.attributes.supportId === supportId));
+    const event = await waitFor('the WAF event', async () => (await events(api, 'WAF_EVENT')).find((candidate) => candidate.attributes.supportId === supportId));
     assert.equal(event.attributes.action, 'BLOCKED');
     assert.equal(event.attributes.request.statusCode, 403);
     assert.equal(event.attributes.request.method, 'GET');
@@ -234,7 +235,7 @@ describe('HTTP proxies from the API', () => {
     assert.equal(reply.status, 200);
     assert.match(reply.body, /origin saw GET/);
     await waitFor('the LOGGED event', async () =>
-      (await events('WAF_EVENT')).find((event) => event.attributes.action === 'LOGGED' && event.attributes.rules.some((rule: any) => rule.modSecId === 941100)),
+      (await events(api, 'WAF_EVENT')).find((event) => event.attributes.action === 'LOGGED' && event.attributes.rules.some((rule: any) => rule.modSecId === 941100)),
     );
     await api.call('PATCH', `${CONFIGS}/${proxy.id}`, { data: { type: 'httpProxy', attributes: { waf: { mode: 'BLOCKING' } } } });
     await waitFor('blocking after the PATCH', async () => ((await get(`${proxy.url}/page?q=<script>alert(1)</script>`)).status === 403 ? true : undefined));
@@ -288,7 +289,7 @@ describe('HTTP proxies from the API', () => {
     assert.equal((await get(`${proxy.url}/`, { localAddress: CLIENT_IN_DE })).status, 200, 'other clients are not affected');
 
     const episode = await waitFor('the episode event', async () => {
-      const found = (await events('APP_DDOS_ATTACK')).filter((event) => event.attributes.source.ip === FLOODER);
+      const found = (await events(api, 'APP_DDOS_ATTACK')).filter((event) => event.attributes.source.ip === FLOODER);
       return found.length > 0 && found[0].attributes.rateLimit.blockedRequests >= 11 ? found : undefined;
     });
     assert.equal(episode.length, 1, 'one event per client and episode, not one per request or per worker');
@@ -298,5 +299,35 @@ describe('HTTP proxies from the API', () => {
     assert.match(refused.body, new RegExp(event.attributes.supportId), 'the 429 page shows the episode support id');
 
     await waitFor('recovery after blockSeconds', async () => ((await get(`${proxy.url}/later`, { localAddress: FLOODER })).status === 200 ? true : undefined), { timeoutMs: 10_000 });
+  });
+});
+
+describe('the compiled WAF engine behind the proxy (TPS_WAF_ENGINE=compiled)', () => {
+  let tps: Tps;
+  let origin: http.Server;
+
+  before(async () => {
+    origin = http.createServer((_request, response) => response.end('origin'));
+    await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
+    tps = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND, TPS_WAF_ENGINE: 'compiled' } });
+  });
+  after(async () => {
+    await tps.stop();
+    origin.close();
+  });
+
+  it('blocks an attack with the same rules and reports them', async () => {
+    const api = await TenantApi.connect(tps, await createTenant(tps));
+    const port = await freePort(FRONTEND);
+    const created = await api.call('POST', CONFIGS, {
+      data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: ORIGIN, port: (origin.address() as { port: number }).port }] } } },
+    });
+    const id = created.body.data.id as string;
+    await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE');
+    assert.equal((await get(`http://${FRONTEND}:${port}/products?page=2`, { headers: { 'user-agent': 'Mozilla/5.0', accept: 'text/html' } })).status, 200);
+    const blocked = await get(`http://${FRONTEND}:${port}/search?id=1'%20OR%20'1'='1`, { headers: { 'user-agent': 'Mozilla/5.0' } });
+    assert.equal(blocked.status, 403);
+    const event = await waitFor('the WAF event', async () => (await events(api, 'WAF_EVENT'))[0]);
+    assert.ok(event.attributes.rules.some((rule: any) => rule.modSecId === 942100), JSON.stringify(event.attributes.rules));
   });
 });

@@ -58,8 +58,9 @@ export interface EdgeOptions {
   geoOverridesPath?: string | undefined;
   geoMmdbPath?: string | undefined;
   wafAuditLogPath?: string | undefined;
-  /** ModSecurity threads per proxy worker (the WAF runs off the workers' event loops). */
+  /** WAF engine threads per proxy worker (the WAF runs off the workers' event loops). */
   wafThreads?: number;
+  wafEngine?: 'modsecurity' | 'compiled';
   crls?: CrlSource;
   /** Answers ACME HTTP-01 challenges (token, host) with the key authorization. */
   acmeChallenge?: (token: string, host: string) => Promise<string | undefined>;
@@ -177,6 +178,7 @@ export class EdgeSupervisor {
       geoMmdbPath: o.geoMmdbPath,
       wafAuditLogPath: o.wafAuditLogPath,
       wafThreads: o.wafThreads ?? 1,
+      wafEngine: o.wafEngine ?? 'modsecurity',
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;

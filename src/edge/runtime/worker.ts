@@ -18,6 +18,7 @@ import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
 import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
 import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
+import { createCompiledEngine } from '../http/waf/compiled/compiled-engine.ts';
 import type { WafEngine } from '../http/waf/engine.ts';
 import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
 
@@ -34,8 +35,9 @@ export interface WorkerSettings {
   geoMmdbPath: string | undefined;
   /** JSON-lines WAF audit log (one record per request with a matched rule); absent = none. */
   wafAuditLogPath: string | undefined;
-  /** Threads of the ModSecurity engine in this worker. */
+  /** Threads of the WAF engine in this worker. */
   wafThreads: number;
+  wafEngine: 'modsecurity' | 'compiled';
 }
 
 interface Running {
@@ -97,7 +99,7 @@ const insight: InsightSink = {
  */
 let wafEngine: Promise<WafEngine> | undefined;
 const lazyWafEngine: WafEngine = {
-  name: 'modsecurity',
+  name: settings.wafEngine,
   inspectRequest: async (request, wafSettings) => (await (wafEngine ??= startWafEngine())).inspectRequest(request, wafSettings),
   beginExchange: async (request, wafSettings) => {
     const engine = await (wafEngine ??= startWafEngine());
@@ -108,7 +110,9 @@ const lazyWafEngine: WafEngine = {
   },
 };
 function startWafEngine(): Promise<WafEngine> {
-  return createModSecurityEngine({ workers: settings.wafThreads });
+  return settings.wafEngine === 'compiled'
+    ? createCompiledEngine({ workers: settings.wafThreads })
+    : createModSecurityEngine({ workers: settings.wafThreads });
 }
 
 let acmeRequests = 0;
