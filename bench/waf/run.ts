@@ -21,7 +21,8 @@
  *   node bench/waf/run.ts
  *   BENCH_SECONDS=3 BENCH_ROUNDS=3 BENCH_CONNECTIONS=32 BENCH_CORES=1 node bench/waf/run.ts
  *   BENCH_PARANOIA=1 BENCH_REQUESTS=get,post node bench/waf/run.ts     (a subset)
- *   BENCH_WAF_THREADS=2 ...                                           (our ModSecurity threads; default BENCH_CORES)
+ *   BENCH_WAF_THREADS=2 ...                                           (our WAF engine threads; default BENCH_CORES)
+ *   BENCH_ENGINE=compiled ...                                         (our side with the compiled engine, issue 6)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -43,6 +44,7 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const WARMUP_SECONDS = 1;
 const PARANOIA_LEVELS = (process.env.BENCH_PARANOIA ?? '1,4').split(',').map(Number) as (1 | 2 | 3 | 4)[];
 const REQUESTS = (process.env.BENCH_REQUESTS ?? 'get,post,attack').split(',');
+const ENGINE = process.env.BENCH_ENGINE === 'compiled' ? 'compiled' : 'modsecurity';
 const ORIGIN_IP = '127.0.0.70';
 const NGINX_IP = '127.0.0.71';
 const TPS_IP = '127.0.0.72';
@@ -210,7 +212,7 @@ async function main(): Promise<void> {
     nginxes.push(nginx);
     const wafThreads = Number(process.env.BENCH_WAF_THREADS ?? cores);
     tps = await startTps(
-      { workers: wafThreads, origin: originAddress, listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: tpsPorts.get(level)!, paranoiaLevel: level })) },
+      { workers: wafThreads, engine: ENGINE, origin: originAddress, listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: tpsPorts.get(level)!, paranoiaLevel: level })) },
       sutCpus,
     );
     const tpsPid = tps.pid!;
@@ -334,7 +336,7 @@ async function main(): Promise<void> {
 
     console.log(
       `\nwrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s, median; ${cores} of ${cpus.length} cores per side; Node ${process.version}; ` +
-        `ModSecurity 3.0.9 + CRS 3.3.4, BLOCKING, anomaly threshold 5`,
+        `CRS 3.3.4, BLOCKING, anomaly threshold 5; nginx: ModSecurity 3.0.9; tps: the ${ENGINE} engine`,
     );
     printTable(
       ['PL', 'request', 'status', 'nginx req/s', 'tps req/s', 'tps/nginx req/s', 'nginx p99 ms', 'tps p99 ms', 'nginx CPU us/req', 'tps CPU us/req', 'nginx/tps CPU'],

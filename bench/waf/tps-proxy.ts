@@ -10,19 +10,23 @@
 import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
 import { HttpProxy } from '../../src/edge/http/http-proxy.ts';
 import { createModSecurityEngine } from '../../src/edge/http/waf/modsecurity-engine.ts';
+import { createCompiledEngine } from '../../src/edge/http/waf/compiled/compiled-engine.ts';
 import { createWafHook } from '../../src/edge/http/waf/waf-hook.ts';
 import { splitAddress } from '../support/net.ts';
 
 export interface TpsProxyArgs {
-  /** ModSecurity worker threads. */
+  /** WAF engine worker threads (the compiled engine: 0 = in the proxy's own thread). */
   workers: number;
+  /** The WAF engine behind the proxy: ModSecurity (default) or ours, compiled to JavaScript. */
+  engine?: 'modsecurity' | 'compiled';
   /** The origin, "ip:port". */
   origin: string;
   listen: { ip: string; port: number; paranoiaLevel: 1 | 2 | 3 | 4 }[];
 }
 
 const args = JSON.parse(process.argv[2] ?? '') as TpsProxyArgs;
-const engine = await createModSecurityEngine({ workers: args.workers });
+const engine =
+  args.engine === 'compiled' ? await createCompiledEngine({ workers: args.workers }) : await createModSecurityEngine({ workers: args.workers });
 const deps = {
   insight: { record() {}, updateRateLimitEpisode() {} },
   geo: loadGeoLookup({ withoutMmdb: true }),
@@ -56,4 +60,4 @@ process.on('SIGTERM', () => {
     .then(() => engine.close())
     .finally(() => process.exit(0));
 });
-process.stdout.write(`ready ${engine.workerCount}\n`);
+process.stdout.write(`ready ${args.workers}\n`);
