@@ -17,13 +17,16 @@
  *   only once that write is done. Buffers come from a pool and go back when the tunnel closes; a
  *   tunnel starts with a small one and takes a large one once a read fills the small one, so idle
  *   and short connections hold 4 KiB, bulk ones 64 KiB.
- * - Client to origin uses the socket's `data` events: Node offers no `onread` for accepted sockets.
+ * - Client to origin does the same: Node offers `onread` only for sockets it creates, so once the
+ *   origin is connected the accepted socket's handle is moved into a socket made with `onread`
+ *   (`adoptClient`). That relies on net.Socket's private `_handle` field (checked at run time: without
+ *   it the tunnel falls back to the accepted socket's `data` events).
  * - Byte counts come from the sockets' own counters when the connection ends.
  * - Timeouts (connect, idle) use no per-socket timer: a relayed chunk only sets a flag, and the
  *   proxy's one sweep timer (`checkTimeouts`) reads the flags, so neither a connection nor a chunk
  *   creates or refreshes a timer.
  */
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, Socket, type Server } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
 import { encodeProxyHeader, type ProxyProtocolVersion } from './proxy-protocol.ts';
 
@@ -108,8 +111,44 @@ export function listenTcp(
   });
 }
 
+/**
+ * The read buffer of one direction of a tunnel: 4 KiB at first, 64 KiB once a read fills the small
+ * one (bulk transfer), from the shared pool and back to it when the tunnel ends.
+ */
+class ReadBuffers {
+  private current: Buffer | undefined;
+  /** A small buffer replaced by a large one while a write from it was pending: freed at the end. */
+  private retired: Buffer | undefined;
+
+  next(): Buffer {
+    this.current ??= readBuffers.take(SMALL_READ_BUFFER);
+    return this.current;
+  }
+
+  /** Writes `buffer[0, length)` to `to`; false (stop reading) while that write is pending. */
+  relay(to: Socket, length: number, buffer: Buffer): boolean {
+    to.write(length === buffer.length ? buffer : buffer.subarray(0, length));
+    const pending = to.writableLength > 0;
+    if (length === buffer.length && buffer.length === SMALL_READ_BUFFER) {
+      // A full small buffer: this direction carries bulk data, it gets a large one for its next read.
+      if (pending) this.retired = buffer;
+      else readBuffers.give(buffer);
+      this.current = readBuffers.take(LARGE_READ_BUFFER);
+    }
+    // While the write is pending it still reads from the buffer: no read into it until it is done.
+    return !pending;
+  }
+
+  release(): void {
+    if (this.current !== undefined) readBuffers.give(this.current);
+    if (this.retired !== undefined) readBuffers.give(this.retired);
+    this.current = undefined;
+    this.retired = undefined;
+  }
+}
+
 export class TcpTunnel {
-  readonly client: Socket;
+  private client: Socket;
   private readonly route: TcpRoute;
   private readonly events: TcpTunnelEvents;
   private readonly clientIp: string;
@@ -128,10 +167,9 @@ export class TcpTunnel {
   private active = false;
   /** When the current connect attempt started, then when traffic was last seen (performance.now ms). */
   private since = 0;
-  /** The buffer the origin socket reads into (see the module comment). */
-  private readBuffer: Buffer | undefined;
-  /** A small buffer replaced by a large one while a write from it was pending: freed at the end. */
-  private retiredBuffer: Buffer | undefined;
+  /** The buffers the origin socket and the (adopted) client socket read into (see the module comment). */
+  private readonly fromUpstream = new ReadBuffers();
+  private readonly fromClient = new ReadBuffers();
   private reason: TcpTunnelResult['reason'] = 'COMPLETED';
 
   /** Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`). */
@@ -228,13 +266,15 @@ export class TcpTunnel {
     this.since = performance.now();
 
     // The hot path, by hand (see the module comment): write on, pause on a full buffer, resume on drain.
-    client.on('drain', this.onClientDrain);
+    this.adoptClient();
+    const reader = this.client;
+    reader.on('drain', this.onClientDrain);
     upstream.on('end', this.onUpstreamEnd);
     upstream.on('drain', this.onUpstreamDrain);
-    client.on('end', this.onClientEnd);
-    client.on('data', this.onClientData);
+    reader.on('end', this.onClientEnd);
+    if (reader === client) reader.on('data', this.onClientData);
     // Accepted with pauseOnConnect, the client is explicitly paused: a listener alone does not start it.
-    client.resume();
+    reader.resume();
   };
 
   private readonly onClientData = (chunk: Buffer): void => {
@@ -250,24 +290,44 @@ export class TcpTunnel {
   /** Origin bytes in `buffer[0, length)`; returning false stops reading until `onClientDrain`. */
   private readonly onUpstreamRead = (length: number, buffer: Buffer): boolean => {
     this.active = true;
-    const client = this.client;
-    client.write(length === buffer.length ? buffer : buffer.subarray(0, length));
-    const pending = client.writableLength > 0;
-    if (length === buffer.length && buffer.length === SMALL_READ_BUFFER) {
-      // A full small buffer: this connection carries bulk data, it gets a large one for its next read.
-      if (pending) this.retiredBuffer = buffer;
-      else readBuffers.give(buffer);
-      this.readBuffer = readBuffers.take(LARGE_READ_BUFFER);
-    }
-    // While the write is pending it still reads from the buffer: no read into it until it is done.
-    return !pending;
+    return this.fromUpstream.relay(this.client, length, buffer);
   };
 
   /** Node asks which buffer the origin socket reads into next: at connect, then after every read. */
-  private readonly nextReadBuffer = (): Buffer => {
-    this.readBuffer ??= readBuffers.take(SMALL_READ_BUFFER);
-    return this.readBuffer;
+  private readonly nextReadBuffer = (): Buffer => this.fromUpstream.next();
+
+  /** Client bytes (adopted socket); returning false stops reading until `onUpstreamDrain`. */
+  private readonly onClientRead = (length: number, buffer: Buffer): boolean => {
+    this.active = true;
+    return this.fromClient.relay(this.upstream!, length, buffer);
   };
+
+  private readonly nextClientBuffer = (): Buffer => this.fromClient.next();
+
+  /**
+   * Moves the accepted socket's handle into a socket that reads with `onread` (see the module
+   * comment). Only before the first read, while the accepted socket is still paused.
+   */
+  private adoptClient(): void {
+    const accepted = this.client as Socket & { _handle?: object | null };
+    const handle = accepted._handle;
+    if (handle === undefined || handle === null || accepted.destroyed || accepted.bytesRead > 0) return;
+    accepted.off('error', this.onClientError);
+    accepted.off('close', this.onClientClose);
+    accepted._handle = null;
+    accepted.destroy();
+    const adopted = new Socket({
+      handle,
+      allowHalfOpen: true,
+      readable: true,
+      writable: true,
+      onread: { buffer: this.nextClientBuffer, callback: this.onClientRead },
+    } as ConstructorParameters<typeof Socket>[0]);
+    adopted.setNoDelay(true);
+    adopted.on('error', this.onClientError);
+    adopted.on('close', this.onClientClose);
+    this.client = adopted;
+  }
 
   private readonly onClientDrain = (): void => {
     this.active = true;
@@ -337,10 +397,8 @@ export class TcpTunnel {
     if (this.upstream !== undefined && !this.upstreamClosed) return;
     this.finished = true;
     // Both sockets are closed: no write refers to the read buffers any more.
-    if (this.readBuffer !== undefined) readBuffers.give(this.readBuffer);
-    if (this.retiredBuffer !== undefined) readBuffers.give(this.retiredBuffer);
-    this.readBuffer = undefined;
-    this.retiredBuffer = undefined;
+    this.fromUpstream.release();
+    this.fromClient.release();
     const host = this.host;
     if (host !== undefined) this.route.pool.end(host);
     this.events.onClose({
