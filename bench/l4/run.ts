@@ -14,7 +14,7 @@
 import { freePort } from '../../src/net/ports.ts';
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
-import { connect, createServer, type AddressInfo } from 'node:net';
+import { connect } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -22,7 +22,7 @@ class CrlServer {
   body: string | Buffer = '';
   status = 200;
   requests = 0;
-  readonly server = http.createServer((request, response) => {
+  readonly server = http.createServer((_request, response) => {
     this.requests++;
     response.writeHead(this.status, { 'content-type': 'application/pkix-crl' });
     response.end(this.body);

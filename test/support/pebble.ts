@@ -14,7 +14,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { TestCa } from './pki.ts';

@@ -136,10 +136,6 @@ class TransformationTrie {
   }
 }
 
-interface RuleDraft {
-  rule: CompiledRule & { tnode: number; tpath: number[] };
-}
-
 function parseCtl(value: string): CtlAction {
   const eq = value.indexOf('=');
   if (eq < 0) throw new Error(`bad ctl:${value}`);

@@ -5,7 +5,7 @@
  * (case-insensitively) from whole-collection and regex reads, `&COLL` counts, and each value
  * carries the "COLLECTION:key" name that ctl:ruleRemoveTargetById compares byte for byte.
  */
-import type { CompiledRule, VarPlan, VarResolver } from './program.ts';
+import type { VarPlan, VarResolver } from './program.ts';
 import { compileKeyRegex } from './regex/runtime.ts';
 import type { KeyRegex } from './regex/runtime.ts';
 import type { VariableSpec } from './seclang/parser.ts';
