@@ -12,8 +12,11 @@
  * cores are shared (load, origin, proxy, and whatever else runs).
  */
 import { freePort } from '../../src/net/ports.ts';
+import { hasCommand, installDebianPackages } from '../support/debian.ts';
+import { processCpuSeconds } from '../support/cpu.ts';
+import { median } from '../support/table.ts';
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,7 +36,6 @@ const CONCURRENCY_PER_PROCESS = 32;
 const ORIGIN_ADDRESS = '127.0.0.31';
 const OURS_ADDRESS = '127.0.0.21';
 const HAPROXY_ADDRESS = '127.0.0.22';
-const CLOCK_TICKS_PER_SECOND = 100;
 
 interface Endpoint {
   host: string;
@@ -74,28 +76,15 @@ function log(message: string): void {
 }
 
 function ensureHaproxy(): string | undefined {
-  const which = () => spawnSync('sh', ['-c', 'command -v haproxy'], { encoding: 'utf8' }).stdout.trim();
-  if (which() !== '') return which();
-  if (!install) return undefined;
-  log('HAProxy not found: installing it from Debian (apt-get install -y haproxy)...');
-  // policy-rc.d exit 101 = "do not start services": the package must not start its own HAProxy.
-  const policy = '/usr/sbin/policy-rc.d';
-  const ownPolicy = !existsSync(policy);
-  try {
-    if (ownPolicy) {
-      writeFileSync(policy, '#!/bin/sh\nexit 101\n');
-      chmodSync(policy, 0o755);
+  if (!hasCommand('haproxy')) {
+    if (!install) return undefined;
+    try {
+      installDebianPackages(['haproxy']);
+    } catch {
+      return undefined;
     }
-    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-    const installHaproxy = () => spawnSync('apt-get', ['install', '-y', '--no-install-recommends', 'haproxy'], { stdio: 'inherit', env });
-    if (installHaproxy().status !== 0) {
-      spawnSync('apt-get', ['update'], { stdio: 'inherit', env });
-      if (installHaproxy().status !== 0) return undefined;
-    }
-  } finally {
-    if (ownPolicy && existsSync(policy)) unlinkSync(policy);
   }
-  return which() === '' ? undefined : which();
+  return hasCommand('haproxy') ? 'haproxy' : undefined;
 }
 
 function waitForMessage<T>(child: ChildProcess, type: string): Promise<T> {
@@ -132,12 +121,7 @@ async function waitUntilListening(address: string, port: number, child: ChildPro
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** CPU seconds (user + system, all threads) the process has used. */
-function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
-}
+const cpuSeconds = (pid: number | undefined): number => (pid === undefined ? 0 : processCpuSeconds(pid));
 
 function exited(child: ChildProcess): Promise<unknown> {
   const gone = child.exitCode !== null || child.signalCode !== null;
@@ -195,12 +179,6 @@ async function measureConnections(target: Target): Promise<Rate & { failed: numb
     failed: settled.reduce((sum, r) => sum + r.failed, 0),
     cpu,
   };
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
 function medianRate(rates: Rate[]): Rate {
