@@ -130,6 +130,7 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     wafAuditLogPath: settings.wafAuditLog,
     wafThreads: settings.wafThreads,
     wafEngine: settings.wafEngine,
+    wafBodyLimits: { request: settings.wafRequestBodyLimit, response: settings.wafResponseBodyLimit, action: settings.wafBodyLimitAction },
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),

@@ -56,6 +56,12 @@ export interface Settings {
   wafThreads: number;
   /** The WAF engine: `modsecurity` (the reference, default) or `compiled` (ours, issue 6). */
   wafEngine: 'modsecurity' | 'compiled';
+  /** Request body bytes the WAF inspects. */
+  wafRequestBodyLimit: number;
+  /** Text-like response body bytes the WAF inspects (0: response headers only). */
+  wafResponseBodyLimit: number;
+  /** Past the request body limit: inspect the first part and let the rest through, or refuse (413). */
+  wafBodyLimitAction: 'PROCESS_PARTIAL' | 'REJECT';
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -85,6 +91,9 @@ const ENV: Record<keyof Settings, string> = {
   wafAuditLog: 'TPS_WAF_AUDIT_LOG',
   wafThreads: 'TPS_WAF_THREADS',
   wafEngine: 'TPS_WAF_ENGINE',
+  wafRequestBodyLimit: 'TPS_WAF_REQUEST_BODY_LIMIT',
+  wafResponseBodyLimit: 'TPS_WAF_RESPONSE_BODY_LIMIT',
+  wafBodyLimitAction: 'TPS_WAF_BODY_LIMIT_ACTION',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -143,6 +152,12 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     return value as Settings['wafEngine'];
   };
 
+  const bodyLimitAction = (): Settings['wafBodyLimitAction'] => {
+    const value = raw('wafBodyLimitAction') ?? 'PROCESS_PARTIAL';
+    if (value !== 'PROCESS_PARTIAL' && value !== 'REJECT') fail('wafBodyLimitAction', `must be PROCESS_PARTIAL or REJECT, got "${value}"`);
+    return value as Settings['wafBodyLimitAction'];
+  };
+
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     fail('databaseUrl', 'must start with postgres:// (leave it unset for the embedded SQLite store)');
@@ -195,6 +210,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafAuditLog: raw('wafAuditLog') === undefined ? undefined : path.resolve(raw('wafAuditLog')!),
     wafThreads: integer('wafThreads', 1, 1, 64),
     wafEngine: wafEngine(),
+    wafRequestBodyLimit: integer('wafRequestBodyLimit', 128 * 1024, 0, 64 * 1024 * 1024),
+    wafResponseBodyLimit: integer('wafResponseBodyLimit', 64 * 1024, 0, 64 * 1024 * 1024),
+    wafBodyLimitAction: bodyLimitAction(),
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,

@@ -61,6 +61,8 @@ export interface EdgeOptions {
   /** WAF engine threads per proxy worker (the WAF runs off the workers' event loops). */
   wafThreads?: number;
   wafEngine?: 'modsecurity' | 'compiled';
+  /** Body bytes the WAF inspects, and what happens to a longer request body. */
+  wafBodyLimits?: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
   crls?: CrlSource;
   /** Answers ACME HTTP-01 challenges (token, host) with the key authorization. */
   acmeChallenge?: (token: string, host: string) => Promise<string | undefined>;
@@ -179,6 +181,7 @@ export class EdgeSupervisor {
       wafAuditLogPath: o.wafAuditLogPath,
       wafThreads: o.wafThreads ?? 1,
       wafEngine: o.wafEngine ?? 'modsecurity',
+      wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, response: 64 * 1024, action: 'PROCESS_PARTIAL' },
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;

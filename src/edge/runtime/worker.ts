@@ -38,6 +38,7 @@ export interface WorkerSettings {
   /** Threads of the WAF engine in this worker. */
   wafThreads: number;
   wafEngine: 'modsecurity' | 'compiled';
+  wafBodyLimits: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
 }
 
 interface Running {
@@ -110,9 +111,15 @@ const lazyWafEngine: WafEngine = {
   },
 };
 function startWafEngine(): Promise<WafEngine> {
+  // The engine inspects what the proxy hands it: the same limits on both sides.
+  const limits = {
+    requestBodyLimit: Math.max(1, settings.wafBodyLimits.request),
+    responseBodyLimit: Math.max(1, settings.wafBodyLimits.response),
+    responseBodyAccess: settings.wafBodyLimits.response > 0,
+  };
   return settings.wafEngine === 'compiled'
-    ? createCompiledEngine({ workers: settings.wafThreads })
-    : createModSecurityEngine({ workers: settings.wafThreads });
+    ? createCompiledEngine({ workers: settings.wafThreads, ...limits })
+    : createModSecurityEngine({ workers: settings.wafThreads, ...limits });
 }
 
 let acmeRequests = 0;
@@ -125,7 +132,12 @@ const httpDeps: HttpProxyDeps = {
     ...(settings.geoOverridesPath && { overridesPath: settings.geoOverridesPath }),
   }),
   location: settings.location,
-  waf: createWafHook(lazyWafEngine, settings.wafAuditLogPath ? { auditLog: new WafAuditLog(settings.wafAuditLogPath) } : {}),
+  waf: createWafHook(lazyWafEngine, {
+    requestBodyLimit: settings.wafBodyLimits.request,
+    responseBodyLimit: settings.wafBodyLimits.response,
+    bodyLimitAction: settings.wafBodyLimits.action,
+    ...(settings.wafAuditLogPath && { auditLog: new WafAuditLog(settings.wafAuditLogPath) }),
+  }),
   rateLimit: {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);

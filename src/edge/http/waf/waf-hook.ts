@@ -26,6 +26,12 @@ export interface WafHookOptions {
   auditLog?: WafAuditLog;
   /** How long a request's engine transaction waits for its response before it is ended. Default 120 s. */
   exchangeTtlMs?: number;
+  /**
+   * A request body longer than `requestBodyLimit`: PROCESS_PARTIAL (default) inspects its first
+   * `requestBodyLimit` bytes and lets the rest stream on uninspected, as ModSecurity's
+   * ProcessPartial; REJECT refuses the request with 413 before the origin sees it.
+   */
+  bodyLimitAction?: 'PROCESS_PARTIAL' | 'REJECT';
 }
 
 interface OpenExchange {
@@ -71,6 +77,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
     responseBodyLimit,
 
     async inspectRequest(input: WafRequestInput): Promise<WafVerdict> {
+      if (input.bodyTruncated && options.bodyLimitAction === 'REJECT') return { action: 'block', status: 413 };
       const request = toEngineRequest(input, input.body);
       const settings = engineSettings(input.settings);
       let verdict: EngineVerdict;
