@@ -131,6 +131,7 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     wafThreads: settings.wafThreads,
     wafEngine: settings.wafEngine,
     wafBodyLimits: { request: settings.wafRequestBodyLimit, response: settings.wafResponseBodyLimit, action: settings.wafBodyLimitAction },
+    redisUrl: settings.redisUrl,
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),

@@ -62,6 +62,8 @@ export interface Settings {
   wafResponseBodyLimit: number;
   /** Past the request body limit: inspect the first part and let the rest through, or refuse (413). */
   wafBodyLimitAction: 'PROCESS_PARTIAL' | 'REJECT';
+  /** redis://...: rate-limit counters shared by several edge nodes; unset = shared by this node's workers only. */
+  redisUrl: string | undefined;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -94,6 +96,7 @@ const ENV: Record<keyof Settings, string> = {
   wafRequestBodyLimit: 'TPS_WAF_REQUEST_BODY_LIMIT',
   wafResponseBodyLimit: 'TPS_WAF_RESPONSE_BODY_LIMIT',
   wafBodyLimitAction: 'TPS_WAF_BODY_LIMIT_ACTION',
+  redisUrl: 'TPS_REDIS_URL',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -158,6 +161,12 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     return value as Settings['wafBodyLimitAction'];
   };
 
+  const redisUrl = (): string | undefined => {
+    const value = raw('redisUrl');
+    if (value !== undefined && !/^rediss?:\/\//.test(value)) fail('redisUrl', `must start with redis:// or rediss://, got "${value}"`);
+    return value;
+  };
+
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     fail('databaseUrl', 'must start with postgres:// (leave it unset for the embedded SQLite store)');
@@ -213,6 +222,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafRequestBodyLimit: integer('wafRequestBodyLimit', 128 * 1024, 0, 64 * 1024 * 1024),
     wafResponseBodyLimit: integer('wafResponseBodyLimit', 64 * 1024, 0, 64 * 1024 * 1024),
     wafBodyLimitAction: bodyLimitAction(),
+    redisUrl: redisUrl(),
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,

@@ -63,6 +63,8 @@ export interface EdgeOptions {
   wafEngine?: 'modsecurity' | 'compiled';
   /** Body bytes the WAF inspects, and what happens to a longer request body. */
   wafBodyLimits?: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
+  /** redis://... for rate-limit counters shared with other edge nodes. */
+  redisUrl?: string | undefined;
   crls?: CrlSource;
   /** Answers ACME HTTP-01 challenges (token, host) with the key authorization. */
   acmeChallenge?: (token: string, host: string) => Promise<string | undefined>;
@@ -182,6 +184,7 @@ export class EdgeSupervisor {
       wafThreads: o.wafThreads ?? 1,
       wafEngine: o.wafEngine ?? 'modsecurity',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, response: 64 * 1024, action: 'PROCESS_PARTIAL' },
+      redisUrl: o.redisUrl,
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;

@@ -15,6 +15,8 @@ import type { InsightSink } from '../../insight/event.ts';
 import { SharedTable, type SharedTableInit } from '../shared-counters/shared-table.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
+import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
+import { Redis } from 'ioredis';
 import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
 import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
@@ -39,6 +41,8 @@ export interface WorkerSettings {
   wafThreads: number;
   wafEngine: 'modsecurity' | 'compiled';
   wafBodyLimits: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
+  /** Rate-limit counters in Redis (several edge nodes) instead of this node's shared memory. */
+  redisUrl: string | undefined;
 }
 
 interface Running {
@@ -87,6 +91,9 @@ const l4Metrics: L4Metrics = {
 // ----- shared services of this worker -----
 const rateTable = new SharedTable(settings.rateTable);
 const floodTable = new SharedTable(settings.floodTable);
+// Commands fail fast while Redis is unreachable (the rate-limit phase then lets requests through).
+const redis = settings.redisUrl ? new Redis(settings.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : undefined;
+redis?.on('error', () => {});
 const threatFeed = new ThreatFeed({ sources: settings.threatFeeds, refreshIntervalMs: settings.threatFeedRefreshMs });
 const insight: InsightSink = {
   record: (event) => send({ kind: 'insight', event }),
@@ -142,7 +149,8 @@ const httpDeps: HttpProxyDeps = {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
       // Scoped by the periods too: changed thresholds start from fresh counters, never misread old ones.
-      return new SharedRateLimitStore(rateTable, `${proxyId}|${periodsMs.join(',')}`, periodsMs);
+      const scope = `${proxyId}|${periodsMs.join(',')}`;
+      return redis ? new RedisRateLimitStore(redis, scope, periodsMs) : new SharedRateLimitStore(rateTable, scope, periodsMs);
     },
   },
   // Challenges live in the store, which only the supervisor reads.
@@ -254,6 +262,7 @@ port.on('message', (message: ToWorker) => {
       enqueue(async () => {
         threatFeed.stop();
         await lazyWafEngine.close().catch(() => {});
+        redis?.disconnect();
         await Promise.all([...running.values()].map((current) => current.proxy.stop().catch(() => {})));
         running.clear();
         send({ kind: 'stopped' });

@@ -16,7 +16,17 @@ export const rateLimitPhase: RequestPhase = {
     const limiter = ctx.proxy.rateLimiter;
     if (limiter === undefined) return undefined;
     const decision = limiter.check(ctx.clientIp);
-    if (decision instanceof Promise) return decision.then((d) => outcome(ctx, d));
+    // A shared counter store that cannot answer (Redis down) lets the request through, logged:
+    // losing the limit for a while is better than losing the site.
+    if (decision instanceof Promise) {
+      return decision.then(
+        (d) => outcome(ctx, d),
+        (err: unknown) => {
+          ctx.proxy.deps.logger?.error({ err, proxyId: ctx.proxy.id }, 'rate-limit counters unavailable; request let through');
+          return undefined;
+        },
+      );
+    }
     return outcome(ctx, decision);
   },
 };
