@@ -6,7 +6,11 @@ export function canonicalIp(ip: string): string {
   return ip;
 }
 
-/** The IPv4 address inside an IPv4-mapped IPv6 address (::ffff:1.2.3.4), else the address itself. */
+/**
+ * The IPv4 address inside an IPv4-mapped IPv6 address (`::ffff:1.2.3.4`, how a dual-stack socket
+ * reports an IPv4 peer), else the address itself. It runs per connection and per request, on
+ * addresses that come from sockets, so a character check stands in for a full parse.
+ */
 export function unmapIpv4(ip: string): string {
-  return ip.startsWith('::ffff:') && net.isIPv4(ip.slice(7)) ? ip.slice(7) : ip;
+  return ip.length > 7 && ip.charCodeAt(0) === 58 /* : */ && ip.startsWith('::ffff:') && ip.includes('.', 7) ? ip.slice(7) : ip;
 }

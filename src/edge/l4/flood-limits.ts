@@ -13,6 +13,7 @@
  * at most `maxIdleSources` of them in least-recently-released order, the oldest forgotten first.
  * An evicted source loses only its rate history, which after a second of silence is zero anyway.
  */
+import { unmapIpv4 } from '../../net/ip.ts';
 
 export interface FloodLimitSettings {
   maxConnectionsPerSource: number;
@@ -182,8 +183,4 @@ function advanceWindow(slot: SourceSlot, now: number): void {
     slot.windowStart = now;
   }
   slot.currentWindow = 0;
-}
-
-export function unmapIpv4(address: string): string {
-  return address.charCodeAt(0) === 58 /* : */ && address.startsWith('::ffff:') && address.includes('.', 7) ? address.slice(7) : address;
 }

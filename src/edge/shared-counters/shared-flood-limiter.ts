@@ -7,7 +7,8 @@
  * connections of the whole proxy.
  */
 import { SharedTable } from './shared-table.ts';
-import { unmapIpv4, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from '../l4/flood-limits.ts';
+import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
+import { unmapIpv4 } from '../../net/ip.ts';
 
 /** Payload of a slot: open connections, window start (ms), previous window count, current window count. */
 export const FLOOD_SLOT_WORDS = 4;

@@ -10,6 +10,7 @@ import type { Http2ServerRequest } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import type { ClientCertificate, RequestCtx } from '../ctx.ts';
 import { pageAnswer } from './respond.ts';
+import { unmapIpv4 } from '../../../net/ip.ts';
 import type { PhaseOutcome, RequestPhase } from './phase.ts';
 
 /** Per TLS connection: the certificate is the same for every request on it. */
@@ -118,9 +119,4 @@ function formatSubject(subject: Record<string, string | string[]> | undefined): 
     }
   }
   return parts.join(',');
-}
-
-/** `::ffff:1.2.3.4` (a dual-stack socket's IPv4 peer) and `1.2.3.4` are one client. */
-function unmapIpv4(ip: string): string {
-  return ip.length > 7 && ip.charCodeAt(0) === 58 && ip.startsWith('::ffff:') && ip.includes('.', 7) ? ip.slice(7) : ip;
 }

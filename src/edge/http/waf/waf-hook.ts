@@ -81,7 +81,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
       const request = toEngineRequest(input, input.body);
       const settings = engineSettings(input.settings);
       let verdict: EngineVerdict;
-      if (engine.beginExchange && responseBodyLimit >= 0) {
+      if (engine.beginExchange) {
         const exchange = await engine.beginExchange(request, settings);
         verdict = exchange.requestVerdict;
         if (verdict.interrupt && input.settings.mode === 'BLOCKING') {
@@ -102,12 +102,10 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
       const open = exchanges.get(input.request.supportId);
       if (!open) return { action: 'continue' };
       try {
-        const headers: [string, string][] = [];
-        for (let i = 0; i + 1 < input.headers.length; i += 2) headers.push([input.headers[i]!, input.headers[i + 1]!]);
         const verdict = await open.exchange.inspectResponse({
           status: input.statusCode,
           httpVersion: open.request.httpVersion,
-          headers,
+          headers: headerPairs(input.headers),
           ...(input.body && { body: input.body }),
         });
         if (open.requestVerdict.matchedRules.length > 0 || verdict.matchedRules.length > 0) {
@@ -124,9 +122,15 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
   };
 }
 
+/** `[name, value, name, value...]` as the proxy has headers, into the engine's pairs. */
+function headerPairs(flat: readonly string[]): [string, string][] {
+  const pairs: [string, string][] = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([flat[i]!, flat[i + 1]!]);
+  return pairs;
+}
+
 function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest {
-  const headers: [string, string][] = [];
-  for (let i = 0; i + 1 < head.headers.length; i += 2) headers.push([head.headers[i]!, head.headers[i + 1]!]);
+  const headers = headerPairs(head.headers);
   return {
     clientIp: head.client.ip,
     clientPort: head.client.port,
