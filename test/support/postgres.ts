@@ -12,8 +12,6 @@ import path from 'node:path';
 import pg from 'pg';
 import { freePort } from '../../src/net/ports.ts';
 
-export { freePort };
-
 export interface PostgresCluster {
   adminUrl: string;
   stop(): void;

@@ -105,19 +105,18 @@ const insight: InsightSink = {
  * never loads the rule set). One rule set per worker serves every proxy: per-proxy settings
  * (paranoia, mode, threshold, exclusions) are data passed with each request.
  */
-let wafEngine: Promise<WafEngine> | undefined;
+/** Both engines keep a transaction from the request to its response (response phases). */
+type ExchangingEngine = WafEngine & Required<Pick<WafEngine, 'beginExchange'>>;
+let wafEngine: Promise<ExchangingEngine> | undefined;
 const lazyWafEngine: WafEngine = {
   name: settings.wafEngine,
   inspectRequest: async (request, wafSettings) => (await (wafEngine ??= startWafEngine())).inspectRequest(request, wafSettings),
-  beginExchange: async (request, wafSettings) => {
-    const engine = await (wafEngine ??= startWafEngine());
-    return engine.beginExchange ? engine.beginExchange(request, wafSettings) : { requestVerdict: await engine.inspectRequest(request, wafSettings), inspectResponse: async () => ({ matchedRules: [] }), end: () => {} };
-  },
+  beginExchange: async (request, wafSettings) => (await (wafEngine ??= startWafEngine())).beginExchange(request, wafSettings),
   close: async () => {
     if (wafEngine) await (await wafEngine).close();
   },
 };
-function startWafEngine(): Promise<WafEngine> {
+function startWafEngine(): Promise<ExchangingEngine> {
   // The engine inspects what the proxy hands it: the same limits on both sides.
   const limits = {
     requestBodyLimit: Math.max(1, settings.wafBodyLimits.request),
