@@ -19,8 +19,10 @@ import type {
   SetVarAction,
   TransformationNode,
   UpdateExclusion,
+  VarRef,
   VarResolver,
 } from './program.ts';
+import { READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY } from './program.ts';
 import { compileOperator } from './operators/index.ts';
 import { compileKeyRegex, CompiledRegex } from './regex/runtime.ts';
 import { requiredLiterals } from './regex/prefilter.ts';
@@ -549,6 +551,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               ver: parsed.ver,
               exclusions: [],
               additions: [],
+              refs: [],
               prefiltered: false,
             } as CompiledRule & { tnode: number; tpath: number[] };
             allRules.push(rule);
@@ -620,6 +623,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
       throw new SecLangError(u.directive.file, u.directive.line, (error as Error).message);
     }
   }
+  for (const rule of allRules) rule.refs = [...rule.variables.map((v) => varRef(v, true)), ...rule.additions.map((v) => varRef(v, false))];
   const prefilters = options.prefilter === false ? [] : buildPrefilters(allRules, trie.nodes.length);
   const markerIndex = phases.map((list) => {
     const m = new Map<string, number[]>();
@@ -651,6 +655,21 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
 
 /** Single characters too common in benign values to make a useful filter. */
 const COMMON_CHARS = /^[a-z0-9 .,\-_/:;=()&?@+%!*#~]$/;
+
+function varRef(resolver: VarResolver, own: boolean): VarRef {
+  const d = resolver.direct;
+  const base = { kind: READ_RESOLVE, index: 0, name: '', key: '', fullName: resolver.fullName, own, resolver };
+  if (d === undefined) return base;
+  switch (d.kind) {
+    case READ_LIST:
+    case READ_NAMES:
+      return { ...base, kind: d.kind, index: d.list, name: d.collection };
+    case READ_SINGLE:
+      return { ...base, kind: d.kind, index: d.slot, name: d.name };
+    case READ_TX_KEY:
+      return { ...base, kind: d.kind, name: d.lowerKey, key: d.key };
+  }
+}
 
 function escapeLiteral(l: string): string {
   let out = '';

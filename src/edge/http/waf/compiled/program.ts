@@ -32,13 +32,39 @@ export interface VarResolver {
   readonly count: boolean;
   /** Appends the values to `out`. `rule` is the rule being evaluated (RULE:msg ...). */
   resolve(tx: Transaction, rule: CompiledRule | undefined, out: Entry[]): void;
-  /** Present when the values are a whole list that can be read in place (no copy). */
-  readonly plan?: VarPlan | undefined;
+  /** How the evaluation loop reads the variable without calling `resolve` (see VarRef). */
+  readonly direct?: DirectRead | undefined;
 }
 
-/** A list collection read whole, without key, regex or exclusion filters: the loop reads it in place. */
-export interface VarPlan {
-  readonly whole: (tx: Transaction) => readonly Entry[];
+/** A variable the loop reads itself: a whole list, the names of a list, a single slot, a TX key. */
+export type DirectRead =
+  | { readonly kind: typeof READ_LIST | typeof READ_NAMES; readonly list: number; readonly collection: string }
+  | { readonly kind: typeof READ_SINGLE; readonly slot: number; readonly name: string }
+  | { readonly kind: typeof READ_TX_KEY; readonly lowerKey: string; readonly key: string };
+
+export const READ_RESOLVE = 0;
+export const READ_LIST = 1;
+export const READ_NAMES = 2;
+export const READ_SINGLE = 3;
+export const READ_TX_KEY = 4;
+
+/**
+ * One variable of a rule as the evaluation loop sees it: every rule's variables have this one
+ * shape, so the loop's property reads stay monomorphic (resolvers are closures of many shapes,
+ * and a call through them per variable was a tenth of a benign request's time).
+ */
+export interface VarRef {
+  readonly kind: number;
+  /** READ_LIST/READ_NAMES: list index (Transaction.listAt); READ_SINGLE: the slot. */
+  readonly index: number;
+  /** READ_SINGLE: variable name; READ_TX_KEY: the key lower-cased; READ_NAMES: the collection. */
+  readonly name: string;
+  /** READ_TX_KEY: the key as the rule wrote it (ModSecurity names the value with it). */
+  readonly key: string;
+  readonly fullName: string;
+  /** From the rule's own variables (not a SecRuleUpdateTarget addition): update exclusions apply. */
+  readonly own: boolean;
+  readonly resolver: VarResolver;
 }
 
 export interface CompiledOperator {
@@ -135,6 +161,8 @@ export interface CompiledRule {
   /** Set by SecRuleUpdateTargetById/ByTag: exclusions and additions (applied at run time like ModSecurity). */
   exclusions: UpdateExclusion[];
   additions: VarResolver[];
+  /** variables + additions as the loop reads them (filled when the rule set is complete). */
+  refs: VarRef[];
 }
 
 /** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */

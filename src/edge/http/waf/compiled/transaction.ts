@@ -15,6 +15,7 @@ import type {
   RuntimeAction,
   SetVarAction,
 } from './program.ts';
+import { READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY } from './program.ts';
 import { stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
 
@@ -79,6 +80,30 @@ export interface Intervention {
   phase: number | undefined;
 }
 
+
+/** The list collections in Transaction.listAt's order. */
+export const LIST_COLLECTIONS: readonly string[] = [
+  'ARGS',
+  'ARGS_GET',
+  'ARGS_POST',
+  'REQUEST_HEADERS',
+  'REQUEST_HEADERS_NAMES',
+  'REQUEST_COOKIES',
+  'REQUEST_COOKIES_NAMES',
+  'FILES',
+  'FILES_NAMES',
+  'FILES_SIZES',
+  'FILES_TMPNAMES',
+  'FILES_TMP_CONTENT',
+  'MULTIPART_FILENAME',
+  'MULTIPART_NAME',
+  'MULTIPART_PART_HEADERS',
+  'MATCHED_VARS',
+  'MATCHED_VARS_NAMES',
+  'RESPONSE_HEADERS',
+  'RESPONSE_HEADERS_NAMES',
+  'GEO',
+];
 
 /** Slots of single variables, process-wide; the computed ones (never cached) come first. */
 const SLOTS = new Map<string, number>();
@@ -165,10 +190,6 @@ export class Transaction {
   highestSeverity = 255;
   private readonly started = process.hrtime.bigint();
   private currentPhase = 0;
-  /** Per transformation function: input text -> output. */
-  private readonly tmemo: (Map<string, string> | undefined)[] = [];
-  /** Scratch arrays reused by the evaluation loop (one per chain depth). */
-  private readonly scratch: Entry[][] = [];
 
   constructor(rs: CompiledRuleSet, id?: string) {
     this.rs = rs;
@@ -214,6 +235,33 @@ export class Transaction {
     const entry: Entry = { key, full: `${collection}:${key}`, box: v.box, uk: undefined };
     v.entry = entry;
     return entry;
+  }
+
+  /** The list collection LIST_COLLECTIONS[index]. */
+  listAt(index: number): Entry[] {
+    switch (index) {
+      case 0: return this.args;
+      case 1: return this.argsGet;
+      case 2: return this.argsPost;
+      case 3: return this.requestHeaders;
+      case 4: return this.requestHeadersNames;
+      case 5: return this.requestCookies;
+      case 6: return this.requestCookiesNames;
+      case 7: return this.files;
+      case 8: return this.filesNames;
+      case 9: return this.filesSizes;
+      case 10: return this.filesTmpNames;
+      case 11: return this.filesTmpContent;
+      case 12: return this.multipartFilename;
+      case 13: return this.multipartName;
+      case 14: return this.multipartPartHeaders;
+      case 15: return this.matchedVars;
+      case 16: return this.matchedVarsNames;
+      case 17: return this.responseHeaders;
+      case 18: return this.responseHeadersNames;
+      case 19: return this.geo;
+      default: throw new Error(`no list collection ${index}`);
+    }
   }
 
   /** ARGS_NAMES-style entries (key -> key) for a collection's list, in the same order. */
@@ -349,17 +397,7 @@ export class Transaction {
     }
     const t = this.rs.transformations[node]!;
     const input = t.parent === 0 ? box.v : this.transformed(box, t.parent);
-    // the same function on the same text (another chain, another variable) is computed once
-    let memo = this.tmemo[t.kind];
-    if (memo === undefined) {
-      memo = new Map();
-      this.tmemo[t.kind] = memo;
-    }
-    let out = memo.get(input);
-    if (out === undefined) {
-      out = t.fn(input);
-      memo.set(input, out);
-    }
+    const out = t.fn(input);
     c[node] = out;
     return out;
   }
@@ -497,12 +535,12 @@ export class Transaction {
   }
 
   /** RuleWithOperator::evaluate. Returns whether the rule (and its chain) matched. */
-  private evaluateRule(rule: CompiledRule, msg: MutableMessage, depth = 0): boolean {
+  private evaluateRule(rule: CompiledRule, msg: MutableMessage): boolean {
     if (this.ruleRemoveById.length > 0 && this.ruleRemoveById.includes(rule.id)) return true;
     if (this.ruleRemoveByIdRange.length > 0) {
       for (const [a, b] of this.ruleRemoveByIdRange) if (a <= rule.id && b >= rule.id) return true;
     }
-    const globalRet = this.scan(rule, msg, depth);
+    const globalRet = this.scan(rule, msg);
     if (!globalRet) {
       this.cleanMatchedVars();
       return false;
@@ -510,7 +548,7 @@ export class Transaction {
     if (rule.chained) {
       const child = rule.child;
       if (child === undefined) return false;
-      if (!this.evaluateRule(child, msg, depth + 1)) return false;
+      if (!this.evaluateRule(child, msg)) return false;
     }
     this.actionsAfterFullMatch(rule, msg);
     // performLogging(lastLog = true, chainedParentNull = true)
@@ -519,63 +557,78 @@ export class Transaction {
   }
 
   /** The variables and the operator of a rule: true when some value matched. */
-  private scan(rule: CompiledRule, msg: MutableMessage, depth: number): boolean {
-    const op = rule.operator!;
+  private scan(rule: CompiledRule, msg: MutableMessage): boolean {
     const removals = this.ruleRemoveTargetById.length > 0 || this.ruleRemoveTargetByTag.length > 0;
     const hasExclusions = rule.exclusions.length > 0;
     let globalRet = false;
-    let values = this.scratch[depth];
-    if (values === undefined) {
-      values = [];
-      this.scratch[depth] = values;
-    }
-    const vars = rule.additions.length > 0 ? [...rule.variables, ...rule.additions] : rule.variables;
-    for (let vi = 0; vi < vars.length; vi++) {
-      const variable = vars[vi]!;
-      if (hasExclusions && vi < rule.variables.length && rule.exclusions.some((x) => x.fullName === variable.fullName)) continue;
-      if (removals && this.isRemovedTarget(rule, variable.fullName)) continue;
-      // a whole list collection is read in place (a snapshot of its length, as ModSecurity copies it)
+    const refs = rule.refs;
+    for (let vi = 0; vi < refs.length; vi++) {
+      const ref = refs[vi]!;
+      if (hasExclusions && ref.own && rule.exclusions.some((x) => x.fullName === ref.fullName)) continue;
+      if (removals && this.isRemovedTarget(rule, ref.fullName)) continue;
       let list: readonly Entry[];
-      if (variable.plan !== undefined) list = variable.plan.whole(this);
-      else {
-        values.length = 0;
-        variable.resolve(this, rule, values);
-        list = values;
+      switch (ref.kind) {
+        case READ_SINGLE:
+          if (this.checkEntry(rule, msg, this.singleAt(ref.index, ref.name), hasExclusions, removals)) globalRet = true;
+          continue;
+        case READ_TX_KEY: {
+          const v = this.txStore.get(ref.name);
+          if (v !== undefined && this.checkEntry(rule, msg, this.dynamicEntry('TX', ref.key, v), hasExclusions, removals)) globalRet = true;
+          continue;
+        }
+        // a whole list collection is read in place (a snapshot of its length, as ModSecurity copies it)
+        case READ_LIST:
+          list = this.listAt(ref.index);
+          break;
+        case READ_NAMES:
+          list = this.namesOf(ref.name, this.listAt(ref.index));
+          break;
+        default: {
+          const values: Entry[] = [];
+          ref.resolver.resolve(this, rule, values);
+          list = values;
+        }
       }
       const count = list.length;
       for (let k = 0; k < count; k++) {
-        const entry = list[k]!;
-        if (hasExclusions && this.excludedByUpdate(rule, entry)) continue;
-        if (removals && this.isRemovedTarget(rule, entry.full)) continue;
-        if (!rule.multiMatch) {
-          const value = this.transformed(entry.box, rule.tnode);
-          // no required literal of this rule's regex in the value: it cannot match, do not run it
-          const hit = rule.prefiltered && !this.mayMatch(entry.box, rule.tnode, value) ? false : op.run(this, rule, value);
-          if (hit !== op.negated) {
-            this.onMatch(rule, msg, entry, value);
-            globalRet = true;
-          }
-        } else {
-          // the original value, then each transformation result that changed the value
-          let prev = entry.box.v;
-          if (op.run(this, rule, prev) !== op.negated) {
-            this.onMatch(rule, msg, entry, prev);
-            globalRet = true;
-          }
-          for (const node of rule.tpath) {
-            const value = this.transformed(entry.box, node);
-            if (value === prev) continue;
-            prev = value;
-            if (op.run(this, rule, value) !== op.negated) {
-              this.onMatch(rule, msg, entry, value);
-              globalRet = true;
-            }
-          }
-        }
+        if (this.checkEntry(rule, msg, list[k]!, hasExclusions, removals)) globalRet = true;
       }
     }
-    values.length = 0;
     return globalRet;
+  }
+
+  /** The operator on one value (each changed transformation result with multiMatch). */
+  private checkEntry(rule: CompiledRule, msg: MutableMessage, entry: Entry, hasExclusions: boolean, removals: boolean): boolean {
+    if (hasExclusions && this.excludedByUpdate(rule, entry)) return false;
+    if (removals && this.isRemovedTarget(rule, entry.full)) return false;
+    const op = rule.operator!;
+    let matched = false;
+    if (!rule.multiMatch) {
+      const value = this.transformed(entry.box, rule.tnode);
+      // no required literal of this rule's regex in the value: it cannot match, do not run it
+      const hit = rule.prefiltered && !this.mayMatch(entry.box, rule.tnode, value) ? false : op.run(this, rule, value);
+      if (hit !== op.negated) {
+        this.onMatch(rule, msg, entry, value);
+        matched = true;
+      }
+      return matched;
+    }
+    // the original value, then each transformation result that changed the value
+    let prev = entry.box.v;
+    if (op.run(this, rule, prev) !== op.negated) {
+      this.onMatch(rule, msg, entry, prev);
+      matched = true;
+    }
+    for (const node of rule.tpath) {
+      const value = this.transformed(entry.box, node);
+      if (value === prev) continue;
+      prev = value;
+      if (op.run(this, rule, value) !== op.negated) {
+        this.onMatch(rule, msg, entry, value);
+        matched = true;
+      }
+    }
+    return matched;
   }
 
   /** A value matched (ModSecurity's updateMatchedVars + independent actions + per-match logging). Internal. */

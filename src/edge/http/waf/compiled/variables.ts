@@ -5,36 +5,19 @@
  * (case-insensitively) from whole-collection and regex reads, `&COLL` counts, and each value
  * carries the "COLLECTION:key" name that ctl:ruleRemoveTargetById compares byte for byte.
  */
-import type { VarPlan, VarResolver } from './program.ts';
+import { READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY } from './program.ts';
+import type { VarResolver } from './program.ts';
 import { compileKeyRegex } from './regex/runtime.ts';
 import type { KeyRegex } from './regex/runtime.ts';
 import type { VariableSpec } from './seclang/parser.ts';
-import { newEntry, singleSlot } from './transaction.ts';
+import { LIST_COLLECTIONS, newEntry, singleSlot } from './transaction.ts';
 import type { Entry, Transaction } from './transaction.ts';
 
 /** Collections stored as lists of entries on the transaction (ModSecurity's AnchoredSetVariable). */
-const SET_COLLECTIONS: Record<string, (tx: Transaction) => readonly Entry[]> = {
-  ARGS: (tx) => tx.args,
-  ARGS_GET: (tx) => tx.argsGet,
-  ARGS_POST: (tx) => tx.argsPost,
-  REQUEST_HEADERS: (tx) => tx.requestHeaders,
-  REQUEST_HEADERS_NAMES: (tx) => tx.requestHeadersNames,
-  REQUEST_COOKIES: (tx) => tx.requestCookies,
-  REQUEST_COOKIES_NAMES: (tx) => tx.requestCookiesNames,
-  FILES: (tx) => tx.files,
-  FILES_NAMES: (tx) => tx.filesNames,
-  FILES_SIZES: (tx) => tx.filesSizes,
-  FILES_TMPNAMES: (tx) => tx.filesTmpNames,
-  FILES_TMP_CONTENT: (tx) => tx.filesTmpContent,
-  MULTIPART_FILENAME: (tx) => tx.multipartFilename,
-  MULTIPART_NAME: (tx) => tx.multipartName,
-  MULTIPART_PART_HEADERS: (tx) => tx.multipartPartHeaders,
-  MATCHED_VARS: (tx) => tx.matchedVars,
-  MATCHED_VARS_NAMES: (tx) => tx.matchedVarsNames,
-  RESPONSE_HEADERS: (tx) => tx.responseHeaders,
-  RESPONSE_HEADERS_NAMES: (tx) => tx.responseHeadersNames,
-  GEO: (tx) => tx.geo,
-};
+const SET_COLLECTIONS: Record<string, (tx: Transaction) => readonly Entry[]> = {};
+LIST_COLLECTIONS.forEach((name, index) => {
+  SET_COLLECTIONS[name] = (tx) => tx.listAt(index);
+});
 
 /** ARGS_NAMES & co: the keys of another collection (ModSecurity's translation proxy). */
 const NAME_PROXIES: Record<string, string> = {
@@ -251,17 +234,17 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
   const setGetter = SET_COLLECTIONS[collection];
   if (setGetter) {
     const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
-    const plan: VarPlan | undefined = plain ? { whole: setGetter } : undefined;
-    return { ...common, plan, resolve: (tx, _rule, out) => fromList(setGetter(tx), out) };
+    const list = LIST_COLLECTIONS.indexOf(collection);
+    return { ...common, direct: plain ? { kind: READ_LIST, list, collection } : undefined, resolve: (tx, _rule, out) => fromList(setGetter(tx), out) };
   }
   const proxied = NAME_PROXIES[collection];
   if (proxied) {
     const getter = SET_COLLECTIONS[proxied]!;
     const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
-    const plan: VarPlan | undefined = plain ? { whole: (tx: Transaction) => tx.namesOf(collection, getter(tx)) } : undefined;
+    const list = LIST_COLLECTIONS.indexOf(proxied);
     return {
       ...common,
-      plan,
+      direct: plain ? { kind: READ_NAMES, list, collection } : undefined,
       resolve: (tx, _rule, out) => fromList(tx.namesOf(collection, getter(tx)), out),
     };
   }
@@ -270,6 +253,7 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
     const isTx = collection === 'TX';
     return {
       ...common,
+      direct: isTx && keyLower !== undefined && exclusions.length === 0 ? { kind: READ_TX_KEY, lowerKey: keyLower, key: spec.key! } : undefined,
       resolve(tx, _rule, out) {
         const store = isTx ? tx.txStore : tx.collection(collection);
         if (keyLower !== undefined) {
@@ -328,7 +312,7 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
       // ModSecurity accepts e.g. REQUEST_URI:foo and ignores the key for single variables.
     }
     const slot = singleSlot(collection);
-    return { ...common, resolve: (tx, _rule, out) => out.push(tx.singleAt(slot, collection)) };
+    return { ...common, direct: { kind: READ_SINGLE, slot, name: collection }, resolve: (tx, _rule, out) => out.push(tx.singleAt(slot, collection)) };
   }
   throw new Error(`unknown variable ${spec.text}`);
 }
