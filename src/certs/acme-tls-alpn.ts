@@ -126,6 +126,8 @@ export function readClientHello(socket: net.Socket, timeoutMs = 10_000): Promise
     socket.once('end', onEnd);
     socket.once('close', onEnd);
     socket.once('error', onEnd);
+    // A socket handed on paused (after its PROXY header was read) does not flow by a listener alone.
+    socket.resume();
   });
 }
 

@@ -22,6 +22,12 @@ const storeOptions = (command: Command) =>
     .addOption(new Option('--data-dir <dir>', `folder of the SQLite store (${SETTINGS_ENV.dataDir})`))
     .addOption(new Option('--database-url <url>', `postgres://... instead of SQLite (${SETTINGS_ENV.databaseUrl})`));
 
+/** Flags of the edge's client address (serve and edge): which load balancers are trusted, and how. */
+const clientAddressOptions = (command: Command) =>
+  command
+    .addOption(new Option('--trusted-proxies <list>', `comma list of CIDRs of load balancers whose PROXY headers and X-Forwarded-For are trusted (${SETTINGS_ENV.trustedProxies})`))
+    .addOption(new Option('--listener-proxy-protocol <mode>', `off, optional or required: PROXY protocol headers from trusted peers (${SETTINGS_ENV.listenerProxyProtocol}, default off)`));
+
 const settingsFrom = (options: Record<string, string | boolean | undefined>) => loadSettings(options as SettingsInput);
 
 async function withStore<T>(options: Record<string, string | boolean | undefined>, work: (store: Store) => Promise<T>): Promise<T> {
@@ -43,15 +49,17 @@ function fail(message: string): never {
 }
 
 storeOptions(
-  program
-    .command('serve')
-    .description('run the API, token issuer and edge')
-    .option('--demo', 'seed a demo tenant and print a client id, secret and a ready curl line')
-    .addOption(new Option('--api-listen <host:port>', `API listener (${SETTINGS_ENV.apiListen}, default 127.0.0.1:8080)`))
-    .addOption(new Option('--base-url <url>', `the service's base address (${SETTINGS_ENV.baseUrl})`))
-    .addOption(new Option('--auth-url <url>', `the token issuer's address (${SETTINGS_ENV.authUrl})`))
-    .addOption(new Option('--frontend-ips <list>', `comma list of front-end IPs offered to tenants (${SETTINGS_ENV.frontendIps})`))
-    .addOption(new Option('--location <code>', `three-letter edge location code (${SETTINGS_ENV.location})`)),
+  clientAddressOptions(
+    program
+      .command('serve')
+      .description('run the API, token issuer and edge')
+      .option('--demo', 'seed a demo tenant and print a client id, secret and a ready curl line')
+      .addOption(new Option('--api-listen <host:port>', `API listener (${SETTINGS_ENV.apiListen}, default 127.0.0.1:8080)`))
+      .addOption(new Option('--base-url <url>', `the service's base address (${SETTINGS_ENV.baseUrl})`))
+      .addOption(new Option('--auth-url <url>', `the token issuer's address (${SETTINGS_ENV.authUrl})`))
+      .addOption(new Option('--frontend-ips <list>', `comma list of front-end IPs offered to tenants (${SETTINGS_ENV.frontendIps})`))
+      .addOption(new Option('--location <code>', `three-letter edge location code (${SETTINGS_ENV.location})`)),
+  ),
 ).action(async (options: Record<string, string | boolean | undefined>) => {
   const { demo, ...flags } = options;
   const service = await serve(settingsFrom(flags), { demo: demo === true });
@@ -63,10 +71,12 @@ storeOptions(
 });
 
 storeOptions(
-  program
-    .command('edge')
-    .description('run an edge node only: the proxies of every configuration in the shared store')
-    .addOption(new Option('--location <code>', `three-letter edge location code (${SETTINGS_ENV.location})`)),
+  clientAddressOptions(
+    program
+      .command('edge')
+      .description('run an edge node only: the proxies of every configuration in the shared store')
+      .addOption(new Option('--location <code>', `three-letter edge location code (${SETTINGS_ENV.location})`)),
+  ),
 ).action(async (options: Record<string, string | boolean | undefined>) => {
   const node = await runEdgeNode(settingsFrom(options));
   const stop = () => {

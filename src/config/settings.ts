@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
+import { invalidCidrs } from '../edge/client-address/policy.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -64,6 +65,13 @@ export interface Settings {
   wafBodyLimitAction: 'PROCESS_PARTIAL' | 'REJECT';
   /** redis://...: rate-limit counters shared by several edge nodes; unset = shared by this node's workers only. */
   redisUrl: string | undefined;
+  /**
+   * CIDRs of load balancers / CDNs in front of the edge: from these peers only, a PROXY header
+   * (`listenerProxyProtocol`) and X-Forwarded-For name the client. Empty = the socket peer is the client.
+   */
+  trustedProxies: string[];
+  /** Whether edge listeners read a PROXY protocol header from trusted peers: not at all, when sent, or always. */
+  listenerProxyProtocol: 'off' | 'optional' | 'required';
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -97,6 +105,8 @@ const ENV: Record<keyof Settings, string> = {
   wafResponseBodyLimit: 'TPS_WAF_RESPONSE_BODY_LIMIT',
   wafBodyLimitAction: 'TPS_WAF_BODY_LIMIT_ACTION',
   redisUrl: 'TPS_REDIS_URL',
+  trustedProxies: 'TPS_TRUSTED_PROXIES',
+  listenerProxyProtocol: 'TPS_LISTENER_PROXY_PROTOCOL',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -167,6 +177,20 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     return value;
   };
 
+  const trustedProxies = (raw('trustedProxies') ?? '').split(',').map((cidr) => cidr.trim()).filter(Boolean);
+  const invalidProxies = invalidCidrs(trustedProxies);
+  if (invalidProxies.length > 0) {
+    fail('trustedProxies', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidProxies.join('", "')}" is not`);
+  }
+  const listenerProxyProtocol = raw('listenerProxyProtocol') ?? 'off';
+  if (listenerProxyProtocol !== 'off' && listenerProxyProtocol !== 'optional' && listenerProxyProtocol !== 'required') {
+    fail('listenerProxyProtocol', `must be off, optional or required, got "${listenerProxyProtocol}"`);
+  }
+  if (listenerProxyProtocol !== 'off' && trustedProxies.length === 0) {
+    // Headers are read from trusted peers only: without any, the setting would silently do nothing.
+    fail('listenerProxyProtocol', `"${listenerProxyProtocol}" needs ${ENV.trustedProxies}: the load balancers' networks, the only peers whose PROXY headers are read`);
+  }
+
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     fail('databaseUrl', 'must start with postgres:// (leave it unset for the embedded SQLite store)');
@@ -223,6 +247,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafResponseBodyLimit: integer('wafResponseBodyLimit', 64 * 1024, 0, 64 * 1024 * 1024),
     wafBodyLimitAction: bodyLimitAction(),
     redisUrl: redisUrl(),
+    trustedProxies,
+    listenerProxyProtocol: listenerProxyProtocol as Settings['listenerProxyProtocol'],
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,

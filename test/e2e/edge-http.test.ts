@@ -1,13 +1,14 @@
 /**
  * HTTP proxies live from the API: TLS with an uploaded certificate, the WAF (ModSecurity + CRS)
- * blocking and logging, geo fencing, rate limiting, and the insight events they produce, through
- * a started `tps serve` with two proxy workers.
+ * blocking and logging, geo fencing, rate limiting, the client address behind a trusted load
+ * balancer, and the insight events they produce, through a started `tps serve` with two proxy workers.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startTps, createTenant, type Tps } from '../support/tps.ts';
@@ -23,6 +24,8 @@ const ORIGIN = '127.0.0.52';
 const CLIENT_IN_KP = '127.0.0.53';
 const CLIENT_IN_DE = '127.0.0.54';
 const FLOODER = '127.0.0.55';
+/** A load balancer in front of the edge (TPS_TRUSTED_PROXIES). */
+const LOAD_BALANCER = '127.0.0.57';
 
 interface Reply {
   status: number;
@@ -108,6 +111,8 @@ describe('HTTP proxies from the API', () => {
         TPS_FRONTEND_IPS: FRONTEND,
         TPS_GEO_OVERRIDES: path.join(dir, 'geo.csv'),
         TPS_WAF_AUDIT_LOG: path.join(dir, 'waf-audit.jsonl'),
+        TPS_TRUSTED_PROXIES: `${LOAD_BALANCER}/32`,
+        TPS_LISTENER_PROXY_PROTOCOL: 'optional',
       },
     });
     api = await TenantApi.connect(tps, await createTenant(tps));
@@ -275,6 +280,43 @@ describe('HTTP proxies from the API', () => {
     const allowing = await createProxy({ geoFencing: { mode: 'ALLOW_LISTED', countries: ['DE'] } });
     assert.equal((await get(`${allowing.url}/`, { localAddress: CLIENT_IN_DE })).status, 200);
     assert.equal((await get(`${allowing.url}/`, { localAddress: CLIENT_IN_KP })).status, 403);
+  });
+
+  it('behind a trusted load balancer, takes the client from its PROXY header or X-Forwarded-For, and from nobody else', async () => {
+    const proxy = await createProxy({ geoFencing: { mode: 'ALLOW_LISTED', countries: ['DE'] }, waf: { mode: 'BLOCKING', paranoiaLevel: 1 } });
+    const port = Number(new URL(proxy.url).port);
+    /** One request on a connection from the load balancer, after a PROXY v1 header naming `client`. */
+    const throughHeader = (client: string, target: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = net.connect({ host: FRONTEND, port, localAddress: LOAD_BALANCER }, () =>
+          socket.write(`PROXY TCP4 ${client} ${FRONTEND} 40000 ${port}\r\nGET ${target} HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\nConnection: close\r\n\r\n`),
+        );
+        let text = '';
+        socket.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        socket.on('close', () => resolve(text));
+        socket.on('error', reject);
+      });
+    const fromDe = await throughHeader(CLIENT_IN_DE, '/lb');
+    assert.match(fromDe, /^HTTP\/1\.1 200 /);
+    assert.match(fromDe, new RegExp(`origin saw GET /lb from ${CLIENT_IN_DE.replaceAll('.', '\\.')}$`), 'the origin gets the client, not the load balancer');
+    assert.match(await throughHeader(CLIENT_IN_KP, '/lb'), /^HTTP\/1\.1 403 /, 'geo fencing sees the client in the header');
+    // X-Forwarded-For: from the load balancer it counts, from anybody else it does not.
+    assert.equal((await get(`${proxy.url}/xff`, { localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': CLIENT_IN_DE } })).status, 200);
+    assert.equal((await get(`${proxy.url}/xff`, { localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': CLIENT_IN_KP } })).status, 403);
+    assert.equal((await get(`${proxy.url}/xff`, { localAddress: '127.0.0.1', headers: { 'x-forwarded-for': CLIENT_IN_DE } })).status, 403, 'a spoofed header changes nothing');
+    // The WAF and its event see the resolved client too.
+    const blocked = await throughHeader(CLIENT_IN_DE, "/search?id=1'%20OR%20'1'='1");
+    assert.match(blocked, /^HTTP\/1\.1 403 /);
+    const supportId = /[0-9a-f]{32}/.exec(blocked)?.[0];
+    const event = await waitFor('the WAF event', async () => (await events(api, 'WAF_EVENT')).find((candidate) => candidate.attributes.supportId === supportId));
+    assert.equal(event.attributes.source.ip, CLIENT_IN_DE);
+    assert.equal(event.attributes.source.port, 40000);
+    const audit = fs
+      .readFileSync(path.join(dir, 'waf-audit.jsonl'), 'utf8')
+      .split('\n')
+      .filter((line) => line.includes(supportId!))
+      .map((line) => JSON.parse(line) as { client: { ip: string } });
+    assert.deepEqual(audit.map((record) => record.client.ip), [CLIENT_IN_DE], 'the WAF audit log too');
   });
 
   it('rate limits a client across both workers, with one APP_DDOS_ATTACK event, and lets it back after blockSeconds', async () => {

@@ -1,6 +1,7 @@
 /**
  * Layer 4 proxies live from the API: a configuration created, changed or deleted through the API
- * takes effect on real sockets without a restart, and its status tells whether it is served.
+ * takes effect on real sockets without a restart, and its status tells whether it is served; behind
+ * a trusted load balancer, the client its PROXY header names is the one admitted.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,6 +17,8 @@ import { waitFor } from '../support/wait.ts';
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const FRONTEND = '127.0.0.31';
 const LISTED_CLIENT = '127.0.0.39';
+/** A load balancer in front of the edge that sends PROXY headers (TPS_TRUSTED_PROXIES). */
+const LOAD_BALANCER = '127.0.0.33';
 
 /** An origin that answers every chunk with `<name>:<chunk>`. */
 async function namedEchoOrigin(host: string, name: string): Promise<{ port: number; server: net.Server; connections: () => number }> {
@@ -56,7 +59,14 @@ describe('layer 4 proxies from the API', () => {
     feedDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-feed-'));
     fs.writeFileSync(path.join(feedDir, 'feed.txt'), `# test feed\n${LISTED_CLIENT}/32 ; a listed client\n`);
     tps = await startTps({
-      env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '2', TPS_FRONTEND_IPS: `${FRONTEND},127.0.0.32`, TPS_THREAT_FEEDS: path.join(feedDir, 'feed.txt') },
+      env: {
+        TPS_EDGE: 'true',
+        TPS_EDGE_WORKERS: '2',
+        TPS_FRONTEND_IPS: `${FRONTEND},127.0.0.32`,
+        TPS_THREAT_FEEDS: path.join(feedDir, 'feed.txt'),
+        TPS_TRUSTED_PROXIES: LOAD_BALANCER,
+        TPS_LISTENER_PROXY_PROTOCOL: 'required',
+      },
     });
     api = await TenantApi.connect(tps, await createTenant(tps));
   });
@@ -132,6 +142,27 @@ describe('layer 4 proxies from the API', () => {
       return /tps_edge_refused_total\{[^}]*reason="THREAT_FEED"[^}]*\} [1-9]/.test(text) ? true : undefined;
     });
     assert.ok(metrics.length > 0);
+    origin.server.close();
+  });
+
+  it('behind a trusted load balancer, checks the client its PROXY header names, and requires the header', async () => {
+    const origin = await namedEchoOrigin('127.0.0.35', 'origin');
+    const port = await freePort(FRONTEND);
+    const created = await api.call('POST', CONFIGS, {
+      data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: origin.port }] } } },
+    });
+    await waitForStatus(created.body.data.id, 'ACTIVE');
+    const header = (client: string) => `PROXY TCP4 ${client} ${FRONTEND} 40000 ${port}\r\n`;
+    assert.equal((await exchange(port, `${header(LISTED_CLIENT)}hi`, LOAD_BALANCER)).reply, 'CLOSED', 'the listed client behind the load balancer');
+    assert.equal((await exchange(port, 'no header', LOAD_BALANCER)).reply, 'CLOSED', 'required: the load balancer must send one');
+    assert.equal(origin.connections(), 0);
+    const allowed = await exchange(port, `${header('198.51.100.7')}hi`, LOAD_BALANCER);
+    assert.equal(allowed.reply, 'origin:hi', 'the header is not passed on as payload');
+    allowed.socket.destroy();
+    // A direct client needs no header (and a header it sends is its payload).
+    const direct = await exchange(port, 'direct', '127.0.0.38');
+    assert.equal(direct.reply, 'origin:direct');
+    direct.socket.destroy();
     origin.server.close();
   });
 

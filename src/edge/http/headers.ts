@@ -5,8 +5,11 @@
  * - hop-by-hop headers (RFC 9110 section 7.6.1: Connection and the names it lists, Keep-Alive,
  *   Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade) are dropped; undici frames the body.
  *   Expect is dropped too (Node already answered 100-continue to the client).
- * - X-Forwarded-For: the client's own value, if any, with the socket peer appended (the origin must
- *   trust only the last entry, ours). X-Forwarded-Proto and X-Forwarded-Host are replaced by ours.
+ * - X-Forwarded-For: the client's own value, if any, with the client address appended (the origin must
+ *   trust only the last entry, ours). The client address is the socket peer, or the one resolved from
+ *   a trusted load balancer (src/edge/client-address/policy.ts); when that came from X-Forwarded-For,
+ *   the entries right of the client (the trusted hops) are dropped, so the last entry is the client.
+ *   X-Real-IP is the client address alone. X-Forwarded-Proto and X-Forwarded-Host are replaced by ours.
  * - X-Request-Id: the client's when it sent a sane one, else our support id.
  * - X-Client-Cert-Verified / -Subject / -Fingerprint are always removed from the client's request and,
  *   with VERIFY_AND_FORWARD, set by us: the origin can trust them.
@@ -28,6 +31,7 @@ const REWRITTEN = new Set([
   'x-forwarded-for',
   'x-forwarded-proto',
   'x-forwarded-host',
+  'x-real-ip',
   'x-request-id',
   'x-client-cert-verified',
   'x-client-cert-subject',
@@ -67,9 +71,13 @@ export function originRequestHeaders(ctx: RequestCtx, upgrade = false): string[]
   }
   if (listed !== undefined) removeListed(out, listed);
   if (cookie !== undefined) out.push('cookie', cookie);
+  // Resolved from X-Forwarded-For: what the client claimed stays, the trusted hops after it go.
+  if (ctx.forwardedForBefore !== undefined) forwardedFor = ctx.forwardedForBefore;
   out.push(
     'x-forwarded-for',
     forwardedFor === '' ? ctx.clientIp : `${forwardedFor}, ${ctx.clientIp}`,
+    'x-real-ip',
+    ctx.clientIp,
     'x-forwarded-proto',
     ctx.secure ? 'https' : 'http',
     'x-request-id',

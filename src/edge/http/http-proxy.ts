@@ -19,6 +19,8 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { InsightSink } from '../../insight/event.ts';
+import type { ClientAddressPolicy } from '../client-address/policy.ts';
+import { acceptProxyHeaders } from '../client-address/proxy-header.ts';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
@@ -105,6 +107,12 @@ export interface HttpProxyDeps {
    * TLS listeners hand every connection to the site.
    */
   acmeTlsAlpn?: { alpnChallengeCertificate(servername: string): Promise<{ certPem: string; keyPem: string } | undefined> };
+  /**
+   * Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL): from their
+   * networks only, listeners read PROXY headers and requests' X-Forwarded-For names the client.
+   * Absent = the socket peer is the client.
+   */
+  clientAddress?: ClientAddressPolicy;
 }
 
 interface ListenerSpec {
@@ -269,8 +277,12 @@ export class HttpProxy {
 
   private async bind(spec: ListenerSpec): Promise<void> {
     const server = spec.secure ? this.createSecureServer() : this.createPlainServer();
-    const listener = new Listener(spec, server);
     if (spec.secure && this.deps.acmeTlsAlpn) dispatchAcmeTlsAlpn(server, this.acmeTlsServer ??= createAcmeTlsAlpnServer(this.deps.acmeTlsAlpn));
+    // On the wire the PROXY header comes first, before the TLS ClientHello: its reader wraps the rest.
+    const clientAddress = this.deps.clientAddress;
+    if (clientAddress !== undefined && clientAddress.proxyProtocol !== 'off') acceptProxyHeaders(server, clientAddress, { resume: !spec.secure });
+    // Last: the listener tracks every connection from its first moment (stop cuts those still reading a header).
+    const listener = new Listener(spec, server);
     await listener.listen();
     this.listeners.push(listener);
   }

@@ -10,7 +10,9 @@ import { createServer, type Socket } from 'node:net';
 import { createSocket } from 'node:dgram';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ClientAddressPolicy } from '../client-address/policy.ts';
 import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
+import { encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
 import {
   connectTo,
@@ -623,5 +625,111 @@ describe('L4Proxy lifecycle', () => {
     });
     await new Promise<void>((resolve) => udpProbe.close(() => resolve()));
     await assert.rejects(l4.update(l4Attributes({ ipv4: FRONT, port }, [echoA])), /stopped/);
+  });
+});
+
+describe('L4Proxy behind a load balancer (PROXY protocol from trusted peers)', () => {
+  /** The load balancer (trusted) and a client that connects directly (not trusted). */
+  const LB = '127.0.0.9';
+  const DIRECT = '127.0.0.5';
+  const policy = (listenerProxyProtocol: 'optional' | 'required') =>
+    new ClientAddressPolicy({ trustedProxies: [`${LB}/32`], listenerProxyProtocol }, { headerTimeoutMs: 2_000 });
+  const header = (sourceAddress: string, port: number) =>
+    encodeProxyV2({ sourceAddress, sourcePort: 40123, destinationAddress: FRONT, destinationPort: port }, 'TCP');
+
+  test('takes the client from the header: the origin gets it in its own PROXY header, and only the payload', async (cleanup) => {
+    const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { proxyProtocol: { enabled: true, version: 1 } }),
+      clientAddress: policy('required'),
+      metrics,
+    });
+    const socket = client(cleanup, await connectTo(FRONT, port, LB));
+    socket.write(Buffer.concat([encodeProxyV1({ sourceAddress: '198.51.100.7', sourcePort: 40123, destinationAddress: FRONT, destinationPort: port }), Buffer.from('hello')]));
+    socket.write(' world');
+    assert.equal((await readBytes(socket, 11)).toString(), 'hello world');
+    assert.equal(echo.headers.length, 1);
+    assert.equal(echo.headers[0]!.sourceAddress, '198.51.100.7');
+    assert.equal(echo.headers[0]!.sourcePort, 40123);
+    assert.equal(echo.headers[0]!.destinationAddress, FRONT, 'the edge is the destination, as before');
+    socket.end();
+    await eventually(() => metrics.closed.TCP.COMPLETED === 1, 'the connection counted');
+  });
+
+  test('checks the threat feed and the flood caps against the client in the header, not the load balancer', async (cleanup) => {
+    const echo = await origin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], {
+        connectionLimits: { maxConnectionsPerSource: 1, maxNewConnectionsPerSecondPerSource: 200, maxConnections: 100 },
+      }),
+      threatFeed: ThreatFeed.fromEntries(['198.51.100.66']),
+      clientAddress: policy('required'),
+      metrics,
+    });
+    const through = async (clientIp: string): Promise<Socket> => {
+      const socket = client(cleanup, await connectTo(FRONT, port, LB));
+      socket.write(Buffer.concat([header(clientIp, port), Buffer.from('ping')]));
+      return socket;
+    };
+    // A listed client behind the load balancer is refused...
+    assert.equal(await waitForClose(await through('198.51.100.66')), 'ECONNRESET');
+    assert.equal(metrics.refused.TCP.THREAT_FEED, 1);
+    // ...while others behind the same load balancer each get their own per-source cap of one.
+    const first = await through('198.51.100.1');
+    const second = await through('198.51.100.2');
+    assert.equal((await readBytes(first, 4)).toString(), 'ping');
+    assert.equal((await readBytes(second, 4)).toString(), 'ping');
+    assert.equal(await waitForClose(await through('198.51.100.1')), 'ECONNRESET', 'a second connection of one client is over its cap');
+    assert.equal(metrics.refused.TCP.SOURCE_CONNECTIONS, 1);
+  });
+
+  test('required: a trusted peer without a header is refused; a direct client is never parsed', async (cleanup) => {
+    const echo = await origin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), clientAddress: policy('required'), metrics });
+    assert.equal(await connectionOutcome(FRONT, port, LB, 'no header'), 'ECONNRESET');
+    assert.equal(metrics.refused.TCP.PROXY_HEADER, 1);
+    assert.equal(echo.accepted, 0, 'no origin connection for it');
+    assert.equal(await connectionOutcome(FRONT, port, DIRECT, 'no header'), 'ECHO');
+    // A direct client's PROXY header is its payload: it reaches the origin as it was sent.
+    const spoof = header('198.51.100.7', port).toString('latin1');
+    assert.equal(await connectionOutcome(FRONT, port, DIRECT, spoof), 'ECHO');
+  });
+
+  test('optional: a trusted peer may connect without a header (the load balancer is then the source)', async (cleanup) => {
+    const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { proxyProtocol: { enabled: true, version: 2 } }),
+      clientAddress: policy('optional'),
+    });
+    const socket = client(cleanup, await connectTo(FRONT, port, LB));
+    socket.write('plain');
+    assert.equal((await readBytes(socket, 5)).toString(), 'plain');
+    assert.equal(echo.headers[0]?.sourceAddress, LB);
+  });
+
+  test('optional: a silent trusted peer is taken as it is after the header timeout (the origin speaks first)', async (cleanup) => {
+    const greeter = createServer((socket) => {
+      socket.on('error', () => {});
+      socket.write('220 ready\r\n');
+      socket.on('data', (chunk: Buffer) => socket.write(`got ${chunk.toString()}`));
+    });
+    await new Promise<void>((resolve) => greeter.listen(0, '127.0.0.3', resolve));
+    cleanup.add(greeter, (s) => new Promise((resolve) => s.close(resolve)));
+    const port = await freePort(FRONT);
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (greeter.address() as { port: number }).port }]),
+      clientAddress: new ClientAddressPolicy({ trustedProxies: [LB], listenerProxyProtocol: 'optional' }, { headerTimeoutMs: 100 }),
+    });
+    const socket = client(cleanup, await connectTo(FRONT, port, LB));
+    assert.equal((await readBytes(socket, 11)).toString(), '220 ready\r\n');
+    socket.write('quit');
+    assert.equal((await readBytes(socket, 8)).toString(), 'got quit');
   });
 });

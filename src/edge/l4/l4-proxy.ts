@@ -4,6 +4,9 @@
  * an origin host.
  *
  * Admission, in this order, before a single byte reaches an origin:
+ *   0. TCP from a load balancer the operator trusts, with TPS_LISTENER_PROXY_PROTOCOL on: its PROXY
+ *      header is read first, and the client it names is the source of the steps below (and of the
+ *      PROXY header sent to the origin); a missing (`required`) or malformed header is refused;
  *   1. threat feed (when `threatIntelligence.enabled`): a listed source is refused;
  *   2. flood caps (`connectionLimits`): per-source open connections, per-source new connections
  *      per second, and the proxy's open connections.
@@ -20,6 +23,8 @@
  */
 import type { Server, Socket } from 'node:net';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { ClientAddressPolicy } from '../client-address/policy.ts';
+import { readProxyHeader } from '../client-address/proxy-header.ts';
 import { HostPool, type BackendHost, type DeliveryMethod } from '../balance/index.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from './flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
@@ -33,7 +38,9 @@ export type L4RefusalReason =
   | 'THREAT_FEED'
   | FloodRefusal
   /** UDP only: the relay holds its maximum number of sessions. */
-  | 'SESSION_LIMIT';
+  | 'SESSION_LIMIT'
+  /** TCP from a trusted load balancer: no PROXY header (`required`), a malformed one, or none in time. */
+  | 'PROXY_HEADER';
 
 export interface L4ConnectionClosed {
   /** How it ended (TCP: `NO_HOST` when no origin host could be reached). */
@@ -86,6 +93,8 @@ export interface L4ProxyOptions {
   reusePort?: boolean;
   /** The flood limiter; default a `FloodLimiter` in this thread's memory (the edge passes a shared one). */
   createFloodAdmission?: (settings: FloodLimitSettings) => FloodAdmission;
+  /** Load balancers in front of the edge whose PROXY headers name the client (TCP); absent = none. */
+  clientAddress?: ClientAddressPolicy;
 }
 
 type ListenerKey = string;
@@ -126,6 +135,9 @@ export class L4Proxy {
   private readonly maxUdpSessions: number;
   private readonly reusePort: boolean;
   private readonly limiter: FloodAdmission;
+  private readonly clientAddress: ClientAddressPolicy | undefined;
+  /** TCP connections of trusted load balancers whose PROXY header is being read. */
+  private readonly readingHeaders = new Set<Socket>();
   private pool: HostPool;
   private tcpRoute: TcpRoute;
   private udpRoute: UdpRoute;
@@ -150,6 +162,7 @@ export class L4Proxy {
     this.maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
     this.reusePort = options.reusePort ?? false;
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
+    this.clientAddress = options.clientAddress;
     this.pool = new HostPool(options.attributes.backend.hosts, methodOf(options.attributes), {
       downForMs: options.hostDownForMs,
     });
@@ -233,6 +246,8 @@ export class L4Proxy {
       const listeners = [...this.listeners.values()];
       this.listeners.clear();
       for (const tunnel of this.tunnels) tunnel.close();
+      for (const socket of this.readingHeaders) socket.destroy();
+      this.readingHeaders.clear();
       await Promise.all(listeners.map((listener) => this.closeListener(listener, true)));
     });
   }
@@ -357,6 +372,14 @@ export class L4Proxy {
       socket.destroy(); // already gone
       return;
     }
+    if (this.clientAddress !== undefined && this.clientAddress.readsProxyHeader(ip)) {
+      this.readClientFromHeader(socket, this.clientAddress);
+      return;
+    }
+    this.admitTcp(socket, ip, undefined);
+  };
+
+  private admitTcp(socket: Socket, ip: string, proxied: { ip: string; port: number } | undefined): void {
     if (this.threatIntelligence && this.threatFeed.has(ip)) {
       this.refuseTcp(socket, 'THREAT_FEED');
       return;
@@ -367,16 +390,47 @@ export class L4Proxy {
       return;
     }
     this.metrics?.connectionAccepted(this.id, 'TCP');
-    const tunnel: TcpTunnel = new TcpTunnel(socket, this.tcpRoute, {
-      onConnectFailure: (host, error) => this.metrics?.originConnectFailed(this.id, 'TCP', host, error),
-      onClose: (result) => {
-        this.tunnels.delete(tunnel);
-        this.limiter.release(slot);
-        this.metrics?.connectionClosed(this.id, 'TCP', result);
+    const tunnel: TcpTunnel = new TcpTunnel(
+      socket,
+      this.tcpRoute,
+      {
+        onConnectFailure: (host, error) => this.metrics?.originConnectFailed(this.id, 'TCP', host, error),
+        onClose: (result) => {
+          this.tunnels.delete(tunnel);
+          this.limiter.release(slot);
+          this.metrics?.connectionClosed(this.id, 'TCP', result);
+        },
       },
-    });
+      proxied,
+    );
     this.tunnels.add(tunnel);
-  };
+  }
+
+  /**
+   * A trusted load balancer's connection: its PROXY header first, then admission of the client it
+   * names (threat feed and flood caps count the client, not the load balancer). A header without
+   * addresses (LOCAL, UNKNOWN) or none at all (`optional`) leaves the load balancer as the source.
+   */
+  private readClientFromHeader(socket: Socket, policy: ClientAddressPolicy): void {
+    const peer = socket.remoteAddress!;
+    this.readingHeaders.add(socket);
+    socket.on('error', ignore);
+    void readProxyHeader(socket, { required: policy.proxyProtocol === 'required', timeoutMs: policy.headerTimeoutMs }).then((outcome) => {
+      this.readingHeaders.delete(socket);
+      socket.off('error', ignore);
+      if (this.state !== 'RUNNING' || socket.destroyed || (outcome.kind === 'refused' && outcome.reason === 'CLOSED')) {
+        socket.destroy();
+        return;
+      }
+      if (outcome.kind === 'refused') {
+        this.refuseTcp(socket, 'PROXY_HEADER');
+        return;
+      }
+      const addresses = outcome.kind === 'header' ? outcome.addresses : undefined;
+      if (addresses === undefined) this.admitTcp(socket, peer, undefined);
+      else this.admitTcp(socket, addresses.sourceAddress, { ip: addresses.sourceAddress, port: addresses.sourcePort });
+    });
+  }
 
   private readonly sweepTimeouts = (): void => {
     const now = performance.now();

@@ -1,6 +1,7 @@
 /**
- * PROXY protocol headers the proxy sends to the origin so that it learns the client's real address
- * and port (https://www.haproxy.org/download/2.6/doc/proxy-protocol.txt).
+ * PROXY protocol headers (https://www.haproxy.org/download/2.6/doc/proxy-protocol.txt): those the
+ * proxy sends to the origin so that it learns the client's real address and port, and the decoder
+ * of those a load balancer in front of the edge sends to it (`decodeProxyHeader`).
  *
  * - Version 1: one text line, `PROXY TCP4 <src> <dst> <srcport> <dstport>\r\n`. TCP only.
  * - Version 2: a 16-byte binary preamble plus the addresses. TCP (STREAM) and UDP (DGRAM); for UDP
@@ -10,6 +11,7 @@
  * IPv4, which is what it is on the wire.
  */
 import { isIPv4, isIPv6 } from 'node:net';
+import { normalizeIp } from '../../net/ip.ts';
 import { parseIpInto } from './ip-set.ts';
 
 export type ProxyProtocolVersion = 1 | 2;
@@ -119,4 +121,118 @@ function writeAddress(target: Buffer, offset: number, address: string, length: 4
 /** The header of the given version; UDP always gets version 2 (version 1 has no UDP). */
 export function encodeProxyHeader(version: ProxyProtocolVersion, addresses: ProxiedAddresses, transport: ProxyTransport): Buffer {
   return version === 1 && transport === 'TCP' ? encodeProxyV1(addresses) : encodeProxyV2(addresses, transport);
+}
+
+/** A PROXY header read off the start of a connection. */
+export interface DecodedProxyHeader {
+  version: ProxyProtocolVersion;
+  /** Bytes the header took: the connection's own data follows. */
+  length: number;
+  /**
+   * The client and the address it reached, as the sender saw them. Undefined when the header carries
+   * none (v1 `UNKNOWN`, v2 `LOCAL` such as a load balancer's health check, or a family other than
+   * IPv4/IPv6): the connection's own addresses stand.
+   */
+  addresses: ProxiedAddresses | undefined;
+}
+
+/** Longest v1 line, CRLF included (the specification's 107 bytes). */
+export const PROXY_V1_MAX_LENGTH = 107;
+const V1_PREFIX = Buffer.from('PROXY ', 'latin1');
+const V2_HEADER_LENGTH = 16;
+const PORT = /^(?:0|[1-9][0-9]{0,4})$/;
+
+/**
+ * Reads a PROXY protocol v1 or v2 header at the start of `data`, strictly (a malformed header is
+ * `'invalid'`, never half-read):
+ * - the header;
+ * - `'incomplete'`: what arrived so far is the start of a header (or of its signature), more bytes are needed;
+ * - `'none'`: the data does not start with a header (already decidable from its first bytes);
+ * - `'invalid'`: it starts like one but is not a well-formed header.
+ */
+export function decodeProxyHeader(data: Buffer): DecodedProxyHeader | 'incomplete' | 'none' | 'invalid' {
+  if (data.length === 0) return 'incomplete';
+  if (data[0] === PROXY_V2_SIGNATURE[0]) return decodeV2(data);
+  if (data[0] === V1_PREFIX[0]) return decodeV1(data);
+  return 'none';
+}
+
+function startsLike(data: Buffer, signature: Buffer): 'yes' | 'incomplete' | 'no' {
+  const n = Math.min(data.length, signature.length);
+  if (data.compare(signature, 0, n, 0, n) !== 0) return 'no';
+  return n < signature.length ? 'incomplete' : 'yes';
+}
+
+function decodeV1(data: Buffer): DecodedProxyHeader | 'incomplete' | 'none' | 'invalid' {
+  const start = startsLike(data, V1_PREFIX);
+  if (start !== 'yes') return start === 'no' ? 'none' : 'incomplete';
+  const lf = data.indexOf(0x0a, 0);
+  if (lf === -1 || lf >= PROXY_V1_MAX_LENGTH) return data.length >= PROXY_V1_MAX_LENGTH || lf !== -1 ? 'invalid' : 'incomplete';
+  if (data[lf - 1] !== 0x0d) return 'invalid';
+  const line = data.toString('latin1', 0, lf - 1);
+  const fields = line.split(' ');
+  const length = lf + 1;
+  // "PROXY UNKNOWN" may be followed by anything (the sender could not tell): the receiver ignores it.
+  if (fields[1] === 'UNKNOWN') return { version: 1, length, addresses: undefined };
+  if (fields.length !== 6) return 'invalid';
+  const [, protocol, source, destination, sourcePort, destinationPort] = fields as [string, string, string, string, string, string];
+  const isFamily = protocol === 'TCP4' ? isIPv4 : protocol === 'TCP6' ? isIPv6 : undefined;
+  if (isFamily === undefined || !isFamily(source) || !isFamily(destination)) return 'invalid';
+  if (source.includes('%') || destination.includes('%')) return 'invalid'; // a zone means nothing to us
+  if (!PORT.test(sourcePort) || !PORT.test(destinationPort)) return 'invalid';
+  const ports = [Number(sourcePort), Number(destinationPort)] as const;
+  if (ports[0] > 65535 || ports[1] > 65535) return 'invalid';
+  return {
+    version: 1,
+    length,
+    addresses: {
+      sourceAddress: normalizeIp(source),
+      sourcePort: ports[0],
+      destinationAddress: normalizeIp(destination),
+      destinationPort: ports[1],
+    },
+  };
+}
+
+function decodeV2(data: Buffer): DecodedProxyHeader | 'incomplete' | 'none' | 'invalid' {
+  const start = startsLike(data, PROXY_V2_SIGNATURE);
+  if (start !== 'yes') return start === 'no' ? 'none' : 'incomplete';
+  if (data.length < V2_HEADER_LENGTH) return 'incomplete';
+  const versionCommand = data[12]!;
+  if (versionCommand !== V2_VERSION_PROXY && versionCommand !== V2_VERSION_LOCAL) return 'invalid';
+  const familyTransport = data[13]!;
+  const addressBytes = data.readUInt16BE(14);
+  const length = V2_HEADER_LENGTH + addressBytes;
+  if (data.length < length) return 'incomplete';
+  // LOCAL: the sender's own connection (a health check); the addresses, if any, are to be ignored.
+  if (versionCommand === V2_VERSION_LOCAL) return { version: 2, length, addresses: undefined };
+  const family = familyTransport & 0xf0;
+  const needed = family === V2_AF_INET ? 12 : family === V2_AF_INET6 ? 36 : 0;
+  // AF_UNSPEC and AF_UNIX: nothing we can use, the connection's own addresses stand.
+  if (needed === 0) return family === 0x00 || family === 0x30 ? { version: 2, length, addresses: undefined } : 'invalid';
+  if (addressBytes < needed) return 'invalid';
+  const body = V2_HEADER_LENGTH;
+  const ipv4 = family === V2_AF_INET;
+  const size = ipv4 ? 4 : 16;
+  return {
+    version: 2,
+    length,
+    addresses: {
+      sourceAddress: ipv4 ? ipv4Text(data, body) : ipv6Text(data, body),
+      destinationAddress: ipv4 ? ipv4Text(data, body + size) : ipv6Text(data, body + size),
+      sourcePort: data.readUInt16BE(body + 2 * size),
+      destinationPort: data.readUInt16BE(body + 2 * size + 2),
+    },
+  };
+}
+
+function ipv4Text(data: Buffer, offset: number): string {
+  return `${data[offset]}.${data[offset + 1]}.${data[offset + 2]}.${data[offset + 3]}`;
+}
+
+/** RFC 5952 text; an IPv4-mapped address (a dual-stack sender's IPv4 client) as plain IPv4. */
+function ipv6Text(data: Buffer, offset: number): string {
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(data.readUInt16BE(offset + i).toString(16));
+  return normalizeIp(groups.join(':'));
 }

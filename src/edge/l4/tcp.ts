@@ -152,6 +152,7 @@ export class TcpTunnel {
   private readonly route: TcpRoute;
   private readonly events: TcpTunnelEvents;
   private readonly clientIp: string;
+  private readonly clientPort: number;
   /** The current connect attempt, then the connected origin socket. */
   private upstream: Socket | undefined;
   private host: PooledHost | undefined;
@@ -172,12 +173,16 @@ export class TcpTunnel {
   private readonly fromClient = new ReadBuffers();
   private reason: TcpTunnelResult['reason'] = 'COMPLETED';
 
-  /** Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`). */
-  constructor(client: Socket, route: TcpRoute, events: TcpTunnelEvents) {
+  /**
+   * Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`).
+   * `clientAddress`: the client a trusted load balancer's PROXY header named, instead of the peer.
+   */
+  constructor(client: Socket, route: TcpRoute, events: TcpTunnelEvents, clientAddress?: { ip: string; port: number }) {
     this.client = client;
     this.route = route;
     this.events = events;
-    this.clientIp = client.remoteAddress ?? '';
+    this.clientIp = clientAddress?.ip ?? client.remoteAddress ?? '';
+    this.clientPort = clientAddress?.port ?? client.remotePort ?? 0;
     client.on('error', this.onClientError);
     client.on('close', this.onClientClose);
     this.connectNext();
@@ -255,7 +260,7 @@ export class TcpTunnel {
           version,
           {
             sourceAddress: this.clientIp,
-            sourcePort: client.remotePort ?? 0,
+            sourcePort: this.clientPort,
             destinationAddress: client.localAddress ?? '',
             destinationPort: client.localPort ?? 0,
           },

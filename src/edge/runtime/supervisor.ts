@@ -21,6 +21,7 @@ import type { SharedTable } from '../shared-counters/shared-table.ts';
 import { createRateTable } from '../shared-counters/shared-rate-store.ts';
 import { createFloodTable } from '../shared-counters/shared-flood-limiter.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
+import type { ClientAddressSettings } from '../client-address/policy.ts';
 import type { WorkerSettings } from './worker.ts';
 
 const POLL_MS = 200;
@@ -65,6 +66,8 @@ export interface EdgeOptions {
   wafBodyLimits?: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
   /** redis://... for rate-limit counters shared with other edge nodes. */
   redisUrl?: string | undefined;
+  /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
+  clientAddress?: ClientAddressSettings;
   crls?: CrlSource;
   /** Answers ACME HTTP-01 challenges (token, host) with the key authorization. */
   acmeChallenge?: (token: string, host: string) => Promise<string | undefined>;
@@ -185,6 +188,7 @@ export class EdgeSupervisor {
       wafEngine: o.wafEngine ?? 'modsecurity',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, response: 64 * 1024, action: 'PROCESS_PARTIAL' },
       redisUrl: o.redisUrl,
+      clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;

@@ -22,6 +22,7 @@ import { WafAuditLog } from '../http/waf/audit-log.ts';
 import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
 import { createCompiledEngine } from '../http/waf/compiled/compiled-engine.ts';
 import type { WafEngine } from '../http/waf/engine.ts';
+import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
 import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
 
 export interface WorkerSettings {
@@ -43,6 +44,8 @@ export interface WorkerSettings {
   wafBodyLimits: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
   /** Rate-limit counters in Redis (several edge nodes) instead of this node's shared memory. */
   redisUrl: string | undefined;
+  /** Load balancers whose PROXY headers and X-Forwarded-For name the client. */
+  clientAddress: ClientAddressSettings;
 }
 
 interface Running {
@@ -95,6 +98,7 @@ const floodTable = new SharedTable(settings.floodTable);
 const redis = settings.redisUrl ? new Redis(settings.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : undefined;
 redis?.on('error', () => {});
 const threatFeed = new ThreatFeed({ sources: settings.threatFeeds, refreshIntervalMs: settings.threatFeedRefreshMs });
+const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
 const insight: InsightSink = {
   record: (event) => send({ kind: 'insight', event }),
   updateRateLimitEpisode: (eventId, update) => send({ kind: 'insight-update', eventId, update }),
@@ -172,6 +176,7 @@ const httpDeps: HttpProxyDeps = {
       count('tps_edge_http_requests_total', { proxy, status: String(status), answered_by: answeredBy }),
   },
   reusePort: true,
+  ...(clientAddress && { clientAddress }),
 };
 
 function describe(error: unknown): string {
@@ -191,6 +196,7 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           metrics: l4Metrics,
           reusePort: true,
           createFloodAdmission: (limits) => new SharedFloodLimiter(floodTable, config.id, limits),
+          ...(clientAddress && { clientAddress }),
         })
       : new HttpProxy(config, httpDeps);
   await proxy.start();

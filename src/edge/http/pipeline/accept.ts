@@ -1,7 +1,8 @@
 /**
  * Phase 1, accept: who is asking, over what. Fills the client and server addresses from the socket
- * (the client address is the socket peer, never a header), the TLS facts and the client certificate
- * verdict, and refuses what must not go further:
+ * (the client address is the socket peer; only behind a load balancer the operator trusts, its PROXY
+ * header or X-Forwarded-For: see src/edge/client-address/policy.ts), the TLS facts and the client
+ * certificate verdict, and refuses what must not go further:
  * - VERIFY_AND_REJECT without an authorized certificate: 403. The TLS handshake already refuses such
  *   clients; this catches connections opened before the proxy's configuration asked for certificates.
  * - a declared body (Content-Length) over the size limit: 413 before reading any of it.
@@ -27,14 +28,20 @@ export const acceptPhase: RequestPhase = {
     ctx.serverIp = unmapIpv4(socket.localAddress ?? '');
     ctx.serverPort = socket.localPort ?? 0;
     ctx.secure = (socket as Partial<TLSSocket>).encrypted === true;
+    const clientAddress = ctx.proxy.deps.clientAddress;
     let requestId: string | undefined;
     let declared: string | undefined;
+    let forwardedFor: string | undefined;
     let chunked = false;
     if (ctx.http2) {
       const headers = req.headers;
       ctx.host = (headers[':authority'] as string | undefined) ?? headers.host ?? '';
       requestId = headers['x-request-id'] as string | undefined;
       declared = headers['content-length'];
+      if (clientAddress !== undefined) {
+        const value = headers['x-forwarded-for'];
+        forwardedFor = Array.isArray(value) ? value.join(', ') : value;
+      }
     } else {
       // One pass over the raw list: reading `req.headers` would make Node build the whole object.
       const raw = req.rawHeaders;
@@ -50,6 +57,12 @@ export const acceptPhase: RequestPhase = {
           case 14:
             if (name.toLowerCase() === 'content-length') declared = raw[i + 1]!;
             break;
+          case 15:
+            // Read only when someone is trusted to set it (Accept-Encoding/-Language have this length too).
+            if (clientAddress !== undefined && name.toLowerCase() === 'x-forwarded-for') {
+              forwardedFor = forwardedFor === undefined ? raw[i + 1]! : `${forwardedFor}, ${raw[i + 1]!}`;
+            }
+            break;
           case 17:
             if (name.toLowerCase() === 'transfer-encoding') chunked = true;
             break;
@@ -60,6 +73,15 @@ export const acceptPhase: RequestPhase = {
       ctx.requestId = requestId;
     }
     ctx.declaredLength = declared === undefined ? -1 : Number(declared);
+    if (clientAddress !== undefined) {
+      const resolved = clientAddress.resolveRequest(ctx.clientIp, ctx.clientPort, socket, forwardedFor);
+      if (resolved !== undefined) {
+        ctx.clientIp = resolved.ip;
+        ctx.clientPort = resolved.port;
+        ctx.clientAddressSource = resolved.source;
+        ctx.forwardedForBefore = resolved.forwardedForBefore;
+      }
+    }
 
     const proxy = ctx.proxy;
     if (proxy.clientVerification !== undefined) {

@@ -5,6 +5,7 @@
  * the limiter while it lasts: one event per client and episode, never one per request).
  */
 import { randomUUID } from 'node:crypto';
+import { unmapIpv4 } from '../../../net/ip.ts';
 import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '../../../insight/event.ts';
 import type { RequestCtx } from '../ctx.ts';
 import type { HttpProxyDeps } from '../http-proxy.ts';
@@ -23,6 +24,9 @@ export interface AccessLogEntry {
   requestId: string;
   clientIp: string;
   clientPort: number;
+  /** Where the client address came from, when not from the socket: then `peerIp` is the load balancer. */
+  clientIpSource?: 'proxy-protocol' | 'x-forwarded-for';
+  peerIp?: string;
   serverIp: string;
   serverPort: number;
   country: string;
@@ -104,6 +108,10 @@ export function accessLogEntry(ctx: RequestCtx): AccessLogEntry {
     upstreamAttempts: ctx.upstreamAttempts,
     durationMs: Math.round((performance.now() - ctx.startedAt) * 1000) / 1000,
   };
+  if (ctx.clientAddressSource !== 'socket') {
+    entry.clientIpSource = ctx.clientAddressSource;
+    entry.peerIp = unmapIpv4(req.socket?.remoteAddress ?? '');
+  }
   if (ctx.clientCertificate !== undefined) entry.clientCertificate = ctx.clientCertificate.verified;
   if (ctx.upstreamHost !== undefined) entry.upstream = `${ctx.upstreamHost.address}:${ctx.upstreamHost.port}`;
   if (ctx.upstreamError !== undefined) entry.upstreamError = ctx.upstreamError;

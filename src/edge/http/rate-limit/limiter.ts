@@ -2,8 +2,9 @@
  * The rate-limit policy of one proxy: `rateLimiting.thresholds` counted per client source address,
  * a block of `blockSeconds` once any threshold is exceeded, and attack episodes for insight events.
  *
- * Key: the socket peer address, never a header (a client could otherwise spoof X-Forwarded-For to get
- * fresh counters, or to lock out somebody else).
+ * Key: the client address of the accept phase: the socket peer, never a header the client sets (it
+ * could otherwise spoof X-Forwarded-For to get fresh counters, or to lock out somebody else). Only
+ * behind load balancers the operator trusts is it what they say (src/edge/client-address/policy.ts).
  *
  * Episode: what one APP_DDOS_ATTACK event describes. It starts with the request that crosses a
  * threshold, lasts while the client stays blocked, and also absorbs a new block that starts within

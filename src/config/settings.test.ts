@@ -1,0 +1,35 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { loadSettings, SettingsError } from './settings.ts';
+
+/** Settings from these variables only (never the environment of the test run). */
+const load = (env: Record<string, string>, flags: Parameters<typeof loadSettings>[0] = {}) => loadSettings(flags, { TPS_ACME_DIRECTORY_URL: 'off', ...env });
+
+describe('settings: load balancers in front of the edge', () => {
+  it('trusts nobody and reads no PROXY header by default', () => {
+    const settings = load({});
+    assert.deepEqual(settings.trustedProxies, []);
+    assert.equal(settings.listenerProxyProtocol, 'off');
+  });
+
+  it('reads a comma list of IPv4/IPv6 CIDRs and addresses; a flag overrides the variable', () => {
+    const settings = load({ TPS_TRUSTED_PROXIES: ' 10.0.0.0/8, 2001:db8::/32 ,192.0.2.7,', TPS_LISTENER_PROXY_PROTOCOL: 'optional' });
+    assert.deepEqual(settings.trustedProxies, ['10.0.0.0/8', '2001:db8::/32', '192.0.2.7']);
+    assert.equal(settings.listenerProxyProtocol, 'optional');
+    const flagged = load({ TPS_TRUSTED_PROXIES: '10.0.0.0/8' }, { trustedProxies: '172.16.0.0/12', listenerProxyProtocol: 'required' });
+    assert.deepEqual(flagged.trustedProxies, ['172.16.0.0/12']);
+    assert.equal(flagged.listenerProxyProtocol, 'required');
+  });
+
+  it('stops at start on an invalid CIDR, naming the setting and the entry', () => {
+    assert.throws(
+      () => load({ TPS_TRUSTED_PROXIES: '10.0.0.0/8,10.0.0.0/33,lb.example.com' }),
+      (error: Error) => error instanceof SettingsError && /^TPS_TRUSTED_PROXIES \(--trusted-proxies\): .*"10\.0\.0\.0\/33", "lb\.example\.com"/.test(error.message),
+    );
+  });
+
+  it('refuses an unknown PROXY protocol mode, and a mode without trusted networks', () => {
+    assert.throws(() => load({ TPS_TRUSTED_PROXIES: '10.0.0.0/8', TPS_LISTENER_PROXY_PROTOCOL: 'on' }), /TPS_LISTENER_PROXY_PROTOCOL .*off, optional or required/);
+    assert.throws(() => load({ TPS_LISTENER_PROXY_PROTOCOL: 'required' }), /TPS_LISTENER_PROXY_PROTOCOL .*needs TPS_TRUSTED_PROXIES/);
+  });
+});

@@ -1,0 +1,137 @@
+/**
+ * PROXY protocol headers (v1 and v2) from load balancers in front of the edge, read off a connection
+ * before anything else on it, TLS included (TPS_LISTENER_PROXY_PROTOCOL):
+ * - only from trusted peers (`ClientAddressPolicy.readsProxyHeader`); from anyone else the bytes
+ *   are left alone, and the listener treats them as it treats any data (an HTTP parser answers 400,
+ *   a TLS handshake fails, an L4 proxy passes them to the origin);
+ * - `required`: a trusted peer's connection that does not start with a header is closed;
+ *   `optional`: it is taken as it is (a trusted peer that says nothing for `headerTimeoutMs` too);
+ * - a malformed header, or a connection that ends or stalls in the middle of one, is closed.
+ * What follows the header is put back on the socket for the listener, byte for byte.
+ */
+import type net from 'node:net';
+import { decodeProxyHeader, type ProxiedAddresses } from '../l4/proxy-protocol.ts';
+import type { ClientAddressPolicy } from './policy.ts';
+
+export type ProxyHeaderOutcome =
+  /** A header; `addresses` undefined for v1 UNKNOWN / v2 LOCAL (the connection's own addresses stand). */
+  | { kind: 'header'; addresses: ProxiedAddresses | undefined }
+  /** No header (`optional` only); the bytes read are back on the socket. */
+  | { kind: 'absent' }
+  /** The connection must be closed. */
+  | { kind: 'refused'; reason: 'MISSING' | 'INVALID' | 'TIMEOUT' | 'CLOSED' };
+
+/** A v2 header is at most 16 + 65535 bytes; nothing longer is buffered. */
+const MAX_HEADER_BYTES = 16 + 65_535;
+
+/** Connections whose PROXY header named their client: the accepted socket -> what it said. */
+const proxiedConnections = new WeakMap<object, ProxiedAddresses>();
+
+/**
+ * The addresses a connection's PROXY header named, for the accepted socket, or for the TLS socket
+ * wrapping it (its `_parent`), which HTTP/2 requests reach through their socket proxy.
+ */
+export function proxiedAddressesOf(socket: object): ProxiedAddresses | undefined {
+  const direct = proxiedConnections.get(socket);
+  if (direct !== undefined) return direct;
+  const parent = (socket as { _parent?: object | null })._parent;
+  return parent ? proxiedConnections.get(parent) : undefined;
+}
+
+/**
+ * Reads a PROXY header at the start of `socket` (accepted, nothing read from it yet). The socket is
+ * left paused, with whatever followed the header put back (`unshift`) for its next reader.
+ */
+export function readProxyHeader(
+  socket: net.Socket,
+  options: { required: boolean; timeoutMs: number },
+): Promise<ProxyHeaderOutcome> {
+  return new Promise((resolve) => {
+    let buffered: Buffer = Buffer.alloc(0);
+    let done = false;
+    const finish = (outcome: ProxyHeaderOutcome, rest: Buffer | undefined): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.off('end', onClosed);
+      socket.off('close', onClosed);
+      socket.off('error', onClosed);
+      socket.pause();
+      if (rest !== undefined && rest.length > 0) socket.unshift(rest);
+      resolve(outcome);
+    };
+    const onData = (chunk: Buffer): void => {
+      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+      const decoded = decodeProxyHeader(buffered);
+      if (decoded === 'incomplete') {
+        if (buffered.length > MAX_HEADER_BYTES) finish({ kind: 'refused', reason: 'INVALID' }, undefined);
+        return;
+      }
+      if (decoded === 'invalid') finish({ kind: 'refused', reason: 'INVALID' }, undefined);
+      else if (decoded === 'none') finish(options.required ? { kind: 'refused', reason: 'MISSING' } : { kind: 'absent' }, buffered);
+      else finish({ kind: 'header', addresses: decoded.addresses }, buffered.subarray(decoded.length));
+    };
+    const onClosed = (): void => finish({ kind: 'refused', reason: 'CLOSED' }, undefined);
+    const timer = setTimeout(() => {
+      // A silent trusted peer without a header is fine when it is optional (the listener's own
+      // timeouts take over); a header begun and not finished is not.
+      if (buffered.length === 0 && !options.required) finish({ kind: 'absent' }, undefined);
+      else finish({ kind: 'refused', reason: 'TIMEOUT' }, undefined);
+    }, options.timeoutMs);
+    timer.unref();
+    socket.on('data', onData);
+    socket.once('end', onClosed);
+    socket.once('close', onClosed);
+    socket.once('error', onClosed);
+    // An L4 listener accepts sockets paused (pauseOnConnect): a 'data' listener alone does not start them.
+    socket.resume();
+  });
+}
+
+/**
+ * Puts PROXY header reading in front of a listener: connections from peers the policy trusts go to
+ * the server's own 'connection' listeners (HTTP parser, TLS handshake...) once their header is read,
+ * with its addresses recorded for `proxiedAddressesOf`; all others at once, untouched.
+ *
+ * `resume`: resume the socket after handing it on (a plain HTTP server reads from the socket's
+ * stream; a TLS server takes what was put back by itself and must not be resumed).
+ * Call it after any other wrapping of 'connection' listeners that must see the bytes after the header
+ * (the ACME TLS-ALPN dispatch), and before adding listeners that must see the connection at once
+ * (socket tracking).
+ */
+export function acceptProxyHeaders(
+  server: net.Server,
+  policy: Pick<ClientAddressPolicy, 'readsProxyHeader' | 'proxyProtocol' | 'headerTimeoutMs'>,
+  options: { resume: boolean; onRefused?: (reason: string) => void },
+): void {
+  const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];
+  server.removeAllListeners('connection');
+  const handOn = (socket: net.Socket): void => {
+    for (const listener of listeners) listener.call(server, socket);
+  };
+  const readOptions = { required: policy.proxyProtocol === 'required', timeoutMs: policy.headerTimeoutMs };
+  server.on('connection', (socket: net.Socket) => {
+    const peer = socket.remoteAddress;
+    if (peer === undefined || !policy.readsProxyHeader(peer)) {
+      handOn(socket);
+      return;
+    }
+    // Until a listener takes the socket, its errors are ours (a reset while reading the header).
+    socket.on('error', ignore);
+    void readProxyHeader(socket, readOptions).then((outcome) => {
+      if (outcome.kind === 'refused') {
+        options.onRefused?.(outcome.reason);
+        socket.destroy();
+        return;
+      }
+      socket.off('error', ignore);
+      if (socket.destroyed) return;
+      if (outcome.kind === 'header' && outcome.addresses !== undefined) proxiedConnections.set(socket, outcome.addresses);
+      handOn(socket);
+      if (options.resume) socket.resume();
+    });
+  });
+}
+
+function ignore(): void {}
