@@ -19,12 +19,32 @@
 //   deleted: ~ModSecurity() calls xmlCleanupParser(), which libxml2 forbids while other threads may
 //   still use libxml2. Its persistent collections (IP, GLOBAL, ...) are therefore per thread.
 //
+// Stopping threads: a worker thread may be stopped (worker.terminate(), or Node stopping the
+// workers at process exit) while its JavaScript is between two calls into this addon, which with
+// the engine's pool under load is most of the time. From that moment every Node-API call that first
+// checks that JavaScript may still run (napi_unwrap, property get/set, napi_instanceof, napi_throw...)
+// fails with napi_pending_exception, starting with the napi_unwrap that node-addon-api makes before
+// each instance method. node-addon-api turns that status into a C++
+// Napi::Error, catches it at the callback boundary and calls ThrowAsJavaScriptException(), whose
+// napi_throw fails the same way; by default it then throws Napi::Error again, out of a noexcept
+// callback: std::terminate, "terminate called after throwing an instance of 'Napi::Error'", the
+// whole process aborts. NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS (binding.gyp) makes it drop an
+// exception that cannot be thrown because the environment is stopping, which is all there is to do
+// then: the call returns undefined and the thread's JavaScript ends. NODE_ADDON_API_CPP_EXCEPTIONS_ALL
+// likewise turns any other C++ exception reaching the boundary (std::bad_alloc...) into a JS error
+// instead of std::terminate. Nothing in a destructor or finalizer here calls into JavaScript or
+// throws: freeing a transaction or a rule set at environment teardown only calls ModSecurity.
+//
 // Matched rules are read from Transaction::m_rulesMessages (what the audit log prints) rather than
 // from the server log callback: in 3.0.9 the callback is not called for the message of a rule that
 // actually disrupted the transaction (rule_with_actions.cc, performLogging), while m_rulesMessages
 // has every logged match, disruptive or not.
 
 #include <napi.h>
+
+#if !defined(NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS) || !defined(NODE_ADDON_API_CPP_EXCEPTIONS_ALL)
+#error "build with NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS and NODE_ADDON_API_CPP_EXCEPTIONS_ALL (binding.gyp): see 'Stopping threads' above"
+#endif
 
 #include <modsecurity/modsecurity.h>
 #include <modsecurity/rules_set.h>

@@ -2,6 +2,8 @@
 // input or call order crashes the process or leaks.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { setImmediate as turn } from 'node:timers/promises';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -285,4 +287,21 @@ test('100,000 transactions keep RSS flat (memory bound, not timing)', async () =
   rs.close();
   // A leaked ModSecurity transaction is several KB: 90,000 of them would be hundreds of MB.
   assert.ok(grown < 24 * 1024 * 1024, `RSS grew by ${(grown / 1024 / 1024).toFixed(1)} MB after warm-up`);
+});
+
+test('threads stopped while busy in the addon, and process exit with busy threads, end cleanly (no abort)', async () => {
+  // Regression: a worker stopped between two addon calls aborted the process ("terminate called
+  // after throwing an instance of 'Napi::Error'"): see "Stopping threads" in native/modsecurity/src/addon.cc.
+  // Each child stops two busy workers 15 times at varied points, then exits with two busy workers.
+  const child = fileURLToPath(new URL('./modsecurity-shutdown-child.ts', import.meta.url));
+  for (let run = 0; run < 3; run++) {
+    const { code, signal, stderr } = await new Promise<{ code: number | null; signal: string | null; stderr: string }>((resolve) => {
+      const proc = execFile(process.execPath, [child, 'addon', '15'], { timeout: 120_000 }, (_error, _stdout, stderr) =>
+        resolve({ code: proc.exitCode, signal: proc.signalCode, stderr }),
+      );
+    });
+    assert.equal(signal, null, `run ${run}: child ended by ${signal}: ${stderr}`);
+    assert.equal(code, 0, `run ${run}: child exit code ${code}: ${stderr}`);
+    assert.doesNotMatch(stderr, /terminate called|FATAL ERROR/);
+  }
 });

@@ -1,6 +1,8 @@
 // The ModSecurity engine (worker pool + Debian CRS 3.3.4) behind the WafEngine interface.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import type { WafRequest, WafSettings, WafVerdict } from './engine.ts';
 import { WafSettingsError } from './engine.ts';
 import { createModSecurityEngine } from './modsecurity-engine.ts';
@@ -229,4 +231,22 @@ test('a closed engine refuses work', async () => {
   const e = await createModSecurityEngine({ workers: 1 });
   await e.close();
   await assert.rejects(e.inspectRequest(get('/'), PL1), /closed/);
+});
+
+test('closing the engine or exiting the process while its workers are busy ends cleanly (no abort)', async () => {
+  // Regression: stopping a worker in the middle of an exchange aborted the process ("terminate
+  // called after throwing an instance of 'Napi::Error'", seen at the end of bench/waf). Each child
+  // runs exchanges (benign and attacks, bodies, response phases, some left open) and closes the
+  // engine while they are in flight, 6 times, then exits the process while the workers are busy.
+  const child = fileURLToPath(new URL('./modsecurity-shutdown-child.ts', import.meta.url));
+  for (let run = 0; run < 3; run++) {
+    const { code, signal, stderr } = await new Promise<{ code: number | null; signal: string | null; stderr: string }>((resolve) => {
+      const proc = execFile(process.execPath, [child, 'engine', '6'], { timeout: 120_000 }, (_error, _stdout, stderr) =>
+        resolve({ code: proc.exitCode, signal: proc.signalCode, stderr }),
+      );
+    });
+    assert.equal(signal, null, `run ${run}: child ended by ${signal}: ${stderr}`);
+    assert.equal(code, 0, `run ${run}: child exit code ${code}: ${stderr}`);
+    assert.doesNotMatch(stderr, /terminate called|FATAL ERROR/);
+  }
 });
