@@ -1,6 +1,7 @@
 /**
  * Lookups per second in a threat feed of 500,000 entries (IPv4 and IPv6, mixed prefix lengths),
- * for hits and misses apart, plus the time to parse and build the set.
+ * for hits and misses apart, plus the time to parse and build the set, and the same lookups on a
+ * read-only view of the set in SharedArrayBuffers.
  *
  *   node bench/l4/threat-feed.ts [entries]
  */
@@ -55,7 +56,13 @@ for (let i = 0; i < probeCount; i++) hits.push(listed[random() % listed.length]!
 // Random addresses: the IPv4 entries cover about 3 % of the IPv4 space, so nearly all miss.
 for (let i = 0; i < probeCount; i++) misses.push(i % 10 === 9 ? `2001:db8:${hex()}:${hex()}::${hex()}` : ipv4(random()));
 
-function measure(probes: string[]): { perSecond: number; found: number } {
+started = performance.now();
+const shared = set.toShared();
+const exportMs = performance.now() - started;
+const view = IpSet.fromShared(shared);
+const sharedMb = (shared.nodes.byteLength + shared.keys.byteLength + (shared.ipv4Start?.byteLength ?? 0)) / 1024 / 1024;
+
+function measure(probes: string[], set: IpSet): { perSecond: number; found: number } {
   let found = 0;
   for (let i = 0; i < 100_000; i++) if (set.has(probes[i]!)) found++; // warm-up
   found = 0;
@@ -65,10 +72,16 @@ function measure(probes: string[]): { perSecond: number; found: number } {
   return { perSecond: probes.length / seconds, found };
 }
 
-const hit = measure(hits);
-const miss = measure(misses);
+const hit = measure(hits, set);
+const miss = measure(misses, set);
+// The same lookups on a read-only view over SharedArrayBuffers (what every edge worker uses).
+const viewHit = measure(hits, view);
+const viewMiss = measure(misses, view);
 const rssMb = process.memoryUsage().rss / 1024 / 1024;
 console.log(`entries: ${entries} (${parsed.count} parsed, ${set.size} disjoint prefixes stored)`);
 console.log(`parse: ${parseMs.toFixed(0)} ms, build: ${buildMs.toFixed(0)} ms, process RSS: ${rssMb.toFixed(0)} MB`);
 console.log(`lookups/s, listed addresses:   ${Math.round(hit.perSecond).toLocaleString('en')} (${hit.found} of ${hits.length} found)`);
 console.log(`lookups/s, random addresses:   ${Math.round(miss.perSecond).toLocaleString('en')} (${miss.found} of ${misses.length} found)`);
+console.log(`export to shared memory: ${exportMs.toFixed(0)} ms, ${sharedMb.toFixed(1)} MB`);
+console.log(`lookups/s, shared view, listed: ${Math.round(viewHit.perSecond).toLocaleString('en')} (${viewHit.found} found)`);
+console.log(`lookups/s, shared view, random: ${Math.round(viewMiss.perSecond).toLocaleString('en')} (${viewMiss.found} found)`);

@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { IpSet, parseIpInto, parsePrefixInto } from './ip-set.ts';
+import { MessageChannel } from 'node:worker_threads';
+import { IpSet, parseIpInto, parsePrefixInto, type SharedIpSet } from './ip-set.ts';
 
 function words(ip: string): number[] | undefined {
   const out = new Uint32Array(4);
@@ -158,6 +159,82 @@ describe('IpSet', () => {
       check(ipv6Text(ip), listed6(ip));
     }
     assert.ok(checked > 200_000 && positives > 100_000);
+  });
+});
+
+describe('IpSet in shared memory', () => {
+  /** Entries and probes around them: IPv4, IPv6, IPv4-mapped spellings, nested CIDRs, /0 of IPv4. */
+  function fixture(extraV4: number): { set: IpSet; probes: string[] } {
+    const random = xorshift(7);
+    const set = new IpSet();
+    const probes: string[] = ['0.0.0.0', '255.255.255.255', '::', '::1', '2001:db8::1', 'garbage', '::ffff:0:1.2.3.4'];
+    const entries = ['192.0.2.0/24', '192.0.2.128/25', '198.51.100.7', '203.0.113.0/28', '2001:db8::/32', '2001:db8:1::/48',
+      '2001:db8:ffff::1/128', 'fe80::/10', '::ffff:100.64.0.0/106', '10.0.0.0/8', '10.1.2.3'];
+    for (let i = 0; i < extraV4; i++) {
+      const length = [32, 24, 20, 16][random() % 4]!;
+      entries.push(`${ipv4Text(mask4(random(), length))}/${length}`);
+    }
+    for (let i = 0; i < extraV4 / 10; i++) entries.push(`${ipv6Text(mask6(randomV6(random), 64))}/64`);
+    for (const entry of entries) {
+      assert.ok(set.add(entry), entry);
+      const [address] = entry.split('/') as [string];
+      probes.push(address);
+      if (!address.includes(':')) probes.push(`::ffff:${address}`);
+    }
+    for (let i = 0; i < 20_000; i++) {
+      const ip = ipv4Text(random());
+      probes.push(ip, `::ffff:${ip}`);
+    }
+    for (let i = 0; i < 5_000; i++) probes.push(ipv6Text(randomV6(random)));
+    for (const near of ['192.0.2.255', '192.0.3.0', '198.51.100.6', '203.0.113.15', '203.0.113.16', '100.64.0.1', '100.128.0.0', '2001:db9::', 'fe80::1', 'fec0::1']) {
+      probes.push(near);
+    }
+    return { set, probes };
+  }
+
+  function assertSameAnswers(original: IpSet, view: IpSet, probes: string[]): void {
+    let positives = 0;
+    for (const probe of probes) {
+      const expected = original.has(probe);
+      assert.equal(view.has(probe), expected, probe);
+      if (expected) positives++;
+    }
+    assert.equal(view.size, original.size);
+    assert.ok(positives > 50, `only ${positives} listed probes`);
+  }
+
+  for (const [name, extra] of [['a small set (no IPv4 start table)', 40], ['a large set (with the IPv4 start table)', 20_000]] as const) {
+    it(`gives the same answers as the original set for ${name}`, () => {
+      const { set, probes } = fixture(extra);
+      const shared = set.toShared();
+      assert.ok(shared.nodes instanceof SharedArrayBuffer && shared.keys instanceof SharedArrayBuffer);
+      assert.equal(shared.ipv4Start !== null, extra > 1000, 'the start table travels with a large set');
+      const view = IpSet.fromShared(shared);
+      assert.ok(view.isShared && !set.isShared);
+      assertSameAnswers(set, view, probes);
+      // A view does not copy: exporting it again gives the very same memory.
+      assert.equal(view.toShared(), shared);
+    });
+  }
+
+  it('crosses threads by postMessage without a copy, and the view is read-only', async () => {
+    const { set, probes } = fixture(2_000);
+    const shared = set.toShared();
+    const { port1, port2 } = new MessageChannel();
+    const received = new Promise<SharedIpSet>((resolve) => port2.once('message', resolve));
+    port1.postMessage(shared);
+    const arrived = await received;
+    port1.close();
+    assert.notEqual(arrived.nodes, shared.nodes, 'a new buffer object...');
+    // ...over the same memory: a byte written through one is read through the other.
+    const before = new Uint8Array(arrived.keys)[0]!;
+    new Uint8Array(shared.keys)[0] = before ^ 0xff;
+    assert.equal(new Uint8Array(arrived.keys)[0], before ^ 0xff);
+    new Uint8Array(shared.keys)[0] = before;
+    const view = IpSet.fromShared(arrived);
+    assertSameAnswers(set, view, probes);
+    assert.throws(() => view.add('192.0.2.1'), /read-only/);
+    assert.throws(() => IpSet.fromShared({ ...arrived, nodeCount: arrived.nodeCount + 1 }), RangeError);
   });
 });
 

@@ -11,6 +11,10 @@
  * Only membership is asked, so a prefix covered by a shorter one is never stored (and adding the
  * shorter one drops the longer ones below it). Every terminal node is then a leaf, and a lookup
  * walks bits to the single leaf on its path and compares once.
+ *
+ * A built set can be copied into SharedArrayBuffers (`toShared`) and seen from any thread as a
+ * read-only set over that memory (`IpSet.fromShared`): one edge node builds its threat feed once
+ * and every proxy worker looks up in the same bytes, without a copy per worker.
  */
 
 const WORDS = 4;
@@ -21,9 +25,27 @@ const META = 2;
 const TERMINAL = 256;
 const LENGTH_MASK = 255;
 const INITIAL_CAPACITY = 1024;
+/** Below this many nodes, IPv4 lookups start from the root (the start table would save little). */
+const IPV4_START_MIN_NODES = 1024;
 
 /** Family of a parsed address: what its CIDR length counts. */
 export type IpFamily = 4 | 6;
+
+/**
+ * A built set in shared memory, as `IpSet.toShared` makes it and `IpSet.fromShared` reads it; it
+ * crosses threads with postMessage or workerData, which share the buffers rather than copy them.
+ */
+export interface SharedIpSet {
+  /** NODE_INTS int32 per node (children and meta), exactly `nodeCount` nodes. */
+  nodes: SharedArrayBuffer;
+  /** WORDS uint32 per node: each node's key. */
+  keys: SharedArrayBuffer;
+  /** The IPv4 start table (65,536 int32), present when the set is large enough to use it. */
+  ipv4Start: SharedArrayBuffer | null;
+  nodeCount: number;
+  /** Disjoint prefixes stored (`IpSet.size`). */
+  size: number;
+}
 
 export interface ParsedPrefix {
   family: IpFamily;
@@ -208,19 +230,69 @@ export class IpSet {
    * child for bit 0, child for bit 1 (NONE for none), and the prefix length in the 128-bit space
    * with TERMINAL added when the prefix itself is in the set.
    */
-  private nodes = new Int32Array(0);
+  private nodes: Int32Array = new Int32Array(0);
   /** Key of each node, masked to its length: WORDS words per node; read once per lookup, at the leaf. */
-  private keys = new Uint32Array(0);
+  private keys: Uint32Array = new Uint32Array(0);
   /**
    * For each first 16 bits of an IPv4 address, the node a lookup may start from instead of the
    * root (the deepest node whose prefix is no longer than ::ffff:a.b/112). Built on demand, dropped
    * by every insert: it saves the ~17 top steps of each IPv4 lookup in a large set.
    */
   private ipv4Start: Int32Array | undefined;
+  /** The shared memory this set is a read-only view of (`fromShared`), undefined for a set of its own. */
+  private sharedFrom: SharedIpSet | undefined;
 
   constructor(initialCapacity = INITIAL_CAPACITY) {
     this.grow(Math.max(2, initialCapacity));
     this.newNode(scratchKey.fill(0), 0, 0, false); // the root: the empty prefix
+  }
+
+  /**
+   * A read-only set over shared memory made by `toShared` (in this thread or another): no copy,
+   * lookups as fast as on the original; `add` and `insert` throw. The memory is never written.
+   */
+  static fromShared(shared: SharedIpSet): IpSet {
+    const { nodeCount } = shared;
+    if (
+      !Number.isInteger(nodeCount) || nodeCount < 1 ||
+      shared.nodes.byteLength !== 4 * NODE_INTS * nodeCount ||
+      shared.keys.byteLength !== 4 * WORDS * nodeCount ||
+      (shared.ipv4Start !== null && shared.ipv4Start.byteLength !== 4 * 65536)
+    ) {
+      throw new RangeError('not a shared IpSet: buffer sizes do not match the node count');
+    }
+    const set = new IpSet(0);
+    set.nodes = new Int32Array(shared.nodes);
+    set.keys = new Uint32Array(shared.keys);
+    set.nodeCount = nodeCount;
+    set.capacity = nodeCount;
+    set.stored = shared.size;
+    set.ipv4Start = shared.ipv4Start === null ? undefined : new Int32Array(shared.ipv4Start);
+    set.sharedFrom = shared;
+    return set;
+  }
+
+  /**
+   * Copies the built set into SharedArrayBuffers, trimmed to its nodes, with the IPv4 start table
+   * built (so that a view never has to build one). A view returns the memory it is over, uncopied.
+   */
+  toShared(): SharedIpSet {
+    if (this.sharedFrom !== undefined) return this.sharedFrom;
+    const nodes = new SharedArrayBuffer(4 * NODE_INTS * this.nodeCount);
+    new Int32Array(nodes).set(this.nodes.subarray(0, NODE_INTS * this.nodeCount));
+    const keys = new SharedArrayBuffer(4 * WORDS * this.nodeCount);
+    new Uint32Array(keys).set(this.keys.subarray(0, WORDS * this.nodeCount));
+    let ipv4Start: SharedArrayBuffer | null = null;
+    if (this.nodeCount > IPV4_START_MIN_NODES) {
+      ipv4Start = new SharedArrayBuffer(4 * 65536);
+      new Int32Array(ipv4Start).set(this.ipv4Start ?? this.buildIpv4Start());
+    }
+    return { nodes, keys, ipv4Start, nodeCount: this.nodeCount, size: this.stored };
+  }
+
+  /** Whether this set is a read-only view over shared memory (`fromShared`). */
+  get isShared(): boolean {
+    return this.sharedFrom !== undefined;
   }
 
   /** Prefixes stored, after dropping those covered by shorter ones. */
@@ -241,6 +313,7 @@ export class IpSet {
    * at `offset`, and its length in that space. The key must already be masked to the length.
    */
   insert(key: Uint32Array, length: number, offset = 0): void {
+    if (this.sharedFrom !== undefined) throw new TypeError('a shared IpSet is read-only');
     this.ipv4Start = undefined;
     let parent = 0;
     for (;;) {
@@ -301,7 +374,7 @@ export class IpSet {
     // also a mismatch in the leaf, whose key extends every node above it).
     const nodes = this.nodes;
     let node = 0;
-    if (key[offset] === 0 && key[offset + 1] === 0 && key[offset + 2] === 0xffff && this.nodeCount > 1024) {
+    if (key[offset] === 0 && key[offset + 1] === 0 && key[offset + 2] === 0xffff && this.nodeCount > IPV4_START_MIN_NODES) {
       node = (this.ipv4Start ?? this.buildIpv4Start())[key[offset + 3]! >>> 16]!;
     }
     for (;;) {

@@ -180,6 +180,36 @@ describe('ThreatFeed', { timeout: 15_000 }, () => {
     });
   });
 
+  it('builds in shared memory for other threads, whose feeds swap in each new set whole', async () => {
+    const path = join(dir, 'shared.txt');
+    await writeFile(path, '192.0.2.0/24\n2001:db8::/32\n');
+    const builder = new ThreatFeed({ sources: [path], refreshIntervalMs: 0, shared: true });
+    const follower = ThreatFeed.fromShared();
+    assert.equal(follower.size, 0);
+    assert.equal(new ThreatFeed({ sources: [path], refreshIntervalMs: 0 }).sharedSet, undefined, 'only on demand');
+
+    await builder.start();
+    const first = builder.sharedSet;
+    assert.ok(first !== undefined && first.nodes instanceof SharedArrayBuffer);
+    assert.ok(builder.has('192.0.2.9'), 'the builder looks up in the shared set too');
+    assert.ok(!follower.has('192.0.2.9'), 'nothing until adopted');
+    follower.adopt(first);
+    assert.ok(follower.has('192.0.2.9') && follower.has('::ffff:192.0.2.9') && follower.has('2001:db8::5'));
+    assert.equal(follower.size, 2);
+
+    await writeFile(path, '198.51.100.0/24\n');
+    assert.equal((await builder.refresh()).swapped, true);
+    const second = builder.sharedSet!;
+    assert.notEqual(second.nodes, first.nodes, 'a new set in new memory: the one in use is never written');
+    assert.ok(follower.has('192.0.2.9') && !follower.has('198.51.100.1'), 'the old set until the new one is adopted');
+    follower.adopt(second);
+    assert.ok(!follower.has('192.0.2.9') && follower.has('198.51.100.1'));
+    assert.equal(ThreatFeed.fromShared(second).size, 1);
+
+    assert.equal((await builder.refresh()).swapped, false);
+    assert.equal(builder.sharedSet, second, 'nothing changed, nothing rebuilt');
+  });
+
   it('fromEntries builds a fixed feed', () => {
     const feed = ThreatFeed.fromEntries(['127.0.0.9/32', '2001:db8::/32']);
     assert.ok(feed.has('127.0.0.9'));

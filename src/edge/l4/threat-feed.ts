@@ -9,11 +9,18 @@
  * sees either the old set or the new one, never half of each. A source that cannot be read keeps
  * its last good entries, and the failure is reported (`status`, `onRefresh`).
  *
- * One feed is shared by all proxies of a process.
+ * One feed serves a whole edge node. Reading and building happen once per node, in a thread of
+ * their own (src/edge/runtime/threat-feed-thread.ts, run by the supervisor): a 500,000-entry build
+ * blocks a loop for most of a second, which must be neither a proxy worker's nor the supervisor's.
+ * That feed is made with `shared: true`, so each set it builds lives in SharedArrayBuffers
+ * (`sharedSet`); the supervisor posts it to every proxy worker, including one started later, whose
+ * feed (`ThreatFeed.fromShared`) swaps in a read-only view over the same memory with one assignment
+ * (`adopt`): no copy per worker, and a lookup still sees the old set or the new one, never half.
+ * Within a worker, one feed object is shared by all its proxies.
  */
 import { readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
-import { IpSet, parsePrefixInto } from './ip-set.ts';
+import { IpSet, parsePrefixInto, type SharedIpSet } from './ip-set.ts';
 
 export const DEFAULT_REFRESH_INTERVAL_MS = 60 * 60 * 1000; // Spamhaus asks for no more than hourly
 export const DEFAULT_FETCH_TIMEOUT_MS = 30_000;
@@ -30,6 +37,8 @@ export interface ThreatFeedOptions {
   maxSourceBytes?: number;
   /** Called after every refresh, with each source's state; the place to log a failing source. */
   onRefresh?: (report: ThreatFeedReport) => void;
+  /** Builds each new set in SharedArrayBuffers (`sharedSet`), for other threads to look up in. */
+  shared?: boolean;
 }
 
 export interface ThreatFeedSourceStatus {
@@ -77,6 +86,7 @@ export class ThreatFeed {
   private readonly fetchTimeoutMs: number;
   private readonly maxSourceBytes: number;
   private readonly onRefresh: ((report: ThreatFeedReport) => void) | undefined;
+  private readonly shared: boolean;
   private timer: NodeJS.Timeout | undefined;
   private inFlight: Promise<ThreatFeedReport> | undefined;
   private builtFrom = '';
@@ -86,6 +96,7 @@ export class ThreatFeed {
     this.fetchTimeoutMs = options.fetchTimeoutMs ?? DEFAULT_FETCH_TIMEOUT_MS;
     this.maxSourceBytes = options.maxSourceBytes ?? DEFAULT_MAX_SOURCE_BYTES;
     this.onRefresh = options.onRefresh;
+    this.shared = options.shared ?? false;
     this.setSourceList(options.sources);
   }
 
@@ -96,6 +107,26 @@ export class ThreatFeed {
     for (const entry of entries) set.add(entry);
     feed.set = set;
     return feed;
+  }
+
+  /**
+   * A feed that reads no source: it looks up in sets another thread's feed built (`sharedSet`),
+   * given now and then to `adopt`. Until the first, it is empty.
+   */
+  static fromShared(shared?: SharedIpSet): ThreatFeed {
+    const feed = new ThreatFeed({ sources: [], refreshIntervalMs: 0 });
+    if (shared !== undefined) feed.adopt(shared);
+    return feed;
+  }
+
+  /** Swaps in a set built elsewhere (a read-only view over its shared memory, nothing copied). */
+  adopt(shared: SharedIpSet): void {
+    this.set = IpSet.fromShared(shared);
+  }
+
+  /** The set in use, in shared memory: present once a feed made with `shared: true` has built one, or after `adopt`. */
+  get sharedSet(): SharedIpSet | undefined {
+    return this.set.isShared ? this.set.toShared() : undefined;
   }
 
   /** Whether the client address is listed. IPv4-mapped IPv6 addresses match IPv4 entries. */
@@ -165,7 +196,9 @@ export class ThreatFeed {
     const fingerprint = current.map((state) => `${state.status.source}\0${state.entries?.digest ?? ''}`).join('\n');
     let swapped = false;
     if (fingerprint !== this.builtFrom) {
-      this.set = buildSet(current);
+      const built = buildSet(current);
+      // The copy into shared memory is a memcpy (tens of ms for 500,000 entries); the builder's own arrays go.
+      this.set = this.shared ? IpSet.fromShared(built.toShared()) : built;
       this.builtFrom = fingerprint;
       swapped = true;
     }

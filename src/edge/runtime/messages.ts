@@ -6,6 +6,7 @@
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
 import type { InsightEvent } from '../../insight/event.ts';
+import type { SharedIpSet } from '../l4/ip-set.ts';
 
 export type ResolvedConfig =
   | { type: 'l4Proxy'; id: string; tenantId: string; revision: number; attributes: L4ProxyAttributes }
@@ -25,6 +26,8 @@ export type ToWorker =
   | { kind: 'apply'; entries: ConfigEntry[] }
   | { kind: 'acme-answer'; requestId: number; keyAuthorization: string | undefined }
   | { kind: 'acme-alpn-answer'; requestId: number; certificate: { certPem: string; keyPem: string } | undefined }
+  /** The node's threat-feed set was rebuilt: swap in a view over its shared memory (threat-feed-host.ts). */
+  | { kind: 'threat-feed'; set: SharedIpSet; generation: number }
   | { kind: 'stop' };
 
 export type FromWorker =
@@ -36,6 +39,8 @@ export type FromWorker =
   | { kind: 'acme-lookup'; requestId: number; token: string; host: string }
   | { kind: 'acme-alpn-lookup'; requestId: number; servername: string }
   | { kind: 'counters'; counters: CounterIncrement[] }
+  /** This worker's proxies now look up in that generation of the threat-feed set. */
+  | { kind: 'threat-feed-applied'; generation: number }
   | { kind: 'stopped' };
 
 export interface CounterIncrement {

@@ -23,6 +23,7 @@ import { createFloodTable } from '../shared-counters/shared-flood-limiter.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
 import type { ClientAddressSettings } from '../client-address/policy.ts';
 import type { WorkerSettings } from './worker.ts';
+import { ThreatFeedHost } from './threat-feed-host.ts';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
@@ -80,6 +81,8 @@ interface WorkerSlot {
   worker: Worker | undefined;
   /** What this worker reported last, per configuration id. */
   reports: Map<string, { version: string; state: 'ACTIVE' | 'ERROR'; detail: string | null }>;
+  /** Generation of the threat-feed set this worker says it uses. */
+  threatFeedGeneration?: number;
 }
 
 interface Published {
@@ -106,6 +109,8 @@ export class EdgeSupervisor {
   #insightBuffer: InsightEvent[] = [];
   #episodeCounts = new Map<string, { touchedAt: number; perWorker: Map<number, EpisodeCounts> }>();
   #reportQueue: Promise<void> = Promise.resolve();
+  /** Reads and builds the node's threat feed off every serving loop; absent without sources. */
+  readonly #threatFeed: ThreatFeedHost | undefined;
 
   constructor(options: EdgeOptions) {
     this.#options = options;
@@ -114,6 +119,17 @@ export class EdgeSupervisor {
     this.#rateTable = createRateTable(options.sharedCounterSlots ?? DEFAULT_SHARED_COUNTER_SLOTS);
     this.#floodTable = createFloodTable(options.sharedCounterSlots ?? DEFAULT_SHARED_COUNTER_SLOTS);
     this.#slots = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, reports: new Map() }));
+    if ((options.threatFeeds ?? []).length > 0) {
+      this.#threatFeed = new ThreatFeedHost({
+        sources: options.threatFeeds ?? [],
+        refreshIntervalMs: options.threatFeedRefreshMs ?? 3_600_000,
+        logger: options.logger,
+        // Shared memory: every worker looks up in the same set, nothing is copied.
+        onSet: ({ set, generation }) => {
+          for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'threat-feed', set, generation } satisfies ToWorker);
+        },
+      });
+    }
     this.#counters = new Map(
       (
         [
@@ -130,6 +146,7 @@ export class EdgeSupervisor {
   async start(): Promise<void> {
     await this.#options.store.edgeStatus.heartbeat(this.#options.nodeId, this.#options.location);
     await this.#reload();
+    this.#threatFeed?.start();
     for (const slot of this.#slots) this.#spawn(slot);
     this.#timers.push(
       setInterval(() => void this.#poll(), POLL_MS),
@@ -141,6 +158,7 @@ export class EdgeSupervisor {
   async stop(): Promise<void> {
     this.#stopping = true;
     for (const timer of this.#timers) clearInterval(timer);
+    await this.#threatFeed?.stop();
     await Promise.all(
       this.#slots.map(async (slot) => {
         const worker = slot.worker;
@@ -167,6 +185,12 @@ export class EdgeSupervisor {
     }).length;
   }
 
+  /** How many workers look up in the node's current threat-feed set (all of them, once it has reached them). */
+  threatFeedWorkers(): number {
+    const generation = this.#threatFeed?.current?.generation;
+    return this.#slots.filter((slot) => slot.worker && generation !== undefined && slot.threatFeedGeneration === generation).length;
+  }
+
   /** Kills one worker (for tests of the restart): the others keep serving. */
   crashWorkerForTest(index: number): void {
     void this.#slots[index]?.worker?.terminate();
@@ -179,8 +203,7 @@ export class EdgeSupervisor {
       rateTable: this.#rateTable.init,
       floodTable: this.#floodTable.init,
       location: o.location,
-      threatFeeds: o.threatFeeds ?? [],
-      threatFeedRefreshMs: o.threatFeedRefreshMs ?? 3_600_000,
+      threatFeed: this.#threatFeed?.current,
       geoOverridesPath: o.geoOverridesPath,
       geoMmdbPath: o.geoMmdbPath,
       wafAuditLogPath: o.wafAuditLogPath,
@@ -193,6 +216,7 @@ export class EdgeSupervisor {
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;
     slot.reports.clear();
+    delete slot.threatFeedGeneration;
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
     worker.on('error', (error) => o.logger.error({ err: error, worker: slot.index }, 'edge worker failed'));
     worker.on('exit', (code) => {
@@ -244,6 +268,9 @@ export class EdgeSupervisor {
       }
       case 'counters':
         for (const increment of message.counters) this.#counters.get(increment.name)?.inc(increment.labels, increment.value);
+        break;
+      case 'threat-feed-applied':
+        slot.threatFeedGeneration = message.generation;
         break;
       case 'stopped':
         break;

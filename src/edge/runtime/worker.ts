@@ -24,6 +24,7 @@ import { createCompiledEngine } from '../http/waf/compiled/compiled-engine.ts';
 import type { WafEngine } from '../http/waf/engine.ts';
 import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
 import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
+import type { ThreatFeedSet } from './threat-feed-host.ts';
 
 export interface WorkerSettings {
   index: number;
@@ -32,8 +33,8 @@ export interface WorkerSettings {
   /** Layer 4 flood-cap counters shared by all workers of the node. */
   floodTable: SharedTableInit;
   location: string;
-  threatFeeds: string[];
-  threatFeedRefreshMs: number;
+  /** The node's threat-feed set when this worker starts (built once per node, in shared memory); later ones come as messages. */
+  threatFeed: ThreatFeedSet | undefined;
   geoOverridesPath: string | undefined;
   geoMmdbPath: string | undefined;
   /** JSON-lines WAF audit log (one record per request with a matched rule); absent = none. */
@@ -97,7 +98,8 @@ const floodTable = new SharedTable(settings.floodTable);
 // Commands fail fast while Redis is unreachable (the rate-limit phase then lets requests through).
 const redis = settings.redisUrl ? new Redis(settings.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : undefined;
 redis?.on('error', () => {});
-const threatFeed = new ThreatFeed({ sources: settings.threatFeeds, refreshIntervalMs: settings.threatFeedRefreshMs });
+// Reads no source: the supervisor's feed thread builds each set once for the node (threat-feed-host.ts).
+const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
 const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
 const insight: InsightSink = {
   record: (event) => send({ kind: 'insight', event }),
@@ -263,6 +265,11 @@ port.on('message', (message: ToWorker) => {
       pendingAlpn.get(message.requestId)?.(message.certificate);
       pendingAlpn.delete(message.requestId);
       break;
+    case 'threat-feed':
+      // One assignment: a connection being admitted sees the old set or the new one.
+      threatFeed.adopt(message.set);
+      send({ kind: 'threat-feed-applied', generation: message.generation });
+      break;
     case 'stop':
       enqueue(async () => {
         threatFeed.stop();
@@ -277,5 +284,5 @@ port.on('message', (message: ToWorker) => {
   }
 });
 
-void threatFeed.start().catch(() => {});
+if (settings.threatFeed) send({ kind: 'threat-feed-applied', generation: settings.threatFeed.generation });
 send({ kind: 'ready' });
