@@ -191,9 +191,12 @@ export class EdgeSupervisor {
     return this.#slots.filter((slot) => slot.worker && generation !== undefined && slot.threatFeedGeneration === generation).length;
   }
 
-  /** Kills one worker (for tests of the restart): the others keep serving. */
-  crashWorkerForTest(index: number): void {
-    void this.#slots[index]?.worker?.terminate();
+  /**
+   * Kills one worker (for tests of the restart): the others keep serving. Resolves once its thread
+   * is gone; connections it had accepted by then die with it, as in a real crash.
+   */
+  async crashWorkerForTest(index: number): Promise<void> {
+    await this.#slots[index]?.worker?.terminate();
   }
 
   #spawn(slot: WorkerSlot): void {

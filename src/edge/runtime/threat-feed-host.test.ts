@@ -131,7 +131,7 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
 
   it('gives a worker started again after a crash the current set', async () => {
     await waitFor('both workers to use the feed set', async () => edge.threatFeedWorkers() === 2);
-    edge.crashWorkerForTest(0);
+    await edge.crashWorkerForTest(0);
     // Gone (its slot empty until it is started again, 200 ms later at the earliest), then back.
     await waitFor('the crash to be seen', async () => edge.servingWorkers(configId) < 2, { intervalMs: 5 });
     await waitFor('the restarted worker to serve', async () => edge.servingWorkers(configId) === 2);
