@@ -22,7 +22,7 @@ import type {
   VarRef,
   VarResolver,
 } from './program.ts';
-import { READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY } from './program.ts';
+import { READ_FILTERED, READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import { compileOperator } from './operators/index.ts';
 import { compileKeyRegex, CompiledRegex } from './regex/runtime.ts';
 import { requiredLiterals } from './regex/prefilter.ts';
@@ -623,7 +623,8 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
       throw new SecLangError(u.directive.file, u.directive.line, (error as Error).message);
     }
   }
-  for (const rule of allRules) rule.refs = [...rule.variables.map((v) => varRef(v, true)), ...rule.additions.map((v) => varRef(v, false))];
+  const slots = new Map<string, number>();
+  for (const rule of allRules) rule.refs = [...rule.variables.map((v) => varRef(v, true, slots)), ...rule.additions.map((v) => varRef(v, false, slots))];
   const prefilters = options.prefilter === false ? [] : buildPrefilters(allRules, trie.nodes.length);
   const markerIndex = phases.map((list) => {
     const m = new Map<string, number[]>();
@@ -650,15 +651,17 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     removedMsgs,
     ruleCount,
     rulesById,
+    filteredSlots: slots.size,
   };
 }
 
 /** Single characters too common in benign values to make a useful filter. */
 const COMMON_CHARS = /^[a-z0-9 .,\-_/:;=()&?@+%!*#~]$/;
 
-function varRef(resolver: VarResolver, own: boolean): VarRef {
+/** `slots`: filter -> cache slot, shared by every rule reading the same filtered list. */
+function varRef(resolver: VarResolver, own: boolean, slots: Map<string, number>): VarRef {
   const d = resolver.direct;
-  const base = { kind: READ_RESOLVE, index: 0, name: '', key: '', fullName: resolver.fullName, own, resolver };
+  const base = { kind: READ_RESOLVE, index: 0, cacheSlot: 0, name: '', key: '', fullName: resolver.fullName, own, resolver };
   if (d === undefined) return base;
   switch (d.kind) {
     case READ_LIST:
@@ -668,6 +671,16 @@ function varRef(resolver: VarResolver, own: boolean): VarRef {
       return { ...base, kind: d.kind, index: d.slot, name: d.name };
     case READ_TX_KEY:
       return { ...base, kind: d.kind, name: d.lowerKey, key: d.key };
+    case READ_FILTERED: {
+      let cacheSlot = slots.get(d.filter);
+      if (cacheSlot === undefined) {
+        cacheSlot = slots.size;
+        slots.set(d.filter, cacheSlot);
+      }
+      return { ...base, kind: d.kind, index: d.list, cacheSlot };
+    }
+    case READ_XML:
+      return { ...base, kind: d.kind };
   }
 }
 

@@ -40,13 +40,23 @@ export interface VarResolver {
 export type DirectRead =
   | { readonly kind: typeof READ_LIST | typeof READ_NAMES; readonly list: number; readonly collection: string }
   | { readonly kind: typeof READ_SINGLE; readonly slot: number; readonly name: string }
-  | { readonly kind: typeof READ_TX_KEY; readonly lowerKey: string; readonly key: string };
+  | { readonly kind: typeof READ_TX_KEY; readonly lowerKey: string; readonly key: string }
+  | { readonly kind: typeof READ_FILTERED; readonly list: number; readonly filter: string }
+  | { readonly kind: typeof READ_XML };
 
 export const READ_RESOLVE = 0;
 export const READ_LIST = 1;
 export const READ_NAMES = 2;
 export const READ_SINGLE = 3;
 export const READ_TX_KEY = 4;
+/**
+ * A key, key regex or exclusions over a list that only grows during a transaction
+ * (REQUEST_HEADERS:User-Agent, REQUEST_COOKIES|!REQUEST_COOKIES:/__utm/ ...): resolved once per
+ * transaction and kept until the list grows.
+ */
+export const READ_FILTERED = 5;
+/** XML:/* and XML://@*: resolved only when the body was XML. */
+export const READ_XML = 6;
 
 /**
  * One variable of a rule as the evaluation loop sees it: every rule's variables have this one
@@ -55,8 +65,10 @@ export const READ_TX_KEY = 4;
  */
 export interface VarRef {
   readonly kind: number;
-  /** READ_LIST/READ_NAMES: list index (Transaction.listAt); READ_SINGLE: the slot. */
+  /** READ_LIST/READ_NAMES/READ_FILTERED: list index (Transaction.listAt); READ_SINGLE: the slot. */
   readonly index: number;
+  /** READ_FILTERED: the place of its filter (one per distinct filter) in the transaction's cache of filtered lists. */
+  readonly cacheSlot: number;
   /** READ_SINGLE: variable name; READ_TX_KEY: the key lower-cased; READ_NAMES: the collection. */
   readonly name: string;
   /** READ_TX_KEY: the key as the rule wrote it (ModSecurity names the value with it). */
@@ -229,6 +241,8 @@ export interface CompiledRuleSet {
   readonly removedMsgs: readonly string[];
   readonly ruleCount: number;
   readonly rulesById: ReadonlyMap<number, CompiledRule>;
+  /** Number of READ_FILTERED variables (VarRef.cacheSlot is below it). */
+  readonly filteredSlots: number;
 }
 
 export interface DefaultActions {

@@ -14,8 +14,9 @@ import type {
   Expand,
   RuntimeAction,
   SetVarAction,
+  VarRef,
 } from './program.ts';
-import { READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY } from './program.ts';
+import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import { stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
 
@@ -164,6 +165,8 @@ export class Transaction {
   /** Single variables by slot (singleSlot()): values and their entries (built on first read). */
   private readonly sv: (string | undefined)[] = [];
   private readonly se: (Entry | undefined)[] = [];
+  /** READ_FILTERED variables' values by VarRef.cacheSlot, with the length of their list when read. */
+  private readonly filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[] = [];
   /** ARGS_NAMES & co, built from their collection as it grows. */
   private readonly nameLists = new Map<readonly Entry[], Entry[]>();
   private argsCombinedSize = 0;
@@ -583,11 +586,22 @@ export class Transaction {
         case READ_NAMES:
           list = this.namesOf(ref.name, this.listAt(ref.index));
           break;
-        default: {
-          const values: Entry[] = [];
-          ref.resolver.resolve(this, rule, values);
-          list = values;
+        case READ_FILTERED: {
+          const length = this.listAt(ref.index).length;
+          let cached = this.filteredLists[ref.cacheSlot];
+          if (cached === undefined || cached.length !== length) {
+            cached = { length, entries: this.resolved(ref, rule) };
+            this.filteredLists[ref.cacheSlot] = cached;
+          }
+          list = cached.entries;
+          break;
         }
+        case READ_XML:
+          if (this.xmlDocument === undefined) continue;
+          list = this.resolved(ref, rule);
+          break;
+        default:
+          list = this.resolved(ref, rule);
       }
       const count = list.length;
       for (let k = 0; k < count; k++) {
@@ -595,6 +609,12 @@ export class Transaction {
       }
     }
     return globalRet;
+  }
+
+  private resolved(ref: VarRef, rule: CompiledRule): Entry[] {
+    const values: Entry[] = [];
+    ref.resolver.resolve(this, rule, values);
+    return values;
   }
 
   /** The operator on one value (each changed transformation result with multiMatch). */

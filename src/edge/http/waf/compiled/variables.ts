@@ -5,8 +5,8 @@
  * (case-insensitively) from whole-collection and regex reads, `&COLL` counts, and each value
  * carries the "COLLECTION:key" name that ctl:ruleRemoveTargetById compares byte for byte.
  */
-import { READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY } from './program.ts';
-import type { VarResolver } from './program.ts';
+import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
+import type { DirectRead, VarResolver } from './program.ts';
 import { compileKeyRegex } from './regex/runtime.ts';
 import type { KeyRegex } from './regex/runtime.ts';
 import type { VariableSpec } from './seclang/parser.ts';
@@ -18,6 +18,12 @@ const SET_COLLECTIONS: Record<string, (tx: Transaction) => readonly Entry[]> = {
 LIST_COLLECTIONS.forEach((name, index) => {
   SET_COLLECTIONS[name] = (tx) => tx.listAt(index);
 });
+
+/**
+ * Lists that only grow (push) during a transaction, never lose or replace an entry: a filtered read
+ * of one stays valid while its length is the same (Transaction's filtered-list cache).
+ */
+const PUSH_ONLY_LISTS = new Set(['ARGS', 'ARGS_GET', 'ARGS_POST', 'REQUEST_HEADERS', 'REQUEST_HEADERS_NAMES', 'REQUEST_COOKIES', 'REQUEST_COOKIES_NAMES', 'RESPONSE_HEADERS', 'RESPONSE_HEADERS_NAMES']);
 
 /** ARGS_NAMES & co: the keys of another collection (ModSecurity's translation proxy). */
 const NAME_PROXIES: Record<string, string> = {
@@ -108,6 +114,8 @@ export const SINGLE_VARIABLES = new Set([
 interface KeyExclusion {
   readonly text?: string | undefined;
   readonly re?: KeyRegex | undefined;
+  /** The regex selector as written (identifies the exclusion with `text`). */
+  readonly source?: string | undefined;
 }
 
 function excluded(key: string, exclusions: readonly KeyExclusion[]): boolean {
@@ -153,7 +161,7 @@ export function keyExclusionsFor(collection: string, excludes: readonly Variable
   const out: KeyExclusion[] = [];
   for (const ex of excludes) {
     if (ex.collection !== collection) continue;
-    if (ex.keyRegex !== undefined) out.push({ re: compileKeyRegex(ex.keyRegex) });
+    if (ex.keyRegex !== undefined) out.push({ re: compileKeyRegex(ex.keyRegex), source: ex.keyRegex });
     else if (ex.key !== undefined) out.push({ text: upperAscii(ex.key) });
   }
   return out;
@@ -204,6 +212,8 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
 function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): VarResolver {
   const collection = spec.collection;
   const fullName = fullNameOf(spec);
+  // what a filtered read depends on besides the list: rules with the same filter share its result
+  const filter = [fullName, ...exclusions.map((e) => (e.text !== undefined ? `=${e.text}` : `~${e.source ?? ''}`))].join('\0');
   const common = { fullName, collection, key: spec.key, keyRegex: spec.keyRegex, count: false };
   const keyRe = spec.keyRegex !== undefined ? compileKeyRegex(spec.keyRegex) : undefined;
   const keyUpper = spec.key !== undefined ? upperAscii(spec.key) : undefined;
@@ -235,16 +245,27 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
   if (setGetter) {
     const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
     const list = LIST_COLLECTIONS.indexOf(collection);
-    return { ...common, direct: plain ? { kind: READ_LIST, list, collection } : undefined, resolve: (tx, _rule, out) => fromList(setGetter(tx), out) };
+    const direct: DirectRead | undefined = plain
+      ? { kind: READ_LIST, list, collection }
+      : PUSH_ONLY_LISTS.has(collection)
+        ? { kind: READ_FILTERED, list, filter }
+        : undefined;
+    return { ...common, direct, resolve: (tx, _rule, out) => fromList(setGetter(tx), out) };
   }
   const proxied = NAME_PROXIES[collection];
   if (proxied) {
     const getter = SET_COLLECTIONS[proxied]!;
     const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
     const list = LIST_COLLECTIONS.indexOf(proxied);
+    // the names are those of the proxied list: filtered names last while that list does not grow
+    const direct: DirectRead | undefined = plain
+      ? { kind: READ_NAMES, list, collection }
+      : PUSH_ONLY_LISTS.has(proxied)
+        ? { kind: READ_FILTERED, list, filter }
+        : undefined;
     return {
       ...common,
-      direct: plain ? { kind: READ_NAMES, list, collection } : undefined,
+      direct,
       resolve: (tx, _rule, out) => fromList(tx.namesOf(collection, getter(tx)), out),
     };
   }
@@ -296,6 +317,7 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
     if (xpath !== '/*' && xpath !== '//@*') throw new Error(`XML:${xpath}: only XML:/* and XML://@* are supported`);
     return {
       ...common,
+      direct: { kind: READ_XML },
       resolve(tx, _rule, out) {
         const doc = tx.xmlDocument;
         if (doc === undefined) return;
