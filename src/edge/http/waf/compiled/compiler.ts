@@ -30,7 +30,7 @@ import { parseSecLang, parseVariable, SecLangError, splitVariables } from './sec
 import type { ActionSpec, Directive, VariableSpec } from './seclang/parser.ts';
 import { TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
 import type { Transaction } from './transaction.ts';
-import { compileVariable, keyExclusionsFor } from './variables.ts';
+import { compileVariable, keyExclusionsFor, lowerAscii } from './variables.ts';
 
 /** One piece of SecLang to load (same shape as modsecurity-config.ts's RulesSource). */
 export type CompileSource = { readonly text: string; readonly name: string } | { readonly file: string };
@@ -235,9 +235,11 @@ function parseSetVar(value: string): SetVarAction {
   if (cut < 0) throw new Error(`setvar:${value}: missing collection`);
   const collection = text.slice(0, cut).toUpperCase();
   if (!['TX', 'IP', 'GLOBAL', 'SESSION', 'USER', 'RESOURCE'].includes(collection)) throw new Error(`setvar: unsupported collection ${collection}`);
+  const name = compileExpand(text.slice(cut + 1));
   return {
     collection,
-    name: compileExpand(text.slice(cut + 1)),
+    name,
+    lowerName: name.text !== undefined ? lowerAscii(name.text) : undefined,
     op,
     ...(valueText !== undefined ? { value: compileExpand(valueText) } : {}),
   };

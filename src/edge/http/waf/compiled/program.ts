@@ -99,6 +99,8 @@ export interface SetVarAction {
   /** TX, IP, GLOBAL, SESSION, USER, RESOURCE. */
   readonly collection: string;
   readonly name: Expand;
+  /** The name lower-cased (the collection key), when it has no macros. */
+  readonly lowerName: string | undefined;
   readonly op: SetVarOp;
   readonly value?: Expand | undefined;
 }

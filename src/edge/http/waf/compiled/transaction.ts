@@ -215,8 +215,11 @@ export class Transaction {
 
   /** storeOrUpdateFirst on a dynamic collection. */
   store(collection: string, key: string, value: string): void {
-    const c = this.collection(collection);
-    const lk = lowerAscii(key);
+    this.storeIn(this.collection(collection), key, lowerAscii(key), value);
+  }
+
+  /** store() with the collection and the lower-cased key at hand. */
+  private storeIn(c: Map<string, DynVar>, key: string, lk: string, value: string): void {
     const v = c.get(lk);
     if (v) {
       v.box = { v: value, c: undefined, u: undefined };
@@ -372,15 +375,25 @@ export class Transaction {
   expand(e: Expand, rule: CompiledRule | undefined): string {
     if (e.text !== undefined) return e.text;
     let out = '';
-    const tmp: Entry[] = [];
     for (const part of e.parts!) {
       if (typeof part === 'string') {
         out += part;
         continue;
       }
-      tmp.length = 0;
-      part.resolver.resolve(this, rule, tmp);
-      if (tmp.length > 0) out += tmp[0]!.box.v;
+      // %{tx.x} and %{REQUEST_URI}-like macros read directly (the CRS's setvars are full of them)
+      const direct = part.resolver.direct;
+      if (direct !== undefined && direct.kind === READ_TX_KEY) {
+        const v = this.txStore.get(direct.lowerKey);
+        if (v !== undefined) out += v.box.v;
+        continue;
+      }
+      if (direct !== undefined && direct.kind === READ_SINGLE) {
+        out += this.singleAt(direct.slot, direct.name).box.v;
+        continue;
+      }
+      const values: Entry[] = [];
+      part.resolver.resolve(this, rule, values);
+      if (values.length > 0) out += values[0]!.box.v;
     }
     return out;
   }
@@ -810,22 +823,23 @@ export class Transaction {
   setVar(sv: SetVarAction, rule: CompiledRule): void {
     const pre = sv.value ? this.expand(sv.value, rule) : '';
     const name = this.expand(sv.name, rule);
-    const coll = this.collection(sv.collection);
+    const lk = sv.lowerName ?? lowerAscii(name);
+    const coll = sv.collection === 'TX' ? this.txStore : this.collection(sv.collection);
     switch (sv.op) {
       case 'unset':
-        coll.delete(lowerAscii(name));
+        coll.delete(lk);
         return;
       case 'set':
-        this.store(sv.collection, name, pre);
+        this.storeIn(coll, name, lk, pre);
         return;
       case 'one':
-        this.store(sv.collection, name, '1');
+        this.storeIn(coll, name, lk, '1');
         return;
       default: {
         const p = stoi(pre);
-        const cur = coll.get(lowerAscii(name));
+        const cur = coll.get(lk);
         const value = cur ? stoi(cur.box.v) : 0;
-        this.store(sv.collection, name, String(sv.op === 'add' ? value + p : value - p));
+        this.storeIn(coll, name, lk, String(sv.op === 'add' ? value + p : value - p));
       }
     }
   }

@@ -179,7 +179,6 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
   const base = compileBase(spec, exclusions);
   if (!spec.count) return base;
   const fullName = base.fullName;
-  const tmp: Entry[] = [];
   const direct = spec.key === undefined && spec.keyRegex === undefined && exclusions.length === 0 ? SET_COLLECTIONS[spec.collection] : undefined;
   if (direct) {
     return {
@@ -200,11 +199,9 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
     keyRegex: spec.keyRegex,
     count: true,
     resolve(tx, rule, out) {
-      tmp.length = 0;
-      base.resolve(tx, rule, tmp);
-      const n = tmp.length;
-      tmp.length = 0;
-      out.push(newEntry(fullName, fullName, String(n)));
+      const values: Entry[] = [];
+      base.resolve(tx, rule, values);
+      out.push(newEntry(fullName, fullName, String(values.length)));
     },
   };
 }
