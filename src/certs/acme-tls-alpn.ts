@@ -18,6 +18,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import type { AcmeChallengeProvider } from './acme-challenges.ts';
+import { readPrefix } from '../net/read-prefix.ts';
 
 export const ACME_TLS_ALPN_PROTOCOL = 'acme-tls/1';
 
@@ -98,36 +99,16 @@ export function isAcmeTlsAlpn(hello: ClientHelloInfo): boolean {
  * ClientHello, or none came within `timeoutMs`, or the connection ended.
  */
 export function readClientHello(socket: net.Socket, timeoutMs = 10_000): Promise<ClientHelloInfo | undefined> {
-  return new Promise((resolve) => {
-    let buffered: Buffer = Buffer.alloc(0);
-    let done = false;
-    const finish = (result: ClientHelloInfo | undefined) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      socket.off('data', onData);
-      socket.off('end', onEnd);
-      socket.off('close', onEnd);
-      socket.off('error', onEnd);
-      socket.pause();
-      if (buffered.length > 0) socket.unshift(buffered);
-      resolve(result);
-    };
-    const onData = (chunk: Buffer) => {
-      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+  const nothing = (buffered: Buffer) => ({ result: undefined, putBack: buffered });
+  return readPrefix<ClientHelloInfo | undefined>(socket, {
+    timeoutMs,
+    examine(buffered) {
       const parsed = parseClientHello(buffered);
-      if (parsed !== 'incomplete') finish(parsed);
-      else if (buffered.length > MAX_RECORD + 5) finish(undefined);
-    };
-    const onEnd = () => finish(undefined);
-    const timer = setTimeout(onEnd, timeoutMs);
-    timer.unref();
-    socket.on('data', onData);
-    socket.once('end', onEnd);
-    socket.once('close', onEnd);
-    socket.once('error', onEnd);
-    // A socket handed on paused (after its PROXY header was read) does not flow by a listener alone.
-    socket.resume();
+      if (parsed !== 'incomplete') return { result: parsed, putBack: buffered };
+      return buffered.length > MAX_RECORD + 5 ? nothing(buffered) : 'more';
+    },
+    ended: nothing,
+    timedOut: nothing,
   });
 }
 

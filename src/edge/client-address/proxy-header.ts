@@ -10,6 +10,7 @@
  * What follows the header is put back on the socket for the listener, byte for byte.
  */
 import type net from 'node:net';
+import { readPrefix } from '../../net/read-prefix.ts';
 import { decodeProxyHeader, type ProxiedAddresses } from '../l4/proxy-protocol.ts';
 import type { ClientAddressPolicy } from './policy.ts';
 
@@ -46,46 +47,20 @@ export function readProxyHeader(
   socket: net.Socket,
   options: { required: boolean; timeoutMs: number },
 ): Promise<ProxyHeaderOutcome> {
-  return new Promise((resolve) => {
-    let buffered: Buffer = Buffer.alloc(0);
-    let done = false;
-    const finish = (outcome: ProxyHeaderOutcome, rest: Buffer | undefined): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      socket.off('data', onData);
-      socket.off('end', onClosed);
-      socket.off('close', onClosed);
-      socket.off('error', onClosed);
-      socket.pause();
-      if (rest !== undefined && rest.length > 0) socket.unshift(rest);
-      resolve(outcome);
-    };
-    const onData = (chunk: Buffer): void => {
-      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+  const refused = (reason: 'INVALID' | 'TIMEOUT' | 'CLOSED') => ({ result: { kind: 'refused', reason } as const, putBack: undefined });
+  return readPrefix<ProxyHeaderOutcome>(socket, {
+    timeoutMs: options.timeoutMs,
+    examine(buffered) {
       const decoded = decodeProxyHeader(buffered);
-      if (decoded === 'incomplete') {
-        if (buffered.length > MAX_HEADER_BYTES) finish({ kind: 'refused', reason: 'INVALID' }, undefined);
-        return;
-      }
-      if (decoded === 'invalid') finish({ kind: 'refused', reason: 'INVALID' }, undefined);
-      else if (decoded === 'none') finish(options.required ? { kind: 'refused', reason: 'MISSING' } : { kind: 'absent' }, buffered);
-      else finish({ kind: 'header', addresses: decoded.addresses }, buffered.subarray(decoded.length));
-    };
-    const onClosed = (): void => finish({ kind: 'refused', reason: 'CLOSED' }, undefined);
-    const timer = setTimeout(() => {
-      // A silent trusted peer without a header is fine when it is optional (the listener's own
-      // timeouts take over); a header begun and not finished is not.
-      if (buffered.length === 0 && !options.required) finish({ kind: 'absent' }, undefined);
-      else finish({ kind: 'refused', reason: 'TIMEOUT' }, undefined);
-    }, options.timeoutMs);
-    timer.unref();
-    socket.on('data', onData);
-    socket.once('end', onClosed);
-    socket.once('close', onClosed);
-    socket.once('error', onClosed);
-    // An L4 listener accepts sockets paused (pauseOnConnect): a 'data' listener alone does not start them.
-    socket.resume();
+      if (decoded === 'incomplete') return buffered.length > MAX_HEADER_BYTES ? refused('INVALID') : 'more';
+      if (decoded === 'invalid') return refused('INVALID');
+      if (decoded === 'none') return { result: options.required ? { kind: 'refused', reason: 'MISSING' } : { kind: 'absent' }, putBack: buffered };
+      return { result: { kind: 'header', addresses: decoded.addresses }, putBack: buffered.subarray(decoded.length) };
+    },
+    ended: () => refused('CLOSED'),
+    // A silent trusted peer without a header is fine when it is optional (the listener's own
+    // timeouts take over); a header begun and not finished is not.
+    timedOut: (buffered) => (buffered.length === 0 && !options.required ? { result: { kind: 'absent' }, putBack: undefined } : refused('TIMEOUT')),
   });
 }
 
