@@ -232,7 +232,7 @@ async function main(): Promise<void> {
           const parts = { loop: 0, waf: 0, other: 0 };
           for (const t of threadCpuSeconds(tpsPid)) {
             if (t.name === 'MainThread' || t.tid === tpsPid) parts.loop += t.seconds;
-            else if (t.name.startsWith('waf-modsecurity')) parts.waf += t.seconds;
+            else if (t.name.startsWith('waf-')) parts.waf += t.seconds;
             else parts.other += t.seconds;
           }
           return parts;
@@ -342,7 +342,7 @@ async function main(): Promise<void> {
       ['PL', 'request', 'status', 'nginx req/s', 'tps req/s', 'tps/nginx req/s', 'nginx p99 ms', 'tps p99 ms', 'nginx CPU us/req', 'tps CPU us/req', 'nginx/tps CPU'],
       rows,
     );
-    console.log('\nour CPU per request by thread (us): loop = event loop (proxy + hand-off), waf = ModSecurity threads, other = V8/libuv helpers');
+    console.log('\nour CPU per request by thread (us): loop = event loop (proxy + hand-off), waf = WAF engine threads (waf-modsecurity, waf-compiled), other = V8/libuv helpers');
     printTable(['PL', 'request', 'total', 'loop', 'waf', 'other'], partRows);
     const rpsMean = geomean(rpsRatios);
     const cpuMean = geomean(cpuRatios);
