@@ -33,3 +33,10 @@ describe('settings: load balancers in front of the edge', () => {
     assert.throws(() => load({ TPS_LISTENER_PROXY_PROTOCOL: 'required' }), /TPS_LISTENER_PROXY_PROTOCOL .*needs TPS_TRUSTED_PROXIES/);
   });
 });
+
+describe('settings: errors', () => {
+  it('name the environment variable, and the flag only where the CLI has one', () => {
+    assert.throws(() => load({ TPS_WAF_THREADS: 'many' }), (error: Error) => error instanceof SettingsError && /^TPS_WAF_THREADS: must be an integer/.test(error.message));
+    assert.throws(() => load({ TPS_LOCATION: 'frankfurt' }), (error: Error) => error instanceof SettingsError && /^TPS_LOCATION \(--location\): /.test(error.message));
+  });
+});

@@ -121,7 +121,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     return value === undefined || value === '' ? undefined : value;
   };
   const fail = (key: keyof Settings, why: string): never => {
-    throw new SettingsError(`${ENV[key]} (--${kebab(key)}): ${why}`);
+    throw new SettingsError(`${ENV[key]}${WITH_FLAG.has(key) ? ` (--${kebab(key)})` : ''}: ${why}`);
   };
   const integer = (key: keyof Settings, fallback: number, min: number, max: number): number => {
     const value = raw(key);
@@ -257,6 +257,19 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
 }
 
 const kebab = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+
+/** Settings that `tps serve` / `tps edge` also take as a flag (src/cli/main.ts); the rest are environment only. */
+const WITH_FLAG: ReadonlySet<keyof Settings> = new Set<keyof Settings>([
+  'dataDir',
+  'databaseUrl',
+  'apiListen',
+  'baseUrl',
+  'authUrl',
+  'frontendIps',
+  'location',
+  'trustedProxies',
+  'listenerProxyProtocol',
+]);
 
 /** The environment variable behind each setting, for --help texts and docs. */
 export const SETTINGS_ENV = ENV;
