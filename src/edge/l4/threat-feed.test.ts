@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ThreatFeed, parseFeed, type ThreatFeedReport } from './threat-feed.ts';
+import { ThreatFeed, parseFeed, sourceLabel, type ThreatFeedReport } from './threat-feed.ts';
 
 const sampleFeed = fileURLToPath(new URL('./sample-threat-feed.txt', import.meta.url));
 
@@ -215,5 +215,13 @@ describe('ThreatFeed', { timeout: 15_000 }, () => {
     assert.ok(feed.has('127.0.0.9'));
     assert.ok(feed.has('::ffff:127.0.0.9'));
     assert.ok(!feed.has('127.0.0.8'));
+  });
+});
+
+describe('threat feed sources in logs and metrics', () => {
+  it('show a URL without its credentials and query, a file path as it is', () => {
+    assert.equal(sourceLabel('https://user:s3cret@feeds.example.net/drop.txt?apikey=abc123#x'), 'https://feeds.example.net/drop.txt?redacted');
+    assert.equal(sourceLabel('http://feeds.example.net/level1.netset'), 'http://feeds.example.net/level1.netset');
+    assert.equal(sourceLabel('/etc/tps/feeds/drop.txt'), '/etc/tps/feeds/drop.txt');
   });
 });

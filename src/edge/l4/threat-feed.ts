@@ -79,6 +79,24 @@ interface SourceState {
   lastModified?: string;
 }
 
+/**
+ * A source as logs and metrics may show it: an http(s) URL without its user, password and query
+ * (commercial feeds put API keys there); a file path as it is.
+ */
+export function sourceLabel(source: string): string {
+  if (!/^https?:\/\//i.test(source)) return source;
+  try {
+    const url = new URL(source);
+    url.username = '';
+    url.password = '';
+    if (url.search !== '') url.search = '?redacted';
+    url.hash = '';
+    return url.toString();
+  } catch {
+    return '(unreadable URL)';
+  }
+}
+
 export class ThreatFeed {
   private set: IpSet = new IpSet(2);
   private sources: Map<string, SourceState> = new Map();

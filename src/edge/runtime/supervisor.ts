@@ -11,7 +11,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import os from 'node:os';
-import { Counter } from 'prom-client';
+import { Counter, Gauge } from 'prom-client';
 import type { Store } from '../../store/index.ts';
 import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
@@ -24,6 +24,7 @@ import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker } from './messa
 import type { ClientAddressSettings } from '../client-address/policy.ts';
 import type { WorkerSettings } from './worker.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
+import { sourceLabel } from '../l4/threat-feed.ts';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
@@ -141,6 +142,38 @@ export class EdgeSupervisor {
         ] as const
       ).map(([name, help, labelNames]) => [name, new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] })]),
     );
+    const feed = this.#threatFeed;
+    if (feed !== undefined) {
+      // Read at scrape time from the feed thread's last report: an operator alerts on a source that fails.
+      const registers = [options.metrics.registry];
+      new Gauge({
+        name: 'tps_edge_threat_feed_prefixes',
+        help: 'Disjoint prefixes in the threat-feed set the workers use.',
+        registers,
+        collect() {
+          const report = feed.report;
+          if (report !== undefined) this.set(report.size);
+        },
+      });
+      new Gauge({
+        name: 'tps_edge_threat_feed_source_up',
+        help: 'Whether the last read of a threat-feed source succeeded (1) or failed (0; its last good entries stay in use).',
+        labelNames: ['source'],
+        registers,
+        collect() {
+          for (const source of feed.report?.sources ?? []) this.set({ source: sourceLabel(source.source) }, source.ok ? 1 : 0);
+        },
+      });
+      new Gauge({
+        name: 'tps_edge_threat_feed_source_entries',
+        help: 'Addresses and networks of a threat-feed source (its last good read).',
+        labelNames: ['source'],
+        registers,
+        collect() {
+          for (const source of feed.report?.sources ?? []) this.set({ source: sourceLabel(source.source) }, source.entries);
+        },
+      });
+    }
   }
 
   async start(): Promise<void> {

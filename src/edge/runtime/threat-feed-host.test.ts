@@ -12,7 +12,7 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { openStore, type Store } from '../../store/index.ts';
 import { SecretBox } from '../../certs/secret-box.ts';
-import { createMetrics } from '../../metrics.ts';
+import { createMetrics, type Metrics } from '../../metrics.ts';
 import { freePort } from '../../net/ports.ts';
 import { EdgeSupervisor } from './supervisor.ts';
 import { ThreatFeedHost, type ThreatFeedSet } from './threat-feed-host.ts';
@@ -60,6 +60,7 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
   let feedFile: string;
   let store: Store;
   let edge: EdgeSupervisor;
+  let metrics: Metrics;
   let origin: net.Server;
   const originClients: string[] = [];
   let port: number;
@@ -82,10 +83,11 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
       socket.on('error', () => {});
     });
     await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
+    metrics = createMetrics();
     edge = new EdgeSupervisor({
       store,
       secrets: SecretBox.fromSettings({ masterKey: undefined, dataDir: dir }),
-      metrics: createMetrics(),
+      metrics,
       logger: pino({ level: 'silent' }),
       nodeId: 'feed-node',
       location: 'TST',
@@ -127,6 +129,14 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
     await waitFor('both workers to use the new set', async () => edge.threatFeedWorkers() === 2);
     assert.deepEqual(await outcomes(port, LATER_LISTED), { CLOSED: ATTEMPTS });
     assert.deepEqual(await outcomes(port, FIRST_LISTED), { ECHOED: ATTEMPTS }, 'no longer listed');
+  });
+
+  it('tells the metrics how big the set is and whether each source could be read', async () => {
+    await waitFor('a feed report', async () => (await metrics.registry.metrics()).includes('tps_edge_threat_feed_source_up{'));
+    const text = await metrics.registry.metrics();
+    assert.ok(text.includes(`tps_edge_threat_feed_source_up{source="${feedFile}"} 1`), 'the source is up');
+    assert.match(text, /tps_edge_threat_feed_prefixes [1-9]/);
+    assert.match(text, /tps_edge_threat_feed_source_entries\{source="[^"]+"\} [1-9]/);
   });
 
   it('gives a worker started again after a crash the current set', async () => {

@@ -18,7 +18,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { SharedIpSet } from '../l4/ip-set.ts';
-import type { ThreatFeedReport } from '../l4/threat-feed.ts';
+import { sourceLabel, type ThreatFeedReport } from '../l4/threat-feed.ts';
 import type { EdgeLogger } from './supervisor.ts';
 
 const RESTART_DELAY_MS = 1_000;
@@ -108,11 +108,11 @@ export class ThreatFeedHost {
     const { logger, onSet } = this.#options;
     this.#report = report;
     for (const source of report.sources) {
-      if (!source.ok) logger.warn({ source: source.source, error: source.error, entries: source.entries }, 'threat feed source could not be read; its last good entries stay');
+      if (!source.ok) logger.warn({ source: sourceLabel(source.source), error: source.error, entries: source.entries }, 'threat feed source could not be read; its last good entries stay');
     }
     if (set === undefined) return;
     this.#current = { set, generation: ++this.#generation };
-    logger.info({ size: report.size, generation: this.#generation, sources: report.sources.map((source) => ({ source: source.source, entries: source.entries })) }, 'threat feed set built');
+    logger.info({ size: report.size, generation: this.#generation, sources: report.sources.map((source) => ({ source: sourceLabel(source.source), entries: source.entries })) }, 'threat feed set built');
     onSet(this.#current);
   }
 }
