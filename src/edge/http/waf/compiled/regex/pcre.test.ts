@@ -60,7 +60,7 @@ test('ReDoS: catastrophic backtracking falls back to V8 linear engine (known ReD
   }
 });
 
-test('prefilter: every match of every CRS expression contains one of its required literals', async () => {
+test('prefilter: every match of every CRS expression contains one of its required literals', async (t) => {
   const { readdirSync, readFileSync } = await import('node:fs');
   const { parseSecLang } = await import('../seclang/parser.ts');
   const { requiredLiterals } = await import('./prefilter.ts');
@@ -73,6 +73,10 @@ test('prefilter: every match of every CRS expression contains one of its require
     return;
   }
   const payloads = crsPayloads().map((s) => Buffer.from(s, 'utf8').toString('latin1'));
+  if (payloads.length === 0) {
+    t.skip('the CRS regression suite (the payloads) is not present');
+    return;
+  }
   const subjects = [...payloads, ...payloads.map((p) => p.toUpperCase()), ...payloads.map((p) => p.replace(/ /g, '\n'))];
   let matches = 0;
   for (const f of files) {
