@@ -64,6 +64,11 @@ export function readProxyHeader(
   });
 }
 
+/** The read options a policy sets (`required` mode, the header timeout). */
+export function headerReadOptions(policy: Pick<ClientAddressPolicy, 'proxyProtocol' | 'headerTimeoutMs'>): { required: boolean; timeoutMs: number } {
+  return { required: policy.proxyProtocol === 'required', timeoutMs: policy.headerTimeoutMs };
+}
+
 /**
  * Puts PROXY header reading in front of a listener: connections from peers the policy trusts go to
  * the server's own 'connection' listeners (HTTP parser, TLS handshake...) once their header is read,
@@ -85,7 +90,7 @@ export function acceptProxyHeaders(
   const handOn = (socket: net.Socket): void => {
     for (const listener of listeners) listener.call(server, socket);
   };
-  const readOptions = { required: policy.proxyProtocol === 'required', timeoutMs: policy.headerTimeoutMs };
+  const readOptions = headerReadOptions(policy);
   server.on('connection', (socket: net.Socket) => {
     const peer = socket.remoteAddress;
     if (peer === undefined || !policy.readsProxyHeader(peer)) {

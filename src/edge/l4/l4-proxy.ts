@@ -24,7 +24,7 @@
 import type { Server, Socket } from 'node:net';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { ClientAddressPolicy } from '../client-address/policy.ts';
-import { readProxyHeader } from '../client-address/proxy-header.ts';
+import { headerReadOptions, readProxyHeader } from '../client-address/proxy-header.ts';
 import { HostPool, type BackendHost, type DeliveryMethod } from '../balance/index.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from './flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
@@ -415,7 +415,7 @@ export class L4Proxy {
     const peer = socket.remoteAddress!;
     this.readingHeaders.add(socket);
     socket.on('error', ignore);
-    void readProxyHeader(socket, { required: policy.proxyProtocol === 'required', timeoutMs: policy.headerTimeoutMs }).then((outcome) => {
+    void readProxyHeader(socket, headerReadOptions(policy)).then((outcome) => {
       this.readingHeaders.delete(socket);
       socket.off('error', ignore);
       if (this.state !== 'RUNNING' || socket.destroyed || (outcome.kind === 'refused' && outcome.reason === 'CLOSED')) {
