@@ -120,6 +120,36 @@ describe('origin client', () => {
     assert.equal(origin.state.connections, 1);
   });
 
+  it('sends a held body right after the head, with its own Content-Length in place of the given one', T, async () => {
+    let bytes = '';
+    const server = net.createServer((socket) => {
+      socket.on('data', (d: Buffer) => {
+        bytes += d.toString('latin1');
+        if (bytes.endsWith('a=1&b=2')) socket.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok');
+      });
+    });
+    const port = await freePort(ORIGIN_IP);
+    await new Promise<void>((resolve) => server.listen({ host: ORIGIN_IP, port }, resolve));
+    const c = client(port);
+    cleanups.push(async () => {
+      await c.close(0);
+      await new Promise((resolve) => server.close(resolve));
+    });
+    const outcome = await new Promise<Outcome>((resolve) => {
+      const out: Outcome = { status: 0, headers: [], body: '' };
+      const handler: OriginHandler = {
+        onConnect() {},
+        onHeaders: (status) => ((out.status = status), true),
+        onData: (chunk) => ((out.body += chunk.toString()), true),
+        onComplete: () => resolve(out),
+        onError: (err) => resolve({ ...out, error: err.message }),
+      };
+      c.request('POST', '/form', ['host', 'origin.test', 'Content-Length', '999'], undefined, handler, Buffer.from('a=1&b=2'));
+    });
+    assert.deepEqual([outcome.status, outcome.body, outcome.error], [200, 'ok', undefined]);
+    assert.equal(bytes, 'POST /form HTTP/1.1\r\nhost: origin.test\r\ncontent-length: 7\r\n\r\na=1&b=2');
+  });
+
   it('decodes a chunked body split at every byte, with extensions and trailers, then reuses the connection', T, async () => {
     const response = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n';
     const { origin, c } = await setup(async (socket) => {

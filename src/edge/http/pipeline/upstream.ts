@@ -3,9 +3,9 @@
  * response side in between when a hook wants it).
  *
  * - The host comes from the proxy's `HostPool` (delivery method, passive health). A request without
- *   a body goes through our own keep-alive client (`origin-client.ts`, the hot path); one with a body
- *   through the host's undici pool, which streams it. Bodies stream both ways with backpressure;
- *   nothing is buffered whole.
+ *   a body, or whose body is held whole (read for the WAF), goes through our own keep-alive client
+ *   (`origin-client.ts`, the hot path); one whose body still streams through the host's undici pool.
+ *   Bodies stream both ways with backpressure; only what the WAF inspects is buffered.
  * - fail_to_connect (Pingora's name): the connection could not be opened (refused, unreachable,
  *   connect timeout, TLS handshake or certificate refused): the host is marked down and the request
  *   goes to the next host, whatever its method, since no byte of it reached the origin.
@@ -115,10 +115,12 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     this.abortAttempt = undefined;
     this.resumeAttempt = undefined;
     const path = ctx.req.url ?? '/';
-    if (this.body === null) {
+    const body = this.body;
+    if (body === null || Buffer.isBuffer(body)) {
       // An HTTP/1.0 client may send no Host; HTTP/1.1 to the origin needs one (undici adds its own).
       const headers = ctx.host === '' ? [...this.headers, 'host', hostHeader(host)] : this.headers;
-      origins.fast[host.index]!.request(this.method, path, headers, origins.tls === undefined ? undefined : sniName(ctx.host), this);
+      const servername = origins.tls === undefined ? undefined : sniName(ctx.host);
+      origins.fast[host.index]!.request(this.method, path, headers, servername, this, body ?? undefined);
       return;
     }
     origins.pools[host.index]!.dispatch(

@@ -2,11 +2,13 @@
  * The WAF slot over real sockets, with a stand-in hook (the engine itself lives in src/edge/http/waf/):
  * what the hook sees, a block with the page and its support id, a logged match recorded as a
  * WAF_EVENT with the final status, a body longer than the WAF looks at still reaching the origin
- * whole, and the response side replacing a response before it is sent.
+ * whole, one it read whole sent on with its own length, and the response side replacing a response
+ * before it is sent.
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
+import { Readable } from 'node:stream';
 import type { WafEvent } from '../../../insight/event.ts';
 import { HttpProxy } from '../http-proxy.ts';
 import { request } from '../test-support/client.ts';
@@ -85,6 +87,20 @@ describe('waf phase (hook slot)', () => {
     const echo = JSON.parse(res.text) as EchoReply;
     assert.equal(echo.bodyLength, body.length);
     assert.equal(echo.bodySha256, createHash('sha256').update(body).digest('hex'));
+  });
+
+  it('sends a body it read whole to the origin with the length it read, however the client framed it', { timeout: 20_000 }, async () => {
+    const body = 'a=1&b=2&c=3';
+    const chunked = await request(`${url}/form`, { method: 'POST', body: Readable.from([Buffer.from('a=1&'), Buffer.from('b=2&c=3')]) });
+    const sized = await request(`${url}/form`, { method: 'POST', body });
+    for (const res of [chunked, sized]) {
+      assert.equal(res.status, 200);
+      assert.equal(seen.at(-1)!.bodyTruncated, false);
+      const echo = JSON.parse(res.text) as EchoReply;
+      assert.equal(echo.headers['content-length'], String(body.length));
+      assert.equal(echo.headers['transfer-encoding'], undefined);
+      assert.equal(echo.bodySha256, createHash('sha256').update(body).digest('hex'));
+    }
   });
 
   it('lets the response side replace a response before it is sent', { timeout: 20_000 }, async () => {
