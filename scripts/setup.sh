@@ -15,6 +15,7 @@ TPS_DEBIAN_PACKAGES=(
   postgresql                                        # the multi-node store, started by the tests
   redis-server                                      # shared rate-limit counters, started by the tests
   libmodsecurity-dev modsecurity-crs                # WAF reference engine and the OWASP CRS
+  libjemalloc2                                      # the allocator tps runs on (src/cli/allocator.ts)
   chromium                                          # the portal's end-to-end tests (headless)
   pebble                                            # ACME test CA (pebble, pebble-challtestsrv) for the certificate tests
 )

@@ -10,15 +10,21 @@
  *   blocked attack   SQL injection in the query string, answered 403 by 949110
  *
  * at paranoia 1 and 4, and prints the ratio ModSecurity / compiled (the issue's goal: >= 10x).
+ * Both run on the allocator `tps` runs on (jemalloc; TPS_MALLOC=system: glibc's malloc).
  * Each engine is warmed up first (up to 3,000 requests or BENCH_WARMUP_MS per scenario), then
  * rounds are interleaved (ModSecurity, compiled, ModSecurity, ...) and the median round counts.
  *
  *   node bench/waf-engine/run.ts
  *   BENCH_ITERATIONS=400 BENCH_ROUNDS=5 node bench/waf-engine/run.ts
  */
+import { mallocOf, runOnProductAllocator } from '../support/allocator.ts';
 import type { WafRequest, WafSettings } from '../../src/edge/http/waf/engine.ts';
 import { ModSecurityInspector } from '../../src/edge/http/waf/modsecurity-inspect.ts';
 import { CompiledInspector } from '../../src/edge/http/waf/compiled/inspector.ts';
+
+// Before anything is measured: this process restarts on the allocator `tps` runs on (jemalloc;
+// TPS_MALLOC=system for glibc's), both engines with it.
+runOnProductAllocator();
 
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 300);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -123,7 +129,7 @@ async function main(): Promise<void> {
   const tm = performance.now();
   const compiled = CompiledInspector.load();
   const tc = performance.now();
-  process.stdout.write(`rule set load: ModSecurity ${(tm - t0).toFixed(0)} ms, compiled ${(tc - tm).toFixed(0)} ms (${compiled.ruleCount} rules)\n`);
+  process.stdout.write(`rule set load: ModSecurity ${(tm - t0).toFixed(0)} ms, compiled ${(tc - tm).toFixed(0)} ms (${compiled.ruleCount} rules); ${mallocOf('self')}\n`);
   const engines: Engine[] = [
     {
       name: 'ModSecurity',

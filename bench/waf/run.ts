@@ -30,6 +30,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { modsecurityRulesSources } from '../../src/edge/http/waf/modsecurity-config.ts';
+import { mallocOf, productEnvironment } from '../support/allocator.ts';
 import { allowedCpus, threadCpuSeconds, treeCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, hasDebianPackage, installDebianPackages } from '../support/debian.ts';
 import { freePort, splitAddress } from '../support/net.ts';
@@ -122,7 +123,7 @@ function request(address: string, scenario: Scenario): Promise<number> {
 
 function startTps(args: TpsProxyArgs, cpus: string): Promise<ChildProcess> {
   const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
-  const child = spawn('taskset', ['-c', cpus, process.execPath, script, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn('taskset', ['-c', cpus, process.execPath, script, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'], env: productEnvironment() });
   return new Promise((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => {
@@ -216,6 +217,7 @@ async function main(): Promise<void> {
       sutCpus,
     );
     const tpsPid = tps.pid!;
+    const tpsMalloc = mallocOf(tpsPid);
 
     const sides: Side[] = [
       {
@@ -336,7 +338,7 @@ async function main(): Promise<void> {
 
     console.log(
       `\nwrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s, median; ${cores} of ${cpus.length} cores per side; Node ${process.version}; ` +
-        `CRS 3.3.4, BLOCKING, anomaly threshold 5; nginx: ModSecurity 3.0.9; tps: the ${ENGINE} engine`,
+        `CRS 3.3.4, BLOCKING, anomaly threshold 5; nginx: ModSecurity 3.0.9, glibc malloc; tps: the ${ENGINE} engine, ${tpsMalloc}`,
     );
     printTable(
       ['PL', 'request', 'status', 'nginx req/s', 'tps req/s', 'tps/nginx req/s', 'nginx p99 ms', 'tps p99 ms', 'nginx CPU us/req', 'tps CPU us/req', 'nginx/tps CPU'],

@@ -1,0 +1,26 @@
+/**
+ * Our side of a benchmark runs on the allocator `tps` runs on (src/cli/allocator.ts: jemalloc when
+ * installed, TPS_MALLOC=system for glibc's malloc), so that the numbers are the product's.
+ */
+import fs from 'node:fs';
+import { allocatorEnvironment } from '../../src/cli/allocator.ts';
+
+/** The environment for a child process that runs our side. */
+export function productEnvironment(): NodeJS.ProcessEnv {
+  return allocatorEnvironment(process.env) ?? process.env;
+}
+
+/** Restarts this process (same pid, arguments and stdio) on the product's allocator unless it already runs on it. */
+export function runOnProductAllocator(): void {
+  const env = allocatorEnvironment(process.env);
+  if (env !== undefined && process.execve) process.execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)], env);
+}
+
+/** Which malloc a process has mapped: "jemalloc" or "glibc". */
+export function mallocOf(pid: number | 'self'): string {
+  try {
+    return fs.readFileSync(`/proc/${pid}/maps`, 'utf8').includes('libjemalloc') ? 'jemalloc' : 'glibc malloc';
+  } catch {
+    return 'unknown malloc';
+  }
+}
