@@ -6,8 +6,10 @@
  * test's stand-in responder).
  *
  * Pebble runs with PEBBLE_VA_ALWAYS_VALID=0 (challenges are really validated), PEBBLE_VA_NOSLEEP=1
- * (no artificial delays) and PEBBLE_AUTHZREUSE=0 (every order validates again, so a renewal really
- * goes through its challenge). Its HTTPS certificate comes from a throw-away TestCa whose root the
+ * (no artificial delays) and PEBBLE_AUTHZREUSE=0 (orders get fresh authorizations, except 1 name in
+ * 100 where Pebble 2.4.0 still reuses a valid one: `rand.Intn(100) > authzReusePercent`; a test that
+ * must see a challenge deactivates earlier authorizations first, as test/e2e/acme.test.ts does).
+ * Its HTTPS certificate comes from a throw-away TestCa whose root the
  * client must trust (`caBundlePem`); the CA that signs the issued certificates is Pebble's own,
  * regenerated at every start (`rootPem()`).
  */
