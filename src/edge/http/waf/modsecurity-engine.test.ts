@@ -203,7 +203,7 @@ test('bodies over the limit are inspected in part and flagged', async () => {
   }
 });
 
-test('the worker pool answers concurrent requests', async () => {
+test('the worker pool answers concurrent requests, each caller its own verdict (results of queued requests go back in batches)', async () => {
   const requests = Array.from({ length: 40 }, (_, i) =>
     i % 2 === 0 ? get(`/item/${i}`) : get(`/?id=${i}'%20OR%20'1'='1`),
   );

@@ -35,11 +35,8 @@ export interface ModSecurityEngineOptions extends ModSecurityRulesOptions {
   readonly exchangeTimeoutMs?: number;
 }
 
-type FromWorker =
-  | { type: 'ready'; ruleCount: number }
-  | { type: 'loadError'; message: string }
-  | { type: 'result'; id: number; verdict: WafVerdict; exchange?: number }
-  | { type: 'failure'; id: number; message: string; name: string; code?: string };
+type Reply = { type: 'result'; id: number; verdict: WafVerdict; exchange?: number } | { type: 'failure'; id: number; message: string; name: string; code?: string };
+type FromWorker = { type: 'ready'; ruleCount: number } | { type: 'loadError'; message: string } | Reply | { type: 'batch'; replies: Reply[] };
 
 /** A message to the worker without its id (the pool numbers them). */
 type Call = Extract<ToWorker, { id: number }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
@@ -63,52 +60,48 @@ class PoolWorker {
     this.onExit = onExit;
     this.worker = new Worker(new URL('./modsecurity-worker.ts', import.meta.url), { workerData: data, name: 'waf-modsecurity' });
     this.worker.unref();
-    let settle: { resolve(n: number): void; reject(e: Error): void } | undefined;
+    let startup: { resolve(n: number): void; reject(e: Error): void } | undefined;
     this.ready = new Promise<number>((resolve, reject) => {
-      settle = { resolve, reject };
+      startup = { resolve, reject };
     });
     this.ready.catch(() => {});
     this.worker.on('message', (message: FromWorker) => {
       switch (message.type) {
         case 'ready':
           this.wasReady = true;
-          settle?.resolve(message.ruleCount);
+          startup?.resolve(message.ruleCount);
           break;
         case 'loadError':
-          settle?.reject(new Error(message.message));
+          startup?.reject(new Error(message.message));
           break;
-        case 'result': {
-          const p = this.pending.get(message.id);
-          if (p) {
-            this.pending.delete(message.id);
-            p.resolve({ verdict: message.verdict, exchange: message.exchange });
-          }
+        case 'batch':
+          for (const reply of message.replies) this.settle(reply);
           break;
-        }
-        case 'failure': {
-          const p = this.pending.get(message.id);
-          if (p) {
-            this.pending.delete(message.id);
-            const error =
-              message.code === 'ERR_WAF_SETTINGS' ? new WafSettingsError(message.message) : new Error(message.message);
-            if (message.code && !(error instanceof WafSettingsError)) (error as Error & { code?: string }).code = message.code;
-            p.reject(error);
-          }
-          break;
-        }
+        default:
+          this.settle(message);
       }
     });
     this.worker.on('error', (error) => {
-      settle?.reject(error);
+      startup?.reject(error);
       this.failAll(new WafUnavailableError(`ModSecurity worker failed: ${error.message}`));
     });
     this.worker.on('exit', (code) => {
-      settle?.reject(new Error(`ModSecurity worker exited (code ${code}) before it was ready`));
+      startup?.reject(new Error(`ModSecurity worker exited (code ${code}) before it was ready`));
       this.failAll(new WafUnavailableError(`ModSecurity worker exited (code ${code})`));
       const cb = this.onExit;
       this.onExit = undefined;
       cb?.(this);
     });
+  }
+
+  private settle(reply: Reply): void {
+    const p = this.pending.get(reply.id);
+    if (!p) return;
+    this.pending.delete(reply.id);
+    if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
+    const error = reply.code === 'ERR_WAF_SETTINGS' ? new WafSettingsError(reply.message) : new Error(reply.message);
+    if (reply.code && !(error instanceof WafSettingsError)) (error as Error & { code?: string }).code = reply.code;
+    p.reject(error);
   }
 
   call(message: Call): Promise<{ verdict: WafVerdict; exchange?: number | undefined }> {

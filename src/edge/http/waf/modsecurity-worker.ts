@@ -6,9 +6,10 @@
  *                   { type: 'end', exchange }
  *   worker -> main  { type: 'ready', ruleCount } | { type: 'loadError', message }
  *                   { type: 'result', id, verdict, exchange? } | { type: 'failure', id, message, name, code? }
+ *                   { type: 'batch', replies: (result | failure)[] }
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import type { WafRequest, WafResponse, WafSettings } from './engine.ts';
+import type { WafRequest, WafResponse, WafSettings, WafVerdict } from './engine.ts';
 import type { ModSecurityRulesOptions } from './modsecurity-config.ts';
 import { ModSecurityInspector } from './modsecurity-inspect.ts';
 import type { OpenTransaction } from './modsecurity-inspect.ts';
@@ -52,9 +53,26 @@ function release(exchange: number): Held | undefined {
   return held;
 }
 
+/**
+ * Results go out together once the messages that were waiting have all been run (setImmediate
+ * comes after the port's drain): under load the event loop then wakes once per batch instead of once
+ * per result. Each wake-up of the loop's thread preempts this one (they often share a core), and
+ * every preemption costs both threads their CPU caches. An idle engine answers at once (a batch of one).
+ */
+type Reply = { type: 'result'; id: number; verdict: WafVerdict; exchange?: number | undefined } | { type: 'failure'; id: number; message: string; name: string; code?: string | undefined };
+let outbox: Reply[] = [];
+function reply(message: Reply): void {
+  if (outbox.push(message) === 1) setImmediate(flush);
+}
+function flush(): void {
+  const batch = outbox;
+  outbox = [];
+  port!.postMessage(batch.length === 1 ? batch[0] : { type: 'batch', replies: batch });
+}
+
 function failure(id: number, error: unknown): void {
   const e = error as Error & { code?: string };
-  port!.postMessage({ type: 'failure', id, message: e?.message ?? String(error), name: e?.name ?? 'Error', code: e?.code });
+  reply({ type: 'failure', id, message: e?.message ?? String(error), name: e?.name ?? 'Error', code: e?.code });
 }
 
 port.on('message', (message: ToWorker) => {
@@ -73,7 +91,7 @@ port.on('message', (message: ToWorker) => {
           timer.unref();
           exchanges.set(exchange, { open, timer });
         }
-        port!.postMessage({ type: 'result', id: message.id, verdict, exchange });
+        reply({ type: 'result', id: message.id, verdict, exchange });
       } catch (error) {
         failure(message.id, error);
       }
@@ -82,11 +100,11 @@ port.on('message', (message: ToWorker) => {
     case 'response': {
       const held = release(message.exchange);
       if (!held) {
-        port!.postMessage({ type: 'result', id: message.id, verdict: { matchedRules: [] } });
+        reply({ type: 'result', id: message.id, verdict: { matchedRules: [] } });
         break;
       }
       try {
-        port!.postMessage({ type: 'result', id: message.id, verdict: inspector.inspectResponse(held.open, message.response) });
+        reply({ type: 'result', id: message.id, verdict: inspector.inspectResponse(held.open, message.response) });
       } catch (error) {
         failure(message.id, error);
       }
