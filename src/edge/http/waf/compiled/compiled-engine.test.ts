@@ -128,3 +128,19 @@ test('compiled engine (worker pool): a request past its time budget loses its wo
     await pool.close();
   }
 });
+
+test('compiled engine (worker pool): time queued behind other requests does not count against the budget', { timeout: 60_000 }, async () => {
+  const pool = await createCompiledEngine({ workers: 1, requestBudgetMs: 250 });
+  try {
+    const items = Array.from({ length: 40 }, (_, i) => ({ id: i, name: `Product ${i}`, tags: ['new', 'sale'], stock: { count: i } }));
+    const body = Buffer.from(JSON.stringify({ items }));
+    const post: WafRequest = { ...get('/api/cart'), method: 'POST', headers: [...BROWSER, ['Content-Type', 'application/json'], ['Content-Length', String(body.length)]], body };
+    // Queued at once: the last ones wait far longer than 250 ms in all, while each runs a few ms.
+    const started = performance.now();
+    const verdicts = await Promise.all(Array.from({ length: 200 }, () => pool.inspectRequest(post, { paranoiaLevel: 4 })));
+    assert.equal(verdicts.length, 200);
+    assert.ok(performance.now() - started > 250, 'the queue took longer than one budget (else this test proves nothing)');
+  } finally {
+    await pool.close();
+  }
+});

@@ -15,6 +15,8 @@
  *   cross isolates) and a request that runs past `requestBudgetMs` of wall time has its worker
  *   terminated and replaced; the request fails with WafUnavailableError (the proxy chooses
  *   fail-open or fail-closed). That budget is what bounds patterns the linear engine cannot take.
+ *   It counts a request's own run (`RunWatch`), not its wait behind other requests: under load a
+ *   queue of slow-but-sound requests is no reason to kill a worker.
  */
 import { Worker } from 'node:worker_threads';
 import type { WafEngine, WafExchange, WafRequest, WafResponse, WafSettings, WafVerdict } from '../engine.ts';
@@ -30,7 +32,7 @@ export interface CompiledEngineOptions extends CompiledRulesOptions {
   readonly workers?: number;
   /** Worker mode: requests in flight before WafOverloadedError; default 256 per worker. */
   readonly maxQueue?: number;
-  /** Worker mode: wall-clock budget of one request before its worker is replaced; default 250 ms. */
+  /** Worker mode: wall-clock budget of one request's run (queueing excluded) before its worker is replaced; default 250 ms. */
   readonly requestBudgetMs?: number;
   /** An exchange whose response never comes is dropped after this long; default 120 s. */
   readonly exchangeTimeoutMs?: number;
@@ -157,18 +159,42 @@ export type ToCompiledWorker =
   | { type: 'response'; id: number; exchange: number; response: WafResponse }
   | { type: 'end'; exchange: number };
 
-type FromCompiledWorker =
-  | { type: 'ready'; ruleCount: number }
-  | { type: 'loadError'; message: string }
-  | { type: 'result'; id: number; verdict: WafVerdict; exchange?: number }
-  | { type: 'failure'; id: number; message: string; code?: string };
+export type CompiledReply =
+  | { type: 'result'; id: number; verdict: WafVerdict; exchange?: number | undefined }
+  | { type: 'failure'; id: number; message: string; code?: string | undefined };
+
+type FromCompiledWorker = { type: 'ready'; ruleCount: number } | { type: 'loadError'; message: string } | CompiledReply | { type: 'batch'; replies: CompiledReply[] };
+
+/**
+ * What a worker is running, shared with the main thread (two Int32 slots in a SharedArrayBuffer):
+ * how many requests it has started, and whether one is running now. The main thread's watchdog
+ * sees a request as running away when the same one has been running for longer than the budget;
+ * time spent queued behind other requests does not count.
+ */
+export class RunWatch {
+  static readonly BYTES = 8;
+  private readonly slots: Int32Array;
+  constructor(buffer: SharedArrayBuffer) {
+    this.slots = new Int32Array(buffer);
+  }
+  begin(): void {
+    Atomics.add(this.slots, 0, 1);
+    Atomics.store(this.slots, 1, 1);
+  }
+  end(): void {
+    Atomics.store(this.slots, 1, 0);
+  }
+  /** The number of the request running now, or -1 when none is. */
+  running(): number {
+    return Atomics.load(this.slots, 1) === 1 ? Atomics.load(this.slots, 0) : -1;
+  }
+}
 
 type Call = Extract<ToCompiledWorker, { id: number }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
 
 interface Pending {
   resolve(v: { verdict: WafVerdict; exchange?: number | undefined }): void;
   reject(e: Error): void;
-  timer: NodeJS.Timeout;
 }
 
 class PoolWorker {
@@ -177,56 +203,47 @@ class PoolWorker {
   readonly ready: Promise<void>;
   private nextId = 1;
   dead = false;
+  private readonly watch: RunWatch;
+  private readonly budgetMs: number;
+  /** Checks the running request while any is pending. */
+  private watchdog: NodeJS.Timeout | undefined;
+  /** The request seen running at the last check, and since when (this thread's clock). */
+  private seen = { request: -1, since: 0 };
 
-  constructor(data: unknown, onExit: (w: PoolWorker) => void) {
-    this.worker = new Worker(new URL('./compiled-worker.ts', import.meta.url), { workerData: data, name: 'waf-compiled' });
+  constructor(data: object, budgetMs: number, onExit: (w: PoolWorker) => void) {
+    const watch = new SharedArrayBuffer(RunWatch.BYTES);
+    this.watch = new RunWatch(watch);
+    this.budgetMs = budgetMs;
+    this.worker = new Worker(new URL('./compiled-worker.ts', import.meta.url), { workerData: { ...data, watch }, name: 'waf-compiled' });
     this.worker.unref();
-    let settle: { resolve(): void; reject(e: Error): void } | undefined;
+    let startup: { resolve(): void; reject(e: Error): void } | undefined;
     this.ready = new Promise<void>((resolve, reject) => {
-      settle = { resolve, reject };
+      startup = { resolve, reject };
     });
     this.ready.catch(() => {});
     this.worker.on('message', (m: FromCompiledWorker) => {
-      if (m.type === 'ready') settle?.resolve();
-      else if (m.type === 'loadError') settle?.reject(new Error(m.message));
-      else {
-        const p = this.pending.get(m.id);
-        if (!p) return;
-        this.pending.delete(m.id);
-        clearTimeout(p.timer);
-        if (this.pending.size === 0) this.worker.unref();
-        if (m.type === 'result') p.resolve({ verdict: m.verdict, exchange: m.exchange });
-        else {
-          const e = new Error(m.message) as Error & { code?: string };
-          if (m.code) e.code = m.code;
-          p.reject(e);
-        }
-      }
+      if (m.type === 'ready') startup?.resolve();
+      else if (m.type === 'loadError') startup?.reject(new Error(m.message));
+      else if (m.type === 'batch') for (const reply of m.replies) this.settle(reply);
+      else this.settle(m);
     });
     this.worker.on('error', (error) => {
-      settle?.reject(error);
+      startup?.reject(error);
       this.failAll(new WafUnavailableError(`compiled WAF worker failed: ${error.message}`));
     });
     this.worker.on('exit', () => {
       this.dead = true;
-      settle?.reject(new Error('compiled WAF worker exited before it was ready'));
+      startup?.reject(new Error('compiled WAF worker exited before it was ready'));
       this.failAll(new WafUnavailableError('compiled WAF worker exited'));
       onExit(this);
     });
   }
 
-  call(message: Call, budgetMs: number): Promise<{ verdict: WafVerdict; exchange?: number | undefined }> {
+  call(message: Call): Promise<{ verdict: WafVerdict; exchange?: number | undefined }> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        // The request ran past its budget: a runaway regular expression cannot be interrupted
-        // inside the worker, so the worker goes (and is replaced).
-        this.failAll(new WafUnavailableError(`WAF request exceeded its ${budgetMs} ms budget`));
-        void this.worker.terminate();
-      }, budgetMs);
-      timer.unref();
-      if (this.pending.size === 0) this.worker.ref();
-      this.pending.set(id, { resolve, reject, timer });
+      if (this.pending.size === 0) this.startWatching();
+      this.pending.set(id, { resolve, reject });
       this.worker.postMessage({ ...message, id });
     });
   }
@@ -234,17 +251,53 @@ class PoolWorker {
   failAll(error: Error): void {
     const all = [...this.pending.values()];
     this.pending.clear();
-    for (const p of all) {
-      clearTimeout(p.timer);
-      p.reject(error);
-    }
+    this.stopWatching();
+    for (const p of all) p.reject(error);
+  }
+
+  private settle(reply: CompiledReply): void {
+    const p = this.pending.get(reply.id);
+    if (!p) return;
+    this.pending.delete(reply.id);
+    if (this.pending.size === 0) this.stopWatching();
+    if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
+    const e = new Error(reply.message) as Error & { code?: string };
+    if (reply.code) e.code = reply.code;
+    p.reject(e);
+  }
+
+  private startWatching(): void {
+    this.worker.ref();
+    this.seen = { request: -1, since: 0 };
+    // A quarter of the budget between checks: a runaway is caught within 1.25 budgets.
+    this.watchdog = setInterval(() => this.check(), Math.max(10, this.budgetMs / 4));
+    this.watchdog.unref();
+  }
+
+  private stopWatching(): void {
+    clearInterval(this.watchdog);
+    this.watchdog = undefined;
     this.worker.unref();
+  }
+
+  private check(): void {
+    const request = this.watch.running();
+    const now = performance.now();
+    if (request !== this.seen.request) {
+      this.seen = { request, since: now };
+      return;
+    }
+    if (request === -1 || now - this.seen.since <= this.budgetMs) return;
+    // One request has run past its budget: a runaway regular expression cannot be interrupted
+    // inside the worker, so the worker goes (and is replaced).
+    this.failAll(new WafUnavailableError(`WAF request exceeded its ${this.budgetMs} ms budget`));
+    void this.worker.terminate();
   }
 }
 
 class WorkerPool {
   private readonly workers: PoolWorker[] = [];
-  private readonly data: unknown;
+  private readonly data: object;
   private readonly maxQueue: number;
   private readonly budgetMs: number;
   private inFlight = 0;
@@ -258,7 +311,7 @@ class WorkerPool {
   }
 
   private spawn(): PoolWorker {
-    return new PoolWorker(this.data, (dead) => {
+    return new PoolWorker(this.data, this.budgetMs, (dead) => {
       const index = this.workers.indexOf(dead);
       if (index >= 0 && !this.closed) this.workers[index] = this.spawn();
     });
@@ -278,7 +331,7 @@ class WorkerPool {
     if (w === undefined || w.dead) throw new WafUnavailableError('the compiled WAF worker of this exchange is gone');
     this.inFlight++;
     try {
-      const r = await w.call(message, this.budgetMs);
+      const r = await w.call(message);
       return { ...r, worker: w };
     } finally {
       this.inFlight--;

@@ -1,23 +1,27 @@
 /**
  * Worker thread of the compiled engine's pool mode (compiled-engine.ts): compiles the rule set
  * once, then runs exchanges as the main thread posts them. Same protocol as the ModSecurity
- * worker.
+ * worker, results batched the same way (see modsecurity-worker.ts). Around each request it marks
+ * the shared watch slots (`RunWatch`), so that the main thread's budget counts the time a request
+ * runs, not the time it waited behind others.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { resolvedLimits } from '../modsecurity-config.ts';
-import type { ToCompiledWorker } from './compiled-engine.ts';
-import { sharedRuleSet } from './compiled-engine.ts';
+import type { CompiledReply, ToCompiledWorker } from './compiled-engine.ts';
+import { RunWatch, sharedRuleSet } from './compiled-engine.ts';
 import { CompiledInspector } from './inspector.ts';
 import type { CompiledRulesOptions, OpenCompiledTransaction } from './inspector.ts';
 
 interface Data {
   readonly options: CompiledRulesOptions;
   readonly exchangeTimeoutMs: number;
+  readonly watch: SharedArrayBuffer;
 }
 
 const port = parentPort;
 if (!port) throw new Error('compiled-worker.ts must run in a worker thread');
 const data = workerData as Data;
+const watch = new RunWatch(data.watch);
 
 let inspector: CompiledInspector;
 try {
@@ -39,14 +43,25 @@ function release(id: number): OpenCompiledTransaction | undefined {
   return held.open;
 }
 
+let outbox: CompiledReply[] = [];
+function reply(message: CompiledReply): void {
+  if (outbox.push(message) === 1) setImmediate(flush);
+}
+function flush(): void {
+  const batch = outbox;
+  outbox = [];
+  port!.postMessage(batch.length === 1 ? batch[0] : { type: 'batch', replies: batch });
+}
+
 function failure(id: number, error: unknown): void {
   const e = error as Error & { code?: string };
-  port!.postMessage({ type: 'failure', id, message: e?.message ?? String(error), code: e?.code });
+  reply({ type: 'failure', id, message: e?.message ?? String(error), code: e?.code });
 }
 
 port.on('message', (m: ToCompiledWorker) => {
   switch (m.type) {
     case 'request': {
+      watch.begin();
       try {
         const request = m.request.body ? { ...m.request, body: new Uint8Array(m.request.body) } : m.request;
         const { verdict, open } = inspector.inspectRequest(request, m.settings, m.keepOpen);
@@ -61,22 +76,27 @@ port.on('message', (m: ToCompiledWorker) => {
           timer.unref();
           exchanges.set(exchange, { open, timer });
         }
-        port!.postMessage({ type: 'result', id: m.id, verdict, exchange });
+        reply({ type: 'result', id: m.id, verdict, exchange });
       } catch (error) {
         failure(m.id, error);
+      } finally {
+        watch.end();
       }
       break;
     }
     case 'response': {
       const open = release(m.exchange);
       if (!open) {
-        port!.postMessage({ type: 'result', id: m.id, verdict: { matchedRules: [] } });
+        reply({ type: 'result', id: m.id, verdict: { matchedRules: [] } });
         break;
       }
+      watch.begin();
       try {
-        port!.postMessage({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response) });
+        reply({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response) });
       } catch (error) {
         failure(m.id, error);
+      } finally {
+        watch.end();
       }
       break;
     }
