@@ -76,6 +76,20 @@ describe('ACME challenge answers from the store', () => {
     await store.acmeChallenges.deleteForCertificate('c2');
   });
 
+  it('presents the current TLS-ALPN-01 challenge of a domain, not the one it replaced a moment ago', async () => {
+    const put = (keyAuthorization: string) =>
+      store.acmeChallenges.put({ type: 'tls-alpn-01', token: keyAuthorization, domain: 'again.example.test', keyAuthorization, certificateId: 'c3', expiresAt: inOneHour() });
+    await put('first.thumbprint');
+    const first = await responder.alpnChallengeCertificate('again.example.test');
+    assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(first!.certPem, 'first.thumbprint'), true);
+    // The order is retried at once (well within the snapshot's maxAgeMs): new challenge, same domain.
+    await store.acmeChallenges.deleteForCertificate('c3');
+    await put('second.thumbprint');
+    const second = await responder.alpnChallengeCertificate('again.example.test');
+    assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(second!.certPem, 'second.thumbprint'), true);
+    await store.acmeChallenges.deleteForCertificate('c3');
+  });
+
   it('builds the TLS-ALPN-01 certificate RFC 8737 asks for', async () => {
     const keyAuthorization = 'alpn-token.thumbprint';
     const { certPem, keyPem } = await tlsAlpnCertificate('alpn.example.test', keyAuthorization);

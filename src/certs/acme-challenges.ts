@@ -8,10 +8,14 @@
  *   certificate with the critical acmeIdentifier extension (SHA-256 of the key authorization) the
  *   proxy's TLS listener presents to a client that negotiates ALPN `acme-tls/1` (see acme-tls-alpn.ts).
  *
- * Lookups read a snapshot of the live challenges: a hit may come from a snapshot up to `maxAgeMs`
- * old; a miss waits for a snapshot read after the request came (the challenge may be seconds
- * old). One store query runs at a time and every request waiting shares it, so a flood of
- * requests for unknown tokens (they pass before rate limits and the WAF) cannot pile up queries.
+ * Lookups read a snapshot of the live challenges: an HTTP-01 hit may come from a snapshot up to
+ * `maxAgeMs` old (a token names one challenge only); a miss waits for a snapshot read after the
+ * request came (the challenge may be seconds old). A TLS-ALPN-01 lookup always waits for such a
+ * snapshot: it goes by domain, and a domain's challenge is replaced when an order is retried or
+ * renewed, so a snapshot a second old can hold the previous one, whose certificate the CA refuses.
+ * Only CA validators ask for acme-tls/1, so that costs one query per validation. One store query
+ * runs at a time and every request waiting shares it, so a flood of requests for unknown tokens
+ * (they pass before rate limits and the WAF) cannot pile up queries.
  */
 import crypto from 'node:crypto';
 // @peculiar/x509 resolves its algorithms through tsyringe, which needs the Reflect metadata polyfill first.
@@ -65,7 +69,7 @@ export class AcmeChallengeResponder implements AcmeChallengeProvider {
   readonly alpnChallengeCertificate = async (servername: string): Promise<ChallengeCertificate | undefined> => {
     const domain = normalizeDomain(servername);
     if (domain === '') return undefined;
-    const challenge = await this.#find((c) => c.type === 'tls-alpn-01' && c.domain === domain);
+    const challenge = await this.#find((c) => c.type === 'tls-alpn-01' && c.domain === domain, { fresh: true });
     if (!challenge) return undefined;
     const key = `${challenge.keyAuthorization}\0${domain}`;
     let certificate = this.#certificates.get(key);
@@ -79,11 +83,11 @@ export class AcmeChallengeResponder implements AcmeChallengeProvider {
     return certificate;
   };
 
-  async #find(match: (challenge: AcmeChallengeRecord) => boolean): Promise<AcmeChallengeRecord | undefined> {
+  async #find(match: (challenge: AcmeChallengeRecord) => boolean, options: { fresh?: boolean } = {}): Promise<AcmeChallengeRecord | undefined> {
     const asked = performance.now();
-    // A snapshot younger than maxAgeMs answers hits; a miss waits for a snapshot read after it
-    // was asked, since the challenge may have been written just before the CA's request.
-    await this.#freshSince(asked - this.#maxAgeMs);
+    // A snapshot younger than maxAgeMs answers hits (unless `fresh`); a miss waits for a snapshot
+    // read after it was asked, since the challenge may have been written just before the CA's request.
+    await this.#freshSince(options.fresh ? asked : asked - this.#maxAgeMs);
     const found = this.#live(match);
     if (found) return found;
     await this.#freshSince(asked);
