@@ -110,11 +110,15 @@ export interface NginxProcess {
  * Starts `nginx -c conf -p dir` in the foreground and waits until every address in `listen`
  * accepts connections. `cpus` ("1", "0-1") pins master and workers with taskset.
  */
-export async function startNginx(conf: string, dir: string, listen: readonly string[], options: { cpus?: string } = {}): Promise<NginxProcess> {
+export async function startNginx(
+  conf: string,
+  dir: string,
+  listen: readonly string[],
+  options: { cpus?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<NginxProcess> {
   const args = ['-c', conf, '-p', dir];
-  const child = options.cpus
-    ? spawn('taskset', ['-c', options.cpus, 'nginx', ...args], { stdio: ['ignore', 'ignore', 'inherit'] })
-    : spawn('nginx', args, { stdio: ['ignore', 'ignore', 'inherit'] });
+  const spawnOptions = { stdio: ['ignore', 'ignore', 'inherit'] as ['ignore', 'ignore', 'inherit'], env: options.env ?? process.env };
+  const child = options.cpus ? spawn('taskset', ['-c', options.cpus, 'nginx', ...args], spawnOptions) : spawn('nginx', args, spawnOptions);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const running: NginxProcess = {
     child,

@@ -30,6 +30,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { modsecurityRulesSources } from '../../src/edge/http/waf/modsecurity-config.ts';
+import { jemallocPath } from '../../src/cli/allocator.ts';
 import { mallocOf, productEnvironment } from '../support/allocator.ts';
 import { allowedCpus, threadCpuSeconds, treeCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, hasDebianPackage, installDebianPackages } from '../support/debian.ts';
@@ -209,7 +210,10 @@ async function main(): Promise<void> {
         location: proxyLocation('origin'),
       })),
     });
-    const nginx = await startNginx(wafConf, dir, [...nginxPorts.values()].map((p) => `${NGINX_IP}:${p}`), { cpus: sutCpus });
+    // BENCH_NGINX_MALLOC=jemalloc: nginx on the allocator we run on too (its workers inherit the master's preload).
+    const nginxEnv = process.env.BENCH_NGINX_MALLOC === 'jemalloc' ? { ...process.env, LD_PRELOAD: jemallocPath() ?? '' } : process.env;
+    const nginx = await startNginx(wafConf, dir, [...nginxPorts.values()].map((p) => `${NGINX_IP}:${p}`), { cpus: sutCpus, env: nginxEnv });
+    const nginxMalloc = mallocOf(nginx.workerPids()[0] ?? nginx.pid);
     nginxes.push(nginx);
     const wafThreads = Number(process.env.BENCH_WAF_THREADS ?? cores);
     tps = await startTps(
@@ -338,7 +342,7 @@ async function main(): Promise<void> {
 
     console.log(
       `\nwrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s, median; ${cores} of ${cpus.length} cores per side; Node ${process.version}; ` +
-        `CRS 3.3.4, BLOCKING, anomaly threshold 5; nginx: ModSecurity 3.0.9, glibc malloc; tps: the ${ENGINE} engine, ${tpsMalloc}`,
+        `CRS 3.3.4, BLOCKING, anomaly threshold 5; nginx: ModSecurity 3.0.9, ${nginxMalloc}; tps: the ${ENGINE} engine, ${tpsMalloc}`,
     );
     printTable(
       ['PL', 'request', 'status', 'nginx req/s', 'tps req/s', 'tps/nginx req/s', 'nginx p99 ms', 'tps p99 ms', 'nginx CPU us/req', 'tps CPU us/req', 'nginx/tps CPU'],
