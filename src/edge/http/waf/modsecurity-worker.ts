@@ -12,6 +12,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { WafRequest, WafResponse, WafSettings, WafVerdict } from './engine.ts';
 import type { ModSecurityRulesOptions } from './modsecurity-config.ts';
 import { ModSecurityInspector } from './modsecurity-inspect.ts';
+import { batchedReplies } from './batched-replies.ts';
 import type { OpenTransaction } from './modsecurity-inspect.ts';
 
 export interface WorkerData {
@@ -53,22 +54,8 @@ function release(exchange: number): Held | undefined {
   return held;
 }
 
-/**
- * Results go out together once the messages that were waiting have all been run (setImmediate
- * comes after the port's drain): under load the event loop then wakes once per batch instead of once
- * per result. Each wake-up of the loop's thread preempts this one (they often share a core), and
- * every preemption costs both threads their CPU caches. An idle engine answers at once (a batch of one).
- */
 type Reply = { type: 'result'; id: number; verdict: WafVerdict; exchange?: number | undefined } | { type: 'failure'; id: number; message: string; name: string; code?: string | undefined };
-let outbox: Reply[] = [];
-function reply(message: Reply): void {
-  if (outbox.push(message) === 1) setImmediate(flush);
-}
-function flush(): void {
-  const batch = outbox;
-  outbox = [];
-  port!.postMessage(batch.length === 1 ? batch[0] : { type: 'batch', replies: batch });
-}
+const reply = batchedReplies<Reply>(port);
 
 function failure(id: number, error: unknown): void {
   const e = error as Error & { code?: string };

@@ -1,7 +1,7 @@
 /**
  * Worker thread of the compiled engine's pool mode (compiled-engine.ts): compiles the rule set
  * once, then runs exchanges as the main thread posts them. Same protocol as the ModSecurity
- * worker, results batched the same way (see modsecurity-worker.ts). Around each request it marks
+ * worker, results batched the same way (batched-replies.ts). Around each request it marks
  * the shared watch slots (`RunWatch`), so that the main thread's budget counts the time a request
  * runs, not the time it waited behind others.
  */
@@ -10,6 +10,7 @@ import { resolvedLimits } from '../modsecurity-config.ts';
 import type { CompiledReply, ToCompiledWorker } from './compiled-engine.ts';
 import { RunWatch, sharedRuleSet } from './compiled-engine.ts';
 import { CompiledInspector } from './inspector.ts';
+import { batchedReplies } from '../batched-replies.ts';
 import type { CompiledRulesOptions, OpenCompiledTransaction } from './inspector.ts';
 
 interface Data {
@@ -43,15 +44,7 @@ function release(id: number): OpenCompiledTransaction | undefined {
   return held.open;
 }
 
-let outbox: CompiledReply[] = [];
-function reply(message: CompiledReply): void {
-  if (outbox.push(message) === 1) setImmediate(flush);
-}
-function flush(): void {
-  const batch = outbox;
-  outbox = [];
-  port!.postMessage(batch.length === 1 ? batch[0] : { type: 'batch', replies: batch });
-}
+const reply = batchedReplies<CompiledReply>(port);
 
 function failure(id: number, error: unknown): void {
   const e = error as Error & { code?: string };
