@@ -255,11 +255,15 @@ describe('HTTP proxies from the API', () => {
     await waitFor('paranoia 2 to block', async () => ((await get(markup, { headers: { 'user-agent': 'Mozilla/5.0' } })).status === 403 ? true : undefined));
   });
 
-  it('blocks a path traversal, and passes a benign request with browser headers', async () => {
+  it('blocks an XSS and a path traversal the same way (403 page with a support id, origin never reached), and passes a benign request with browser headers', async () => {
     const proxy = await createProxy({ waf: { mode: 'BLOCKING', paranoiaLevel: 1 } });
-    const before = originRequests.length;
-    assert.equal((await get(`${proxy.url}/static/..%2f..%2f..%2fetc%2fpasswd`)).status, 403);
-    assert.equal(originRequests.length, before, 'the origin never saw it');
+    for (const attack of ['/page?q=<script>alert(1)</script>', '/static/..%2f..%2f..%2fetc%2fpasswd']) {
+      const before = originRequests.length;
+      const reply = await get(`${proxy.url}${attack}`);
+      assert.equal(reply.status, 403, attack);
+      assert.match(reply.body, /[0-9a-f]{32}/, `the block page shows the support id (${attack})`);
+      assert.equal(originRequests.length, before, `the origin never saw ${attack}`);
+    }
     const benign = await get(`${proxy.url}/products?page=2&sort=price`, {
       headers: { 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0', accept: 'text/html,application/xhtml+xml', 'accept-language': 'en-US,en;q=0.5' },
     });
