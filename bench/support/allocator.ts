@@ -10,12 +10,6 @@ export function productEnvironment(): NodeJS.ProcessEnv {
   return allocatorEnvironment(process.env) ?? process.env;
 }
 
-/** Restarts this process (same pid, arguments and stdio) on the product's allocator unless it already runs on it. */
-export function runOnProductAllocator(): void {
-  const env = allocatorEnvironment(process.env);
-  if (env !== undefined && process.execve) process.execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)], env);
-}
-
 /** Which malloc a process has mapped: "jemalloc" or "glibc". */
 export function mallocOf(pid: number | 'self'): string {
   try {

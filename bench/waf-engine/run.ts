@@ -17,14 +17,15 @@
  *   node bench/waf-engine/run.ts
  *   BENCH_ITERATIONS=400 BENCH_ROUNDS=5 node bench/waf-engine/run.ts
  */
-import { mallocOf, runOnProductAllocator } from '../support/allocator.ts';
+import { restartOnAllocator } from '../../src/cli/allocator.ts';
+import { mallocOf } from '../support/allocator.ts';
 import type { WafRequest, WafSettings } from '../../src/edge/http/waf/engine.ts';
 import { ModSecurityInspector } from '../../src/edge/http/waf/modsecurity-inspect.ts';
 import { CompiledInspector } from '../../src/edge/http/waf/compiled/inspector.ts';
 
 // Before anything is measured: this process restarts on the allocator `tps` runs on (jemalloc;
 // TPS_MALLOC=system for glibc's), both engines with it.
-runOnProductAllocator();
+restartOnAllocator();
 
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 300);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);

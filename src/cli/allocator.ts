@@ -46,3 +46,13 @@ export function allocatorEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv 
   if (preload.split(/[\s:]+/).includes(library)) return undefined;
   return { ...env, LD_PRELOAD: preload === '' ? library : `${library}:${preload}` };
 }
+
+/**
+ * Restarts this process on the allocator `tps` runs on, unless it already does (then returns):
+ * `process.execve` keeps the pid, arguments, stdio and signal handling of the process. Throws as
+ * `allocatorEnvironment` does.
+ */
+export function restartOnAllocator(): void {
+  const env = allocatorEnvironment(process.env);
+  if (env !== undefined && process.execve) process.execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)], env);
+}
