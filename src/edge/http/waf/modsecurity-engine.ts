@@ -94,10 +94,10 @@ class PoolWorker {
     });
   }
 
+  /** A reply to its caller (the wrappers `call` puts in `pending` forget the call and unref the worker). */
   private settle(reply: Reply): void {
     const p = this.pending.get(reply.id);
     if (!p) return;
-    this.pending.delete(reply.id);
     if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
     const error = reply.code === 'ERR_WAF_SETTINGS' ? new WafSettingsError(reply.message) : new Error(reply.message);
     if (reply.code && !(error instanceof WafSettingsError)) (error as Error & { code?: string }).code = reply.code;
