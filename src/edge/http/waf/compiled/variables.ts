@@ -238,31 +238,27 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
     }
   };
 
+  /**
+   * How the rule loop reads a list (`kind`: its entries or their names) from the transaction's list
+   * `listed`: in place when unfiltered; filtered once per transaction while the list only grows.
+   */
+  const listRead = (kind: typeof READ_LIST | typeof READ_NAMES, listed: string): DirectRead | undefined => {
+    const list = LIST_COLLECTIONS.indexOf(listed);
+    if (keyUpper === undefined && keyRe === undefined && exclusions.length === 0) return { kind, list, collection };
+    return PUSH_ONLY_LISTS.has(listed) ? { kind: READ_FILTERED, list, filter } : undefined;
+  };
+
   const setGetter = SET_COLLECTIONS[collection];
   if (setGetter) {
-    const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
-    const list = LIST_COLLECTIONS.indexOf(collection);
-    const direct: DirectRead | undefined = plain
-      ? { kind: READ_LIST, list, collection }
-      : PUSH_ONLY_LISTS.has(collection)
-        ? { kind: READ_FILTERED, list, filter }
-        : undefined;
-    return { ...common, direct, resolve: (tx, _rule, out) => fromList(setGetter(tx), out) };
+    return { ...common, direct: listRead(READ_LIST, collection), resolve: (tx, _rule, out) => fromList(setGetter(tx), out) };
   }
   const proxied = NAME_PROXIES[collection];
   if (proxied) {
     const getter = SET_COLLECTIONS[proxied]!;
-    const plain = keyUpper === undefined && keyRe === undefined && exclusions.length === 0;
-    const list = LIST_COLLECTIONS.indexOf(proxied);
     // the names are those of the proxied list: filtered names last while that list does not grow
-    const direct: DirectRead | undefined = plain
-      ? { kind: READ_NAMES, list, collection }
-      : PUSH_ONLY_LISTS.has(proxied)
-        ? { kind: READ_FILTERED, list, filter }
-        : undefined;
     return {
       ...common,
-      direct,
+      direct: listRead(READ_NAMES, proxied),
       resolve: (tx, _rule, out) => fromList(tx.namesOf(collection, getter(tx)), out),
     };
   }
