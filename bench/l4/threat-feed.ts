@@ -8,19 +8,12 @@
 import { performance } from 'node:perf_hooks';
 import { parseFeed } from '../../src/edge/l4/threat-feed.ts';
 import { IpSet } from '../../src/edge/l4/ip-set.ts';
+import { xorshift } from '../../test/support/random.ts';
 
 const entries = Number(process.argv[2] ?? 500_000);
 const probeCount = 1_000_000;
 
-let state = 0x2545f491;
-function random(): number {
-  state ^= state << 13;
-  state >>>= 0;
-  state ^= state >>> 17;
-  state ^= state << 5;
-  state >>>= 0;
-  return state;
-}
+const random = xorshift(0x2545f491);
 const ipv4 = (ip: number) => `${ip >>> 24}.${(ip >>> 16) & 255}.${(ip >>> 8) & 255}.${ip & 255}`;
 const hex = () => (random() & 0xffff).toString(16);
 

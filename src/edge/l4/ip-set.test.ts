@@ -2,6 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { MessageChannel } from 'node:worker_threads';
 import { IpSet, parseIpInto, parsePrefixInto, type SharedIpSet } from './ip-set.ts';
+import { xorshift } from '../../../test/support/random.ts';
 
 function words(ip: string): number[] | undefined {
   const out = new Uint32Array(4);
@@ -242,18 +243,6 @@ function addTo<T>(map: Map<number, Set<T>>, length: number, network: T): void {
   let nets = map.get(length);
   if (nets === undefined) map.set(length, (nets = new Set()));
   nets.add(network);
-}
-
-function xorshift(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state ^= state << 13;
-    state >>>= 0;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    state >>>= 0;
-    return state;
-  };
 }
 
 function mask4(ip: number, length: number): number {
