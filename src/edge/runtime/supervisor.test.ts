@@ -13,6 +13,7 @@ import { openStore, type Store } from '../../store/index.ts';
 import { SecretBox } from '../../certs/secret-box.ts';
 import { createMetrics } from '../../metrics.ts';
 import { EdgeSupervisor } from './supervisor.ts';
+import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 
@@ -25,21 +26,6 @@ async function echoOrigin(): Promise<net.Server> {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.42', resolve));
   return server;
-}
-
-function roundTrip(port: number, text: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect({ host: FRONTEND, port });
-    const timer = setTimeout(() => finish('TIMEOUT'), 5_000);
-    const finish = (reply: string) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(reply);
-    };
-    socket.once('data', (chunk) => finish(chunk.toString()));
-    socket.once('error', () => finish('ERROR'));
-    socket.write(text);
-  });
 }
 
 describe('edge supervisor', () => {
@@ -85,17 +71,17 @@ describe('edge supervisor', () => {
     const status = async () => (await store.edgeStatus.statusOf([config])).get(config.id)!.status;
     await waitFor('ACTIVE', async () => (await status()) === 'ACTIVE');
     assert.equal(edge.servingWorkers(config.id), 2);
-    assert.equal(await roundTrip(port, 'before'), 'before');
+    assert.equal(await roundTrip({ host: FRONTEND, port }, 'before'), 'before');
 
     await edge.crashWorkerForTest(0);
     // The other worker holds the port too: every connection until the restart is still served.
     // (Connections the crashed worker had accepted die with it; with net.ipv4.tcp_migrate_req=1 the
     // kernel hands those still in its accept queue to the other listener.)
-    for (let i = 0; i < 20; i++) assert.equal(await roundTrip(port, `during ${i}`), `during ${i}`);
+    for (let i = 0; i < 20; i++) assert.equal(await roundTrip({ host: FRONTEND, port }, `during ${i}`), `during ${i}`);
 
     await waitFor('the restarted worker to serve', async () => edge.servingWorkers(config.id) === 2);
     assert.equal(await status(), 'ACTIVE');
-    for (let i = 0; i < 20; i++) assert.equal(await roundTrip(port, `after ${i}`), `after ${i}`);
+    for (let i = 0; i < 20; i++) assert.equal(await roundTrip({ host: FRONTEND, port }, `after ${i}`), `after ${i}`);
     assert.equal((await store.trafficConfigs.listAll()).length, 1, 'no configuration was lost');
   });
 });

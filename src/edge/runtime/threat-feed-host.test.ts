@@ -17,6 +17,7 @@ import { freePort } from '../../net/ports.ts';
 import { EdgeSupervisor } from './supervisor.ts';
 import { ThreatFeedHost, type ThreatFeedSet } from './threat-feed-host.ts';
 import { IpSet } from '../l4/ip-set.ts';
+import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 
@@ -27,28 +28,11 @@ const LATER_LISTED = '127.0.0.74';
 /** Enough connections that both workers take some (the kernel spreads them by address and port). */
 const ATTEMPTS = 24;
 
-/** Connects from `localAddress`, sends a line: the echoed text, or 'CLOSED' when the proxy refused. */
-function roundTrip(port: number, localAddress: string, text: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect({ host: FRONTEND, port, localAddress });
-    const timer = setTimeout(() => finish('TIMEOUT'), 5_000);
-    const finish = (reply: string) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(reply);
-    };
-    socket.once('data', (chunk) => finish(chunk.toString()));
-    socket.once('close', () => finish('CLOSED'));
-    socket.once('error', () => finish('CLOSED'));
-    socket.write(text);
-  });
-}
-
 /** What `ATTEMPTS` connections from `client` got, counted: e.g. { CLOSED: 24 }. */
 async function outcomes(port: number, client: string): Promise<Record<string, number>> {
   const counts: Record<string, number> = {};
   for (let i = 0; i < ATTEMPTS; i++) {
-    const reply = await roundTrip(port, client, `hi ${i}`);
+    const reply = await roundTrip({ host: FRONTEND, port, localAddress: client }, `hi ${i}`);
     const key = reply === `hi ${i}` ? 'ECHOED' : reply;
     counts[key] = (counts[key] ?? 0) + 1;
   }
@@ -124,7 +108,7 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
     assert.ok(!originClients.includes(FIRST_LISTED), 'the origin never saw a listed client');
 
     writeFeed(`# test feed, changed\n${LATER_LISTED}/32\n`);
-    await waitFor('a refusal of the newly listed client', async () => (await roundTrip(port, LATER_LISTED, 'probe')) === 'CLOSED');
+    await waitFor('a refusal of the newly listed client', async () => (await roundTrip({ host: FRONTEND, port, localAddress: LATER_LISTED }, 'probe')) === 'CLOSED');
     // The ack of every worker, and what real connections get from both of them.
     await waitFor('both workers to use the new set', async () => edge.threatFeedWorkers() === 2);
     assert.deepEqual(await outcomes(port, LATER_LISTED), { CLOSED: ATTEMPTS });
