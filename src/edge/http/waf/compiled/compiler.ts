@@ -24,13 +24,15 @@ import type {
 } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import { compileOperator } from './operators/index.ts';
-import { compileKeyRegex, CompiledRegex } from './regex/runtime.ts';
-import { requiredLiterals } from './regex/prefilter.ts';
+import { compileKeyRegex } from './regex/runtime.ts';
+import { buildLiteralPrefilters } from './literal-prefilter.ts';
 import { parseSecLang, parseVariable, SecLangError, splitVariables } from './seclang/parser.ts';
 import type { ActionSpec, Directive, VariableSpec } from './seclang/parser.ts';
 import { TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
 import type { Transaction } from './transaction.ts';
 import { compileVariable, keyExclusionsFor, lowerAscii } from './variables.ts';
+// after variables.ts, which reads LIST_COLLECTIONS as it loads (the two modules import each other)
+import { LIST_COLLECTIONS } from './transaction.ts';
 
 /** One piece of SecLang to load (same shape as modsecurity-config.ts's RulesSource). */
 export type CompileSource = { readonly text: string; readonly name: string } | { readonly file: string };
@@ -446,7 +448,7 @@ function parseActionList(actions: readonly ActionSpec[]): ParsedActions {
 export interface CompileOptions {
   /** Called for each loaded rule file (for tests/tools). */
   readonly onFile?: (file: string) => void;
-  /** Regex prefilters (regex/prefilter.ts); default true. */
+  /** Literal prefilters (literal-prefilter.ts); default true. */
   readonly prefilter?: boolean;
 
 }
@@ -554,7 +556,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               exclusions: [],
               additions: [],
               refs: [],
-              prefiltered: false,
+              prefilter: undefined,
             } as CompiledRule & { tnode: number; tpath: number[] };
             allRules.push(rule);
             if (isChild) {
@@ -627,7 +629,9 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   }
   const slots = new Map<string, number>();
   for (const rule of allRules) rule.refs = [...rule.variables.map((v) => varRef(v, true, slots)), ...rule.additions.map((v) => varRef(v, false, slots))];
-  const prefilters = options.prefilter === false ? [] : buildPrefilters(allRules, trie.nodes.length);
+  // every match adds to MATCHED_VARS and its names
+  const growingLists = new Set(['MATCHED_VARS', 'MATCHED_VARS_NAMES'].map((name) => LIST_COLLECTIONS.indexOf(name)));
+  const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists);
   const markerIndex = phases.map((list) => {
     const m = new Map<string, number[]>();
     list.forEach((e, k) => {
@@ -645,7 +649,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     markerIndex,
     transformations: trie.nodes,
     transformationKinds: trie.kinds.length,
-    prefilters,
+    prefilter,
     defaults: defaults as DefaultActions[],
     removedIds,
     removedRanges,
@@ -656,9 +660,6 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     filteredSlots: slots.size,
   };
 }
-
-/** Single characters too common in benign values to make a useful filter. */
-const COMMON_CHARS = /^[a-z0-9 .,\-_/:;=()&?@+%!*#~]$/;
 
 /** `slots`: filter -> cache slot, shared by every rule reading the same filtered list. */
 function varRef(resolver: VarResolver, own: boolean, slots: Map<string, number>): VarRef {
@@ -684,45 +685,6 @@ function varRef(resolver: VarResolver, own: boolean, slots: Map<string, number>)
     case READ_XML:
       return { ...base, kind: d.kind };
   }
-}
-
-function escapeLiteral(l: string): string {
-  let out = '';
-  for (let i = 0; i < l.length; i++) {
-    const c = l.charCodeAt(i);
-    out += (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x7a) ? l[i] : '\\x' + c.toString(16).padStart(2, '0');
-  }
-  return out;
-}
-
-/**
- * One expression per transformation chain node, over the required literals of the regexes of
- * its rules; rules whose literal set is weak (a common single character) are left out (their
- * expressions always run). The `i` flag may also fold Latin-1 letters: harmless, a prefilter only
- * has to be a necessary condition.
- */
-function buildPrefilters(rules: readonly CompiledRule[], nodes: number): (RegExp | undefined)[] {
-  const out: (RegExp | undefined)[] = new Array(nodes).fill(undefined);
-  const byNode = new Map<number, { rule: CompiledRule; literals: string[] }[]>();
-  for (const rule of rules) {
-    const op = rule.operator;
-    if (!op || op.name !== 'rx' || rule.multiMatch || !(op.regex instanceof CompiledRegex)) continue;
-    const literals = requiredLiterals(op.regex.translated.source);
-    if (!literals || literals.some((l) => l.length === 0 || (l.length === 1 && COMMON_CHARS.test(l)))) continue;
-    const list = byNode.get(rule.tnode) ?? [];
-    list.push({ rule, literals });
-    byNode.set(rule.tnode, list);
-  }
-  for (const [node, list] of byNode) {
-    if (list.length < 2) continue;
-    const all = new Set<string>();
-    for (const { rule, literals } of list) {
-      rule.prefiltered = true;
-      for (const l of literals) all.add(l);
-    }
-    out[node] = new RegExp([...all].map(escapeLiteral).join('|'), 'i');
-  }
-  return out;
 }
 
 interface UpdateContext {

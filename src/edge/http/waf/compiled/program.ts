@@ -7,6 +7,7 @@
  * The types mirror ModSecurity v3's model closely on purpose (RuleWithOperator, RuleUnconditional,
  * RuleMarker, the action kinds and their execution order), because the verdicts must be the same.
  */
+import type { LiteralPrefilters, RulePrefilter } from './literal-prefilter.ts';
 import type { Transaction, Entry } from './transaction.ts';
 
 /** A string with %{...} macros, compiled. `text` when it has none. */
@@ -89,6 +90,8 @@ export interface CompiledOperator {
   readonly staticParam?: string | undefined;
   /** @rx with a static pattern: the compiled expression. */
   readonly regex?: unknown;
+  /** @pm/@pmFromFile: whether one of its phrases occurs (exactly when it matches). */
+  readonly phrases?: { readonly test: (input: string) => boolean } | undefined;
   /** Evaluates (without negation). `capture`: the rule has the capture action. */
   run(tx: Transaction, rule: CompiledRule, input: string): boolean;
 }
@@ -170,8 +173,8 @@ export interface CompiledRule {
   readonly hasBlock: boolean;
   readonly rev: string;
   readonly ver: string;
-  /** True when this rule's regex has a prefilter at its chain node (CompiledRuleSet.prefilters). */
-  prefiltered: boolean;
+  /** Whether some value of its variables may match, without running the operator (literal-prefilter.ts). */
+  prefilter: RulePrefilter | undefined;
   /** Set by SecRuleUpdateTargetById/ByTag: exclusions and additions (applied at run time like ModSecurity). */
   exclusions: UpdateExclusion[];
   additions: VarResolver[];
@@ -228,12 +231,8 @@ export interface CompiledRuleSet {
   readonly transformations: readonly TransformationNode[];
   /** Number of distinct transformation functions used. */
   readonly transformationKinds: number;
-  /**
-   * Per transformation chain node: one expression matching any required literal of the regexes of
-   * the rules read through that node (regex/prefilter.ts); a value it does not match cannot match
-   * any of them.
-   */
-  readonly prefilters: readonly (RegExp | undefined)[];
+  /** Which rules may match the values of a variable, per variable and chain node (literal-prefilter.ts). */
+  readonly prefilter: LiteralPrefilters;
   /** Default actions per phase (SecDefaultAction): runtime actions, transformations, disruptive. */
   readonly defaults: readonly DefaultActions[];
   /** SecRuleRemoveById / ByTag / ByMsg. */

@@ -19,13 +19,12 @@ import type {
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import { stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
+import type { RulePrefilter } from './literal-prefilter.ts';
 
 export interface ValueBox {
   readonly v: string;
   /** Transformation results by trie node (index 0 unused). */
   c: (string | undefined)[] | undefined;
-  /** Prefilter results by trie node: 1 = a required literal occurs, 2 = none does. */
-  u?: Uint8Array | undefined;
 }
 
 export interface Entry {
@@ -39,7 +38,7 @@ export interface Entry {
 }
 
 export function newEntry(key: string, full: string, value: string): Entry {
-  return { key, full, box: { v: value, c: undefined, u: undefined }, uk: undefined };
+  return { key, full, box: { v: value, c: undefined }, uk: undefined };
 }
 
 export interface DynVar {
@@ -81,6 +80,15 @@ export interface Intervention {
   phase: number | undefined;
 }
 
+
+/** The union of the prefilter bits of a source's first `length` values (its list, or its single entry). */
+interface PrefilterUnion {
+  readonly source: object;
+  length: number;
+  readonly bits: Int32Array;
+  /** Transaction.phaseRun when it was last brought up to date. */
+  phase: number;
+}
 
 /** The list collections in Transaction.listAt's order. */
 export const LIST_COLLECTIONS: readonly string[] = [
@@ -165,6 +173,8 @@ export class Transaction {
   /** Single variables by slot (singleSlot()): values and their entries (built on first read). */
   private readonly sv: (string | undefined)[] = [];
   private readonly se: (Entry | undefined)[] = [];
+  /** Prefilter unions by source (RulePrefilter.sources). */
+  private readonly unions: (PrefilterUnion | undefined)[] = [];
   /** READ_FILTERED variables' values by VarRef.cacheSlot, with the length of their list when read. */
   private readonly filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[] = [];
   /** ARGS_NAMES & co, built from their collection as it grows. */
@@ -193,6 +203,8 @@ export class Transaction {
   highestSeverity = 255;
   private readonly started = process.hrtime.bigint();
   private currentPhase = 0;
+  /** Counts evaluatePhase() calls (a list read in one is up to date for the rest of it). */
+  private phaseRun = 0;
 
   constructor(rs: CompiledRuleSet, id?: string) {
     this.rs = rs;
@@ -222,9 +234,9 @@ export class Transaction {
   private storeIn(c: Map<string, DynVar>, key: string, lk: string, value: string): void {
     const v = c.get(lk);
     if (v) {
-      v.box = { v: value, c: undefined, u: undefined };
+      v.box = { v: value, c: undefined };
       v.entry = undefined;
-    } else c.set(lk, { key, box: { v: value, c: undefined, u: undefined }, entry: undefined });
+    } else c.set(lk, { key, box: { v: value, c: undefined }, entry: undefined });
   }
 
   setTx(key: string, value: string): void {
@@ -279,7 +291,7 @@ export class Transaction {
     }
     for (let k = names.length; k < list.length; k++) {
       const key = list[k]!.key;
-      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined, u: undefined }, uk: undefined });
+      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined }, uk: undefined });
     }
     return names;
   }
@@ -361,7 +373,7 @@ export class Transaction {
   addArgument(origin: 'GET' | 'POST' | 'JSON', key: string, value: string): boolean {
     const limit = this.rs.config.argumentsLimit;
     if (limit !== undefined && this.args.length >= limit) return false;
-    const box: ValueBox = { v: value, c: undefined, u: undefined };
+    const box: ValueBox = { v: value, c: undefined };
     this.args.push({ key, full: `ARGS:${key}`, box, uk: undefined });
     if (origin === 'GET') this.argsGet.push({ key, full: `ARGS_GET:${key}`, box, uk: undefined });
     else if (origin === 'POST') this.argsPost.push({ key, full: `ARGS_POST:${key}`, box, uk: undefined });
@@ -418,20 +430,6 @@ export class Transaction {
     return out;
   }
 
-  /** Whether a value (at chain node `node`) contains a required literal of some regex of that node. */
-  private mayMatch(box: ValueBox, node: number, value: string): boolean {
-    let u = box.u;
-    if (u === undefined) {
-      u = new Uint8Array(this.rs.transformations.length);
-      box.u = u;
-    }
-    const known = u[node]!;
-    if (known !== 0) return known === 1;
-    const hit = this.rs.prefilters[node]!.test(value);
-    u[node] = hit ? 1 : 2;
-    return hit;
-  }
-
   // ------------------------------------------------------------------ phases
 
   engineState(): 'On' | 'Off' | 'DetectionOnly' {
@@ -441,6 +439,7 @@ export class Transaction {
   /** RulesSet::evaluate for one phase (0-5). */
   evaluatePhase(phase: number): void {
     this.currentPhase = phase;
+    this.phaseRun++;
     if (this.allowType === ALLOW_ALL && phase !== 5) return;
     if (this.allowType === ALLOW_REQUEST && phase <= 2) return;
     this.allowType = NONE_ALLOW;
@@ -574,6 +573,8 @@ export class Transaction {
 
   /** The variables and the operator of a rule: true when some value matched. */
   private scan(rule: CompiledRule, msg: MutableMessage): boolean {
+    // no value holds a literal the operator needs: the rule cannot match (exclusions only remove values)
+    if (rule.prefilter !== undefined && !this.someMayMatch(rule, rule.prefilter)) return false;
     const removals = this.ruleRemoveTargetById.length > 0 || this.ruleRemoveTargetByTag.length > 0;
     const hasExclusions = rule.exclusions.length > 0;
     let globalRet = false;
@@ -592,23 +593,11 @@ export class Transaction {
           if (v !== undefined && this.checkEntry(rule, msg, this.dynamicEntry('TX', ref.key, v), hasExclusions, removals)) globalRet = true;
           continue;
         }
-        // a whole list collection is read in place (a snapshot of its length, as ModSecurity copies it)
         case READ_LIST:
-          list = this.listAt(ref.index);
-          break;
         case READ_NAMES:
-          list = this.namesOf(ref.name, this.listAt(ref.index));
+        case READ_FILTERED:
+          list = this.listRead(ref, rule);
           break;
-        case READ_FILTERED: {
-          const length = this.listAt(ref.index).length;
-          let cached = this.filteredLists[ref.cacheSlot];
-          if (cached === undefined || cached.length !== length) {
-            cached = { length, entries: this.resolved(ref, rule) };
-            this.filteredLists[ref.cacheSlot] = cached;
-          }
-          list = cached.entries;
-          break;
-        }
         case READ_XML:
           if (this.xmlDocument === undefined) continue;
           list = this.resolved(ref, rule);
@@ -622,6 +611,68 @@ export class Transaction {
       }
     }
     return globalRet;
+  }
+
+  /**
+   * READ_LIST, READ_NAMES, READ_FILTERED: the list, read in place (a snapshot of its length, as
+   * ModSecurity copies it).
+   */
+  private listRead(ref: VarRef, rule: CompiledRule): readonly Entry[] {
+    if (ref.kind === READ_LIST) return this.listAt(ref.index);
+    if (ref.kind === READ_NAMES) return this.namesOf(ref.name, this.listAt(ref.index));
+    const length = this.listAt(ref.index).length;
+    let cached = this.filteredLists[ref.cacheSlot];
+    if (cached === undefined || cached.length !== length) {
+      cached = { length, entries: this.resolved(ref, rule) };
+      this.filteredLists[ref.cacheSlot] = cached;
+    }
+    return cached.entries;
+  }
+
+  /**
+   * Whether some value of the rule's variables contains a literal its operator needs. Each
+   * variable answers from the union of its values' prefilter bits, kept per source (variable and
+   * chain node) and extended as a list grows, so a rule that cannot match costs a few reads
+   * instead of one operator run per value.
+   */
+  private someMayMatch(rule: CompiledRule, prefilter: RulePrefilter): boolean {
+    const refs = rule.refs;
+    for (let vi = 0; vi < refs.length; vi++) {
+      const ref = refs[vi]!;
+      if (ref.kind === READ_XML) {
+        if (this.xmlDocument === undefined) continue;
+        return true;
+      }
+      if ((this.sourceBits(prefilter.sources[vi]!, ref, rule)[prefilter.words[vi]!]! & prefilter.masks[vi]!) !== 0) return true;
+    }
+    return false;
+  }
+
+  /** The union of the prefilter bits of a source's values (read through `ref`). */
+  private sourceBits(slot: number, ref: VarRef, rule: CompiledRule): Int32Array {
+    let union = this.unions[slot];
+    const prefilter = this.rs.prefilter;
+    if (union !== undefined && union.phase === this.phaseRun && prefilter.changing[slot] === 0) return union.bits;
+    const scanner = prefilter.scanners[slot]!;
+    const node = prefilter.nodes[slot]!;
+    if (ref.kind === READ_SINGLE) {
+      const entry = this.singleAt(ref.index, ref.name);
+      if (union === undefined || union.source !== entry) {
+        union = { source: entry, length: 1, bits: new Int32Array(scanner.words), phase: 0 };
+        scanner.scan(this.transformed(entry.box, node), union.bits);
+        this.unions[slot] = union;
+      }
+      return union.bits;
+    }
+    const list = this.listRead(ref, rule);
+    if (union === undefined || union.source !== list) {
+      union = { source: list, length: 0, bits: new Int32Array(scanner.words), phase: 0 };
+      this.unions[slot] = union;
+    }
+    for (let k = union.length; k < list.length; k++) scanner.scan(this.transformed(list[k]!.box, node), union.bits);
+    union.length = list.length;
+    union.phase = this.phaseRun;
+    return union.bits;
   }
 
   private resolved(ref: VarRef, rule: CompiledRule): Entry[] {
@@ -638,9 +689,7 @@ export class Transaction {
     let matched = false;
     if (!rule.multiMatch) {
       const value = this.transformed(entry.box, rule.tnode);
-      // no required literal of this rule's regex in the value: it cannot match, do not run it
-      const hit = rule.prefiltered && !this.mayMatch(entry.box, rule.tnode, value) ? false : op.run(this, rule, value);
-      if (hit !== op.negated) {
+      if (op.run(this, rule, value) !== op.negated) {
         this.onMatch(rule, msg, entry, value);
         matched = true;
       }
@@ -670,8 +719,8 @@ export class Transaction {
     const key = entry.full;
     this.matchedVar = value;
     this.matchedVarName = key;
-    this.matchedVars.push({ key, full: `MATCHED_VARS:${key}`, box: { v: value, c: undefined, u: undefined }, uk: undefined });
-    this.matchedVarsNames.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined, u: undefined }, uk: undefined });
+    this.matchedVars.push({ key, full: `MATCHED_VARS:${key}`, box: { v: value, c: undefined }, uk: undefined });
+    this.matchedVarsNames.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined }, uk: undefined });
     msg.matchedVar = key;
     // executeActionsIndependentOfChainedRuleResult
     for (const sv of rule.setvars) this.setVar(sv, rule);

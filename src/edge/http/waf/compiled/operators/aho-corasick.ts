@@ -5,86 +5,109 @@
  * one class for every other byte), stored as one Int32Array.
  */
 
+/** A deterministic Aho-Corasick automaton over byte classes, ASCII case-insensitive. */
+export interface Automaton {
+  /** Byte -> class: the bytes that occur in some pattern (lower-cased), plus class 0 for every other byte. */
+  readonly classOf: Uint8Array;
+  readonly classCount: number;
+  /** next[state * classCount + cls] = next state (Uint16Array when the states fit: half the cache lines). */
+  readonly next: Int32Array | Uint16Array;
+  readonly states: number;
+  /** Failure link per state. */
+  readonly fail: Int32Array;
+  /** The states in breadth-first order (a state's failure state comes before it). */
+  readonly order: readonly number[];
+  /** Per state: the indexes of the patterns that end exactly there (undefined: none). */
+  readonly ends: readonly (number[] | undefined)[];
+}
+
+function lower(c: number): number {
+  return c >= 0x41 && c <= 0x5a ? c + 0x20 : c;
+}
+
+/** Builds the automaton of non-empty patterns (latin1 strings). */
+export function buildAutomaton(patterns: readonly string[]): Automaton {
+  const classOf = new Uint8Array(256);
+  let classes = 1; // class 0: bytes that occur in no pattern
+  const seen = new Map<number, number>();
+  for (const p of patterns) {
+    for (let i = 0; i < p.length; i++) {
+      const c = lower(p.charCodeAt(i) & 0xff);
+      if (!seen.has(c)) {
+        if (classes >= 255) throw new Error('too many distinct bytes in the patterns');
+        seen.set(c, classes++);
+      }
+    }
+  }
+  for (let c = 0; c < 256; c++) classOf[c] = seen.get(lower(c)) ?? 0;
+  // trie
+  const goto: Map<number, number>[] = [new Map()];
+  const ends: (number[] | undefined)[] = [undefined];
+  patterns.forEach((p, index) => {
+    if (p.length === 0) throw new Error('an empty pattern would match everywhere');
+    let s = 0;
+    for (let i = 0; i < p.length; i++) {
+      const cls = classOf[p.charCodeAt(i) & 0xff]!;
+      let t = goto[s]!.get(cls);
+      if (t === undefined) {
+        t = goto.length;
+        goto.push(new Map());
+        ends.push(undefined);
+        goto[s]!.set(cls, t);
+      }
+      s = t;
+    }
+    (ends[s] ??= []).push(index);
+  });
+  const n = goto.length;
+  const next = n <= 0xffff ? new Uint16Array(n * classes) : new Int32Array(n * classes);
+  const fail = new Int32Array(n);
+  const order: number[] = [];
+  for (let cls = 0; cls < classes; cls++) {
+    const t = goto[0]!.get(cls);
+    next[cls] = t ?? 0;
+    if (t !== undefined) order.push(t);
+  }
+  for (let q = 0; q < order.length; q++) {
+    const s = order[q]!;
+    for (let cls = 0; cls < classes; cls++) {
+      const t = goto[s]!.get(cls);
+      if (t !== undefined) {
+        fail[t] = next[fail[s]! * classes + cls]!;
+        next[s * classes + cls] = t;
+        order.push(t);
+      } else {
+        next[s * classes + cls] = next[fail[s]! * classes + cls]!;
+      }
+    }
+  }
+  return { classOf, classCount: classes, next, states: n, fail, order, ends };
+}
+
 export class AhoCorasick {
   private readonly classOf: Uint8Array;
   private readonly classCount: number;
-  /** next[state * classCount + cls] = next state. */
-  private readonly next: Int32Array;
-  /** Index of a pattern that ends at this state (longest), or -1. */
+  private readonly next: Int32Array | Uint16Array;
+  /** Index of a pattern that ends at this state (directly or through failure links), or -1. */
   private readonly output: Int32Array;
   private readonly patterns: readonly string[];
   readonly empty: boolean;
 
   constructor(patterns: readonly string[]) {
-    const lower = (c: number): number => (c >= 0x41 && c <= 0x5a ? c + 0x20 : c);
     const list = patterns.filter((p) => p.length > 0);
     this.patterns = list;
     this.empty = list.length === 0;
-    // byte classes
-    const classOf = new Uint8Array(256);
-    let classes = 1; // class 0: bytes that occur in no pattern
-    const seen = new Map<number, number>();
-    for (const p of list) {
-      for (let i = 0; i < p.length; i++) {
-        const c = lower(p.charCodeAt(i) & 0xff);
-        if (!seen.has(c)) {
-          if (classes >= 255) throw new Error('too many distinct bytes in @pm patterns');
-          seen.set(c, classes++);
-        }
-      }
-    }
-    for (let c = 0; c < 256; c++) classOf[c] = seen.get(lower(c)) ?? 0;
-    this.classOf = classOf;
-    this.classCount = classes;
-    // trie
-    const goto: Map<number, number>[] = [new Map()];
-    const out: number[] = [-1];
-    const depth: number[] = [0];
-    list.forEach((p, index) => {
-      let s = 0;
-      for (let i = 0; i < p.length; i++) {
-        const cls = classOf[p.charCodeAt(i) & 0xff]!;
-        let t = goto[s]!.get(cls);
-        if (t === undefined) {
-          t = goto.length;
-          goto.push(new Map());
-          out.push(-1);
-          depth.push(depth[s]! + 1);
-          goto[s]!.set(cls, t);
-        }
-        s = t;
-      }
-      if (out[s] === -1) out[s] = index;
+    const automaton = buildAutomaton(list);
+    this.classOf = automaton.classOf;
+    this.classCount = automaton.classCount;
+    this.next = automaton.next;
+    const output = new Int32Array(automaton.states).fill(-1);
+    automaton.ends.forEach((e, s) => {
+      if (e !== undefined) output[s] = e[0]!;
     });
-    const n = goto.length;
-    const next = new Int32Array(n * classes);
-    const fail = new Int32Array(n);
-    const queue: number[] = [];
-    for (let cls = 0; cls < classes; cls++) {
-      const t = goto[0]!.get(cls);
-      next[cls] = t ?? 0;
-      if (t !== undefined) {
-        fail[t] = 0;
-        queue.push(t);
-      }
-    }
-    for (let q = 0; q < queue.length; q++) {
-      const s = queue[q]!;
-      // an output reachable by failure links also ends here
-      if (out[s] === -1 && out[fail[s]!] !== -1) out[s] = out[fail[s]!]!;
-      for (let cls = 0; cls < classes; cls++) {
-        const t = goto[s]!.get(cls);
-        if (t !== undefined) {
-          fail[t] = next[fail[s]! * classes + cls]!;
-          next[s * classes + cls] = t;
-          queue.push(t);
-        } else {
-          next[s * classes + cls] = next[fail[s]! * classes + cls]!;
-        }
-      }
-    }
-    this.next = next;
-    this.output = Int32Array.from(out);
+    // an output reachable by failure links also ends here
+    for (const s of automaton.order) if (output[s] === -1) output[s] = output[automaton.fail[s]!]!;
+    this.output = output;
   }
 
   /** The first pattern found (by end position), or undefined. */

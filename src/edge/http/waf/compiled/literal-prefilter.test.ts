@@ -1,0 +1,82 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { WafRequest } from '../engine.ts';
+import { compileRuleSet } from './compiler.ts';
+import { CompiledInspector } from './inspector.ts';
+import { LiteralScanner } from './literal-prefilter.ts';
+import type { ScannedRule } from './literal-prefilter.ts';
+
+function bitsOf(scanner: LiteralScanner, input: string): number[] {
+  const out = new Int32Array(scanner.words);
+  scanner.scan(input, out);
+  const rules: number[] = [];
+  for (let j = 0; j < scanner.words * 32; j++) if ((out[j >> 5]! & (1 << (j & 31))) !== 0) rules.push(j);
+  return rules;
+}
+
+test('literal scanner: one pass gives every rule with a literal in the value, overlapping and ASCII case-insensitive', () => {
+  const scanner = new LiteralScanner([['ab', 'xyz'], ['b'], ['abc'], ['q'], ['select']]);
+  assert.deepEqual(bitsOf(scanner, 'XABCX'), [0, 1, 2], 'abc also holds ab and b');
+  assert.deepEqual(bitsOf(scanner, 'a Q'), [3]);
+  assert.deepEqual(bitsOf(scanner, 'SeLeCt'), [4]);
+  assert.deepEqual(bitsOf(scanner, 'nothing here'), []);
+  assert.deepEqual(bitsOf(scanner, ''), []);
+});
+
+test('literal scanner: more than 32 rules, and rules that bring their own test (@pm phrases)', () => {
+  const rules: ScannedRule[] = [];
+  for (let j = 0; j < 40; j++) rules.push([`lit${j}-`]);
+  rules.push({ test: (input) => input.includes('phrase') });
+  const scanner = new LiteralScanner(rules);
+  assert.equal(scanner.words, 2);
+  assert.deepEqual(bitsOf(scanner, 'LIT3- and lit39- and a phrase'), [3, 39, 40]);
+});
+
+const RULES = `
+SecRuleEngine On
+SecRequestBodyAccess On
+SecRule REQUEST_HEADERS:Content-Type "^application/x-www-form-urlencoded" "id:1,phase:1,pass,nolog,ctl:requestBodyProcessor=URLENCODED"
+SecRule ARGS "@rx n[e]edle" "id:10,phase:1,pass,log,msg:'needle in phase 1',t:none,t:lowercase"
+SecRule ARGS "@rx n[e]edle" "id:20,phase:2,pass,log,msg:'needle in phase 2',t:none,t:lowercase"
+SecRule ARGS "@rx n[e]edle" "id:30,phase:2,pass,log,msg:'two needles',t:none,t:lowercase,chain"
+  SecRule MATCHED_VARS "@rx needle-2" "t:none"
+SecRule REQUEST_URI "@pm haystack straw" "id:40,phase:2,pass,log,msg:'pm',t:none,t:urlDecodeUni"
+SecRule ARGS_NAMES|REQUEST_COOKIES "@rx (?i)sel[e]ct" "id:50,phase:2,pass,log,msg:'names and cookies',t:none"
+`;
+
+function request(uri: string, body?: string, headers: [string, string][] = []): WafRequest {
+  const bytes = body === undefined ? undefined : Buffer.from(body);
+  return {
+    clientIp: '192.0.2.1',
+    clientPort: 1234,
+    serverIp: '192.0.2.2',
+    serverPort: 80,
+    method: bytes ? 'POST' : 'GET',
+    uri,
+    httpVersion: '1.1',
+    headers: [['Host', 'example.com'], ...headers, ...(bytes ? ([['Content-Type', 'application/x-www-form-urlencoded'], ['Content-Length', String(bytes.length)]] as [string, string][]) : [])],
+    ...(bytes ? { body: bytes } : {}),
+  };
+}
+
+test('literal prefilter: skipping the rules that cannot match changes no verdict (lists grown by the body, MATCHED_VARS, @pm, names)', () => {
+  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const without = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
+  const cases: [WafRequest, number[]][] = [
+    [request('/?a=hay'), []],
+    [request('/?a=NEEDLE'), [10, 20]],
+    // ARGS read in phase 1 (no needle), then grown by the body: phase 2 must see the new value
+    [request('/?a=hay', 'b=needle'), [20]],
+    // MATCHED_VARS grows during the phase: the chain's second rule reads it after the first matched
+    [request('/?a=hay', 'b=needle-2'), [20, 30]],
+    [request('/find%20the%20Haystack'), [40]],
+    [request('/?SELECT=1', undefined, [['Cookie', 'x=1']]), [50]],
+    [request('/?a=1', undefined, [['Cookie', 'x=select']]), [50]],
+  ];
+  for (const [req, expected] of cases) {
+    const ids = (inspector: CompiledInspector): number[] =>
+      [...new Set(inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.id))].sort((a, b) => a - b);
+    assert.deepEqual(ids(withPrefilter), expected, `${req.uri} ${req.body?.toString() ?? ''}`);
+    assert.deepEqual(ids(without), expected, `${req.uri} ${req.body?.toString() ?? ''} (no prefilter)`);
+  }
+});
