@@ -26,6 +26,7 @@ const isSpace = (c: number): boolean => c === 0x20 || (c >= 0x09 && c <= 0x0d);
 
 /** Builds a binary string from byte codes in chunks (String.fromCharCode has an argument limit). */
 function fromCodes(codes: number[] | Uint8Array, length: number = codes.length): string {
+  if (length === codes.length && length <= 8192) return String.fromCharCode.apply(null, codes as number[]);
   let out = '';
   for (let i = 0; i < length; i += 8192) {
     out += String.fromCharCode.apply(null, Array.prototype.slice.call(codes, i, Math.min(length, i + 8192)) as number[]);
@@ -331,43 +332,20 @@ export function cssDecode(s: string): string {
 
 const CMDLINE_SPECIAL = /["'\\^ ,;\t\r\n/(A-Z]/;
 
+/**
+ * ModSecurity's cmdLine: deletes " ' \ ^, turns each run of space , ; \t \r \n into one space,
+ * drops a space before / or (, lower-cases ASCII. As replacements in that order (a deleted
+ * character does not end a run of spaces in ModSecurity's loop either): V8 runs them natively,
+ * several times faster than a loop over char codes.
+ */
 export function cmdLine(s: string): string {
   if (!CMDLINE_SPECIAL.test(s)) return s;
-  const out: number[] = [];
-  let space = false;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    switch (c) {
-      case 0x22:
-      case 0x27:
-      case 0x5c:
-      case 0x5e:
-        break;
-      case 0x20:
-      case 0x2c:
-      case 0x3b:
-      case 0x09:
-      case 0x0d:
-      case 0x0a:
-        if (!space) {
-          out.push(0x20);
-          space = true;
-        }
-        break;
-      case 0x2f:
-      case 0x28:
-        if (space) out.pop();
-        space = false;
-        out.push(c);
-        break;
-      default:
-        out.push(c >= 0x41 && c <= 0x5a ? c + 0x20 : c);
-        space = false;
-    }
-  }
-  const r = fromCodes(out);
-  return r === s ? s : r;
+  const out = lowercase(s.replace(CMDLINE_DELETED, '').replace(CMDLINE_SPACES, ' ').replace(CMDLINE_SPACE_BEFORE, ''));
+  return out === s ? s : out;
 }
+const CMDLINE_DELETED = /["'\\^]+/g;
+const CMDLINE_SPACES = /[ ,;\t\r\n]+/g;
+const CMDLINE_SPACE_BEFORE = / (?=[/(])/g;
 
 export function compressWhitespace(s: string): string {
   if (!/[\t-\r ]/.test(s)) return s;
@@ -460,6 +438,8 @@ export function removeComments(s: string): string {
 export function normalizePathImpl(s: string, win: boolean): string {
   const len = s.length;
   if (len <= 0) return s;
+  // without a (back)slash only a final '.' can change (the loop below copies everything else)
+  if (s.charCodeAt(len - 1) !== 0x2e && s.indexOf('/') < 0 && !(win && s.indexOf('\\') >= 0)) return s;
   const b: number[] = new Array(len + 1);
   for (let k = 0; k < len; k++) b[k] = s.charCodeAt(k);
   b[len] = 0;

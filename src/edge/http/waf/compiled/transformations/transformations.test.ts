@@ -29,6 +29,7 @@ test('transformations: byte semantics of ModSecurity v3', () => {
   assert.equal(jsDecode('\\x41\\u0042\\101\\n\\q'), 'AB' + 'A' + '\n' + 'q');
   assert.equal(cssDecode('\\41 b\\0 c'), 'Ab', 'a decoded NUL ends the value');
   assert.equal(cmdLine('C:\\Win"d"ows ; ^dir  /x'), 'c:windows dir/x');
+  assert.equal(cmdLine('a " ;b ,(c'), 'a b(c', 'a deleted quote does not end a run of spaces');
   assert.equal(compressWhitespace('a \t\n b\xa0c'), 'a b\xa0c');
   assert.equal(removeWhitespace('a b\xa0c\xc2d'), 'abcd');
   assert.equal(removeNulls('a\0b'), 'ab');
@@ -36,6 +37,8 @@ test('transformations: byte semantics of ModSecurity v3', () => {
   assert.equal(removeComments('a/*x*/b -- c'), 'ab ');
   assert.equal(normalizePath('/a/./b/../../c//d/'), '/c/d/');
   assert.equal(normalizePathWin('\\a\\..\\b'), '/b');
+  assert.equal(normalizePath('.'), '', 'without a slash only a final dot can change');
+  assert.equal(normalizePath('x.y'), 'x.y');
   assert.equal(utf8toUnicode('\xc3\xa9x'), '%u00e9x');
   assert.equal(utf8toUnicode('\xc3('), '(', 'the lead byte of a broken sequence is dropped');
   assert.equal(base64Decode('SGVsbG8='), 'Hello');
