@@ -37,8 +37,11 @@ export class LiteralScanner {
   readonly words: number;
   private readonly classOf: Uint8Array;
   private readonly classCount: number;
-  /** next[state * classCount + cls] = next state. */
-  private readonly next: Uint16Array | Int32Array;
+  /**
+   * row[state * classCount + cls] = next state * classCount (the start of its row), bit-inverted
+   * when the next state ends a literal: one read per byte in the loop.
+   */
+  private readonly row: Int32Array;
   /** Per state: offset of its rule bit set in `masks`, or -1 when no literal ends there. */
   private readonly maskAt: Int32Array;
   private readonly masks: Int32Array;
@@ -75,7 +78,6 @@ export class LiteralScanner {
     const automaton = buildAutomaton(literals);
     this.classOf = automaton.classOf;
     this.classCount = automaton.classCount;
-    this.next = automaton.next;
     // a state's rules as a bit set, with those of its failure state (shorter literals ending there too)
     const bitsAt: (Int32Array | undefined)[] = automaton.ends.map((e) => {
       if (e === undefined) return undefined;
@@ -97,6 +99,12 @@ export class LiteralScanner {
       for (let w = 0; w < words; w++) masks.push(bits[w]!);
     });
     this.maskAt = maskAt;
+    const row = new Int32Array(automaton.next.length);
+    for (let k = 0; k < row.length; k++) {
+      const target = automaton.next[k]!;
+      row[k] = maskAt[target]! >= 0 ? ~(target * this.classCount) : target * this.classCount;
+    }
+    this.row = row;
     this.masks = Int32Array.from(masks);
     const all = new Set(literalsByRule.flat().map((l) => l.toLowerCase()));
     this.gate = all.size === 0 ? undefined : new RegExp([...all].map(escapeLiteral).join('|'), 'i');
@@ -112,12 +120,17 @@ export class LiteralScanner {
   }
 
   private scanLiterals(input: string, out: Int32Array): void {
-    const { classOf, classCount, next, maskAt, masks, words } = this;
+    const { classOf, classCount, row, maskAt, masks, words } = this;
     let s = 0;
     for (let i = 0; i < input.length; i++) {
-      s = next[s * classCount + classOf[input.charCodeAt(i) & 0xff]!]!;
-      const m = maskAt[s]!;
-      if (m >= 0) for (let w = 0; w < words; w++) out[w]! |= masks[m + w]!;
+      const t = row[s + classOf[input.charCodeAt(i) & 0xff]!]!;
+      if (t >= 0) {
+        s = t;
+        continue;
+      }
+      s = ~t;
+      const m = maskAt[s / classCount]!;
+      for (let w = 0; w < words; w++) out[w]! |= masks[m + w]!;
     }
   }
 }
