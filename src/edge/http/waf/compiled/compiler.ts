@@ -22,7 +22,7 @@ import type {
   VarRef,
   VarResolver,
 } from './program.ts';
-import { READ_FILTERED, READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
+import { LIST_COLLECTIONS, READ_FILTERED, READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import { compileOperator } from './operators/index.ts';
 import { compileKeyRegex } from './regex/runtime.ts';
 import { buildLiteralPrefilters } from './literal-prefilter.ts';
@@ -31,8 +31,6 @@ import type { ActionSpec, Directive, VariableSpec } from './seclang/parser.ts';
 import { TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
 import type { Transaction } from './transaction.ts';
 import { compileVariable, keyExclusionsFor, lowerAscii } from './variables.ts';
-// after variables.ts, which reads LIST_COLLECTIONS as it loads (the two modules import each other)
-import { LIST_COLLECTIONS } from './transaction.ts';
 
 /** One piece of SecLang to load (same shape as modsecurity-config.ts's RulesSource). */
 export type CompileSource = { readonly text: string; readonly name: string } | { readonly file: string };

@@ -191,6 +191,7 @@ export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLi
     const literals = operatorLiterals(rule);
     if (literals === undefined) continue;
     if (!rule.refs.every((ref) => SCANNABLE.has(ref.kind) || ref.kind === READ_XML)) continue;
+    literalsOf.set(rule, literals);
     const n = rule.refs.length;
     const prefilter = { sources: new Int32Array(n).fill(-1), words: new Int32Array(n), masks: new Int32Array(n) };
     rule.refs.forEach((ref, vi) => {
@@ -204,7 +205,6 @@ export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLi
       }
       const j = source.rules.length;
       source.rules.push(rule);
-      literalsOf.set(rule, literals);
       prefilter.sources[vi] = source.slot;
       prefilter.words[vi] = j >> 5;
       prefilter.masks[vi] = 1 << (j & 31);

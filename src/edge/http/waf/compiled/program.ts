@@ -45,6 +45,33 @@ export type DirectRead =
   | { readonly kind: typeof READ_FILTERED; readonly list: number; readonly filter: string }
   | { readonly kind: typeof READ_XML };
 
+/**
+ * The list collections in Transaction.listAt's order (DirectRead.list and VarRef.index are
+ * indexes into it).
+ */
+export const LIST_COLLECTIONS: readonly string[] = [
+  'ARGS',
+  'ARGS_GET',
+  'ARGS_POST',
+  'REQUEST_HEADERS',
+  'REQUEST_HEADERS_NAMES',
+  'REQUEST_COOKIES',
+  'REQUEST_COOKIES_NAMES',
+  'FILES',
+  'FILES_NAMES',
+  'FILES_SIZES',
+  'FILES_TMPNAMES',
+  'FILES_TMP_CONTENT',
+  'MULTIPART_FILENAME',
+  'MULTIPART_NAME',
+  'MULTIPART_PART_HEADERS',
+  'MATCHED_VARS',
+  'MATCHED_VARS_NAMES',
+  'RESPONSE_HEADERS',
+  'RESPONSE_HEADERS_NAMES',
+  'GEO',
+];
+
 export const READ_RESOLVE = 0;
 export const READ_LIST = 1;
 export const READ_NAMES = 2;

@@ -90,30 +90,6 @@ interface PrefilterUnion {
   phase: number;
 }
 
-/** The list collections in Transaction.listAt's order. */
-export const LIST_COLLECTIONS: readonly string[] = [
-  'ARGS',
-  'ARGS_GET',
-  'ARGS_POST',
-  'REQUEST_HEADERS',
-  'REQUEST_HEADERS_NAMES',
-  'REQUEST_COOKIES',
-  'REQUEST_COOKIES_NAMES',
-  'FILES',
-  'FILES_NAMES',
-  'FILES_SIZES',
-  'FILES_TMPNAMES',
-  'FILES_TMP_CONTENT',
-  'MULTIPART_FILENAME',
-  'MULTIPART_NAME',
-  'MULTIPART_PART_HEADERS',
-  'MATCHED_VARS',
-  'MATCHED_VARS_NAMES',
-  'RESPONSE_HEADERS',
-  'RESPONSE_HEADERS_NAMES',
-  'GEO',
-];
-
 /** Slots of single variables, process-wide; the computed ones (never cached) come first. */
 const SLOTS = new Map<string, number>();
 for (const name of ['DURATION', 'HIGHEST_SEVERITY', 'TIME_EPOCH', 'MATCHED_VAR', 'MATCHED_VAR_NAME']) SLOTS.set(name, SLOTS.size);

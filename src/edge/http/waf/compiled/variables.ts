@@ -5,12 +5,12 @@
  * (case-insensitively) from whole-collection and regex reads, `&COLL` counts, and each value
  * carries the "COLLECTION:key" name that ctl:ruleRemoveTargetById compares byte for byte.
  */
-import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
+import { LIST_COLLECTIONS, READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import type { DirectRead, VarResolver } from './program.ts';
 import { compileKeyRegex } from './regex/runtime.ts';
 import type { KeyRegex } from './regex/runtime.ts';
 import type { VariableSpec } from './seclang/parser.ts';
-import { LIST_COLLECTIONS, newEntry, singleSlot } from './transaction.ts';
+import { newEntry, singleSlot } from './transaction.ts';
 import type { Entry, Transaction } from './transaction.ts';
 
 /** Collections stored as lists of entries on the transaction (ModSecurity's AnchoredSetVariable). */

@@ -2,7 +2,8 @@
  * Case-insensitive (ASCII) multi-pattern search for @pm / @pmFromFile, as ModSecurity's acmp:
  * "does any pattern occur in the input", with the matched pattern for capture. Linear in the
  * input: a deterministic automaton over byte classes (the bytes that occur in some pattern, plus
- * one class for every other byte), stored as one Int32Array.
+ * one class for every other byte), stored as one transition table; buildAutomaton is shared with
+ * the literal prefilters (literal-prefilter.ts).
  */
 
 /** A deterministic Aho-Corasick automaton over byte classes, ASCII case-insensitive. */
