@@ -118,7 +118,7 @@ export interface CompiledOperator {
   /** @rx with a static pattern: the compiled expression. */
   readonly regex?: unknown;
   /** @pm/@pmFromFile: whether one of its phrases occurs (exactly when it matches). */
-  readonly phrases?: { readonly test: (input: string) => boolean } | undefined;
+  readonly phrases?: { readonly test: (input: string) => boolean; readonly list: readonly string[] } | undefined;
   /** Evaluates (without negation). `capture`: the rule has the capture action. */
   run(tx: Transaction, rule: CompiledRule, input: string): boolean;
 }

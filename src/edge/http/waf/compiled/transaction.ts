@@ -81,15 +81,6 @@ export interface Intervention {
 }
 
 
-/** The union of the prefilter bits of a source's first `length` values (its list, or its single entry). */
-interface PrefilterUnion {
-  readonly source: object;
-  length: number;
-  readonly bits: Int32Array;
-  /** Transaction.phaseRun when it was last brought up to date. */
-  phase: number;
-}
-
 /** Slots of single variables, process-wide; the computed ones (never cached) come first. */
 const SLOTS = new Map<string, number>();
 for (const name of ['DURATION', 'HIGHEST_SEVERITY', 'TIME_EPOCH', 'MATCHED_VAR', 'MATCHED_VAR_NAME']) SLOTS.set(name, SLOTS.size);
@@ -105,6 +96,8 @@ export function singleSlot(name: string): number {
 }
 
 const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
+/** Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to date for. */
+const UNION_HEADER = 2;
 const NONE_ALLOW = 0;
 const ALLOW_ALL = 1; // FromNowOnAllowType
 const ALLOW_REQUEST = 2; // RequestAllowType
@@ -149,8 +142,19 @@ export class Transaction {
   /** Single variables by slot (singleSlot()): values and their entries (built on first read). */
   private readonly sv: (string | undefined)[] = [];
   private readonly se: (Entry | undefined)[] = [];
-  /** Prefilter unions by source (RulePrefilter.sources). */
-  private readonly unions: (PrefilterUnion | undefined)[] = [];
+  /**
+   * Per prefilter source (RulePrefilter.sources): the union of the bits of its first `length`
+   * values, in `UNION_HEADER + words` cells from slot * stride: [length, phaseRun when brought
+   * up to date, bits...]. One array per transaction (allocated on first use), not one per source.
+   */
+  private unions: Int32Array | undefined;
+  /** Per source: what its union was computed from (its list, or its single entry). */
+  private readonly unionSources: (object | undefined)[] = [];
+  /** Rule bits of the strings scanned in this transaction, `words` cells each (literalBits()). */
+  private scannedBits: Int32Array | undefined;
+  private scannedCount = 0;
+  /** literalBits() by string: its offset in scannedBits. */
+  private readonly scanned = new Map<string, number>();
   /** READ_FILTERED variables' values by VarRef.cacheSlot, with the length of their list when read. */
   private readonly filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[] = [];
   /** ARGS_NAMES & co, built from their collection as it grows. */
@@ -613,42 +617,76 @@ export class Transaction {
    */
   private someMayMatch(rule: CompiledRule, prefilter: RulePrefilter): boolean {
     const refs = rule.refs;
+    const { word, mask } = prefilter;
     for (let vi = 0; vi < refs.length; vi++) {
       const ref = refs[vi]!;
       if (ref.kind === READ_XML) {
         if (this.xmlDocument === undefined) continue;
         return true;
       }
-      if ((this.sourceBits(prefilter.sources[vi]!, ref, rule)[prefilter.words[vi]!]! & prefilter.masks[vi]!) !== 0) return true;
+      const at = this.sourceBits(prefilter.sources[vi]!, ref, rule);
+      if ((this.unions![at + word]! & mask) !== 0) return true;
     }
     return false;
   }
 
-  /** The union of the prefilter bits of a source's values (read through `ref`). */
-  private sourceBits(slot: number, ref: VarRef, rule: CompiledRule): Int32Array {
-    let union = this.unions[slot];
+  /** The union of the prefilter bits of a source's values (read through `ref`): its offset in `unions`. */
+  private sourceBits(slot: number, ref: VarRef, rule: CompiledRule): number {
     const prefilter = this.rs.prefilter;
-    if (union !== undefined && union.phase === this.phaseRun && prefilter.changing[slot] === 0) return union.bits;
-    const scanner = prefilter.scanners[slot]!;
+    const words = prefilter.scanner.words;
+    const stride = words + UNION_HEADER;
+    const unions = (this.unions ??= new Int32Array(prefilter.nodes.length * stride));
+    const at = slot * stride;
+    const source = this.unionSources[slot];
+    if (source !== undefined && unions[at + 1] === this.phaseRun && prefilter.changing[slot] === 0) return at + UNION_HEADER;
     const node = prefilter.nodes[slot]!;
     if (ref.kind === READ_SINGLE) {
       const entry = this.singleAt(ref.index, ref.name);
-      if (union === undefined || union.source !== entry) {
-        union = { source: entry, length: 1, bits: new Int32Array(scanner.words), phase: 0 };
-        scanner.scan(this.transformed(entry.box, node), union.bits);
-        this.unions[slot] = union;
+      if (source !== entry) {
+        this.unionSources[slot] = entry;
+        const found = this.literalBits(this.transformed(entry.box, node));
+        const scanned = this.scannedBits!;
+        for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w] = scanned[found + w]!;
       }
-      return union.bits;
+      return at + UNION_HEADER;
     }
     const list = this.listRead(ref, rule);
-    if (union === undefined || union.source !== list) {
-      union = { source: list, length: 0, bits: new Int32Array(scanner.words), phase: 0 };
-      this.unions[slot] = union;
+    if (source !== list) {
+      this.unionSources[slot] = list;
+      unions.fill(0, at, at + stride);
     }
-    for (let k = union.length; k < list.length; k++) scanner.scan(this.transformed(list[k]!.box, node), union.bits);
-    union.length = list.length;
-    union.phase = this.phaseRun;
-    return union.bits;
+    for (let k = unions[at]!; k < list.length; k++) {
+      const found = this.literalBits(this.transformed(list[k]!.box, node));
+      const scanned = this.scannedBits!;
+      for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
+    }
+    unions[at] = list.length;
+    unions[at + 1] = this.phaseRun;
+    return at + UNION_HEADER;
+  }
+
+  /**
+   * The bits of the rules with a literal in `value` (their offset in scannedBits), scanned once
+   * per distinct string: most transformation chains leave a benign value as it is, so the same
+   * string comes back under many sources. Kept for this transaction only.
+   */
+  private literalBits(value: string): number {
+    let offset = this.scanned.get(value);
+    if (offset === undefined) {
+      const scanner = this.rs.prefilter.scanner;
+      const words = scanner.words;
+      offset = this.scannedCount * words;
+      let pool = this.scannedBits;
+      if (pool === undefined || pool.length < offset + words) {
+        const grown = new Int32Array(Math.max(64 * words, 2 * (offset + words)));
+        if (pool !== undefined) grown.set(pool);
+        pool = this.scannedBits = grown;
+      }
+      scanner.scan(value, pool, offset);
+      this.scannedCount++;
+      this.scanned.set(value, offset);
+    }
+    return offset;
   }
 
   private resolved(ref: VarRef, rule: CompiledRule): Entry[] {
