@@ -98,22 +98,41 @@ class Token {
 }
 
 let words: ReadonlyMap<string, string> | undefined;
+/**
+ * For each word in the table, a flag at wordHash(word): a word whose flag is clear is in no
+ * table, known without building its upper-cased copy (most words of benign input).
+ */
+const WORD_FLAGS = new Uint8Array(1 << 16);
+
+/** Hash of a word's length, first two and last bytes, ASCII case-insensitive. */
+function wordHash(s: string): number {
+  const n = s.length;
+  const c0 = s.charCodeAt(0) & 0xdf;
+  const c1 = n > 1 ? s.charCodeAt(1) & 0xdf : 0;
+  const cl = s.charCodeAt(n - 1) & 0xdf;
+  return (Math.imul(n * 0x3b + c0, 0x9e3779b1) ^ Math.imul(c1 * 0x95 + cl, 0x85ebca6b)) >>> 16;
+}
 
 function table(): ReadonlyMap<string, string> {
-  if (!words) words = loadSqliData().words;
+  if (!words) {
+    words = loadSqliData().words;
+    for (const key of words.keys()) if (key.length > 0) WORD_FLAGS[wordHash(key)] = 1;
+  }
   return words;
 }
 
+/** A NUL or a byte >= 0x80: such a word is in no table. */
+const NOT_A_KEYWORD = /[\0\x80-\uffff]/;
+
 /** libinjection's keyword lookup: ASCII case-insensitive exact match; words with NUL or high bytes never match. */
 function lookupWord(s: string): string {
-  let upper = '';
-  for (let i = 0; i < s.length; i++) {
-    let c = s.charCodeAt(i);
-    if (c === 0 || c >= 0x80) return T_NONE;
-    if (c >= 0x61 && c <= 0x7a) c -= 0x20;
-    upper += String.fromCharCode(c);
-  }
-  return table().get(upper) ?? T_NONE;
+  const t = table();
+  // & 0xdf folds a-z onto A-Z (and other bytes onto others: the hash only needs to agree on the table's keys, which are upper-case)
+  if (s.length === 0) return t.get(s) ?? T_NONE;
+  if (WORD_FLAGS[wordHash(s)] === 0) return T_NONE;
+  if (NOT_A_KEYWORD.test(s)) return T_NONE;
+  // the rest is ASCII, which toUpperCase maps exactly as the C code's a-z -> A-Z
+  return t.get(s.toUpperCase()) ?? T_NONE;
 }
 
 /** cstrcasecmp(UPPER, val, len) === 0 */

@@ -748,6 +748,15 @@ function isXss(s: string, start: number): boolean {
 
 /** libinjection_xss: true when the input looks like XSS in any of the five contexts. */
 export function detectXss(input: string): boolean {
+  // Every token that can make an input XSS needs a '<' (a tag, a comment, a doctype) or an '='
+  // (an attribute's value: the tokenizer reaches a value only through '='; the quoted contexts
+  // start with a value, but no attribute name precedes it). Most benign values have neither.
+  if (input.indexOf('<') < 0 && input.indexOf('=') < 0) return false;
+  return tokenizesAsXss(input);
+}
+
+/** detectXss without its shortcut (tests compare the two). */
+export function tokenizesAsXss(input: string): boolean {
   return (
     isXss(input, START_DATA) ||
     isXss(input, START_VALUE_NO_QUOTE) ||
