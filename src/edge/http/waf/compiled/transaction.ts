@@ -126,8 +126,14 @@ export class Transaction {
   multipartFilename: Entry[] = [];
   multipartName: Entry[] = [];
   multipartPartHeaders: Entry[] = [];
-  matchedVars: Entry[] = [];
-  matchedVarsNames: Entry[] = [];
+  /**
+   * MATCHED_VARS as names and values; their entries are built only when a rule reads the list
+   * (matchedList()): most matches (paranoia gates, initialisation checks) are never read back.
+   */
+  private matchedKeys: string[] = [];
+  private matchedValues: string[] = [];
+  private matchedVars: Entry[] = [];
+  private matchedVarsNames: Entry[] = [];
   responseHeaders: Entry[] = [];
   responseHeadersNames: Entry[] = [];
   geo: Entry[] = [];
@@ -253,8 +259,8 @@ export class Transaction {
       case 12: return this.multipartFilename;
       case 13: return this.multipartName;
       case 14: return this.multipartPartHeaders;
-      case 15: return this.matchedVars;
-      case 16: return this.matchedVarsNames;
+      case 15: return this.matchedList(false);
+      case 16: return this.matchedList(true);
       case 17: return this.responseHeaders;
       case 18: return this.responseHeadersNames;
       case 19: return this.geo;
@@ -733,8 +739,8 @@ export class Transaction {
     const key = entry.full;
     this.matchedVar = value;
     this.matchedVarName = key;
-    this.matchedVars.push({ key, full: `MATCHED_VARS:${key}`, box: { v: value, c: undefined }, uk: undefined });
-    this.matchedVarsNames.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined }, uk: undefined });
+    this.matchedKeys.push(key);
+    this.matchedValues.push(value);
     msg.matchedVar = key;
     // executeActionsIndependentOfChainedRuleResult
     for (const sv of rule.setvars) this.setVar(sv, rule);
@@ -750,8 +756,25 @@ export class Transaction {
   private cleanMatchedVars(): void {
     this.matchedVar = undefined;
     this.matchedVarName = undefined;
+    if (this.matchedKeys.length > 0) {
+      this.matchedKeys = [];
+      this.matchedValues = [];
+    }
+    // a new list (not emptied in place): readers holding the old one see it unchanged, as with ModSecurity's copy
     if (this.matchedVars.length > 0) this.matchedVars = [];
     if (this.matchedVarsNames.length > 0) this.matchedVarsNames = [];
+  }
+
+  /** MATCHED_VARS (or MATCHED_VARS_NAMES) with an entry for every match so far. */
+  private matchedList(names: boolean): Entry[] {
+    const list = names ? this.matchedVarsNames : this.matchedVars;
+    const keys = this.matchedKeys;
+    for (let k = list.length; k < keys.length; k++) {
+      const key = keys[k]!;
+      if (names) list.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined }, uk: undefined });
+      else list.push({ key, full: `MATCHED_VARS:${key}`, box: { v: this.matchedValues[k]!, c: undefined }, uk: undefined });
+    }
+    return list;
   }
 
   private applySeverity(rule: CompiledRule, msg: MutableMessage): void {
