@@ -192,6 +192,23 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
       },
     };
   }
+  const txKey = base.direct?.kind === READ_TX_KEY ? base.direct.lowerKey : undefined;
+  if (txKey !== undefined) {
+    // &TX:name (the CRS's "is this setting set?" checks, ~50 per request): present or not, two
+    // constant entries (an entry's value never changes; its cached transformations are pure)
+    const zero = newEntry(fullName, fullName, '0');
+    const one = newEntry(fullName, fullName, '1');
+    return {
+      fullName,
+      collection: spec.collection,
+      key: spec.key,
+      keyRegex: undefined,
+      count: true,
+      resolve(tx, _rule, out) {
+        out.push(tx.txStore.has(txKey) ? one : zero);
+      },
+    };
+  }
   return {
     fullName,
     collection: spec.collection,

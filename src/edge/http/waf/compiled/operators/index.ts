@@ -67,6 +67,17 @@ export function atoll(s: string): number {
 
 /** C++ std::stoi(): like atoll but 0 when out of int range (the exception ModSecurity catches). */
 export function stoi(s: string): number {
+  if (s.length > 0 && s.length < 10) {
+    // fast path: plain small numbers (within int range: fewer than 10 digits)
+    let v = 0;
+    let k = 0;
+    for (; k < s.length; k++) {
+      const c = s.charCodeAt(k);
+      if (c < 0x30 || c > 0x39) break;
+      v = v * 10 + (c - 0x30);
+    }
+    if (k === s.length) return v;
+  }
   const p = parseIntPrefix(s);
   if (!p) return 0;
   const v = Number((p.neg ? '-' : '') + p.digits);
@@ -370,16 +381,22 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
       return { ...base, run: (tx, _r, input) => input.startsWith(paramOf(tx)) };
     case 'endswith':
       return { ...base, run: (tx, _r, input) => input.endsWith(paramOf(tx)) };
-    case 'eq':
-      return { ...base, run: (tx, _r, input) => stoi(input) === stoi(paramOf(tx)) };
+    case 'eq': {
+      // a static operand is converted once (the CRS's paranoia gates and setting checks)
+      const n = staticParam !== undefined ? stoi(staticParam) : undefined;
+      return { ...base, run: (tx, _r, input) => stoi(input) === (n ?? stoi(paramOf(tx))) };
+    }
     case 'ge':
-      return { ...base, run: (tx, _r, input) => atoll(input) >= atoll(paramOf(tx)) };
     case 'gt':
-      return { ...base, run: (tx, _r, input) => atoll(input) > atoll(paramOf(tx)) };
     case 'le':
-      return { ...base, run: (tx, _r, input) => atoll(input) <= atoll(paramOf(tx)) };
-    case 'lt':
-      return { ...base, run: (tx, _r, input) => atoll(input) < atoll(paramOf(tx)) };
+    case 'lt': {
+      const n = staticParam !== undefined ? atoll(staticParam) : undefined;
+      const operand = (tx: Transaction): number => n ?? atoll(paramOf(tx));
+      if (name === 'ge') return { ...base, run: (tx, _r, input) => atoll(input) >= operand(tx) };
+      if (name === 'gt') return { ...base, run: (tx, _r, input) => atoll(input) > operand(tx) };
+      if (name === 'le') return { ...base, run: (tx, _r, input) => atoll(input) <= operand(tx) };
+      return { ...base, run: (tx, _r, input) => atoll(input) < operand(tx) };
+    }
     case 'ipmatch':
     case 'ipmatchf':
     case 'ipmatchfromfile': {
