@@ -18,6 +18,7 @@ import type {
   RuntimeAction,
   SetVarAction,
   TransformationNode,
+  TxCheck,
   UpdateExclusion,
   VarRef,
   VarResolver,
@@ -448,6 +449,8 @@ export interface CompileOptions {
   readonly onFile?: (file: string) => void;
   /** Literal prefilters (literal-prefilter.ts); default true. */
   readonly prefilter?: boolean;
+  /** Plain TX checks run by the loop's short path (program.ts, TxCheck); default true. */
+  readonly txChecks?: boolean;
 
 }
 
@@ -555,6 +558,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               additions: [],
               refs: [],
               prefilter: undefined,
+              txCheck: undefined,
             } as CompiledRule & { tnode: number; tpath: number[] };
             allRules.push(rule);
             if (isChild) {
@@ -630,6 +634,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   // every match adds to MATCHED_VARS and its names
   const growingLists = new Set(['MATCHED_VARS', 'MATCHED_VARS_NAMES'].map((name) => LIST_COLLECTIONS.indexOf(name)));
   const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists);
+  if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase]);
   const markerIndex = phases.map((list) => {
     const m = new Map<string, number[]>();
     list.forEach((e, k) => {
@@ -657,6 +662,30 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     rulesById,
     filteredSlots: slots.size,
   };
+}
+
+const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);
+
+/** The rule as a TxCheck, when it is one (program.ts). */
+function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined): TxCheck | undefined {
+  if (rule.type !== 'rule' || rule.parent !== undefined || rule.chained || rule.multiMatch || rule.capture) return undefined;
+  if (rule.refs.length !== 1 || rule.exclusions.length > 0 || rule.tnode !== 0 || rule.operator === undefined) return undefined;
+  if (rule.tags.length > 0 || rule.severity !== undefined || rule.msg !== undefined || rule.logdata !== undefined || rule.hasBlock) return undefined;
+  if (rule.disruptive !== undefined && rule.disruptive.kind !== 'pass') return undefined;
+  const actions = [...(defaults?.runtime ?? []), ...rule.runtime];
+  if (!actions.every((a) => LOG_ACTIONS.has(a.kind) || a.kind === 'skipAfter')) return undefined;
+  // logs nothing: the last of log/nolog (and their audit forms) says nolog
+  let save = true;
+  for (const a of actions) if (LOG_ACTIONS.has(a.kind)) save = a.kind === 'log' || a.kind === 'auditlog';
+  if (save) return undefined;
+  let marker: string | undefined;
+  for (const a of actions) if (a.kind === 'skipAfter') marker = a.marker;
+  const ref = rule.refs[0]!;
+  const pass = rule.disruptive?.kind === 'pass';
+  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, count: false, matchedName: `TX:${ref.key}`, marker, pass };
+  const counted = ref.resolver.countedTxKey;
+  if (counted !== undefined) return { lowerKey: counted, count: true, matchedName: ref.resolver.fullName, marker, pass };
+  return undefined;
 }
 
 /** `slots`: filter -> cache slot, shared by every rule reading the same filtered list. */

@@ -35,6 +35,8 @@ export interface VarResolver {
   resolve(tx: Transaction, rule: CompiledRule | undefined, out: Entry[]): void;
   /** How the evaluation loop reads the variable without calling `resolve` (see VarRef). */
   readonly direct?: DirectRead | undefined;
+  /** &TX:name without exclusions: the key, lower-cased (whether it exists is the value). */
+  readonly countedTxKey?: string | undefined;
 }
 
 /** A variable the loop reads itself: a whole list, the names of a list, a single slot, a TX key. */
@@ -202,11 +204,31 @@ export interface CompiledRule {
   readonly ver: string;
   /** Whether some value of its variables may match, without running the operator (literal-prefilter.ts). */
   prefilter: RulePrefilter | undefined;
+  /** Set when the rule is a plain check of one TX value (see TxCheck). */
+  txCheck: TxCheck | undefined;
   /** Set by SecRuleUpdateTargetById/ByTag: exclusions and additions (applied at run time like ModSecurity). */
   exclusions: UpdateExclusion[];
   additions: VarResolver[];
   /** variables + additions as the loop reads them (filled when the rule set is complete). */
   refs: VarRef[];
+}
+
+/**
+ * A rule that only tests one TX value (or whether a TX key exists) and, when it matches, sets
+ * variables and may jump, logging nothing: the CRS's paranoia-level gates and "is this setting
+ * set?" checks, about 130 of a request's 280 rule runs. The loop runs them without the message
+ * and action bookkeeping that cannot apply to them (Transaction.evaluateTxCheck); the effects
+ * are the same (MATCHED_VAR*, setvars, skipAfter, pass).
+ */
+export interface TxCheck {
+  readonly lowerKey: string;
+  /** &TX:name: the value is "1" or "0". */
+  readonly count: boolean;
+  /** MATCHED_VAR_NAME when it matches ("TX:name" as the rule wrote it). */
+  readonly matchedName: string;
+  readonly marker: string | undefined;
+  /** Ends with `pass`, which (engine On) clears a pending intervention. */
+  readonly pass: boolean;
 }
 
 /** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */

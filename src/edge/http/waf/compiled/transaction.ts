@@ -14,6 +14,7 @@ import type {
   Expand,
   RuntimeAction,
   SetVarAction,
+  TxCheck,
   VarRef,
 } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
@@ -96,6 +97,7 @@ export function singleSlot(name: string): number {
 }
 
 const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
+const PASS: DisruptiveAction = { kind: 'pass' };
 /** Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to date for. */
 const UNION_HEADER = 2;
 const NONE_ALLOW = 0;
@@ -466,6 +468,7 @@ export class Transaction {
       if (rs.removedTags.length > 0 && this.hasTag(rule, rs.removedTags)) continue;
       if (this.ruleRemoveByTag.length > 0 && this.hasTag(rule, this.ruleRemoveByTag)) continue;
       if (rule.type === 'action') this.evaluateUnconditional(rule);
+      else if (rule.txCheck !== undefined && this.ruleRemoveTargetById.length === 0 && this.ruleRemoveTargetByTag.length === 0) this.evaluateTxCheck(rule, rule.txCheck);
       else this.evaluateRule(rule, this.newMessage(rule));
       if (this.intervention.disruptive) break;
     }
@@ -555,6 +558,39 @@ export class Transaction {
     // performLogging(lastLog = true, chainedParentNull = true)
     if (msg.save && rule.parent === undefined && !rule.multiMatch) this.pushMessage(msg);
     return true;
+  }
+
+  /**
+   * evaluateRule for a TxCheck rule (program.ts), with the same effects: the operator on the TX
+   * value, then MATCHED_VAR*, the setvars, the jump and `pass`; or MATCHED_VARS cleared.
+   */
+  private evaluateTxCheck(rule: CompiledRule, check: TxCheck): void {
+    if (this.ruleRemoveById.length > 0 && this.ruleRemoveById.includes(rule.id)) return;
+    if (this.ruleRemoveByIdRange.length > 0) {
+      for (const [a, b] of this.ruleRemoveByIdRange) if (a <= rule.id && b >= rule.id) return;
+    }
+    let value: string;
+    if (check.count) value = this.txStore.has(check.lowerKey) ? '1' : '0';
+    else {
+      const v = this.txStore.get(check.lowerKey);
+      if (v === undefined) {
+        this.cleanMatchedVars();
+        return;
+      }
+      value = v.box.v;
+    }
+    const op = rule.operator!;
+    if (op.run(this, rule, value) === op.negated) {
+      this.cleanMatchedVars();
+      return;
+    }
+    this.matchedVar = value;
+    this.matchedVarName = check.matchedName;
+    this.matchedKeys.push(check.matchedName);
+    this.matchedValues.push(value);
+    for (const sv of rule.setvars) this.setVar(sv, rule);
+    if (check.marker !== undefined) this.marker = check.marker;
+    if (check.pass && this.engineState() === 'On') this.runDisruptive(PASS, rule, this.msg);
   }
 
   /** The variables and the operator of a rule: true when some value matched. */

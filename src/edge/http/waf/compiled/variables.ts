@@ -204,6 +204,7 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
       key: spec.key,
       keyRegex: undefined,
       count: true,
+      countedTxKey: txKey,
       resolve(tx, _rule, out) {
         out.push(tx.txStore.has(txKey) ? one : zero);
       },
