@@ -43,6 +43,7 @@ SecRule ARGS "@rx n[e]edle" "id:30,phase:2,pass,log,msg:'two needles',t:none,t:l
   SecRule MATCHED_VARS "@rx needle-2" "t:none"
 SecRule REQUEST_URI "@pm haystack straw" "id:40,phase:2,pass,log,msg:'pm',t:none,t:urlDecodeUni"
 SecRule ARGS_NAMES|REQUEST_COOKIES "@rx (?i)sel[e]ct" "id:50,phase:2,pass,log,msg:'names and cookies',t:none"
+SecRule ARGS "@rx n[e]edle" "id:60,phase:3,pass,log,msg:'needle seen from the response phase',t:none,t:lowercase"
 `;
 
 function request(uri: string, body?: string, headers: [string, string][] = []): WafRequest {
@@ -80,4 +81,20 @@ test('literal prefilter: skipping the rules that cannot match changes no verdict
     assert.deepEqual(ids(withPrefilter), expected, `${req.uri} ${req.body?.toString() ?? ''}`);
     assert.deepEqual(ids(without), expected, `${req.uri} ${req.body?.toString() ?? ''} (no prefilter)`);
   }
+});
+
+test('literal prefilter: a finished transaction hands its buffers to the next ones, an open one keeps its own', () => {
+  const inspector = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const settings = { paranoiaLevel: 1, mode: 'LOGGING' } as const;
+  const ids = (matched: readonly { id: number }[]): number[] => [...new Set(matched.map((m) => m.id))].sort((a, b) => a - b);
+  const open = inspector.inspectRequest(request('/?a=NEEDLE'), settings, true);
+  assert.deepEqual(ids(open.verdict.matchedRules), [10, 20]);
+  for (let k = 0; k < 3; k++) {
+    assert.deepEqual(ids(inspector.inspectRequest(request('/?a=hay', 'b=needle-2'), settings).verdict.matchedRules), [20, 30]);
+    assert.deepEqual(ids(inspector.inspectRequest(request('/?a=hay'), settings).verdict.matchedRules), []);
+  }
+  // the open transaction's unions (ARGS lower-cased, from phase 1) survived the others
+  assert.ok(open.open);
+  const response = inspector.inspectResponse(open.open, { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain']], body: Buffer.from('ok') });
+  assert.deepEqual(ids(response.matchedRules), [60]);
 });

@@ -245,6 +245,6 @@ export function firstHeader(tx: Transaction, lowerName: string): string | undefi
 }
 
 export function processLogging(tx: Transaction): void {
-  if (tx.engineState() === 'Off') return;
-  tx.evaluatePhase(5);
+  if (tx.engineState() !== 'Off') tx.evaluatePhase(5);
+  tx.finish();
 }

@@ -105,6 +105,28 @@ const ALLOW_ALL = 1; // FromNowOnAllowType
 const ALLOW_REQUEST = 2; // RequestAllowType
 const ALLOW_PHASE = 3; // PhaseAllowType
 
+/**
+ * Prefilter buffers (Transaction.unions, scannedBits) of finished transactions, by length, for
+ * the next ones: typed arrays of a few KB live outside the V8 heap, and allocating two per
+ * request cost more than filling them. Their content is stale: users zero what they take.
+ */
+const FREE_BUFFERS = new Map<number, Int32Array[]>();
+const FREE_BUFFERS_PER_LENGTH = 16;
+/** Distinct strings a transaction's first scan buffer holds (it grows past that). */
+const SCANNED_STRINGS = 128;
+
+function takeBuffer(length: number): Int32Array {
+  let free = FREE_BUFFERS.get(length);
+  if (free === undefined && FREE_BUFFERS.size < 8) FREE_BUFFERS.set(length, (free = []));
+  return free?.pop() ?? new Int32Array(length);
+}
+
+/** Keeps a buffer for reuse if its length is one transactions ask for (not one grown by a large request). */
+function giveBuffer(buffer: Int32Array): void {
+  const free = FREE_BUFFERS.get(buffer.length);
+  if (free !== undefined && free.length < FREE_BUFFERS_PER_LENGTH) free.push(buffer);
+}
+
 /** Per-process counter for unique ids when the caller gives none. */
 let uniqueCounter = 0;
 
@@ -677,7 +699,7 @@ export class Transaction {
     const prefilter = this.rs.prefilter;
     const words = prefilter.scanner.words;
     const stride = words + UNION_HEADER;
-    const unions = (this.unions ??= new Int32Array(prefilter.nodes.length * stride));
+    const unions = (this.unions ??= takeBuffer(prefilter.nodes.length * stride));
     const at = slot * stride;
     const source = this.unionSources[slot];
     if (source !== undefined && unions[at + 1] === this.phaseRun && prefilter.changing[slot] === 0) return at + UNION_HEADER;
@@ -694,8 +716,9 @@ export class Transaction {
     }
     const list = this.listRead(ref, rule);
     if (source !== list) {
+      // the buffer may come from a finished transaction (or the source held another list)
+      for (let k = at; k < at + stride; k++) unions[k] = 0;
       this.unionSources[slot] = list;
-      unions.fill(0, at, at + stride);
     }
     for (let k = unions[at]!; k < list.length; k++) {
       const found = this.literalBits(this.transformed(list[k]!.box, node));
@@ -719,11 +742,13 @@ export class Transaction {
       const words = scanner.words;
       offset = this.scannedCount * words;
       let pool = this.scannedBits;
-      if (pool === undefined || pool.length < offset + words) {
-        const grown = new Int32Array(Math.max(64 * words, 2 * (offset + words)));
-        if (pool !== undefined) grown.set(pool);
+      if (pool === undefined) pool = this.scannedBits = takeBuffer(SCANNED_STRINGS * words);
+      else if (pool.length < offset + words) {
+        const grown = new Int32Array(2 * (offset + words));
+        grown.set(pool);
         pool = this.scannedBits = grown;
       }
+      for (let w = 0; w < words; w++) pool[offset + w] = 0;
       scanner.scan(value, pool, offset);
       this.scannedCount++;
       this.scanned.set(value, offset);
@@ -964,6 +989,20 @@ export class Transaction {
         this.storeIn(coll, name, lk, String(sv.op === 'add' ? value + p : value - p));
       }
     }
+  }
+
+  /**
+   * The transaction is over (after the logging phase): its prefilter buffers go back for the
+   * next transactions. Evaluating more would start them afresh.
+   */
+  finish(): void {
+    if (this.unions !== undefined) giveBuffer(this.unions);
+    if (this.scannedBits !== undefined) giveBuffer(this.scannedBits);
+    this.unions = undefined;
+    this.scannedBits = undefined;
+    this.unionSources.length = 0;
+    this.scanned.clear();
+    this.scannedCount = 0;
   }
 
   /** Reads and clears the pending intervention (what the addon's intervention() does). */
