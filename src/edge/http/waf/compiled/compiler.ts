@@ -29,7 +29,7 @@ import { compileKeyRegex } from './regex/runtime.ts';
 import { buildLiteralPrefilters } from './literal-prefilter.ts';
 import { parseSecLang, parseVariable, SecLangError, splitVariables } from './seclang/parser.ts';
 import type { ActionSpec, Directive, VariableSpec } from './seclang/parser.ts';
-import { TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
+import { CHANGES_ON, TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
 import type { Transaction } from './transaction.ts';
 import { compileVariable, keyExclusionsFor, lowerAscii } from './variables.ts';
 
@@ -112,7 +112,7 @@ function defaultConfig(): EngineConfig {
 }
 
 class TransformationTrie {
-  readonly nodes: TransformationNode[] = [{ id: 0, parent: 0, name: '', kind: -1, fn: (s) => s }];
+  readonly nodes: TransformationNode[] = [{ id: 0, parent: 0, name: '', kind: -1, fn: (s) => s, changesOn: -1 }];
   private readonly index = new Map<string, number>();
   readonly kinds: string[] = [];
 
@@ -129,7 +129,7 @@ class TransformationTrie {
         id = this.nodes.length;
         let kind = this.kinds.indexOf(name);
         if (kind < 0) kind = this.kinds.push(name) - 1;
-        this.nodes.push({ id, parent: cur, name, kind, fn });
+        this.nodes.push({ id, parent: cur, name, kind, fn, changesOn: CHANGES_ON.get(name) ?? -1 });
         this.index.set(key, id);
       }
       cur = id;

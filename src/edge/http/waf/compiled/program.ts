@@ -268,6 +268,8 @@ export interface TransformationNode {
   /** Index of the transformation function (nodes of the same function share a memo). */
   readonly kind: number;
   readonly fn: (s: string) => string;
+  /** Byte kinds without which fn returns its input (transformations' CHANGES_ON); -1: always runs. */
+  readonly changesOn: number;
 }
 
 export interface CompiledRuleSet {

@@ -20,12 +20,15 @@ import type {
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import { stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
+import { charMask } from './transformations/index.ts';
 import type { RulePrefilter } from './literal-prefilter.ts';
 
 export interface ValueBox {
   readonly v: string;
   /** Transformation results by trie node (index 0 unused). */
   c: (string | undefined)[] | undefined;
+  /** charMask(v) once a transformation asked for it, else -1. */
+  m: number;
 }
 
 export interface Entry {
@@ -39,7 +42,7 @@ export interface Entry {
 }
 
 export function newEntry(key: string, full: string, value: string): Entry {
-  return { key, full, box: { v: value, c: undefined }, uk: undefined };
+  return { key, full, box: { v: value, c: undefined, m: -1 }, uk: undefined };
 }
 
 export interface DynVar {
@@ -244,9 +247,9 @@ export class Transaction {
   private storeIn(c: Map<string, DynVar>, key: string, lk: string, value: string): void {
     const v = c.get(lk);
     if (v) {
-      v.box = { v: value, c: undefined };
+      v.box = { v: value, c: undefined, m: -1 };
       v.entry = undefined;
-    } else c.set(lk, { key, box: { v: value, c: undefined }, entry: undefined });
+    } else c.set(lk, { key, box: { v: value, c: undefined, m: -1 }, entry: undefined });
   }
 
   setTx(key: string, value: string): void {
@@ -301,7 +304,7 @@ export class Transaction {
     }
     for (let k = names.length; k < list.length; k++) {
       const key = list[k]!.key;
-      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined }, uk: undefined });
+      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined, m: -1 }, uk: undefined });
     }
     return names;
   }
@@ -383,7 +386,7 @@ export class Transaction {
   addArgument(origin: 'GET' | 'POST' | 'JSON', key: string, value: string): boolean {
     const limit = this.rs.config.argumentsLimit;
     if (limit !== undefined && this.args.length >= limit) return false;
-    const box: ValueBox = { v: value, c: undefined };
+    const box: ValueBox = { v: value, c: undefined, m: -1 };
     this.args.push({ key, full: `ARGS:${key}`, box, uk: undefined });
     if (origin === 'GET') this.argsGet.push({ key, full: `ARGS_GET:${key}`, box, uk: undefined });
     else if (origin === 'POST') this.argsPost.push({ key, full: `ARGS_POST:${key}`, box, uk: undefined });
@@ -435,7 +438,13 @@ export class Transaction {
     }
     const t = this.rs.transformations[node]!;
     const input = t.parent === 0 ? box.v : this.transformed(box, t.parent);
-    const out = t.fn(input);
+    let out: string;
+    if (input === box.v && t.changesOn >= 0) {
+      // the value as it came (most chains leave it so): skip the call when none of its bytes would change
+      let m = box.m;
+      if (m < 0) m = box.m = charMask(input);
+      out = (m & t.changesOn) === 0 ? input : t.fn(input);
+    } else out = t.fn(input);
     c[node] = out;
     return out;
   }
@@ -832,8 +841,8 @@ export class Transaction {
     const keys = this.matchedKeys;
     for (let k = list.length; k < keys.length; k++) {
       const key = keys[k]!;
-      if (names) list.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined }, uk: undefined });
-      else list.push({ key, full: `MATCHED_VARS:${key}`, box: { v: this.matchedValues[k]!, c: undefined }, uk: undefined });
+      if (names) list.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined, m: -1 }, uk: undefined });
+      else list.push({ key, full: `MATCHED_VARS:${key}`, box: { v: this.matchedValues[k]!, c: undefined, m: -1 }, uk: undefined });
     }
     return list;
   }

@@ -1,8 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { asAddonString, ORACLE_AVAILABLE, simpleRequest, smallRuleSets } from '../differential/oracle.ts';
+import { Random } from '../differential/corpus.ts';
 import {
   base64Decode,
+  CHANGES_ON,
+  charMask,
   cmdLine,
   compressWhitespace,
   cssDecode,
@@ -86,5 +89,23 @@ test('transformations: same output as the ModSecurity addon on a corpus', { skip
     }
   } finally {
     both.close();
+  }
+});
+
+test('transformations: none changes a value without a byte of the kinds it is listed with (CHANGES_ON)', () => {
+  const r = new Random(7);
+  const pieces = ['%41', '%u0041', '&lt;', '&#65;', '\\x41', '\\41 ', '/*x*/', '/./', '/../', '//', '..', 'a.', '\0', ' ', '\t', '\xa0', '\xc2', '\xc3\xa9', 'é', '"', "'", '^', ',', ';', '(', 'AbC', 'abc', '0x41', '+', '\\'];
+  for (const [name, mask] of CHANGES_ON) {
+    const fn = TRANSFORMATIONS.get(name)!;
+    // the bytes (and pieces) that hold none of the kinds: the transformation must leave them as they are
+    const bytes: string[] = [];
+    for (let c = 0; c < 256; c++) if ((charMask(String.fromCharCode(c)) & mask) === 0) bytes.push(String.fromCharCode(c));
+    const quiet = pieces.filter((p) => (charMask(p) & mask) === 0);
+    for (let k = 0; k < 3000; k++) {
+      let s = '';
+      for (let n = r.int(12); n >= 0; n--) s += r.chance(0.5) ? r.pick(bytes) : r.pick(quiet.length > 0 ? quiet : bytes);
+      assert.equal(charMask(s) & mask, 0);
+      assert.equal(fn(s), s, `${name} changed ${JSON.stringify(s)}`);
+    }
   }
 });
