@@ -52,8 +52,10 @@ export function uppercase(s: string): string {
 }
 
 /** urlDecode: %XX (valid hex only) and '+' to space. */
+const PLUSES = /\+/g;
+
 export function urlDecode(s: string): string {
-  if (s.indexOf('%') < 0 && s.indexOf('+') < 0) return s;
+  if (s.indexOf('%') < 0) return s.indexOf('+') < 0 ? s : s.replace(PLUSES, ' ');
   const n = s.length;
   const out: number[] = [];
   let i = 0;
@@ -72,7 +74,8 @@ export function urlDecode(s: string): string {
 
 /** urlDecodeUni: urlDecode plus IIS %uXXXX (low byte, full-width ASCII folded). */
 export function urlDecodeUni(s: string): string {
-  if (s.indexOf('%') < 0 && s.indexOf('+') < 0) return s;
+  // without '%' only '+' changes (a form's spaces, the '+' of a media type): natively
+  if (s.indexOf('%') < 0) return s.indexOf('+') < 0 ? s : s.replace(PLUSES, ' ');
   const n = s.length;
   const out: number[] = [];
   let i = 0;
