@@ -633,7 +633,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   for (const rule of allRules) rule.refs = [...rule.variables.map((v) => varRef(v, true, slots)), ...rule.additions.map((v) => varRef(v, false, slots))];
   // every match adds to MATCHED_VARS and its names
   const growingLists = new Set(['MATCHED_VARS', 'MATCHED_VARS_NAMES'].map((name) => LIST_COLLECTIONS.indexOf(name)));
-  const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists);
+  const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists, trie.nodes);
   if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase]);
   const markerIndex = phases.map((list) => {
     const m = new Map<string, number[]>();

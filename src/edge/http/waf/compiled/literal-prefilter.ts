@@ -16,7 +16,7 @@
  *
  * The automaton and its byte loop are hand-written (not a library) because they are the hot path.
  */
-import type { CompiledRule } from './program.ts';
+import type { CompiledRule, TransformationNode } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_XML } from './program.ts';
 import { CompiledRegex } from './regex/runtime.ts';
 import { requiredLiterals } from './regex/prefilter.ts';
@@ -134,15 +134,26 @@ export interface RulePrefilter {
 /** Reads whose values a source can scan and keep: lists (which only grow) and single variables. */
 const SCANNABLE = new Set([READ_LIST, READ_NAMES, READ_FILTERED, READ_SINGLE]);
 
+/** Transformations that only change the case of ASCII letters: the literals found stay the same. */
+const CASE_ONLY = new Set(['lowercase', 'uppercase']);
+
 /**
  * Builds the scanner of the rules with literals and their sources; sets CompiledRule.prefilter
  * on every rule whose variables are all scannable (the others are evaluated value by value, as
  * without prefilter). `growingLists`: the lists (Transaction.listAt indexes) that grow while a
- * phase runs.
+ * phase runs. `transformations`: the rule set's chain nodes.
  */
-export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLists: ReadonlySet<number>): LiteralPrefilters {
+export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLists: ReadonlySet<number>, transformations: readonly TransformationNode[]): LiteralPrefilters {
   const sources = new Map<string, { slot: number; node: number; changing: boolean }>();
   const literalsByRule: (readonly string[])[] = [];
+  // a chain ending in lowercase (the CRS's usual last step) has the literals of the chain before
+  // it, since the scanner ignores ASCII case: the source reads that one (one union and no
+  // lower-cased copy for the values of both chains)
+  const scannedNode = (node: number): number => {
+    let n = node;
+    while (n !== 0 && CASE_ONLY.has(transformations[n]!.name)) n = transformations[n]!.parent;
+    return n;
+  };
   for (const rule of rules) {
     const literals = operatorLiterals(rule);
     if (literals === undefined) continue;
@@ -152,11 +163,12 @@ export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLi
     const sourceOf = new Int32Array(rule.refs.length).fill(-1);
     rule.refs.forEach((ref, vi) => {
       if (ref.kind === READ_XML) return;
-      const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}@${rule.tnode}`;
+      const node = scannedNode(rule.tnode);
+      const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}@${node}`;
       let source = sources.get(key);
       if (source === undefined) {
         const changing = ref.kind === READ_SINGLE || growingLists.has(ref.index);
-        source = { slot: sources.size, node: rule.tnode, changing };
+        source = { slot: sources.size, node, changing };
         sources.set(key, source);
       }
       sourceOf[vi] = source.slot;
