@@ -93,8 +93,8 @@ export function processUri(tx: Transaction, rawUri: string, rawMethod: string, r
 
 /** Transaction::addRequestHeader. */
 export function addRequestHeader(tx: Transaction, key: string, value: string): void {
-  tx.requestHeadersNames.push({ key, full: `REQUEST_HEADERS_NAMES:${key}`, box: { v: key, c: undefined, m: -1 }, uk: undefined });
-  tx.requestHeaders.push({ key, full: `REQUEST_HEADERS:${key}`, box: { v: value, c: undefined, m: -1 }, uk: undefined });
+  tx.requestHeadersNames.push({ key, full: `REQUEST_HEADERS_NAMES:${key}`, box: { v: key, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+  tx.requestHeaders.push({ key, full: `REQUEST_HEADERS:${key}`, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
   const keyl = lowerAscii(key);
   if (keyl === 'authorization') {
     const sp = value.indexOf(' ');
@@ -111,8 +111,8 @@ export function addRequestHeader(tx: Transaction, key: string, value: string): v
       const cval = eq < 0 ? '' : c.slice(eq + 1);
       ckey = ckey.replace(/^[\t-\r ]+/, '');
       if (ckey === '') continue;
-      tx.requestCookiesNames.push({ key: ckey, full: `REQUEST_COOKIES_NAMES:${ckey}`, box: { v: ckey, c: undefined, m: -1 }, uk: undefined });
-      tx.requestCookies.push({ key: ckey, full: `REQUEST_COOKIES:${ckey}`, box: { v: cval, c: undefined, m: -1 }, uk: undefined });
+      tx.requestCookiesNames.push({ key: ckey, full: `REQUEST_COOKIES_NAMES:${ckey}`, box: { v: ckey, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+      tx.requestCookies.push({ key: ckey, full: `REQUEST_COOKIES:${ckey}`, box: { v: cval, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
     }
   }
   if (keyl === 'content-type') {

@@ -29,6 +29,12 @@ export interface ValueBox {
   c: (string | undefined)[] | undefined;
   /** charMask(v) once a transformation asked for it, else -1. */
   m: number;
+  /**
+   * Chain nodes 1-31 (bit n) and 32-63 (`same2`, bit n - 32) known to leave `v` as it is: most
+   * of them, for a benign value, which then needs no cache array (`c`) at all.
+   */
+  same: number;
+  same2: number;
 }
 
 export interface Entry {
@@ -42,7 +48,7 @@ export interface Entry {
 }
 
 export function newEntry(key: string, full: string, value: string): Entry {
-  return { key, full, box: { v: value, c: undefined, m: -1 }, uk: undefined };
+  return { key, full, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined };
 }
 
 export interface DynVar {
@@ -247,9 +253,9 @@ export class Transaction {
   private storeIn(c: Map<string, DynVar>, key: string, lk: string, value: string): void {
     const v = c.get(lk);
     if (v) {
-      v.box = { v: value, c: undefined, m: -1 };
+      v.box = { v: value, c: undefined, m: -1, same: 0, same2: 0 };
       v.entry = undefined;
-    } else c.set(lk, { key, box: { v: value, c: undefined, m: -1 }, entry: undefined });
+    } else c.set(lk, { key, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, entry: undefined });
   }
 
   setTx(key: string, value: string): void {
@@ -304,7 +310,7 @@ export class Transaction {
     }
     for (let k = names.length; k < list.length; k++) {
       const key = list[k]!.key;
-      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined, m: -1 }, uk: undefined });
+      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
     }
     return names;
   }
@@ -386,7 +392,7 @@ export class Transaction {
   addArgument(origin: 'GET' | 'POST' | 'JSON', key: string, value: string): boolean {
     const limit = this.rs.config.argumentsLimit;
     if (limit !== undefined && this.args.length >= limit) return false;
-    const box: ValueBox = { v: value, c: undefined, m: -1 };
+    const box: ValueBox = { v: value, c: undefined, m: -1, same: 0, same2: 0 };
     this.args.push({ key, full: `ARGS:${key}`, box, uk: undefined });
     if (origin === 'GET') this.argsGet.push({ key, full: `ARGS_GET:${key}`, box, uk: undefined });
     else if (origin === 'POST') this.argsPost.push({ key, full: `ARGS_POST:${key}`, box, uk: undefined });
@@ -428,11 +434,9 @@ export class Transaction {
   /** The value of `box` after the chain ending at trie node `node` (cached). */
   transformed(box: ValueBox, node: number): string {
     if (node === 0) return box.v;
-    let c = box.c;
-    if (c === undefined) {
-      c = new Array(this.rs.transformations.length);
-      box.c = c;
-    } else {
+    if (node < 32 ? (box.same & (1 << node)) !== 0 : node < 64 && (box.same2 & (1 << (node - 32))) !== 0) return box.v;
+    const c = box.c;
+    if (c !== undefined) {
       const hit = c[node];
       if (hit !== undefined) return hit;
     }
@@ -440,12 +444,16 @@ export class Transaction {
     const input = t.parent === 0 ? box.v : this.transformed(box, t.parent);
     let out: string;
     if (input === box.v && t.changesOn >= 0) {
-      // the value as it came (most chains leave it so): skip the call when none of its bytes would change
+      // the value as it came (most chains leave it so): none of its bytes would change it
       let m = box.m;
       if (m < 0) m = box.m = charMask(input);
       out = (m & t.changesOn) === 0 ? input : t.fn(input);
     } else out = t.fn(input);
-    c[node] = out;
+    if (out === box.v && node < 64) {
+      // a bit, not a cache array: a benign value (or an open transaction's) then needs none
+      if (node < 32) box.same |= 1 << node;
+      else box.same2 |= 1 << (node - 32);
+    } else (box.c ??= new Array(this.rs.transformations.length))[node] = out;
     return out;
   }
 
@@ -841,8 +849,8 @@ export class Transaction {
     const keys = this.matchedKeys;
     for (let k = list.length; k < keys.length; k++) {
       const key = keys[k]!;
-      if (names) list.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined, m: -1 }, uk: undefined });
-      else list.push({ key, full: `MATCHED_VARS:${key}`, box: { v: this.matchedValues[k]!, c: undefined, m: -1 }, uk: undefined });
+      if (names) list.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+      else list.push({ key, full: `MATCHED_VARS:${key}`, box: { v: this.matchedValues[k]!, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
     }
     return list;
   }

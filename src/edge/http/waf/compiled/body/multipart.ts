@@ -660,7 +660,7 @@ class Multipart {
         combined += m.fileSize;
         tx.setSingle('FILES_COMBINED_SIZE', String(combined));
       } else {
-        const box = { v: m.value, c: undefined, m: -1 };
+        const box = { v: m.value, c: undefined, m: -1, same: 0, same2: 0 };
         tx.args.push({ key: m.name, full: `ARGS:${m.name}`, box, uk: undefined });
         tx.argsPost.push({ key: m.name, full: `ARGS_POST:${m.name}`, box, uk: undefined });
       }
@@ -670,7 +670,7 @@ class Multipart {
 }
 
 function entry(collection: string, key: string, value: string): Entry {
-  return { key, full: `${collection}:${key}`, box: { v: value, c: undefined, m: -1 }, uk: undefined };
+  return { key, full: `${collection}:${key}`, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined };
 }
 
 /** Runs the multipart processor on a request body (binary string). */
