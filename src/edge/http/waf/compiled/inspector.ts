@@ -24,7 +24,7 @@ import {
   processRequestHeaders,
   processUri,
 } from './request.ts';
-import { Transaction } from './transaction.ts';
+import { newBox, Transaction } from './transaction.ts';
 import type { Intervention, LoggedMessage } from './transaction.ts';
 
 export interface CompiledRulesOptions extends ModSecurityRulesOptions {}
@@ -132,8 +132,8 @@ export class CompiledInspector {
   inspectResponse(open: OpenCompiledTransaction, response: WafResponse): WafVerdict {
     const { tx } = open;
     for (const [name, value] of response.headers) {
-      tx.responseHeadersNames.push({ key: name, full: `RESPONSE_HEADERS_NAMES:${name}`, box: { v: name, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
-      tx.responseHeaders.push({ key: name, full: `RESPONSE_HEADERS:${name}`, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+      tx.responseHeadersNames.push({ key: name, full: `RESPONSE_HEADERS_NAMES:${name}`, box: newBox(name), uk: undefined });
+      tx.responseHeaders.push({ key: name, full: `RESPONSE_HEADERS:${name}`, box: newBox(value), uk: undefined });
       if (name.toLowerCase() === 'content-type') tx.setSingle('RESPONSE_CONTENT_TYPE', value);
       if (name.toLowerCase() === 'content-length') tx.setSingle('RESPONSE_CONTENT_LENGTH', value);
     }

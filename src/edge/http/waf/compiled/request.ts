@@ -8,6 +8,7 @@ import { parseJsonBody } from './body/json.ts';
 import { parseMultipart } from './body/multipart.ts';
 import { parseXml } from './body/xml.ts';
 import type { Transaction } from './transaction.ts';
+import { newBox } from './transaction.ts';
 import { lowerAscii } from './variables.ts';
 
 const HEX = (c: number): number => {
@@ -93,8 +94,8 @@ export function processUri(tx: Transaction, rawUri: string, rawMethod: string, r
 
 /** Transaction::addRequestHeader. */
 export function addRequestHeader(tx: Transaction, key: string, value: string): void {
-  tx.requestHeadersNames.push({ key, full: `REQUEST_HEADERS_NAMES:${key}`, box: { v: key, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
-  tx.requestHeaders.push({ key, full: `REQUEST_HEADERS:${key}`, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+  tx.requestHeadersNames.push({ key, full: `REQUEST_HEADERS_NAMES:${key}`, box: newBox(key), uk: undefined });
+  tx.requestHeaders.push({ key, full: `REQUEST_HEADERS:${key}`, box: newBox(value), uk: undefined });
   const keyl = lowerAscii(key);
   if (keyl === 'authorization') {
     const sp = value.indexOf(' ');
@@ -111,8 +112,8 @@ export function addRequestHeader(tx: Transaction, key: string, value: string): v
       const cval = eq < 0 ? '' : c.slice(eq + 1);
       ckey = ckey.replace(/^[\t-\r ]+/, '');
       if (ckey === '') continue;
-      tx.requestCookiesNames.push({ key: ckey, full: `REQUEST_COOKIES_NAMES:${ckey}`, box: { v: ckey, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
-      tx.requestCookies.push({ key: ckey, full: `REQUEST_COOKIES:${ckey}`, box: { v: cval, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+      tx.requestCookiesNames.push({ key: ckey, full: `REQUEST_COOKIES_NAMES:${ckey}`, box: newBox(ckey), uk: undefined });
+      tx.requestCookies.push({ key: ckey, full: `REQUEST_COOKIES:${ckey}`, box: newBox(cval), uk: undefined });
     }
   }
   if (keyl === 'content-type') {

@@ -47,8 +47,13 @@ export interface Entry {
   readonly box: ValueBox;
 }
 
+/** A value with nothing computed yet. */
+export function newBox(value: string): ValueBox {
+  return { v: value, c: undefined, m: -1, same: 0, same2: 0 };
+}
+
 export function newEntry(key: string, full: string, value: string): Entry {
-  return { key, full, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined };
+  return { key, full, box: newBox(value), uk: undefined };
 }
 
 export interface DynVar {
@@ -253,9 +258,9 @@ export class Transaction {
   private storeIn(c: Map<string, DynVar>, key: string, lk: string, value: string): void {
     const v = c.get(lk);
     if (v) {
-      v.box = { v: value, c: undefined, m: -1, same: 0, same2: 0 };
+      v.box = newBox(value);
       v.entry = undefined;
-    } else c.set(lk, { key, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, entry: undefined });
+    } else c.set(lk, { key, box: newBox(value), entry: undefined });
   }
 
   setTx(key: string, value: string): void {
@@ -310,7 +315,7 @@ export class Transaction {
     }
     for (let k = names.length; k < list.length; k++) {
       const key = list[k]!.key;
-      names.push({ key, full: `${collection}:${key}`, box: { v: key, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+      names.push({ key, full: `${collection}:${key}`, box: newBox(key), uk: undefined });
     }
     return names;
   }
@@ -392,7 +397,7 @@ export class Transaction {
   addArgument(origin: 'GET' | 'POST' | 'JSON', key: string, value: string): boolean {
     const limit = this.rs.config.argumentsLimit;
     if (limit !== undefined && this.args.length >= limit) return false;
-    const box: ValueBox = { v: value, c: undefined, m: -1, same: 0, same2: 0 };
+    const box: ValueBox = newBox(value);
     this.args.push({ key, full: `ARGS:${key}`, box, uk: undefined });
     if (origin === 'GET') this.argsGet.push({ key, full: `ARGS_GET:${key}`, box, uk: undefined });
     else if (origin === 'POST') this.argsPost.push({ key, full: `ARGS_POST:${key}`, box, uk: undefined });
@@ -849,8 +854,8 @@ export class Transaction {
     const keys = this.matchedKeys;
     for (let k = list.length; k < keys.length; k++) {
       const key = keys[k]!;
-      if (names) list.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: { v: key, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
-      else list.push({ key, full: `MATCHED_VARS:${key}`, box: { v: this.matchedValues[k]!, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined });
+      if (names) list.push({ key, full: `MATCHED_VARS_NAMES:${key}`, box: newBox(key), uk: undefined });
+      else list.push({ key, full: `MATCHED_VARS:${key}`, box: newBox(this.matchedValues[k]!), uk: undefined });
     }
     return list;
   }

@@ -13,6 +13,7 @@
  * - uploaded file contents are not stored (no upload directory), only their sizes.
  */
 import type { Entry, Transaction } from '../transaction.ts';
+import { newBox } from '../transaction.ts';
 
 const BUF = 4096;
 const FORMDATA = 1;
@@ -660,7 +661,7 @@ class Multipart {
         combined += m.fileSize;
         tx.setSingle('FILES_COMBINED_SIZE', String(combined));
       } else {
-        const box = { v: m.value, c: undefined, m: -1, same: 0, same2: 0 };
+        const box = newBox(m.value);
         tx.args.push({ key: m.name, full: `ARGS:${m.name}`, box, uk: undefined });
         tx.argsPost.push({ key: m.name, full: `ARGS_POST:${m.name}`, box, uk: undefined });
       }
@@ -670,7 +671,7 @@ class Multipart {
 }
 
 function entry(collection: string, key: string, value: string): Entry {
-  return { key, full: `${collection}:${key}`, box: { v: value, c: undefined, m: -1, same: 0, same2: 0 }, uk: undefined };
+  return { key, full: `${collection}:${key}`, box: newBox(value), uk: undefined };
 }
 
 /** Runs the multipart processor on a request body (binary string). */
