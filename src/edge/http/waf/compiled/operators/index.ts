@@ -45,19 +45,26 @@ function parseIntPrefix(s: string): { neg: boolean; digits: string } | undefined
   return { neg, digits: s.slice(start, i) };
 }
 
+/**
+ * The value of a string of 1-9 decimal digits and nothing else (the usual operand: a score, a
+ * paranoia level), or -1: then atoll and stoi parse it the long way. Fewer than 10 digits is
+ * within both int ranges.
+ */
+function plainSmallNumber(s: string): number {
+  if (s.length === 0 || s.length >= 10) return -1;
+  let v = 0;
+  for (let k = 0; k < s.length; k++) {
+    const c = s.charCodeAt(k);
+    if (c < 0x30 || c > 0x39) return -1;
+    v = v * 10 + (c - 0x30);
+  }
+  return v;
+}
+
 /** C atoll(): leading blanks, sign, digits; 0 when none; saturates. */
 export function atoll(s: string): number {
-  if (s.length > 0 && s.length < 10) {
-    // fast path: plain small numbers
-    let v = 0;
-    let k = 0;
-    for (; k < s.length; k++) {
-      const c = s.charCodeAt(k);
-      if (c < 0x30 || c > 0x39) break;
-      v = v * 10 + (c - 0x30);
-    }
-    if (k === s.length) return v;
-  }
+  const plain = plainSmallNumber(s);
+  if (plain >= 0) return plain;
   const p = parseIntPrefix(s);
   if (!p) return 0;
   const v = Number(p.digits);
@@ -67,17 +74,8 @@ export function atoll(s: string): number {
 
 /** C++ std::stoi(): like atoll but 0 when out of int range (the exception ModSecurity catches). */
 export function stoi(s: string): number {
-  if (s.length > 0 && s.length < 10) {
-    // fast path: plain small numbers (within int range: fewer than 10 digits)
-    let v = 0;
-    let k = 0;
-    for (; k < s.length; k++) {
-      const c = s.charCodeAt(k);
-      if (c < 0x30 || c > 0x39) break;
-      v = v * 10 + (c - 0x30);
-    }
-    if (k === s.length) return v;
-  }
+  const plain = plainSmallNumber(s);
+  if (plain >= 0) return plain;
   const p = parseIntPrefix(s);
   if (!p) return 0;
   const v = Number((p.neg ? '-' : '') + p.digits);
