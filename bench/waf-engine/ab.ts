@@ -1,0 +1,73 @@
+/**
+ * Paired A/B of the compiled engine: another checkout's engine (BASE, e.g. a `git worktree` of the
+ * commit before a change) and this tree's, loaded side by side in ONE process, alternating rounds
+ * on the same request. Prints each side's median CPU µs per request and the median of the
+ * per-round ratios (this tree / BASE). On this noisy machine separate runs move by 5–10 %; the
+ * paired ratio by about 2 %, which is what a change of a few percent needs.
+ *
+ *   git worktree add /tmp/base HEAD~1 && ln -s "$PWD/node_modules" /tmp/base/node_modules
+ *   BASE=/tmp/base node bench/waf-engine/ab.ts
+ *   BASE=/tmp/base SCENARIO=post PARANOIA=4 ROUNDS=21 N=150 node bench/waf-engine/ab.ts
+ *
+ * SCENARIO: get (default), post (1 KB form), json (10 KB), attack. RESPONSE=1 adds the response
+ * phases (a 57-byte text/plain answer). Same requests as bench/waf-engine/run.ts.
+ */
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { WafRequest, WafResponse, WafSettings } from '../../src/edge/http/waf/engine.ts';
+import type { CompiledInspector } from '../../src/edge/http/waf/compiled/inspector.ts';
+import { SCENARIOS } from './requests.ts';
+
+const base = process.env.BASE;
+if (!base) throw new Error('BASE=<path of the other checkout> is required');
+
+async function load(root: string): Promise<CompiledInspector> {
+  const module = (await import(pathToFileURL(resolve(root, 'src/edge/http/waf/compiled/inspector.ts')).href)) as typeof import('../../src/edge/http/waf/compiled/inspector.ts');
+  return module.CompiledInspector.load();
+}
+
+const scenario = SCENARIOS.find((s) => s.key === (process.env.SCENARIO ?? 'get'));
+if (!scenario) throw new Error(`SCENARIO: one of ${SCENARIOS.map((s) => s.key).join(', ')}`);
+const settings: WafSettings = { paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafSettings['paranoiaLevel'], mode: 'BLOCKING' };
+const rounds = Number(process.env.ROUNDS ?? 21);
+const perRound = Number(process.env.N ?? 400);
+const response: WafResponse = { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain'], ['Content-Length', '57']], body: Buffer.alloc(57, 0x78) };
+
+function exchange(inspector: CompiledInspector, request: WafRequest): void {
+  if (!process.env.RESPONSE) {
+    inspector.inspectRequest(request, settings, false);
+    return;
+  }
+  const { open } = inspector.inspectRequest(request, settings, true);
+  if (open) inspector.inspectResponse(open, response);
+}
+
+function cpuMicrosPerRequest(inspector: CompiledInspector, n: number): number {
+  const start = process.cpuUsage();
+  for (let i = 0; i < n; i++) exchange(inspector, scenario!.request);
+  const used = process.cpuUsage(start);
+  return (used.user + used.system) / n;
+}
+
+const median = (values: number[]): number => [...values].sort((a, b) => a - b)[values.length >> 1]!;
+
+const old = await load(base);
+const current = await load(process.cwd());
+for (let i = 0; i < 4; i++) {
+  cpuMicrosPerRequest(old, 1000);
+  cpuMicrosPerRequest(current, 1000);
+}
+const a: number[] = [];
+const b: number[] = [];
+const ratios: number[] = [];
+for (let r = 0; r < rounds; r++) {
+  const x = cpuMicrosPerRequest(old, perRound);
+  const y = cpuMicrosPerRequest(current, perRound);
+  a.push(x);
+  b.push(y);
+  ratios.push(y / x);
+}
+process.stdout.write(
+  `${scenario.name} PL${settings.paranoiaLevel}${process.env.RESPONSE ? ' + response' : ''}: BASE ${median(a).toFixed(1)} µs, this tree ${median(b).toFixed(1)} µs, ` +
+    `this/BASE median ratio ${median(ratios).toFixed(3)} (${rounds} rounds of ${perRound})\n`,
+);
