@@ -102,7 +102,7 @@ export function operatorLiterals(rule: CompiledRule): readonly string[] | undefi
     return literals;
   }
   // @pm matches exactly when one of its phrases occurs (its automaton ignores empty phrases)
-  if (op.phrases !== undefined) return op.phrases.list.length > 0 ? op.phrases.list : undefined;
+  if (op.phrases !== undefined) return op.phrases.length > 0 ? op.phrases : undefined;
   return undefined;
 }
 
@@ -161,9 +161,9 @@ export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLi
     const j = literalsByRule.length;
     literalsByRule.push(literals);
     const sourceOf = new Int32Array(rule.refs.length).fill(-1);
+    const node = scannedNode(rule.tnode);
     rule.refs.forEach((ref, vi) => {
       if (ref.kind === READ_XML) return;
-      const node = scannedNode(rule.tnode);
       const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}@${node}`;
       let source = sources.get(key);
       if (source === undefined) {

@@ -119,8 +119,8 @@ export interface CompiledOperator {
   readonly staticParam?: string | undefined;
   /** @rx with a static pattern: the compiled expression. */
   readonly regex?: unknown;
-  /** @pm/@pmFromFile: whether one of its phrases occurs (exactly when it matches). */
-  readonly phrases?: { readonly test: (input: string) => boolean; readonly list: readonly string[] } | undefined;
+  /** @pm/@pmFromFile: its non-empty phrases (it matches exactly when one occurs, ASCII case-insensitively). */
+  readonly phrases?: readonly string[] | undefined;
   /** Evaluates (without negation). `capture`: the rule has the capture action. */
   run(tx: Transaction, rule: CompiledRule, input: string): boolean;
 }

@@ -582,12 +582,18 @@ export class Transaction {
     return false;
   }
 
-  /** RuleWithOperator::evaluate. Returns whether the rule (and its chain) matched. */
-  private evaluateRule(rule: CompiledRule, msg: MutableMessage): boolean {
+  /** Removed by ctl:ruleRemoveById (or the per-proxy exclusions): a removed rule counts as matched and does nothing. */
+  private removedById(rule: CompiledRule): boolean {
     if (this.ruleRemoveById.length > 0 && this.ruleRemoveById.includes(rule.id)) return true;
     if (this.ruleRemoveByIdRange.length > 0) {
       for (const [a, b] of this.ruleRemoveByIdRange) if (a <= rule.id && b >= rule.id) return true;
     }
+    return false;
+  }
+
+  /** RuleWithOperator::evaluate. Returns whether the rule (and its chain) matched. */
+  private evaluateRule(rule: CompiledRule, msg: MutableMessage): boolean {
+    if (this.removedById(rule)) return true;
     const globalRet = this.scan(rule, msg);
     if (!globalRet) {
       this.cleanMatchedVars();
@@ -609,10 +615,7 @@ export class Transaction {
    * value, then MATCHED_VAR*, the setvars, the jump and `pass`; or MATCHED_VARS cleared.
    */
   private evaluateTxCheck(rule: CompiledRule, check: TxCheck): void {
-    if (this.ruleRemoveById.length > 0 && this.ruleRemoveById.includes(rule.id)) return;
-    if (this.ruleRemoveByIdRange.length > 0) {
-      for (const [a, b] of this.ruleRemoveByIdRange) if (a <= rule.id && b >= rule.id) return;
-    }
+    if (this.removedById(rule)) return;
     let value: string;
     if (check.count) value = this.txStore.has(check.lowerKey) ? '1' : '0';
     else {

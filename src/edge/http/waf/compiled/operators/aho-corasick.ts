@@ -91,7 +91,8 @@ export class AhoCorasick {
   private readonly next: Int32Array | Uint16Array;
   /** Index of a pattern that ends at this state (directly or through failure links), or -1. */
   private readonly output: Int32Array;
-  private readonly patterns: readonly string[];
+  /** The non-empty patterns. */
+  readonly patterns: readonly string[];
   readonly empty: boolean;
 
   constructor(patterns: readonly string[]) {

@@ -357,7 +357,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
       const ac = new AhoCorasick(patterns);
       return {
         ...base,
-        phrases: { test: (input: string) => ac.test(input), list: patterns.filter((p) => p.length > 0) },
+        phrases: ac.patterns,
         run(tx, rule, input) {
           if (!rule.capture) return ac.test(input);
           const found = ac.search(input);
