@@ -104,7 +104,10 @@ let words: ReadonlyMap<string, string> | undefined;
  */
 const WORD_FLAGS = new Uint8Array(1 << 16);
 
-/** Hash of a word's length, first two and last bytes, ASCII case-insensitive. */
+/**
+ * Hash of a word's length, first two and last bytes, ASCII case-insensitive: & 0xdf folds a-z onto
+ * A-Z (and other bytes onto others: the hash only needs to agree on the table's upper-case keys).
+ */
 function wordHash(s: string): number {
   const n = s.length;
   const c0 = s.charCodeAt(0) & 0xdf;
@@ -126,8 +129,7 @@ const NOT_A_KEYWORD = /[\0\x80-\uffff]/;
 
 /** libinjection's keyword lookup: ASCII case-insensitive exact match; words with NUL or high bytes never match. */
 function lookupWord(s: string): string {
-  const t = table();
-  // & 0xdf folds a-z onto A-Z (and other bytes onto others: the hash only needs to agree on the table's keys, which are upper-case)
+  const t = table(); // first: it fills WORD_FLAGS
   if (s.length === 0) return t.get(s) ?? T_NONE;
   if (WORD_FLAGS[wordHash(s)] === 0) return T_NONE;
   if (NOT_A_KEYWORD.test(s)) return T_NONE;

@@ -51,9 +51,9 @@ export function uppercase(s: string): string {
   return s.replace(/[a-z]+/g, (m) => m.toUpperCase());
 }
 
-/** urlDecode: %XX (valid hex only) and '+' to space. */
 const PLUSES = /\+/g;
 
+/** urlDecode: %XX (valid hex only) and '+' to space. */
 export function urlDecode(s: string): string {
   if (s.indexOf('%') < 0) return s.indexOf('+') < 0 ? s : s.replace(PLUSES, ' ');
   const n = s.length;
@@ -832,7 +832,6 @@ export const TRANSFORMATION_ALIASES: ReadonlyMap<string, string> = new Map([
   ['normalisepathwin', 'normalizepathwin'],
 ]);
 
-/** Lower-case transformation name -> implementation. */
 // Kinds of bytes a value holds (charMask): a transformation whose CHANGES_ON kinds are all absent
 // returns the value as it is, and the engine does not call it (most calls on benign values).
 const UPPER = 1;
@@ -900,6 +899,7 @@ export const CHANGES_ON: ReadonlyMap<string, number> = new Map([
   ['escapeseqdecode', BACKSLASH],
 ]);
 
+/** Lower-case transformation name -> implementation. */
 export const TRANSFORMATIONS: ReadonlyMap<string, Transformation> = new Map<string, Transformation>([
   ['lowercase', lowercase],
   ['uppercase', uppercase],
