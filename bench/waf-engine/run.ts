@@ -17,16 +17,16 @@
  *   node bench/waf-engine/run.ts
  *   BENCH_ITERATIONS=400 BENCH_ROUNDS=5 node bench/waf-engine/run.ts
  */
-import { restartOnAllocator } from '../../src/cli/allocator.ts';
+import { restartOnProductRuntime } from '../../src/cli/runtime.ts';
 import { mallocOf } from '../support/allocator.ts';
 import type { WafRequest, WafSettings } from '../../src/edge/http/waf/engine.ts';
 import { SCENARIOS } from './requests.ts';
 import { ModSecurityInspector } from '../../src/edge/http/waf/modsecurity-inspect.ts';
 import { CompiledInspector } from '../../src/edge/http/waf/compiled/inspector.ts';
 
-// Before anything is measured: this process restarts on the allocator `tps` runs on (jemalloc;
-// TPS_MALLOC=system for glibc's), both engines with it.
-restartOnAllocator();
+// Before anything is measured: this process restarts on the runtime `tps` runs on (jemalloc,
+// TPS_MALLOC=system for glibc's; its V8 flags), both engines with it.
+restartOnProductRuntime();
 
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 300);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);

@@ -32,6 +32,7 @@ import path from 'node:path';
 import { modsecurityRulesSources } from '../../src/edge/http/waf/modsecurity-config.ts';
 import { jemallocPath } from '../../src/cli/allocator.ts';
 import { mallocOf, productEnvironment } from '../support/allocator.ts';
+import { PRODUCT_V8_FLAGS } from '../../src/cli/runtime.ts';
 import { allowedCpus, threadCpuSeconds, treeCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, hasDebianPackage, installDebianPackages } from '../support/debian.ts';
 import { freePort, splitAddress } from '../support/net.ts';
@@ -124,7 +125,7 @@ function request(address: string, scenario: Scenario): Promise<number> {
 
 function startTps(args: TpsProxyArgs, cpus: string): Promise<ChildProcess> {
   const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
-  const child = spawn('taskset', ['-c', cpus, process.execPath, script, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'], env: productEnvironment() });
+  const child = spawn('taskset', ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, script, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'], env: productEnvironment() });
   return new Promise((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => {

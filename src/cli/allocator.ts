@@ -1,6 +1,6 @@
 /**
  * The process's memory allocator: jemalloc (Debian's libjemalloc2) instead of glibc's malloc,
- * preloaded when `tps` starts (bin/tps.js re-executes itself once with LD_PRELOAD).
+ * preloaded when `tps` starts (bin/tps.js re-executes itself once with LD_PRELOAD: runtime.ts).
  *
  * Why: ModSecurity v3 allocates and frees small strings and vectors for every variable of every
  * rule it evaluates (ModSecurity issue #1731, "Reduce dynamic memory allocations in hot path
@@ -45,14 +45,4 @@ export function allocatorEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv 
   const preload = env.LD_PRELOAD ?? '';
   if (preload.split(/[\s:]+/).includes(library)) return undefined;
   return { ...env, LD_PRELOAD: preload === '' ? library : `${library}:${preload}` };
-}
-
-/**
- * Restarts this process on the allocator `tps` runs on, unless it already does (then returns):
- * `process.execve` keeps the pid, arguments, stdio and signal handling of the process. Throws as
- * `allocatorEnvironment` does.
- */
-export function restartOnAllocator(): void {
-  const env = allocatorEnvironment(process.env);
-  if (env !== undefined && process.execve) process.execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)], env);
 }
