@@ -559,6 +559,8 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               refs: [],
               prefilter: undefined,
               txCheck: undefined,
+              skipMarker: undefined,
+              skipTarget: -1,
             } as CompiledRule & { tnode: number; tpath: number[] };
             allRules.push(rule);
             if (isChild) {
@@ -646,6 +648,17 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     });
     return m;
   });
+  phases.forEach((list, phase) => {
+    list.forEach((entry, k) => {
+      const rule = entry.rule;
+      if (rule === undefined) return;
+      let marker: string | undefined;
+      for (const a of [...(defaults[phase]?.runtime ?? []), ...rule.runtime]) if (a.kind === 'skipAfter') marker = a.marker;
+      if (marker === undefined) return;
+      rule.skipMarker = marker;
+      rule.skipTarget = markerIndex[phase]!.get(marker)?.find((at) => at > k) ?? list.length;
+    });
+  });
   return {
     config,
     phases,
@@ -658,6 +671,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     removedRanges,
     removedTags,
     removedMsgs,
+    removesRules: removedIds.size > 0 || removedRanges.length > 0 || removedTags.length > 0 || removedMsgs.length > 0,
     ruleCount,
     rulesById,
     filteredSlots: slots.size,

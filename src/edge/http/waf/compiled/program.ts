@@ -206,6 +206,13 @@ export interface CompiledRule {
   prefilter: RulePrefilter | undefined;
   /** Set when the rule is a plain check of one TX value (see TxCheck). */
   txCheck: TxCheck | undefined;
+  /**
+   * The marker its skipAfter sets (the last one of its actions) and where, in its phase's list,
+   * that marker next occurs after the rule (the list's length when it does not): the loop jumps
+   * there at once instead of looking the marker up.
+   */
+  skipMarker: string | undefined;
+  skipTarget: number;
   /** Set by SecRuleUpdateTargetById/ByTag: exclusions and additions (applied at run time like ModSecurity). */
   exclusions: UpdateExclusion[];
   additions: VarResolver[];
@@ -291,6 +298,8 @@ export interface CompiledRuleSet {
   readonly removedRanges: readonly (readonly [number, number])[];
   readonly removedTags: readonly string[];
   readonly removedMsgs: readonly string[];
+  /** Whether any of the four lists above is non-empty. */
+  readonly removesRules: boolean;
   readonly ruleCount: number;
   readonly rulesById: ReadonlyMap<number, CompiledRule>;
   /** Number of READ_FILTERED variables (VarRef.cacheSlot is below it). */
