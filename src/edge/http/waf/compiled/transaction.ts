@@ -25,8 +25,11 @@ import type { RulePrefilter } from './literal-prefilter.ts';
 
 export interface ValueBox {
   readonly v: string;
-  /** Transformation results by trie node (index 0 unused). */
-  c: (string | undefined)[] | undefined;
+  /**
+   * Transformation results that differ from `v`, as (trie node, result) pairs: a value has a few
+   * (a slot per trie node cost 400 bytes per value, kept as long as the transaction is open).
+   */
+  c: (number | string)[] | undefined;
   /** charMask(v) once a transformation asked for it, else -1. */
   m: number;
   /**
@@ -445,8 +448,7 @@ export class Transaction {
     if (node < 32 ? (box.same & (1 << node)) !== 0 : node < 64 && (box.same2 & (1 << (node - 32))) !== 0) return box.v;
     const c = box.c;
     if (c !== undefined) {
-      const hit = c[node];
-      if (hit !== undefined) return hit;
+      for (let k = 0; k < c.length; k += 2) if (c[k] === node) return c[k + 1] as string;
     }
     const t = this.rs.transformations[node]!;
     const input = t.parent === 0 ? box.v : this.transformed(box, t.parent);
@@ -461,7 +463,8 @@ export class Transaction {
       // a bit, not a cache array: a benign value (or an open transaction's) then needs none
       if (node < 32) box.same |= 1 << node;
       else box.same2 |= 1 << (node - 32);
-    } else (box.c ??= new Array(this.rs.transformations.length))[node] = out;
+    } else if (box.c === undefined) box.c = [node, out];
+    else box.c.push(node, out); // (the parent's results may have created it since `c` was read)
     return out;
   }
 
