@@ -4,6 +4,7 @@ import type { WafRequest, WafSettings, WafVerdict } from '../engine.ts';
 import { WafUnavailableError } from '../engine.ts';
 import { ModSecurityInspector } from '../modsecurity-inspect.ts';
 import { CompiledEngine, createCompiledEngine, sharedRuleSet } from './compiled-engine.ts';
+import { CompiledInspector } from './inspector.ts';
 import { ORACLE_AVAILABLE } from './differential/oracle.ts';
 
 const BROWSER: [string, string][] = [
@@ -143,4 +144,19 @@ test('compiled engine (worker pool): time queued behind other requests does not 
   } finally {
     await pool.close();
   }
+});
+
+test('compiled engine: a transaction holds nothing once its last verdict is out (and cannot be written to)', () => {
+  const inspector = new CompiledInspector(sharedRuleSet(), { request: 1 << 20, response: 1 << 20 });
+  const settings: WafSettings = { paranoiaLevel: 1, mode: 'BLOCKING' };
+  const { open } = inspector.inspectRequest(get('/products?id=1'), settings, true);
+  assert.ok(open);
+  assert.ok(open.tx.args.length > 0 && open.tx.txStore.size > 0, 'an open transaction keeps its data for the response phases');
+  const verdict = inspector.inspectResponse(open, { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain']], body: Buffer.from('ok') });
+  assert.deepEqual(verdict.matchedRules, []);
+  assert.equal(open.tx.args.length, 0);
+  assert.equal(open.tx.requestHeaders.length, 0);
+  assert.equal(open.tx.txStore.size, 0);
+  assert.equal(open.tx.messages.length, 0);
+  assert.throws(() => open.tx.args.push(open.tx.args[0]!), TypeError);
 });

@@ -125,6 +125,7 @@ export class CompiledInspector {
     };
     if (keepOpen && !(interrupt && blocking)) return { verdict, open: { tx, reported: tx.messages.length, blocking } };
     if (keepOpen) processLogging(tx);
+    tx.dispose();
     return { verdict };
   }
 
@@ -165,15 +166,18 @@ export class CompiledInspector {
     }
     processLogging(tx);
     const score = numberOrUndefined(tx.getTx('outbound_anomaly_score'));
-    return {
+    const verdict: WafVerdict = {
       matchedRules: tx.messages.slice(open.reported).map(toMatched),
       ...(score !== undefined ? { anomalyScore: score } : {}),
       ...(interrupt ? { interrupt } : {}),
       ...(bodyTruncated ? { bodyTruncated } : {}),
     };
+    tx.dispose();
+    return verdict;
   }
 
   endTransaction(open: OpenCompiledTransaction): void {
     processLogging(open.tx);
+    open.tx.dispose();
   }
 }
