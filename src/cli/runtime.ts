@@ -5,9 +5,9 @@
  *
  * `--no-allocation-site-pretenuring`: V8 watches which allocation sites' objects survive a young
  * generation GC and, above 85 %, allocates that site's objects straight in the old generation.
- * A proxy keeps every exchange's objects (the WAF transaction above all: ~44 KB of values,
- * transformation results and TX variables) alive while the origin answers, so V8 tenures the
- * WAF's and the proxy's per-request allocation sites; from then on every request fills the old
+ * A proxy keeps every exchange's objects (the WAF transaction above all: its values,
+ * transformation results and TX variables, tens of KB) alive while the origin answers, so V8
+ * tenures the WAF's and the proxy's per-request allocation sites; from then on every request fills the old
  * generation, and its young objects referenced from dead old ones survive the scavenges too,
  * until the next mark-compact (one every few hundred requests). Measured with 16 exchanges held
  * open at a time, like a loaded proxy (docs/benchmarks.md): GC pauses 332 -> 92 ms per 15,000

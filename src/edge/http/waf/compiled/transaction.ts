@@ -173,8 +173,9 @@ export class Transaction {
   /**
    * MATCHED_VARS as names and values; their entries are built only when a rule reads the list
    * (matchedList()): most matches (paranoia gates, initialisation checks) are never read back.
-   * The first `matchedCount` slots are this rule's matches; cleaning resets the count, so the
-   * arrays are written over in place rather than allocated after every match (~130 per request).
+   * The first `matchedCount` slots are the matches since the last cleaning, which resets the
+   * count: the arrays are written over in place, not allocated anew after every match (~130 per
+   * request).
    */
   private readonly matchedKeys: string[] = [];
   private readonly matchedValues: string[] = [];
@@ -1054,7 +1055,8 @@ export class Transaction {
    * can end up in V8's old generation, and a dead old object still pointing at young ones keeps
    * them alive through every scavenge until the next full collection. Measured in the WAF worker
    * with 16 exchanges open, 20,000 exchanges: 455 MB survived the scavenges without this, 53-72 MB
-   * with it (GC pauses 584 -> ~175 ms). Writing to the transaction afterwards throws.
+   * with it (GC pauses 584 -> ~175 ms). The transaction is not to be used afterwards (its list
+   * collections are frozen: adding to them throws).
    */
   dispose(): void {
     this.finish();
