@@ -636,7 +636,6 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   // every match adds to MATCHED_VARS and its names
   const growingLists = new Set(['MATCHED_VARS', 'MATCHED_VARS_NAMES'].map((name) => LIST_COLLECTIONS.indexOf(name)));
   const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists, trie.nodes);
-  if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase]);
   const markerIndex = phases.map((list) => {
     const m = new Map<string, number[]>();
     list.forEach((e, k) => {
@@ -652,13 +651,12 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     list.forEach((entry, k) => {
       const rule = entry.rule;
       if (rule === undefined) return;
-      let marker: string | undefined;
-      for (const a of [...(defaults[phase]?.runtime ?? []), ...rule.runtime]) if (a.kind === 'skipAfter') marker = a.marker;
-      if (marker === undefined) return;
-      rule.skipMarker = marker;
-      rule.skipTarget = markerIndex[phase]!.get(marker)?.find((at) => at > k) ?? list.length;
+      // the last skipAfter of its actions is the marker it leaves set
+      for (const a of [...(defaults[phase]?.runtime ?? []), ...rule.runtime]) if (a.kind === 'skipAfter') rule.skipMarker = a.marker;
+      if (rule.skipMarker !== undefined) rule.skipTarget = markerIndex[phase]!.get(rule.skipMarker)?.find((at) => at > k) ?? list.length;
     });
   });
+  if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase]);
   return {
     config,
     phases,
@@ -692,13 +690,11 @@ function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined): Tx
   let save = true;
   for (const a of actions) if (LOG_ACTIONS.has(a.kind)) save = a.kind === 'log' || a.kind === 'auditlog';
   if (save) return undefined;
-  let marker: string | undefined;
-  for (const a of actions) if (a.kind === 'skipAfter') marker = a.marker;
   const ref = rule.refs[0]!;
   const pass = rule.disruptive?.kind === 'pass';
-  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, count: false, matchedName: `TX:${ref.key}`, marker, pass };
+  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, count: false, matchedName: `TX:${ref.key}`, pass };
   const counted = ref.resolver.countedTxKey;
-  if (counted !== undefined) return { lowerKey: counted, count: true, matchedName: ref.resolver.fullName, marker, pass };
+  if (counted !== undefined) return { lowerKey: counted, count: true, matchedName: ref.resolver.fullName, pass };
   return undefined;
 }
 

@@ -233,7 +233,6 @@ export interface TxCheck {
   readonly count: boolean;
   /** MATCHED_VAR_NAME when it matches ("TX:name" as the rule wrote it). */
   readonly matchedName: string;
-  readonly marker: string | undefined;
   /** Ends with `pass`, which (engine On) clears a pending intervention. */
   readonly pass: boolean;
 }

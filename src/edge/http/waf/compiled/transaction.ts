@@ -653,7 +653,7 @@ export class Transaction {
     this.matchedVarName = check.matchedName;
     this.addMatched(check.matchedName, value);
     for (const sv of rule.setvars) this.setVar(sv, rule);
-    if (check.marker !== undefined) this.marker = check.marker;
+    if (rule.skipMarker !== undefined) this.marker = rule.skipMarker;
     if (check.pass && this.engineState() === 'On') this.runDisruptive(PASS, rule, this.msg);
   }
 
