@@ -124,8 +124,8 @@ export class CompiledInspector {
       ...(bodyTruncated ? { bodyTruncated } : {}),
     };
     if (keepOpen && !(interrupt && blocking)) return { verdict, open: { tx, reported: tx.messages.length, blocking } };
+    // (a transaction that was never held open dies young: no dispose() needed)
     if (keepOpen) processLogging(tx);
-    tx.dispose();
     return { verdict };
   }
 

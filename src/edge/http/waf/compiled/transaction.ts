@@ -1051,7 +1051,7 @@ export class Transaction {
 
   /**
    * Lets go of everything the transaction holds, once its results are read (the inspector's last
-   * step): its collections, caches and messages. A transaction held open while the origin answers
+   * step for an exchange that was held open): its collections, caches and messages. A transaction held open while the origin answers
    * can end up in V8's old generation, and a dead old object still pointing at young ones keeps
    * them alive through every scavenge until the next full collection. Measured in the WAF worker
    * with 16 exchanges open, 20,000 exchanges: 455 MB survived the scavenges without this, 53-72 MB
