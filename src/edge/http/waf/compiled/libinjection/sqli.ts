@@ -1039,13 +1039,18 @@ class State {
   blacklisted(): boolean {
     const fp = this.fingerprint;
     if (fp.length < 1) return false;
-    let key = '0';
-    for (let i = 0; i < fp.length; i++) {
-      let c = fp.charCodeAt(i);
-      if (c >= 0x61 && c <= 0x7a) c -= 0x20;
-      key += String.fromCharCode(c);
+    let listed = BLACKLISTED.get(fp);
+    if (listed === undefined) {
+      let key = '0';
+      for (let i = 0; i < fp.length; i++) {
+        let c = fp.charCodeAt(i);
+        if (c >= 0x61 && c <= 0x7a) c -= 0x20;
+        key += String.fromCharCode(c);
+      }
+      listed = table().get(key) === T_FINGERPRINT;
+      if (BLACKLISTED.size < BLACKLISTED_MAX) BLACKLISTED.set(fp, listed);
     }
-    return table().get(key) === T_FINGERPRINT;
+    return listed;
   }
 
   notWhitelisted(): boolean {
@@ -1135,6 +1140,14 @@ function ieqPrefix(upper: string, val: string): boolean {
   }
   return true;
 }
+
+/**
+ * Fingerprint -> whether libinjection's table lists it (upper-cased, behind a '0'): a fixed
+ * function of at most five token types, looked up for every value of every request, so its
+ * answers are kept (a few hundred fingerprints occur in practice; the bound is for the rest).
+ */
+const BLACKLISTED = new Map<string, boolean>();
+const BLACKLISTED_MAX = 4096;
 
 const state = new State();
 

@@ -608,9 +608,12 @@ export function length(s: string): string {
   return String(s.length);
 }
 
+/** Two lower-case hex digits per byte value. */
+const HEX_PAIRS = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
+
 export function hexEncode(s: string): string {
   let out = '';
-  for (let i = 0; i < s.length; i++) out += s.charCodeAt(i).toString(16).padStart(2, '0');
+  for (let i = 0; i < s.length; i++) out += HEX_PAIRS[s.charCodeAt(i) & 0xff]!;
   return out;
 }
 
