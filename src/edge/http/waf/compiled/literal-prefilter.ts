@@ -131,6 +131,16 @@ export interface RulePrefilter {
   readonly mask: number;
 }
 
+/**
+ * A literal of one letter or digit (932105 and 932150, the Unix command rules, need one of
+ * `v`, `s`, `p`, `w`, `n` ...): nearly every value has one, so such a rule would be let through
+ * for nearly every value anyway, while its literals made most bytes of any text an accepting state
+ * of the automaton (each one OR-ing rule bits). Such a rule is evaluated without prefilter.
+ */
+function isLetterOrDigit(literal: string): boolean {
+  return literal.length === 1 && /[0-9A-Za-z]/.test(literal);
+}
+
 /** Reads whose values a source can scan and keep: lists (which only grow) and single variables. */
 const SCANNABLE = new Set([READ_LIST, READ_NAMES, READ_FILTERED, READ_SINGLE]);
 
@@ -156,7 +166,7 @@ export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLi
   };
   for (const rule of rules) {
     const literals = operatorLiterals(rule);
-    if (literals === undefined) continue;
+    if (literals === undefined || literals.some(isLetterOrDigit)) continue;
     if (!rule.refs.every((ref) => SCANNABLE.has(ref.kind) || ref.kind === READ_XML)) continue;
     const j = literalsByRule.length;
     literalsByRule.push(literals);
