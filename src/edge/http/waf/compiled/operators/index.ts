@@ -266,6 +266,9 @@ function containsWord(str: string, target: string): boolean {
   return false;
 }
 
+/** The pattern that captures a whole value. */
+const WHOLE_VALUE = '^.*$';
+
 const SUPPORTED = new Set([
   'rx',
   'pm',
@@ -308,6 +311,18 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
       if (staticParam !== undefined) {
         if (staticParam === '') return { ...base, run: () => true };
         const re = new CompiledRegex(staticParam);
+        if (staticParam === WHOLE_VALUE) {
+          // 901318 and 920450 take each value whole; under PCRE_DOTALL `^.*$` matches any value
+          // entirely, newlines included (operators.test.ts checks it against the addon)
+          return {
+            ...base,
+            regex: re,
+            run(tx, rule, input) {
+              if (rule.capture) tx.setTx('0', input);
+              return true;
+            },
+          };
+        }
         return {
           ...base,
           regex: re,

@@ -57,3 +57,17 @@ test('operators: same results as the ModSecurity addon', { skip: !ORACLE_AVAILAB
     both.close();
   }
 });
+
+test('operators: @rx ^.*$ matches and captures every value whole, as the addon does', { skip: !ORACLE_AVAILABLE }, () => {
+  const rules = `SecRule ARGS "@rx ^.*$" "id:100,phase:1,pass,log,capture,multiMatch,t:none,logdata:'%{TX.0}'"`;
+  const both = smallRuleSets(rules);
+  try {
+    const request = simpleRequest({ uri: '/?a=&b=plain&c=line%0Anext&d=crlf%0D%0A&e=%00%FF' });
+    const a = both.modsecurity(request).map((m) => `${m.id} ${m.data}`).sort();
+    const b = both.compiled(request).map((m) => `${m.id} ${m.data}`).sort();
+    assert.equal(a.length, 5);
+    assert.deepEqual(b, a);
+  } finally {
+    both.close();
+  }
+});
