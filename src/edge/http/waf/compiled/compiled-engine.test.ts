@@ -146,6 +146,28 @@ test('compiled engine (worker pool): time queued behind other requests does not 
   }
 });
 
+test('compiled engine (worker pool): exchanges begun in one turn of the event loop, posted together, each get their own verdicts', { timeout: 60_000 }, async () => {
+  const pool = await createCompiledEngine({ workers: 1 });
+  try {
+    const blocking: WafSettings = { paranoiaLevel: 1, mode: 'BLOCKING' };
+    const uris = Array.from({ length: 12 }, (_, i) => (i % 3 === 0 ? `/?id=${i}'%20or%20'1'%3D'1` : `/products?page=${i}`));
+    // begun in the same turn: their requests go to the worker as one batch
+    const exchanges = await Promise.all(uris.map((uri) => pool.beginExchange(get(uri), blocking)));
+    exchanges.forEach((ex, i) => assert.equal(ex.requestVerdict.interrupt?.status, i % 3 === 0 ? 403 : undefined, uris[i]));
+    const leak = Buffer.from('<html>You have an error in your SQL syntax; check the manual</html>');
+    const responses = await Promise.all(
+      exchanges.map((ex, i) => ex.inspectResponse({ status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/html']], body: i % 2 === 0 ? leak : Buffer.from('<html>ok</html>') })),
+    );
+    responses.forEach((v, i) => {
+      // a blocked request's exchange is over: its response is not inspected
+      const leaked = ids(v).some((id) => id >= 951000 && id < 952000);
+      assert.equal(leaked, i % 3 !== 0 && i % 2 === 0, `${uris[i]}: ${ids(v).join(',')}`);
+    });
+  } finally {
+    await pool.close();
+  }
+});
+
 test('compiled engine: a transaction holds nothing once its last verdict is out (and cannot be written to)', () => {
   const inspector = new CompiledInspector(sharedRuleSet(), { request: 1 << 20, response: 1 << 20 });
   const settings: WafSettings = { paranoiaLevel: 1, mode: 'BLOCKING' };

@@ -159,6 +159,9 @@ export type ToCompiledWorker =
   | { type: 'response'; id: number; exchange: number; response: WafResponse }
   | { type: 'end'; exchange: number };
 
+/** What the main thread posts: one message, or those of one turn of its event loop together. */
+export type ToCompiledWorkerPost = ToCompiledWorker | { type: 'batch'; messages: ToCompiledWorker[] };
+
 export type CompiledReply =
   | { type: 'result'; id: number; verdict: WafVerdict; exchange?: number | undefined }
   | { type: 'failure'; id: number; message: string; code?: string | undefined };
@@ -209,6 +212,8 @@ class PoolWorker {
   private watchdog: NodeJS.Timeout | undefined;
   /** The request seen running at the last check, and since when (this thread's clock). */
   private seen = { request: -1, since: 0 };
+  /** Messages of this turn of the event loop, not posted yet. */
+  private outbox: ToCompiledWorker[] = [];
 
   constructor(data: object, budgetMs: number, onExit: (w: PoolWorker) => void) {
     const watch = new SharedArrayBuffer(RunWatch.BYTES);
@@ -244,9 +249,26 @@ class PoolWorker {
     return new Promise((resolve, reject) => {
       if (this.pending.size === 0) this.startWatching();
       this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ ...message, id });
+      this.post({ ...message, id } as ToCompiledWorker);
     });
   }
+
+  /**
+   * Posts at the end of this turn of the event loop (setImmediate), together with the other
+   * messages of the turn: under load the loop reads many requests per turn, and each message
+   * costs both threads a fixed price (serialization, a wake-up, a message event in the worker),
+   * as batched-replies.ts does the other way.
+   */
+  post(message: ToCompiledWorker): void {
+    if (this.outbox.push(message) === 1) setImmediate(this.flush);
+  }
+
+  private readonly flush = (): void => {
+    const messages = this.outbox;
+    this.outbox = [];
+    if (this.dead || messages.length === 0) return;
+    this.worker.postMessage(messages.length === 1 ? messages[0] : ({ type: 'batch', messages } satisfies ToCompiledWorkerPost));
+  };
 
   failAll(error: Error): void {
     const all = [...this.pending.values()];
@@ -339,7 +361,7 @@ class WorkerPool {
   }
 
   send(worker: PoolWorker, message: ToCompiledWorker): void {
-    if (!worker.dead) worker.worker.postMessage(message);
+    if (!worker.dead) worker.post(message);
   }
 
   async close(): Promise<void> {

@@ -1,13 +1,13 @@
 /**
  * Worker thread of the compiled engine's pool mode (compiled-engine.ts): compiles the rule set
- * once, then runs exchanges as the main thread posts them. Same protocol as the ModSecurity
- * worker, results batched the same way (batched-replies.ts). Around each request it marks
+ * once, then runs exchanges as the main thread posts them (one message, or a turn's messages as
+ * one `batch`). Results go back batched the same way (batched-replies.ts). Around each request it marks
  * the shared watch slots (`RunWatch`), so that the main thread's budget counts the time a request
  * runs, not the time it waited behind others.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { resolvedLimits } from '../modsecurity-config.ts';
-import type { CompiledReply, ToCompiledWorker } from './compiled-engine.ts';
+import type { CompiledReply, ToCompiledWorker, ToCompiledWorkerPost } from './compiled-engine.ts';
 import { RunWatch, sharedRuleSet } from './compiled-engine.ts';
 import { CompiledInspector } from './inspector.ts';
 import { batchedReplies } from '../batched-replies.ts';
@@ -51,7 +51,12 @@ function failure(id: number, error: unknown): void {
   reply({ type: 'failure', id, message: e?.message ?? String(error), code: e?.code });
 }
 
-port.on('message', (m: ToCompiledWorker) => {
+port.on('message', (m: ToCompiledWorkerPost) => {
+  if (m.type === 'batch') for (const one of m.messages) handle(one);
+  else handle(m);
+});
+
+function handle(m: ToCompiledWorker): void {
   switch (m.type) {
     case 'request': {
       watch.begin();
@@ -99,4 +104,4 @@ port.on('message', (m: ToCompiledWorker) => {
       break;
     }
   }
-});
+}
