@@ -36,7 +36,7 @@ export interface ModSecurityEngineOptions extends ModSecurityRulesOptions {
 }
 
 type Reply = { type: 'result'; id: number; verdict: WafVerdict; exchange?: number } | { type: 'failure'; id: number; message: string; name: string; code?: string };
-type FromWorker = { type: 'ready'; ruleCount: number } | { type: 'loadError'; message: string } | Reply | { type: 'batch'; replies: Reply[] };
+type FromWorker = { type: 'ready'; ruleCount: number } | { type: 'loadError'; message: string } | Reply | { type: 'batch'; messages: Reply[] };
 
 /** A message to the worker without its id (the pool numbers them). */
 type Call = Extract<ToWorker, { id: number }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
@@ -75,7 +75,7 @@ class PoolWorker {
           startup?.reject(new Error(message.message));
           break;
         case 'batch':
-          for (const reply of message.replies) this.settle(reply);
+          for (const reply of message.messages) this.settle(reply);
           break;
         default:
           this.settle(message);

@@ -6,13 +6,13 @@
  *                   { type: 'end', exchange }
  *   worker -> main  { type: 'ready', ruleCount } | { type: 'loadError', message }
  *                   { type: 'result', id, verdict, exchange? } | { type: 'failure', id, message, name, code? }
- *                   { type: 'batch', replies: (result | failure)[] }
+ *                   { type: 'batch', messages: (result | failure)[] }   (batched-messages.ts)
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import type { WafRequest, WafResponse, WafSettings, WafVerdict } from './engine.ts';
 import type { ModSecurityRulesOptions } from './modsecurity-config.ts';
 import { ModSecurityInspector } from './modsecurity-inspect.ts';
-import { batchedReplies } from './batched-replies.ts';
+import { batchedMessages } from './batched-messages.ts';
 import type { OpenTransaction } from './modsecurity-inspect.ts';
 
 export interface WorkerData {
@@ -55,7 +55,7 @@ function release(exchange: number): Held | undefined {
 }
 
 type Reply = { type: 'result'; id: number; verdict: WafVerdict; exchange?: number | undefined } | { type: 'failure'; id: number; message: string; name: string; code?: string | undefined };
-const reply = batchedReplies<Reply>(port);
+const reply = batchedMessages<Reply>(port);
 
 function failure(id: number, error: unknown): void {
   const e = error as Error & { code?: string };

@@ -23,6 +23,7 @@ import type { WafEngine, WafExchange, WafRequest, WafResponse, WafSettings, WafV
 import { WafOverloadedError, WafUnavailableError } from '../engine.ts';
 import { checkSettings } from '../modsecurity-inspect.ts';
 import { resolvedLimits } from '../modsecurity-config.ts';
+import { batchedMessages } from '../batched-messages.ts';
 import { CompiledInspector, compileCrs } from './inspector.ts';
 import type { CompiledRulesOptions } from './inspector.ts';
 import type { CompiledRuleSet } from './program.ts';
@@ -166,7 +167,7 @@ export type CompiledReply =
   | { type: 'result'; id: number; verdict: WafVerdict; exchange?: number | undefined }
   | { type: 'failure'; id: number; message: string; code?: string | undefined };
 
-type FromCompiledWorker = { type: 'ready'; ruleCount: number } | { type: 'loadError'; message: string } | CompiledReply | { type: 'batch'; replies: CompiledReply[] };
+type FromCompiledWorker = { type: 'ready'; ruleCount: number } | { type: 'loadError'; message: string } | CompiledReply | { type: 'batch'; messages: CompiledReply[] };
 
 /**
  * What a worker is running, shared with the main thread (two Int32 slots in a SharedArrayBuffer):
@@ -212,14 +213,16 @@ class PoolWorker {
   private watchdog: NodeJS.Timeout | undefined;
   /** The request seen running at the last check, and since when (this thread's clock). */
   private seen = { request: -1, since: 0 };
-  /** Messages of this turn of the event loop, not posted yet. */
-  private outbox: ToCompiledWorker[] = [];
+  /** Posts to the worker with the other messages of this turn of the event loop (batched-messages.ts). */
+  readonly post: (message: ToCompiledWorker) => void;
 
   constructor(data: object, budgetMs: number, onExit: (w: PoolWorker) => void) {
     const watch = new SharedArrayBuffer(RunWatch.BYTES);
     this.watch = new RunWatch(watch);
     this.budgetMs = budgetMs;
     this.worker = new Worker(new URL('./compiled-worker.ts', import.meta.url), { workerData: { ...data, watch }, name: 'waf-compiled' });
+    // (a worker that has exited ignores what is posted to it: its callers were failed on exit)
+    this.post = batchedMessages<ToCompiledWorker>(this.worker);
     this.worker.unref();
     let startup: { resolve(): void; reject(e: Error): void } | undefined;
     this.ready = new Promise<void>((resolve, reject) => {
@@ -229,7 +232,7 @@ class PoolWorker {
     this.worker.on('message', (m: FromCompiledWorker) => {
       if (m.type === 'ready') startup?.resolve();
       else if (m.type === 'loadError') startup?.reject(new Error(m.message));
-      else if (m.type === 'batch') for (const reply of m.replies) this.settle(reply);
+      else if (m.type === 'batch') for (const reply of m.messages) this.settle(reply);
       else this.settle(m);
     });
     this.worker.on('error', (error) => {
@@ -252,23 +255,6 @@ class PoolWorker {
       this.post({ ...message, id } as ToCompiledWorker);
     });
   }
-
-  /**
-   * Posts at the end of this turn of the event loop (setImmediate), together with the other
-   * messages of the turn: under load the loop reads many requests per turn, and each message
-   * costs both threads a fixed price (serialization, a wake-up, a message event in the worker),
-   * as batched-replies.ts does the other way.
-   */
-  post(message: ToCompiledWorker): void {
-    if (this.outbox.push(message) === 1) setImmediate(this.flush);
-  }
-
-  private readonly flush = (): void => {
-    const messages = this.outbox;
-    this.outbox = [];
-    if (this.dead || messages.length === 0) return;
-    this.worker.postMessage(messages.length === 1 ? messages[0] : ({ type: 'batch', messages } satisfies ToCompiledWorkerPost));
-  };
 
   failAll(error: Error): void {
     const all = [...this.pending.values()];

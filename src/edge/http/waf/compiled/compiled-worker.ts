@@ -1,7 +1,7 @@
 /**
  * Worker thread of the compiled engine's pool mode (compiled-engine.ts): compiles the rule set
  * once, then runs exchanges as the main thread posts them (one message, or a turn's messages as
- * one `batch`). Results go back batched the same way (batched-replies.ts). Around each request it marks
+ * one `batch`). Results go back batched the same way (batched-messages.ts). Around each request it marks
  * the shared watch slots (`RunWatch`), so that the main thread's budget counts the time a request
  * runs, not the time it waited behind others.
  */
@@ -10,7 +10,7 @@ import { resolvedLimits } from '../modsecurity-config.ts';
 import type { CompiledReply, ToCompiledWorker, ToCompiledWorkerPost } from './compiled-engine.ts';
 import { RunWatch, sharedRuleSet } from './compiled-engine.ts';
 import { CompiledInspector } from './inspector.ts';
-import { batchedReplies } from '../batched-replies.ts';
+import { batchedMessages } from '../batched-messages.ts';
 import type { CompiledRulesOptions, OpenCompiledTransaction } from './inspector.ts';
 
 interface Data {
@@ -44,7 +44,7 @@ function release(id: number): OpenCompiledTransaction | undefined {
   return held.open;
 }
 
-const reply = batchedReplies<CompiledReply>(port);
+const reply = batchedMessages<CompiledReply>(port);
 
 function failure(id: number, error: unknown): void {
   const e = error as Error & { code?: string };
