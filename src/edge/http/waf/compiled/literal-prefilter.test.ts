@@ -98,3 +98,25 @@ test('literal prefilter: a finished transaction hands its buffers to the next on
   const response = inspector.inspectResponse(open.open, { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain']], body: Buffer.from('ok') });
   assert.deepEqual(ids(response.matchedRules), [60]);
 });
+
+test('literal prefilter: a value without the literals is passed over even when another value of the variable has them; matches, captures and logged data stay the same', () => {
+  const rules = `
+SecRuleEngine On
+SecRule ARGS|REQUEST_HEADERS "@rx (n[e]edle)-(\\d+)" "id:70,phase:1,pass,log,capture,msg:'needle',logdata:'%{MATCHED_VAR_NAME}=%{TX.1}/%{TX.2}',t:none,t:lowercase"
+SecRule TX:2 "@rx ^\\d+$" "id:71,phase:1,pass,log,msg:'capture kept',logdata:'%{TX.2}'"
+`;
+  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'per-value.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'per-value.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
+  const logged = (inspector: CompiledInspector, req: WafRequest): string[] =>
+    inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.matchedData ?? ''}`);
+  const cases: [WafRequest, string[]][] = [
+    [request('/?a=hay&b=NEEDLE-7&c=straw'), ['70 ARGS:b=needle/7', '71 7']],
+    [request('/?a=needle-1&b=hay&c=needle-22'), ['70 ARGS:c=needle/22', '71 22']],
+    [request('/?a=hay', undefined, [['X-Probe', 'needle-3'], ['X-Other', 'hay']]), ['70 REQUEST_HEADERS:X-Probe=needle/3', '71 3']],
+    [request('/?a=needle&b=hay'), []],
+  ];
+  for (const [req, expected] of cases) {
+    assert.deepEqual(logged(withPrefilter, req), expected, req.uri);
+    assert.deepEqual(logged(without, req), expected, `${req.uri} (no prefilter)`);
+  }
+});

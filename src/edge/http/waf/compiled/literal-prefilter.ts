@@ -129,6 +129,8 @@ export interface RulePrefilter {
   /** The word and the bit of the rule in the scanner's bit sets. */
   readonly word: number;
   readonly mask: number;
+  /** The chain node its values are scanned after (the rule's, less a final change of case). */
+  readonly node: number;
 }
 
 /**
@@ -183,7 +185,7 @@ export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLi
       }
       sourceOf[vi] = source.slot;
     });
-    rule.prefilter = { sources: sourceOf, word: j >> 5, mask: 1 << (j & 31) };
+    rule.prefilter = { sources: sourceOf, word: j >> 5, mask: 1 << (j & 31), node };
   }
   const list = [...sources.values()];
   return {

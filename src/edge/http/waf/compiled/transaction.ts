@@ -38,6 +38,13 @@ export interface ValueBox {
    */
   same: number;
   same2: number;
+  /**
+   * Where the prefilter scan of `v` is in its transaction's scannedBits (literalBits()), valid
+   * while `scanEpoch` is that transaction's: a value read under many sources is looked up once,
+   * not once per source by string.
+   */
+  scanAt: number;
+  scanEpoch: number;
 }
 
 export interface Entry {
@@ -52,7 +59,7 @@ export interface Entry {
 
 /** A value with nothing computed yet. */
 export function newBox(value: string): ValueBox {
-  return { v: value, c: undefined, m: -1, same: 0, same2: 0 };
+  return { v: value, c: undefined, m: -1, same: 0, same2: 0, scanAt: 0, scanEpoch: 0 };
 }
 
 export function newEntry(key: string, full: string, value: string): Entry {
@@ -149,6 +156,8 @@ const DISPOSED = Object.freeze([]) as unknown as Entry[];
 
 /** Per-process counter for unique ids when the caller gives none. */
 let uniqueCounter = 0;
+/** Last Transaction.scanEpoch given out. */
+let scanEpochs = 0;
 
 export class Transaction {
   readonly rs: CompiledRuleSet;
@@ -209,6 +218,8 @@ export class Transaction {
   private scannedCount = 0;
   /** literalBits() by string: its offset in scannedBits. */
   private scanned = new Map<string, number>();
+  /** Tells this transaction's ValueBox.scanAt from others' (and from its own before finish()). */
+  private scanEpoch = ++scanEpochs;
   /** READ_FILTERED variables' values by VarRef.cacheSlot, with the length of their list when read. */
   private filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[] = [];
   /** ARGS_NAMES & co, built from their collection as it grows. */
@@ -750,7 +761,7 @@ export class Transaction {
       const entry = this.singleAt(ref.index, ref.name);
       if (source !== entry) {
         this.unionSources[slot] = entry;
-        const found = this.literalBits(this.transformed(entry.box, node));
+        const found = this.boxBits(entry.box, node);
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w] = scanned[found + w]!;
       }
@@ -763,13 +774,24 @@ export class Transaction {
       this.unionSources[slot] = list;
     }
     for (let k = unions[at]!; k < list.length; k++) {
-      const found = this.literalBits(this.transformed(list[k]!.box, node));
+      const found = this.boxBits(list[k]!.box, node);
       const scanned = this.scannedBits!;
       for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
     }
     unions[at] = list.length;
     unions[at + 1] = this.phaseRun;
     return at + UNION_HEADER;
+  }
+
+  /** literalBits() of the value of `box` after chain node `node`. */
+  private boxBits(box: ValueBox, node: number): number {
+    const value = this.transformed(box, node);
+    if (value !== box.v) return this.literalBits(value);
+    if (box.scanEpoch === this.scanEpoch) return box.scanAt;
+    const at = this.literalBits(value);
+    box.scanAt = at;
+    box.scanEpoch = this.scanEpoch;
+    return at;
   }
 
   /**
@@ -811,6 +833,12 @@ export class Transaction {
     const op = rule.operator!;
     let matched = false;
     if (!rule.multiMatch) {
+      // the union of the variable's values let the rule through; this value may lack the literals
+      const prefilter = rule.prefilter;
+      if (prefilter !== undefined) {
+        const at = this.boxBits(entry.box, prefilter.node);
+        if ((this.scannedBits![at + prefilter.word]! & prefilter.mask) === 0) return false;
+      }
       const value = this.transformed(entry.box, rule.tnode);
       if (op.run(this, rule, value) !== op.negated) {
         this.onMatch(rule, msg, entry, value);
@@ -1047,6 +1075,7 @@ export class Transaction {
     this.unionSources.length = 0;
     if (this.scanned.size > 0) this.scanned = new Map();
     this.scannedCount = 0;
+    this.scanEpoch = ++scanEpochs;
   }
 
   /**
