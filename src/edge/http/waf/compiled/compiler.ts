@@ -112,7 +112,7 @@ function defaultConfig(): EngineConfig {
 }
 
 class TransformationTrie {
-  readonly nodes: TransformationNode[] = [{ id: 0, parent: 0, name: '', kind: -1, fn: (s) => s, changesOn: -1 }];
+  readonly nodes: TransformationNode[] = [{ id: 0, parent: 0, name: '', kind: -1, fn: (s) => s, changesOn: -1, chainChangesOn: 0 }];
   private readonly index = new Map<string, number>();
   readonly kinds: string[] = [];
 
@@ -129,7 +129,10 @@ class TransformationTrie {
         id = this.nodes.length;
         let kind = this.kinds.indexOf(name);
         if (kind < 0) kind = this.kinds.push(name) - 1;
-        this.nodes.push({ id, parent: cur, name, kind, fn, changesOn: CHANGES_ON.get(name) ?? -1 });
+        const changesOn = CHANGES_ON.get(name) ?? -1;
+        const before = this.nodes[cur]!.chainChangesOn;
+        const chainChangesOn = changesOn < 0 || before < 0 ? -1 : before | changesOn;
+        this.nodes.push({ id, parent: cur, name, kind, fn, changesOn, chainChangesOn });
         this.index.set(key, id);
       }
       cur = id;

@@ -120,3 +120,30 @@ SecRule TX:2 "@rx ^\\d+$" "id:71,phase:1,pass,log,msg:'capture kept',logdata:'%{
     assert.deepEqual(logged(without, req), expected, `${req.uri} (no prefilter)`);
   }
 });
+
+test('literal prefilter: a decoding chain reads the raw values\' bits for the values it leaves alone and decodes the others (a literal only decoding makes)', () => {
+  const rules = `
+SecRuleEngine On
+SecRule ARGS "@rx n[e]edle" "id:80,phase:1,pass,log,msg:'decoded needle',logdata:'%{MATCHED_VAR_NAME}',t:none,t:urlDecodeUni,t:lowercase"
+SecRule ARGS "@rx n[e]edle" "id:81,phase:1,pass,log,msg:'raw needle',logdata:'%{MATCHED_VAR_NAME}',t:none"
+SecRule ARGS "@rx h[a]ystack" "id:82,phase:1,pass,log,msg:'base64 haystack',logdata:'%{MATCHED_VAR_NAME}',t:none,t:base64Decode"
+`;
+  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'raw-union.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'raw-union.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
+  const logged = (inspector: CompiledInspector, req: WafRequest): string[] =>
+    inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.matchedData ?? ''}`);
+  const cases: [WafRequest, string[]][] = [
+    // no value has a byte urlDecodeUni acts on: the raw bits stand for the decoded values
+    [request('/?a=hay&b=straw'), []],
+    [request('/?a=hay&b=NEEDLE'), ['80 ARGS:b']],
+    // b is "n%65edle" after the query string's own decoding: only urlDecodeUni makes the needle
+    [request('/?a=hay&b=n%2565edle'), ['80 ARGS:b']],
+    [request('/?a=needle&b=n%2565edle'), ['80 ARGS:b', '81 ARGS:a']],
+    // base64Decode always runs: every value is decoded ("aGF5c3RhY2s=" is "haystack")
+    [request('/?a=hay&b=aGF5c3RhY2s%3D'), ['82 ARGS:b']],
+  ];
+  for (const [req, expected] of cases) {
+    assert.deepEqual(logged(withPrefilter, req), expected, req.uri);
+    assert.deepEqual(logged(without, req), expected, `${req.uri} (no prefilter)`);
+  }
+});

@@ -120,6 +120,19 @@ export interface LiteralPrefilters {
    * the other lists are filled before the phase that reads them).
    */
   readonly changing: Uint8Array;
+  /**
+   * Per list source: the source of the same list read raw (chain node 0; itself when it is one);
+   * -1 for single variables.
+   */
+  readonly rawOf: Int32Array;
+  /**
+   * Per list source: the byte kinds that make some step of its chain change a value
+   * (TransformationNode.chainChangesOn), -1 when a step always runs. Values with none of them
+   * have their raw bits, so the union of such a source is its raw source's union and the bits of
+   * its values that do change (a superset of its exact union when a step removes a literal: the
+   * rule's values are then checked one by one).
+   */
+  readonly chainMask: Int32Array;
 }
 
 /** What the loop needs to ask whether some value of a rule's variables may match (CompiledRule.prefilter). */
@@ -156,7 +169,18 @@ const CASE_ONLY = new Set(['lowercase', 'uppercase']);
  * phase runs. `transformations`: the rule set's chain nodes.
  */
 export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLists: ReadonlySet<number>, transformations: readonly TransformationNode[]): LiteralPrefilters {
-  const sources = new Map<string, { slot: number; node: number; changing: boolean }>();
+  const sources = new Map<string, { slot: number; node: number; changing: boolean; raw: number }>();
+  const sourceOf = (ref: CompiledRule['refs'][number], node: number): { slot: number; node: number; changing: boolean; raw: number } => {
+    const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}`;
+    let source = sources.get(`${key}@${node}`);
+    if (source === undefined) {
+      const changing = ref.kind === READ_SINGLE || growingLists.has(ref.index);
+      const raw = ref.kind === READ_SINGLE ? -1 : node === 0 ? sources.size : sourceOf(ref, 0).slot;
+      source = { slot: sources.size, node, changing, raw };
+      sources.set(`${key}@${node}`, source);
+    }
+    return source;
+  };
   const literalsByRule: (readonly string[])[] = [];
   // a chain ending in lowercase (the CRS's usual last step) has the literals of the chain before
   // it, since the scanner ignores ASCII case: the source reads that one (one union and no
@@ -172,25 +196,19 @@ export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLi
     if (!rule.refs.every((ref) => SCANNABLE.has(ref.kind) || ref.kind === READ_XML)) continue;
     const j = literalsByRule.length;
     literalsByRule.push(literals);
-    const sourceOf = new Int32Array(rule.refs.length).fill(-1);
+    const slots = new Int32Array(rule.refs.length).fill(-1);
     const node = scannedNode(rule.tnode);
     rule.refs.forEach((ref, vi) => {
-      if (ref.kind === READ_XML) return;
-      const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}@${node}`;
-      let source = sources.get(key);
-      if (source === undefined) {
-        const changing = ref.kind === READ_SINGLE || growingLists.has(ref.index);
-        source = { slot: sources.size, node, changing };
-        sources.set(key, source);
-      }
-      sourceOf[vi] = source.slot;
+      if (ref.kind !== READ_XML) slots[vi] = sourceOf(ref, node).slot;
     });
-    rule.prefilter = { sources: sourceOf, word: j >> 5, mask: 1 << (j & 31), node };
+    rule.prefilter = { sources: slots, word: j >> 5, mask: 1 << (j & 31), node };
   }
   const list = [...sources.values()];
   return {
     scanner: new LiteralScanner(literalsByRule),
     nodes: Int32Array.from(list.map((s) => s.node)),
     changing: Uint8Array.from(list.map((s) => (s.changing ? 1 : 0))),
+    rawOf: Int32Array.from(list.map((s) => s.raw)),
+    chainMask: Int32Array.from(list.map((s) => transformations[s.node]!.chainChangesOn)),
   };
 }

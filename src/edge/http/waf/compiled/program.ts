@@ -276,6 +276,11 @@ export interface TransformationNode {
   readonly fn: (s: string) => string;
   /** Byte kinds without which fn returns its input (transformations' CHANGES_ON); -1: always runs. */
   readonly changesOn: number;
+  /**
+   * The same for the whole chain from the root to this node (the union of its changesOn): a
+   * value with none of these bytes comes out of every step as it went in. -1 when a step always runs.
+   */
+  readonly chainChangesOn: number;
 }
 
 export interface CompiledRuleSet {

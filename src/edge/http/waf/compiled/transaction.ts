@@ -122,8 +122,11 @@ export function singleSlot(name: string): number {
 
 const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
 const PASS: DisruptiveAction = { kind: 'pass' };
-/** Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to date for. */
-const UNION_HEADER = 2;
+/**
+ * Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to
+ * date for, and (raw list sources) the byte kinds of those values (charMask).
+ */
+const UNION_HEADER = 3;
 const NONE_ALLOW = 0;
 const ALLOW_ALL = 1; // FromNowOnAllowType
 const ALLOW_REQUEST = 2; // RequestAllowType
@@ -461,11 +464,22 @@ export class Transaction {
   transformed(box: ValueBox, node: number): string {
     if (node === 0) return box.v;
     if (node < 32 ? (box.same & (1 << node)) !== 0 : node < 64 && (box.same2 & (1 << (node - 32))) !== 0) return box.v;
+    const t = this.rs.transformations[node]!;
+    const chain = t.chainChangesOn;
+    if (chain >= 0) {
+      // none of the value's bytes would make any step of the chain change it: no step to run or look up
+      let m = box.m;
+      if (m < 0) m = box.m = charMask(box.v);
+      if ((m & chain) === 0) {
+        if (node < 32) box.same |= 1 << node;
+        else if (node < 64) box.same2 |= 1 << (node - 32);
+        return box.v;
+      }
+    }
     const c = box.c;
     if (c !== undefined) {
       for (let k = 0; k < c.length; k += 2) if (c[k] === node) return c[k + 1] as string;
     }
-    const t = this.rs.transformations[node]!;
     const input = t.parent === 0 ? box.v : this.transformed(box, t.parent);
     let out: string;
     if (input === box.v && t.changesOn >= 0) {
@@ -767,16 +781,44 @@ export class Transaction {
       }
       return at + UNION_HEADER;
     }
+    const raw = prefilter.rawOf[slot]!;
+    const chain = prefilter.chainMask[slot]!;
+    let rawAt = -1;
+    if (raw !== slot && chain >= 0) {
+      // no value has a byte that would make the chain change it: the raw values' union is this one's
+      rawAt = this.sourceBits(raw, ref, rule);
+      if ((unions[rawAt - 1]! & chain) === 0) return rawAt;
+    }
     const list = this.listRead(ref, rule);
     if (source !== list) {
       // the buffer may come from a finished transaction (or the source held another list)
       for (let k = at; k < at + stride; k++) unions[k] = 0;
       this.unionSources[slot] = list;
     }
-    for (let k = unions[at]!; k < list.length; k++) {
-      const found = this.boxBits(list[k]!.box, node);
-      const scanned = this.scannedBits!;
-      for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
+    if (rawAt >= 0) {
+      // the raw bits of every value, then the bits of those the chain changes
+      for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= unions[rawAt + w]!;
+      for (let k = unions[at]!; k < list.length; k++) {
+        const box = list[k]!.box;
+        if ((box.m & chain) === 0) continue;
+        const found = this.boxBits(box, node);
+        const scanned = this.scannedBits!;
+        for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
+      }
+    } else {
+      const isRaw = raw === slot;
+      let kinds = unions[at + 2]!;
+      for (let k = unions[at]!; k < list.length; k++) {
+        const box = list[k]!.box;
+        const found = this.boxBits(box, node);
+        const scanned = this.scannedBits!;
+        for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
+        if (isRaw) {
+          if (box.m < 0) box.m = charMask(box.v);
+          kinds |= box.m;
+        }
+      }
+      unions[at + 2] = kinds;
     }
     unions[at] = list.length;
     unions[at + 1] = this.phaseRun;
