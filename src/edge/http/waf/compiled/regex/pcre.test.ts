@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { PcreTranslationError, translatePcre } from './pcre.ts';
-import { CompiledRegex } from './runtime.ts';
+import { CompiledRegex, compileKeyRegex } from './runtime.ts';
 
 const rx = (p: string, caseless = false): CompiledRegex => new CompiledRegex(p, caseless);
 
@@ -37,6 +37,15 @@ test('pcre: possessive quantifiers and atomic groups keep their meaning', () => 
   assert.equal(t.groupCount, 3);
   const m = rx('(a)(?>(b))(c)\\3').exec('abcc');
   assert.deepEqual(m, ['abcc', 'a', 'b', 'c'], 'captures keep PCRE numbering around the emulation');
+});
+
+test('key selectors: a plain word (anchored or not) selects the same keys as the caseless expression', () => {
+  const keys = ['header_name_accept', 'HEADER_NAME_HOST', 'x_header_name_', 'header_name', 'Header_Name_', 'anomaly_score', 'web_attack/sqli', 'leak/WEB_ATTACK', 'a-b-c', 'A-B', '', 'h\xe9ader_name_', 'WEB_ATTACk'];
+  for (const pattern of ['^header_name_', 'WEB_ATTACK', '^a-b', 'name_', 'x', '^[a-z]+$', 'paramcounter_.*']) {
+    const expression = new CompiledRegex(pattern, true);
+    const selector = compileKeyRegex(pattern);
+    for (const key of keys) assert.equal(selector.test(key), expression.test(key), `${pattern} on ${key}`);
+  }
 });
 
 test('pcre: what cannot be translated is an error', () => {
