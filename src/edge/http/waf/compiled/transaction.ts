@@ -159,6 +159,8 @@ const DISPOSED = Object.freeze([]) as unknown as Entry[];
 
 /** Per-process counter for unique ids when the caller gives none. */
 let uniqueCounter = 0;
+/** TX keys of the first captures ('0' ... '99'). */
+const CAPTURE_KEYS: readonly string[] = Array.from({ length: 100 }, (_, g) => String(g));
 /** Last Transaction.scanEpoch given out. */
 let scanEpochs = 0;
 
@@ -288,7 +290,13 @@ export class Transaction {
   }
 
   setTx(key: string, value: string): void {
-    this.store('TX', key, value);
+    this.storeIn(this.txStore, key, lowerAscii(key), value);
+  }
+
+  /** TX.n of a capture (operators with `capture`): the keys are digits, no case to fold. */
+  setCapture(group: number, value: string): void {
+    const key = group < CAPTURE_KEYS.length ? CAPTURE_KEYS[group]! : String(group);
+    this.storeIn(this.txStore, key, key, value);
   }
 
   getTx(key: string): string | undefined {

@@ -318,7 +318,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
             ...base,
             regex: re,
             run(tx, rule, input) {
-              if (rule.capture) tx.setTx('0', input);
+              if (rule.capture) tx.setCapture(0, input);
               return true;
             },
           };
@@ -330,7 +330,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
             if (!rule.capture) return re.test(input);
             const m = re.exec(input);
             if (!m) return false;
-            for (let g = 0; g < m.length; g++) if (m[g] !== undefined) tx.setTx(String(g), m[g]!);
+            for (let g = 0; g < m.length; g++) if (m[g] !== undefined) tx.setCapture(g, m[g]!);
             return true;
           },
         };
@@ -353,7 +353,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
           if (!rule.capture) return re.test(input);
           const m = re.exec(input);
           if (!m) return false;
-          for (let g = 0; g < m.length; g++) if (m[g] !== undefined) tx.setTx(String(g), m[g]!);
+          for (let g = 0; g < m.length; g++) if (m[g] !== undefined) tx.setCapture(g, m[g]!);
           return true;
         },
       };
@@ -377,7 +377,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
           if (!rule.capture) return ac.test(input);
           const found = ac.search(input);
           if (found === undefined) return false;
-          tx.setTx('0', found);
+          tx.setCapture(0, found);
           return true;
         },
       };
@@ -451,7 +451,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
         run(tx, rule, input) {
           const fp = detectSqli(input);
           if (fp === null) return false;
-          if (rule.capture) tx.setTx('0', fp);
+          if (rule.capture) tx.setCapture(0, fp);
           return true;
         },
       };
@@ -460,7 +460,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
         ...base,
         run(tx, rule, input) {
           if (!detectXss(input)) return false;
-          if (rule.capture) tx.setTx('0', input);
+          if (rule.capture) tx.setCapture(0, input);
           return true;
         },
       };
