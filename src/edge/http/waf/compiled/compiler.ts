@@ -31,6 +31,7 @@ import { parseSecLang, parseVariable, SecLangError, splitVariables } from './sec
 import type { ActionSpec, Directive, VariableSpec } from './seclang/parser.ts';
 import { CHANGES_ON, TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
 import type { Transaction } from './transaction.ts';
+import { isComputedSingle } from './transaction.ts';
 import { compileVariable, keyExclusionsFor, lowerAscii } from './variables.ts';
 
 /** One piece of SecLang to load (same shape as modsecurity-config.ts's RulesSource). */
@@ -638,7 +639,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   for (const rule of allRules) rule.refs = [...rule.variables.map((v) => varRef(v, true, slots)), ...rule.additions.map((v) => varRef(v, false, slots))];
   // every match adds to MATCHED_VARS and its names
   const growingLists = new Set(['MATCHED_VARS', 'MATCHED_VARS_NAMES'].map((name) => LIST_COLLECTIONS.indexOf(name)));
-  const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists, trie.nodes);
+  const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists, isComputedSingle, trie.nodes);
   const markerIndex = phases.map((list) => {
     const m = new Map<string, number[]>();
     list.forEach((e, k) => {

@@ -135,9 +135,10 @@ export interface LiteralPrefilters {
    */
   readonly nodes: Int32Array;
   /**
-   * Per source: 1 when its values can change while a phase runs (single variables,
-   * MATCHED_VARS): checked at every read; the others are read once per phase (ARGS, headers and
-   * the other lists are filled before the phase that reads them).
+   * Per source: 1 when its values can change while a phase runs (MATCHED_VAR and the other
+   * computed single variables, MATCHED_VARS): checked at every read; the others are read once per
+   * phase (ARGS, headers and the other lists are filled before the phase that reads them; a single
+   * variable set during a phase makes the transaction look again, Transaction.setSingle).
    */
   readonly changing: Uint8Array;
   /**
@@ -186,15 +187,21 @@ const CASE_ONLY = new Set(['lowercase', 'uppercase']);
  * Builds the scanner of the rules with literals and their sources; sets CompiledRule.prefilter
  * on every rule whose variables are all scannable (the others are evaluated value by value, as
  * without prefilter). `growingLists`: the lists (Transaction.listAt indexes) that grow while a
- * phase runs. `transformations`: the rule set's chain nodes.
+ * phase runs; `computedSingle`: whether a single variable's slot is computed at each read.
+ * `transformations`: the rule set's chain nodes.
  */
-export function buildLiteralPrefilters(rules: readonly CompiledRule[], growingLists: ReadonlySet<number>, transformations: readonly TransformationNode[]): LiteralPrefilters {
+export function buildLiteralPrefilters(
+  rules: readonly CompiledRule[],
+  growingLists: ReadonlySet<number>,
+  computedSingle: (slot: number) => boolean,
+  transformations: readonly TransformationNode[],
+): LiteralPrefilters {
   const sources = new Map<string, { slot: number; node: number; changing: boolean; raw: number }>();
   const sourceOf = (ref: CompiledRule['refs'][number], node: number): { slot: number; node: number; changing: boolean; raw: number } => {
     const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}`;
     let source = sources.get(`${key}@${node}`);
     if (source === undefined) {
-      const changing = ref.kind === READ_SINGLE || growingLists.has(ref.index);
+      const changing = ref.kind === READ_SINGLE ? computedSingle(ref.index) : growingLists.has(ref.index);
       const raw = ref.kind === READ_SINGLE ? -1 : node === 0 ? sources.size : sourceOf(ref, 0).slot;
       source = { slot: sources.size, node, changing, raw };
       sources.set(`${key}@${node}`, source);

@@ -111,6 +111,11 @@ const SLOTS = new Map<string, number>();
 for (const name of ['DURATION', 'HIGHEST_SEVERITY', 'TIME_EPOCH', 'MATCHED_VAR', 'MATCHED_VAR_NAME']) SLOTS.set(name, SLOTS.size);
 const COMPUTED_SLOTS = SLOTS.size;
 
+/** Single variables whose value is computed at each read (MATCHED_VAR, DURATION ...): they change while a phase runs. */
+export function isComputedSingle(slot: number): boolean {
+  return slot < COMPUTED_SLOTS;
+}
+
 export function singleSlot(name: string): number {
   let slot = SLOTS.get(name);
   if (slot === undefined) {
@@ -253,7 +258,10 @@ export class Transaction {
   highestSeverity = 255;
   private readonly started = process.hrtime.bigint();
   private currentPhase = 0;
-  /** Counts evaluatePhase() calls (a list read in one is up to date for the rest of it). */
+  /**
+   * Counts evaluatePhase() calls and single variables set (a list or a single variable read in
+   * one is up to date for the rest of it).
+   */
   private phaseRun = 0;
 
   constructor(rs: CompiledRuleSet, id?: string) {
@@ -356,6 +364,9 @@ export class Transaction {
     const slot = singleSlot(name);
     this.sv[slot] = value;
     this.se[slot] = undefined;
+    // prefilter unions of single variables count as up to date for the rest of a phase: a
+    // variable set while one runs (ctl:requestBodyProcessor) makes them all look again
+    this.phaseRun++;
   }
 
   getSingle(name: string): string {
@@ -755,15 +766,22 @@ export class Transaction {
    * instead of one operator run per value.
    */
   private someMayMatch(rule: CompiledRule, prefilter: RulePrefilter): boolean {
-    const refs = rule.refs;
-    const { word, mask } = prefilter;
-    for (let vi = 0; vi < refs.length; vi++) {
-      const ref = refs[vi]!;
-      if (ref.kind === READ_XML) {
+    const { word, mask, sources } = prefilter;
+    const all = this.rs.prefilter;
+    const stride = all.scanner.words + UNION_HEADER;
+    const phaseRun = this.phaseRun;
+    for (let vi = 0; vi < sources.length; vi++) {
+      const slot = sources[vi]!;
+      if (slot < 0) {
+        // an XML read
         if (this.xmlDocument === undefined) continue;
         return true;
       }
-      const at = this.sourceBits(prefilter.sources[vi]!, ref, rule);
+      // sourceBits' first test here: a union already up to date for this phase (most reads) costs no call
+      let at = slot * stride;
+      const unions = this.unions;
+      if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined) at += UNION_HEADER;
+      else at = this.sourceBits(slot, rule.refs[vi]!, rule);
       if ((this.unions![at + word]! & mask) !== 0) return true;
     }
     return false;
@@ -787,16 +805,13 @@ export class Transaction {
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w] = scanned[found + w]!;
       }
+      unions[at + 1] = this.phaseRun;
       return at + UNION_HEADER;
     }
     const raw = prefilter.rawOf[slot]!;
     const chain = prefilter.chainMask[slot]!;
-    let rawAt = -1;
-    if (raw !== slot && chain >= 0) {
-      // no value has a byte that would make the chain change it: the raw values' union is this one's
-      rawAt = this.sourceBits(raw, ref, rule);
-      if ((unions[rawAt - 1]! & chain) === 0) return rawAt;
-    }
+    // values without a byte that would make the chain change them have their raw bits
+    const rawAt = raw !== slot && chain >= 0 ? this.sourceBits(raw, ref, rule) : -1;
     const list = this.listRead(ref, rule);
     if (source !== list) {
       // the buffer may come from a finished transaction (or the source held another list)
