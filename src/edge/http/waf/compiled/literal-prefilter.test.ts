@@ -147,3 +147,19 @@ SecRule ARGS "@rx h[a]ystack" "id:82,phase:1,pass,log,msg:'base64 haystack',logd
     assert.deepEqual(logged(without, req), expected, `${req.uri} (no prefilter)`);
   }
 });
+
+test('literal prefilter: a single variable set while a phase runs (ctl:requestBodyProcessor) is looked at again by the rules after it', () => {
+  const rules = `
+SecRuleEngine On
+SecRule REQBODY_PROCESSOR "@rx J[S]ON" "id:90,phase:1,pass,log,msg:'before'"
+SecRule REQUEST_HEADERS:X-Json "@rx yes" "id:91,phase:1,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule REQBODY_PROCESSOR "@rx J[S]ON" "id:92,phase:1,pass,log,msg:'after'"
+`;
+  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'single.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'single.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
+  for (const inspector of [withPrefilter, without]) {
+    const ids = (req: WafRequest): number[] => inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.id);
+    assert.deepEqual(ids(request('/', undefined, [['X-Json', 'yes']])), [92]);
+    assert.deepEqual(ids(request('/')), []);
+  }
+});
