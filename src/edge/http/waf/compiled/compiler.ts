@@ -26,7 +26,7 @@ import type {
 import { LIST_COLLECTIONS, READ_FILTERED, READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
 import { compileOperator } from './operators/index.ts';
 import { compileKeyRegex } from './regex/runtime.ts';
-import { buildLiteralPrefilters } from './literal-prefilter.ts';
+import { buildLiteralPrefilters, phasePrefilters } from './literal-prefilter.ts';
 import { parseSecLang, parseVariable, SecLangError, splitVariables } from './seclang/parser.ts';
 import type { ActionSpec, Directive, VariableSpec } from './seclang/parser.ts';
 import { CHANGES_ON, TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
@@ -668,6 +668,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     transformations: trie.nodes,
     transformationKinds: trie.kinds.length,
     prefilter,
+    phasePrefilters: phasePrefilters(phases),
     defaults: defaults as DefaultActions[],
     removedIds,
     removedRanges,

@@ -163,3 +163,20 @@ SecRule REQBODY_PROCESSOR "@rx J[S]ON" "id:92,phase:1,pass,log,msg:'after'"
     assert.deepEqual(ids(request('/')), []);
   }
 });
+
+test('literal prefilter: a rule passed over for its literals still clears MATCHED_VAR, as an evaluated rule that does not match', () => {
+  const rules = `
+SecRuleEngine On
+SecRule ARGS:a "@rx ^hay$" "id:100,phase:1,pass,nolog,setvar:tx.seen=%{MATCHED_VAR}"
+SecRule ARGS "@rx n[e]edle" "id:101,phase:1,pass,log,msg:'needle'"
+SecRule MATCHED_VAR "@rx ^$" "id:102,phase:1,pass,log,msg:'cleared'"
+SecRule TX:seen "@rx ^hay$" "id:103,phase:1,pass,log,msg:'seen'"
+`;
+  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'cleared.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'cleared.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
+  for (const inspector of [withPrefilter, without]) {
+    const ids = (req: WafRequest): number[] => inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.id);
+    assert.deepEqual(ids(request('/?a=hay')), [102, 103]);
+    assert.deepEqual(ids(request('/?a=hay&b=needle')), [101, 103]);
+  }
+});

@@ -16,7 +16,7 @@
  *
  * The automaton and its byte loop are hand-written (not a library) because they are the hot path.
  */
-import type { CompiledRule, TransformationNode } from './program.ts';
+import type { CompiledRule, PhaseEntry, TransformationNode } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_XML } from './program.ts';
 import { CompiledRegex } from './regex/runtime.ts';
 import { requiredLiterals } from './regex/prefilter.ts';
@@ -238,4 +238,32 @@ export function buildLiteralPrefilters(
     rawOf: Int32Array.from(list.map((s) => s.raw)),
     chainMask: Int32Array.from(list.map((s) => transformations[s.node]!.chainChangesOn)),
   };
+}
+
+/**
+ * A phase's prefiltered rules laid out by position, for the rule loop to pass over the rules that
+ * cannot match without touching their objects (most rules of a benign request: on this machine
+ * the first touch of a rule's objects cost more than deciding from its sources' unions).
+ */
+export interface PhasePrefilters {
+  /** Per entry of the phase: where its record starts in `records`, or -1 (a marker, or a rule evaluated as such). */
+  readonly at: Int32Array;
+  /** Records of [word, mask, variable count, source per variable (-1: an XML read) ...] (RulePrefilter). */
+  readonly records: Int32Array;
+}
+
+/** PhasePrefilters of each phase: plain rules with a prefilter (not SecActions, TX checks or chain members). */
+export function phasePrefilters(phases: readonly (readonly PhaseEntry[])[]): PhasePrefilters[] {
+  return phases.map((list) => {
+    const at = new Int32Array(list.length).fill(-1);
+    const records: number[] = [];
+    list.forEach((entry, k) => {
+      const rule = entry.rule;
+      const prefilter = rule?.prefilter;
+      if (rule === undefined || prefilter === undefined || rule.type !== 'rule' || rule.txCheck !== undefined) return;
+      at[k] = records.length;
+      records.push(prefilter.word, prefilter.mask, prefilter.sources.length, ...prefilter.sources);
+    });
+    return { at, records: Int32Array.from(records) };
+  });
 }

@@ -7,7 +7,7 @@
  * The types mirror ModSecurity v3's model closely on purpose (RuleWithOperator, RuleUnconditional,
  * RuleMarker, the action kinds and their execution order), because the verdicts must be the same.
  */
-import type { LiteralPrefilters, RulePrefilter } from './literal-prefilter.ts';
+import type { LiteralPrefilters, PhasePrefilters, RulePrefilter } from './literal-prefilter.ts';
 import type { Transaction, Entry } from './transaction.ts';
 
 /** A string with %{...} macros, compiled. `text` when it has none. */
@@ -295,6 +295,8 @@ export interface CompiledRuleSet {
   readonly transformationKinds: number;
   /** Which rules may match the values of a variable, per variable and chain node (literal-prefilter.ts). */
   readonly prefilter: LiteralPrefilters;
+  /** The same per phase, by position in `phases` (literal-prefilter.ts). */
+  readonly phasePrefilters: readonly PhasePrefilters[];
   /** Default actions per phase (SecDefaultAction): runtime actions, transformations, disruptive. */
   readonly defaults: readonly DefaultActions[];
   /** SecRuleRemoveById / ByTag / ByMsg. */

@@ -12,6 +12,7 @@ import type {
   CtlAction,
   DisruptiveAction,
   Expand,
+  PhaseEntry,
   RuntimeAction,
   SetVarAction,
   TxCheck,
@@ -532,7 +533,16 @@ export class Transaction {
     const list = this.rs.phases[phase]!;
     const markerIndex = this.rs.markerIndex[phase]!;
     const rs = this.rs;
+    const { at: prefilterAt, records } = rs.phasePrefilters[phase]!;
     for (let i = 0; i < list.length; i++) {
+      const record = prefilterAt[i]!;
+      if (record >= 0 && this.marker === undefined && this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule()) {
+        // a rule that cannot match: its effect (MATCHED_VARS cleared), decided from its record alone
+        if (!this.someMayMatchAt(records, record, list, i)) {
+          this.cleanMatchedVars();
+          continue;
+        }
+      }
       const item = list[i]!;
       if (this.marker !== undefined) {
         if (item.marker === undefined) {
@@ -782,6 +792,37 @@ export class Transaction {
       const unions = this.unions;
       if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined) at += UNION_HEADER;
       else at = this.sourceBits(slot, rule.refs[vi]!, rule);
+      if ((this.unions![at + word]! & mask) !== 0) return true;
+    }
+    return false;
+  }
+
+  /** Whether the rule set or the transaction removes rules (then each rule is looked at as evaluatePhase does). */
+  private removesAnyRule(): boolean {
+    return this.rs.removesRules || this.ruleRemoveByTag.length > 0 || this.ruleRemoveById.length > 0 || this.ruleRemoveByIdRange.length > 0;
+  }
+
+  /** someMayMatch() for the rule at list[i], from its PhasePrefilters record. */
+  private someMayMatchAt(records: Int32Array, record: number, list: readonly PhaseEntry[], i: number): boolean {
+    const word = records[record]!;
+    const mask = records[record + 1]!;
+    const count = records[record + 2]!;
+    const all = this.rs.prefilter;
+    const stride = all.scanner.words + UNION_HEADER;
+    const phaseRun = this.phaseRun;
+    for (let vi = 0; vi < count; vi++) {
+      const slot = records[record + 3 + vi]!;
+      if (slot < 0) {
+        if (this.xmlDocument === undefined) continue;
+        return true;
+      }
+      let at = slot * stride;
+      const unions = this.unions;
+      if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined) at += UNION_HEADER;
+      else {
+        const rule = list[i]!.rule!;
+        at = this.sourceBits(slot, rule.refs[vi]!, rule);
+      }
       if ((this.unions![at + word]! & mask) !== 0) return true;
     }
     return false;
