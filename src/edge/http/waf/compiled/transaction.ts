@@ -12,7 +12,6 @@ import type {
   CtlAction,
   DisruptiveAction,
   Expand,
-  PhaseEntry,
   RuntimeAction,
   SetVarAction,
   TxCheck,
@@ -538,7 +537,7 @@ export class Transaction {
       const record = prefilterAt[i]!;
       if (record >= 0 && this.marker === undefined && this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule()) {
         // a rule that cannot match: its effect (MATCHED_VARS cleared), decided from its record alone
-        if (!this.someMayMatchAt(records, record, list, i)) {
+        if (!this.sourcesMayMatch(records, record + 3, records[record + 2]!, records[record]!, records[record + 1]!, list[i]!.rule!)) {
           this.cleanMatchedVars();
           continue;
         }
@@ -776,25 +775,7 @@ export class Transaction {
    * instead of one operator run per value.
    */
   private someMayMatch(rule: CompiledRule, prefilter: RulePrefilter): boolean {
-    const { word, mask, sources } = prefilter;
-    const all = this.rs.prefilter;
-    const stride = all.scanner.words + UNION_HEADER;
-    const phaseRun = this.phaseRun;
-    for (let vi = 0; vi < sources.length; vi++) {
-      const slot = sources[vi]!;
-      if (slot < 0) {
-        // an XML read
-        if (this.xmlDocument === undefined) continue;
-        return true;
-      }
-      // sourceBits' first test here: a union already up to date for this phase (most reads) costs no call
-      let at = slot * stride;
-      const unions = this.unions;
-      if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined) at += UNION_HEADER;
-      else at = this.sourceBits(slot, rule.refs[vi]!, rule);
-      if ((this.unions![at + word]! & mask) !== 0) return true;
-    }
-    return false;
+    return this.sourcesMayMatch(prefilter.sources, 0, prefilter.sources.length, prefilter.word, prefilter.mask, rule);
   }
 
   /** Whether the rule set or the transaction removes rules (then each rule is looked at as evaluatePhase does). */
@@ -802,27 +783,26 @@ export class Transaction {
     return this.rs.removesRules || this.ruleRemoveByTag.length > 0 || this.ruleRemoveById.length > 0 || this.ruleRemoveByIdRange.length > 0;
   }
 
-  /** someMayMatch() for the rule at list[i], from its PhasePrefilters record. */
-  private someMayMatchAt(records: Int32Array, record: number, list: readonly PhaseEntry[], i: number): boolean {
-    const word = records[record]!;
-    const mask = records[record + 1]!;
-    const count = records[record + 2]!;
+  /**
+   * someMayMatch() on `count` sources from slots[from] (RulePrefilter.sources, or a PhasePrefilters
+   * record). A union already up to date for this phase (most reads) is read without a call, and
+   * without touching the rule's objects.
+   */
+  private sourcesMayMatch(slots: Int32Array, from: number, count: number, word: number, mask: number, rule: CompiledRule): boolean {
     const all = this.rs.prefilter;
     const stride = all.scanner.words + UNION_HEADER;
     const phaseRun = this.phaseRun;
     for (let vi = 0; vi < count; vi++) {
-      const slot = records[record + 3 + vi]!;
+      const slot = slots[from + vi]!;
       if (slot < 0) {
+        // an XML read
         if (this.xmlDocument === undefined) continue;
         return true;
       }
       let at = slot * stride;
       const unions = this.unions;
       if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined) at += UNION_HEADER;
-      else {
-        const rule = list[i]!.rule!;
-        at = this.sourceBits(slot, rule.refs[vi]!, rule);
-      }
+      else at = this.sourceBits(slot, rule.refs[vi]!, rule);
       if ((this.unions![at + word]! & mask) !== 0) return true;
     }
     return false;
