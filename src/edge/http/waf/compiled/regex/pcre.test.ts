@@ -41,7 +41,10 @@ test('pcre: possessive quantifiers and atomic groups keep their meaning', () => 
 
 test('key selectors: a plain word (anchored or not) selects the same keys as the caseless expression', () => {
   const keys = ['header_name_accept', 'HEADER_NAME_HOST', 'x_header_name_', 'header_name', 'Header_Name_', 'anomaly_score', 'web_attack/sqli', 'leak/WEB_ATTACK', 'a-b-c', 'A-B', '', 'h\xe9ader_name_', 'WEB_ATTACk'];
-  for (const pattern of ['^header_name_', 'WEB_ATTACK', '^a-b', 'name_', 'x', '^[a-z]+$', 'paramcounter_.*']) {
+  keys.push('multipart_headers_content_types_text/plain', 'MULTIPART_HEADERS_CONTENT_TYPE', 'leakage\\/errors-sql', 'LEAKAGE/ERRORS', 'x.y', 'xzy', 'a*b', 'ab', 'b');
+  const patterns = ['^header_name_', 'WEB_ATTACK', '^a-b', 'name_', 'x', '^[a-z]+$', 'paramcounter_.*'];
+  patterns.push('MULTIPART_HEADERS_CONTENT_TYPES_*', 'LEAKAGE\\\\\\/ERRORS', 'x\\.y', '^ab?', 'b+', 'a\\**', 'a\\\\*', '^$', 'y$');
+  for (const pattern of patterns) {
     const expression = new CompiledRegex(pattern, true);
     const selector = compileKeyRegex(pattern);
     for (const key of keys) assert.equal(selector.test(key), expression.test(key), `${pattern} on ${key}`);

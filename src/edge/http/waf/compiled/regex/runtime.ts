@@ -85,20 +85,42 @@ export interface KeyRegex {
   test(key: string): boolean;
 }
 
-/** A selector that is a plain word, anchored at the start or not: `TX:/^header_name_/`, `TX:/WEB_ATTACK/`. */
-const PLAIN_KEY = /^(\^?)([0-9A-Za-z_-]+)$/;
+/**
+ * A selector that says "holds this word" (or "starts with it", after `^`): printable ASCII, with
+ * punctuation escaped or not, and a last character made optional by `*` or `?` (a search may then
+ * leave it out) or repeated by `+`. The CRS's TX selectors are all such but two: `^header_name_`,
+ * `LEAKAGE` + escaped `\` and `/` + `ERRORS`, `MULTIPART_HEADERS_CONTENT_TYPES` + `_*` ...
+ * Undefined for anything else.
+ */
+export function plainKeyWord(pattern: string): { anchored: boolean; word: string } | undefined {
+  const anchored = pattern.startsWith('^');
+  let word = '';
+  for (let i = anchored ? 1 : 0; i < pattern.length; i++) {
+    const c = pattern[i]!;
+    if (c < ' ' || c > '~') return undefined;
+    if (c === '\\') {
+      const next = pattern[i + 1];
+      if (next === undefined || next < ' ' || next > '~' || /[0-9A-Za-z]/.test(next)) return undefined;
+      word += next;
+      i++;
+    } else if ('*?+'.includes(c) && i === pattern.length - 1 && word.length > 0 && pattern[i - 1] !== '\\') {
+      if (c !== '+') word = word.slice(0, -1);
+    } else if ('.^$|?*+()[]{}'.includes(c)) return undefined;
+    else word += c;
+  }
+  return { anchored, word: word.toLowerCase() };
+}
 
 /**
  * A collection-key selector (`ARGS:/re/`): case-insensitive, as ModSecurity compiles them. A plain
- * word is compared as such, without the regex machinery: 920450's `TX:/^header_name_/` tests every
- * TX key of every request (a hundred or more), most of them failing on the first byte. PCRE's
- * caseless matching folds ASCII letters only (no UTF mode), as lowerAscii does.
+ * word (plainKeyWord) is compared as such, without the regex machinery: the CRS's TX selectors
+ * test every TX key of every request (fifty or more), most of them failing on the first byte.
+ * PCRE's caseless matching folds ASCII letters only (no UTF mode), as this comparison does.
  */
 export function compileKeyRegex(pattern: string): KeyRegex {
-  const plain = PLAIN_KEY.exec(pattern);
-  if (plain === null) return new CompiledRegex(pattern, true);
-  const word = plain[2]!.toLowerCase();
-  const anchored = plain[1] === '^';
+  const plain = plainKeyWord(pattern);
+  if (plain === undefined) return new CompiledRegex(pattern, true);
+  const { anchored, word } = plain;
   return {
     test(key: string): boolean {
       if (anchored) return caselessAt(key, 0, word);
