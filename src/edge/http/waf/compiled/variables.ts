@@ -294,8 +294,8 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
           if (v !== undefined && !(exclusions.length > 0 && excluded(spec.key!, exclusions))) out.push(tx.dynamicEntry(collection, spec.key!, v));
           return;
         }
-        for (const v of store.values()) {
-          if (keyRe !== undefined && !keyRe.test(v.key)) continue;
+        for (const [lowerKey, v] of store) {
+          if (keyRe !== undefined && !(keyRe.testLowerCase !== undefined ? keyRe.testLowerCase(lowerKey) : keyRe.test(v.key))) continue;
           if (exclusions.length > 0 && excluded(v.key, exclusions)) continue;
           out.push(tx.dynamicEntry(collection, v.key, v));
         }

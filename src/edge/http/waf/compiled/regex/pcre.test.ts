@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { PcreTranslationError, translatePcre } from './pcre.ts';
 import { CompiledRegex, compileKeyRegex } from './runtime.ts';
+import { lowerAscii } from '../variables.ts';
 
 const rx = (p: string, caseless = false): CompiledRegex => new CompiledRegex(p, caseless);
 
@@ -47,7 +48,10 @@ test('key selectors: a plain word (anchored or not) selects the same keys as the
   for (const pattern of patterns) {
     const expression = new CompiledRegex(pattern, true);
     const selector = compileKeyRegex(pattern);
-    for (const key of keys) assert.equal(selector.test(key), expression.test(key), `${pattern} on ${key}`);
+    for (const key of keys) {
+      assert.equal(selector.test(key), expression.test(key), `${pattern} on ${key}`);
+      if (selector.testLowerCase) assert.equal(selector.testLowerCase(lowerAscii(key)), expression.test(key), `${pattern} on ${key} lower-cased`);
+    }
   }
 });
 

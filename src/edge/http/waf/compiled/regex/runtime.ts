@@ -83,6 +83,8 @@ export class CompiledRegex {
 
 export interface KeyRegex {
   test(key: string): boolean;
+  /** test() of a key given lower-cased (lowerAscii: the dynamic collections' own keys), when cheaper. */
+  testLowerCase?(lowerKey: string): boolean;
 }
 
 /**
@@ -127,6 +129,7 @@ export function compileKeyRegex(pattern: string): KeyRegex {
       for (let at = 0; at + word.length <= key.length; at++) if (caselessAt(key, at, word)) return true;
       return false;
     },
+    testLowerCase: (lowerKey: string): boolean => (anchored ? lowerKey.startsWith(word) : lowerKey.includes(word)),
   };
 }
 
