@@ -127,11 +127,8 @@ export function singleSlot(name: string): number {
 
 const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
 const PASS: DisruptiveAction = { kind: 'pass' };
-/**
- * Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to
- * date for, and (raw list sources) the byte kinds of those values (charMask).
- */
-const UNION_HEADER = 3;
+/** Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to date for. */
+const UNION_HEADER = 2;
 const NONE_ALLOW = 0;
 const ALLOW_ALL = 1; // FromNowOnAllowType
 const ALLOW_REQUEST = 2; // RequestAllowType
@@ -851,18 +848,14 @@ export class Transaction {
       }
     } else {
       const isRaw = raw === slot;
-      let kinds = unions[at + 2]!;
       for (let k = unions[at]!; k < list.length; k++) {
         const box = list[k]!.box;
         const found = this.boxBits(box, node);
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
-        if (isRaw) {
-          if (box.m < 0) box.m = charMask(box.v);
-          kinds |= box.m;
-        }
+        // the sources reading this list through a chain tell the values it leaves alone by their bytes
+        if (isRaw && box.m < 0) box.m = charMask(box.v);
       }
-      unions[at + 2] = kinds;
     }
     unions[at] = list.length;
     unions[at + 1] = this.phaseRun;
