@@ -99,84 +99,84 @@ test('literal prefilter: a finished transaction hands its buffers to the next on
   assert.deepEqual(ids(response.matchedRules), [60]);
 });
 
+/**
+ * Checks each request against the rules compiled with and without literal prefilters: the logged
+ * matches, as "id matchedData", must be `expected` in both.
+ */
+function sameWithAndWithoutPrefilter(rules: string, cases: readonly (readonly [WafRequest, readonly string[]])[]): void {
+  const inspectors = [true, false].map((prefilter) => new CompiledInspector(compileRuleSet([{ text: rules, name: 'prefilter-case.conf' }], { prefilter }), { request: 1 << 20, response: 1 << 20 }));
+  for (const [req, expected] of cases) {
+    for (const [k, inspector] of inspectors.entries()) {
+      const logged = inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.matchedData ?? ''}`.trim());
+      assert.deepEqual(logged, expected, `${req.uri} ${req.headers.map((h) => h.join(': ')).join(', ')}${k === 1 ? ' (no prefilter)' : ''}`);
+    }
+  }
+}
+
 test('literal prefilter: a value without the literals is passed over even when another value of the variable has them; matches, captures and logged data stay the same', () => {
-  const rules = `
+  sameWithAndWithoutPrefilter(
+    `
 SecRuleEngine On
 SecRule ARGS|REQUEST_HEADERS "@rx (n[e]edle)-(\\d+)" "id:70,phase:1,pass,log,capture,msg:'needle',logdata:'%{MATCHED_VAR_NAME}=%{TX.1}/%{TX.2}',t:none,t:lowercase"
 SecRule TX:2 "@rx ^\\d+$" "id:71,phase:1,pass,log,msg:'capture kept',logdata:'%{TX.2}'"
-`;
-  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'per-value.conf' }]), { request: 1 << 20, response: 1 << 20 });
-  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'per-value.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
-  const logged = (inspector: CompiledInspector, req: WafRequest): string[] =>
-    inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.matchedData ?? ''}`);
-  const cases: [WafRequest, string[]][] = [
-    [request('/?a=hay&b=NEEDLE-7&c=straw'), ['70 ARGS:b=needle/7', '71 7']],
-    [request('/?a=needle-1&b=hay&c=needle-22'), ['70 ARGS:c=needle/22', '71 22']],
-    [request('/?a=hay', undefined, [['X-Probe', 'needle-3'], ['X-Other', 'hay']]), ['70 REQUEST_HEADERS:X-Probe=needle/3', '71 3']],
-    [request('/?a=needle&b=hay'), []],
-  ];
-  for (const [req, expected] of cases) {
-    assert.deepEqual(logged(withPrefilter, req), expected, req.uri);
-    assert.deepEqual(logged(without, req), expected, `${req.uri} (no prefilter)`);
-  }
+`,
+    [
+      [request('/?a=hay&b=NEEDLE-7&c=straw'), ['70 ARGS:b=needle/7', '71 7']],
+      [request('/?a=needle-1&b=hay&c=needle-22'), ['70 ARGS:c=needle/22', '71 22']],
+      [request('/?a=hay', undefined, [['X-Probe', 'needle-3'], ['X-Other', 'hay']]), ['70 REQUEST_HEADERS:X-Probe=needle/3', '71 3']],
+      [request('/?a=needle&b=hay'), []],
+    ],
+  );
 });
 
 test('literal prefilter: a decoding chain reads the raw values\' bits for the values it leaves alone and decodes the others (a literal only decoding makes)', () => {
-  const rules = `
+  sameWithAndWithoutPrefilter(
+    `
 SecRuleEngine On
 SecRule ARGS "@rx n[e]edle" "id:80,phase:1,pass,log,msg:'decoded needle',logdata:'%{MATCHED_VAR_NAME}',t:none,t:urlDecodeUni,t:lowercase"
 SecRule ARGS "@rx n[e]edle" "id:81,phase:1,pass,log,msg:'raw needle',logdata:'%{MATCHED_VAR_NAME}',t:none"
 SecRule ARGS "@rx h[a]ystack" "id:82,phase:1,pass,log,msg:'base64 haystack',logdata:'%{MATCHED_VAR_NAME}',t:none,t:base64Decode"
-`;
-  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'raw-union.conf' }]), { request: 1 << 20, response: 1 << 20 });
-  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'raw-union.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
-  const logged = (inspector: CompiledInspector, req: WafRequest): string[] =>
-    inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.matchedData ?? ''}`);
-  const cases: [WafRequest, string[]][] = [
-    // no value has a byte urlDecodeUni acts on: the raw bits stand for the decoded values
-    [request('/?a=hay&b=straw'), []],
-    [request('/?a=hay&b=NEEDLE'), ['80 ARGS:b']],
-    // b is "n%65edle" after the query string's own decoding: only urlDecodeUni makes the needle
-    [request('/?a=hay&b=n%2565edle'), ['80 ARGS:b']],
-    [request('/?a=needle&b=n%2565edle'), ['80 ARGS:b', '81 ARGS:a']],
-    // base64Decode always runs: every value is decoded ("aGF5c3RhY2s=" is "haystack")
-    [request('/?a=hay&b=aGF5c3RhY2s%3D'), ['82 ARGS:b']],
-  ];
-  for (const [req, expected] of cases) {
-    assert.deepEqual(logged(withPrefilter, req), expected, req.uri);
-    assert.deepEqual(logged(without, req), expected, `${req.uri} (no prefilter)`);
-  }
+`,
+    [
+      // no value has a byte urlDecodeUni acts on: the raw bits stand for the decoded values
+      [request('/?a=hay&b=straw'), []],
+      [request('/?a=hay&b=NEEDLE'), ['80 ARGS:b']],
+      // b is "n%65edle" after the query string's own decoding: only urlDecodeUni makes the needle
+      [request('/?a=hay&b=n%2565edle'), ['80 ARGS:b']],
+      [request('/?a=needle&b=n%2565edle'), ['80 ARGS:b', '81 ARGS:a']],
+      // base64Decode always runs: every value is decoded ("aGF5c3RhY2s=" is "haystack")
+      [request('/?a=hay&b=aGF5c3RhY2s%3D'), ['82 ARGS:b']],
+    ],
+  );
 });
 
 test('literal prefilter: a single variable set while a phase runs (ctl:requestBodyProcessor) is looked at again by the rules after it', () => {
-  const rules = `
+  sameWithAndWithoutPrefilter(
+    `
 SecRuleEngine On
 SecRule REQBODY_PROCESSOR "@rx J[S]ON" "id:90,phase:1,pass,log,msg:'before'"
 SecRule REQUEST_HEADERS:X-Json "@rx yes" "id:91,phase:1,pass,nolog,ctl:requestBodyProcessor=JSON"
 SecRule REQBODY_PROCESSOR "@rx J[S]ON" "id:92,phase:1,pass,log,msg:'after'"
-`;
-  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'single.conf' }]), { request: 1 << 20, response: 1 << 20 });
-  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'single.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
-  for (const inspector of [withPrefilter, without]) {
-    const ids = (req: WafRequest): number[] => inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.id);
-    assert.deepEqual(ids(request('/', undefined, [['X-Json', 'yes']])), [92]);
-    assert.deepEqual(ids(request('/')), []);
-  }
+`,
+    [
+      [request('/', undefined, [['X-Json', 'yes']]), ['92']],
+      [request('/'), []],
+    ],
+  );
 });
 
 test('literal prefilter: a rule passed over for its literals still clears MATCHED_VAR, as an evaluated rule that does not match', () => {
-  const rules = `
+  sameWithAndWithoutPrefilter(
+    `
 SecRuleEngine On
 SecRule ARGS:a "@rx ^hay$" "id:100,phase:1,pass,nolog,setvar:tx.seen=%{MATCHED_VAR}"
 SecRule ARGS "@rx n[e]edle" "id:101,phase:1,pass,log,msg:'needle'"
 SecRule MATCHED_VAR "@rx ^$" "id:102,phase:1,pass,log,msg:'cleared'"
 SecRule TX:seen "@rx ^hay$" "id:103,phase:1,pass,log,msg:'seen'"
-`;
-  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: rules, name: 'cleared.conf' }]), { request: 1 << 20, response: 1 << 20 });
-  const without = new CompiledInspector(compileRuleSet([{ text: rules, name: 'cleared.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
-  for (const inspector of [withPrefilter, without]) {
-    const ids = (req: WafRequest): number[] => inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.id);
-    assert.deepEqual(ids(request('/?a=hay')), [102, 103]);
-    assert.deepEqual(ids(request('/?a=hay&b=needle')), [101, 103]);
-  }
+`,
+    [
+      [request('/?a=hay'), ['102', '103']],
+      [request('/?a=hay&b=needle'), ['101', '103']],
+    ],
+  );
 });
