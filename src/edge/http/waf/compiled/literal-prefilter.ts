@@ -12,7 +12,14 @@
  * "source" (one variable read through one transformation chain: `ARGS` lower-cased,
  * `REQUEST_FILENAME` URL-decoded ...), the union of its values' bits. A rule none of whose
  * sources has its bit costs a few bit tests instead of an operator run per value (on a benign
- * request, nearly all of them: about 1,000 operator runs of a GET become 100).
+ * request, nearly all of them: about 1,000 operator runs of a GET become 100). A rule let through
+ * runs its operator only on the values whose own bits have it.
+ *
+ * A source whose chain would leave every value as it is (no value has a byte any step acts on:
+ * TransformationNode.chainChangesOn) takes the union of the same list read raw, plus the bits of
+ * the values the chain does change: most sources of a benign request cost a copy, not a
+ * transformation and a scan per value. The rule loop decides the rules that cannot match from
+ * per-phase records of their sources (PhasePrefilters), without touching their objects.
  *
  * The automaton and its byte loop are hand-written (not a library) because they are the hot path.
  */
