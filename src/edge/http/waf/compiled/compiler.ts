@@ -660,7 +660,8 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
       if (rule.skipMarker !== undefined) rule.skipTarget = markerIndex[phase]!.get(rule.skipMarker)?.find((at) => at > k) ?? list.length;
     });
   });
-  if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase]);
+  const txKeySlots = new Map<string, number>();
+  if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase], txKeySlots);
   return {
     config,
     phases,
@@ -669,6 +670,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     transformationKinds: trie.kinds.length,
     prefilter,
     phasePrefilters: phasePrefilters(phases),
+    txKeySlots,
     defaults: defaults as DefaultActions[],
     removedIds,
     removedRanges,
@@ -684,7 +686,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
 const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);
 
 /** The rule as a TxCheck, when it is one (program.ts). */
-function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined): TxCheck | undefined {
+function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slots: Map<string, number>): TxCheck | undefined {
   if (rule.type !== 'rule' || rule.parent !== undefined || rule.chained || rule.multiMatch || rule.capture) return undefined;
   if (rule.refs.length !== 1 || rule.exclusions.length > 0 || rule.tnode !== 0 || rule.operator === undefined) return undefined;
   if (rule.tags.length > 0 || rule.severity !== undefined || rule.msg !== undefined || rule.logdata !== undefined || rule.hasBlock) return undefined;
@@ -697,9 +699,14 @@ function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined): Tx
   if (save) return undefined;
   const ref = rule.refs[0]!;
   const pass = rule.disruptive?.kind === 'pass';
-  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, count: false, matchedName: `TX:${ref.key}`, pass };
+  const slotOf = (lowerKey: string): number => {
+    let slot = slots.get(lowerKey);
+    if (slot === undefined) slots.set(lowerKey, (slot = slots.size));
+    return slot;
+  };
+  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, pass };
   const counted = ref.resolver.countedTxKey;
-  if (counted !== undefined) return { lowerKey: counted, count: true, matchedName: ref.resolver.fullName, pass };
+  if (counted !== undefined) return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, pass };
   return undefined;
 }
 

@@ -229,6 +229,8 @@ export interface CompiledRule {
  */
 export interface TxCheck {
   readonly lowerKey: string;
+  /** The key's index in CompiledRuleSet.txKeySlots (Transaction.txVar). */
+  readonly slot: number;
   /** &TX:name: the value is "1" or "0". */
   readonly count: boolean;
   /** MATCHED_VAR_NAME when it matches ("TX:name" as the rule wrote it). */
@@ -297,6 +299,8 @@ export interface CompiledRuleSet {
   readonly prefilter: LiteralPrefilters;
   /** The same per phase, by position in `phases` (literal-prefilter.ts). */
   readonly phasePrefilters: readonly PhasePrefilters[];
+  /** TX keys the TxChecks read (lower-cased) -> their slot in a transaction's cache of TX variables. */
+  readonly txKeySlots: ReadonlyMap<string, number>;
   /** Default actions per phase (SecDefaultAction): runtime actions, transformations, disruptive. */
   readonly defaults: readonly DefaultActions[];
   /** SecRuleRemoveById / ByTag / ByMsg. */

@@ -48,3 +48,23 @@ test('TX checks on the short path: same matches and messages as the general loop
     assert.deepEqual(run(general), expected, `${uri} (general loop)`);
   }
 });
+
+test('TX checks see a TX variable set, set again, deleted and set anew in the same request', () => {
+  const rules = `
+SecRuleEngine On
+SecRule &TX:flag "@eq 0" "id:1,phase:1,pass,nolog,setvar:tx.flag=1"
+SecRule TX:flag "@eq 1" "id:2,phase:1,pass,nolog,setvar:tx.flag=2"
+SecRule TX:flag "@eq 2" "id:3,phase:1,pass,nolog,setvar:!tx.flag"
+SecRule &TX:flag "@eq 0" "id:4,phase:1,pass,nolog,setvar:tx.gone=yes"
+SecRule ARGS:again "@streq 1" "id:5,phase:1,pass,nolog,setvar:tx.FLAG=7"
+SecRule TX:flag "@eq 7" "id:6,phase:1,pass,nolog,setvar:tx.back=yes"
+SecRule REQUEST_URI "@rx ." "id:9,phase:1,pass,log,msg:'gone=%{tx.gone} back=%{tx.back} flag=%{tx.flag}'"
+`;
+  const inspector = (txChecks: boolean): CompiledInspector =>
+    new CompiledInspector(compileRuleSet([{ text: rules, name: 'tx-slots.conf' }], { txChecks }), { request: 1 << 20, response: 1 << 20 });
+  for (const i of [inspector(true), inspector(false)]) {
+    const run = (uri: string): string[] => i.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.message);
+    assert.deepEqual(run('/'), ['gone=yes back= flag=']);
+    assert.deepEqual(run('/?again=1'), ['gone=yes back=yes flag=7']);
+  }
+});
