@@ -229,7 +229,7 @@ export interface CompiledRule {
  */
 export interface TxCheck {
   readonly lowerKey: string;
-  /** The key's index in CompiledRuleSet.txKeySlots (Transaction.txVar). */
+  /** The key's index in CompiledRuleSet.txKeySlots (Transaction.txSlotVars). */
   readonly slot: number;
   /** &TX:name: the value is "1" or "0". */
   readonly count: boolean;
