@@ -123,11 +123,14 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const before = await store.revision();
       const record = await store.caCertificates.create(tenantId, [entryOf(clientCa, distribution.url)]);
 
-      // The upload is noticed by the revision watch (every 50 ms here); bounded wait.
+      // The upload is noticed by the revision watch (every 50 ms here); bounded wait. The refresh
+      // stores the CRL (what the edge loads), then the status the API shows: wait for both.
       let crls: string[] = [];
-      for (let i = 0; i < 100 && crls.length === 0; i++) {
+      let status: unknown;
+      for (let i = 0; i < 100 && (crls.length === 0 || status === undefined); i++) {
         crls = await service.crlsFor([record.id]);
-        if (crls.length === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+        status = (await store.caCertificates.get(tenantId, record.id))?.entries[0]?.crl;
+        if (crls.length === 0 || status === undefined) await new Promise((resolve) => setTimeout(resolve, 50));
       }
       assert.equal(crls.length, 1, 'the CRL was fetched after the upload');
       const parsed = await verifyCrl(crls[0]!, clientCa.certificatePem);
