@@ -205,13 +205,13 @@ export function buildLiteralPrefilters(
 ): LiteralPrefilters {
   const sources = new Map<string, { slot: number; node: number; changing: boolean; raw: number }>();
   const sourceOf = (ref: CompiledRule['refs'][number], node: number): { slot: number; node: number; changing: boolean; raw: number } => {
-    const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}`;
-    let source = sources.get(`${key}@${node}`);
+    const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}@${node}`;
+    let source = sources.get(key);
     if (source === undefined) {
       const changing = ref.kind === READ_SINGLE ? computedSingle(ref.index) : growingLists.has(ref.index);
       const raw = ref.kind === READ_SINGLE ? -1 : node === 0 ? sources.size : sourceOf(ref, 0).slot;
       source = { slot: sources.size, node, changing, raw };
-      sources.set(`${key}@${node}`, source);
+      sources.set(key, source);
     }
     return source;
   };

@@ -62,6 +62,23 @@ export function newBox(value: string): ValueBox {
   return { v: value, c: undefined, m: -1, same: 0, same2: 0, scanAt: 0, scanEpoch: 0 };
 }
 
+/** Whether chain node `node` is known to leave `box.v` as it is (ValueBox.same, same2). */
+function knownUnchanged(box: ValueBox, node: number): boolean {
+  return node < 32 ? (box.same & (1 << node)) !== 0 : node < 64 && (box.same2 & (1 << (node - 32))) !== 0;
+}
+
+/** charMask(box.v), computed once. */
+function byteKinds(box: ValueBox): number {
+  if (box.m < 0) box.m = charMask(box.v);
+  return box.m;
+}
+
+/** Records that chain node `node` leaves `box.v` as it is (nodes 64 and up have no bit). */
+function markUnchanged(box: ValueBox, node: number): void {
+  if (node < 32) box.same |= 1 << node;
+  else if (node < 64) box.same2 |= 1 << (node - 32);
+}
+
 export function newEntry(key: string, full: string, value: string): Entry {
   return { key, full, box: newBox(value), uk: undefined };
 }
@@ -484,17 +501,13 @@ export class Transaction {
 
   /** The value of `box` after the chain ending at trie node `node` (cached). */
   transformed(box: ValueBox, node: number): string {
-    if (node === 0) return box.v;
-    if (node < 32 ? (box.same & (1 << node)) !== 0 : node < 64 && (box.same2 & (1 << (node - 32))) !== 0) return box.v;
+    if (node === 0 || knownUnchanged(box, node)) return box.v;
     const t = this.rs.transformations[node]!;
     const chain = t.chainChangesOn;
     if (chain >= 0) {
       // none of the value's bytes would make any step of the chain change it: no step to run or look up
-      let m = box.m;
-      if (m < 0) m = box.m = charMask(box.v);
-      if ((m & chain) === 0) {
-        if (node < 32) box.same |= 1 << node;
-        else if (node < 64) box.same2 |= 1 << (node - 32);
+      if ((byteKinds(box) & chain) === 0) {
+        markUnchanged(box, node);
         return box.v;
       }
     }
@@ -506,15 +519,11 @@ export class Transaction {
     let out: string;
     if (input === box.v && t.changesOn >= 0) {
       // the value as it came (most chains leave it so): none of its bytes would change it
-      let m = box.m;
-      if (m < 0) m = box.m = charMask(input);
-      out = (m & t.changesOn) === 0 ? input : t.fn(input);
+      out = (byteKinds(box) & t.changesOn) === 0 ? input : t.fn(input);
     } else out = t.fn(input);
-    if (out === box.v && node < 64) {
-      // a bit, not a cache array: a benign value (or an open transaction's) then needs none
-      if (node < 32) box.same |= 1 << node;
-      else box.same2 |= 1 << (node - 32);
-    } else if (box.c === undefined) box.c = [node, out];
+    // a bit, not a cache array: a benign value (or an open transaction's) then needs none
+    if (out === box.v && node < 64) markUnchanged(box, node);
+    else if (box.c === undefined) box.c = [node, out];
     else box.c.push(node, out); // (the parent's results may have created it since `c` was read)
     return out;
   }
@@ -864,7 +873,7 @@ export class Transaction {
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
         // the sources reading this list through a chain tell the values it leaves alone by their bytes
-        if (isRaw && box.m < 0) box.m = charMask(box.v);
+        if (isRaw) byteKinds(box);
       }
     }
     unions[at] = list.length;

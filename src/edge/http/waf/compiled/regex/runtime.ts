@@ -94,7 +94,7 @@ export interface KeyRegex {
  * `LEAKAGE` + escaped `\` and `/` + `ERRORS`, `MULTIPART_HEADERS_CONTENT_TYPES` + `_*` ...
  * Undefined for anything else.
  */
-export function plainKeyWord(pattern: string): { anchored: boolean; word: string } | undefined {
+function plainKeyWord(pattern: string): { anchored: boolean; word: string } | undefined {
   const anchored = pattern.startsWith('^');
   let word = '';
   for (let i = anchored ? 1 : 0; i < pattern.length; i++) {
