@@ -234,11 +234,10 @@ export class CrlService {
     const store = this.#store;
     const key = { caCertificateId, entryIndex, crlUrl };
     const at = new Date().toISOString();
-    let status: CrlStatus;
+    // the CRL and the status the API shows are stored in one transaction
     try {
       const crl = await verifyCrl(await downloadCrl(crlUrl, this.#fetch), caPem);
-      const { changed } = await store.crlCache.recordSuccess(key, crl, at);
-      status = {
+      const status: CrlStatus = {
         fetchedAt: at,
         error: null,
         attemptedAt: at,
@@ -246,21 +245,22 @@ export class CrlService {
         ...(crl.nextUpdate !== null && { nextUpdate: crl.nextUpdate }),
         revokedCount: crl.revokedSerials.length,
       };
+      const { changed } = await store.crlCache.recordSuccess(key, crl, at, status);
       if (changed) this.#logger?.info({ caCertificateId, entryIndex, crlUrl, revoked: crl.revokedSerials.length }, 'crl: new revocation list in use');
     } catch (error) {
       const message = error instanceof CrlError ? error.message : `CRL refresh failed: ${(error as Error).message}`;
-      await store.crlCache.recordFailure(key, message, at);
+      // a failure leaves the last good CRL (and its dates) as it is
       const previous = (await store.crlCache.list([caCertificateId])).find((row) => row.entryIndex === entryIndex);
-      status = {
+      const status: CrlStatus = {
         fetchedAt: previous?.fetchedAt ?? lastGood,
         error: message,
         attemptedAt: at,
         ...(previous?.thisUpdate && { thisUpdate: previous.thisUpdate }),
         ...(previous?.nextUpdate && { nextUpdate: previous.nextUpdate }),
       };
+      await store.crlCache.recordFailure(key, message, at, status);
       this.#logger?.warn({ caCertificateId, entryIndex, crlUrl, error: message, keptFrom: status.fetchedAt }, 'crl: fetch failed; the last good CRL stays in use');
     }
-    await store.caCertificates.recordCrlStatus(caCertificateId, entryIndex, status);
   }
 }
 

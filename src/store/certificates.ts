@@ -1,5 +1,5 @@
 import crypto from 'node:crypto';
-import type { Db } from './db.ts';
+import type { Db, Queryable } from './db.ts';
 import { bumpRevision } from './revision.ts';
 
 export type CertificateSource = 'CUSTOMER' | 'ACME';
@@ -426,19 +426,20 @@ export class CaCertificateRepository {
   async listAll(): Promise<CaCertificateRecord[]> {
     return (await this.db.all<CaRow>('SELECT * FROM ca_certificates ORDER BY created_at, id')).map(caFromRow);
   }
+}
 
-  /** Shows the state of an entry's CRL in the CA certificate resource (`certificates[].crl`). */
-  async recordCrlStatus(id: string, entryIndex: number, status: CrlStatus): Promise<void> {
-    await this.db.transaction(async (tx) => {
-      const row = await tx.one<CaRow>('SELECT * FROM ca_certificates WHERE id = ?', [id]);
-      if (!row) return;
-      const entries = JSON.parse(row.entries) as CaCertificateEntry[];
-      const entry = entries[entryIndex];
-      if (!entry) return;
-      entry.crl = status;
-      await tx.run('UPDATE ca_certificates SET entries = ? WHERE id = ?', [JSON.stringify(entries), id]);
-    });
-  }
+/**
+ * Shows the state of an entry's CRL in the CA certificate resource (`certificates[].crl`), in the
+ * transaction that stores the CRL: the edge and the API never see one without the other.
+ */
+async function writeCrlStatus(tx: Queryable, id: string, entryIndex: number, status: CrlStatus): Promise<void> {
+  const row = await tx.one<CaRow>('SELECT * FROM ca_certificates WHERE id = ?', [id]);
+  if (!row) return;
+  const entries = JSON.parse(row.entries) as CaCertificateEntry[];
+  const entry = entries[entryIndex];
+  if (!entry) return;
+  entry.crl = status;
+  await tx.run('UPDATE ca_certificates SET entries = ? WHERE id = ?', [JSON.stringify(entries), id]);
 }
 
 export type DeleteOutcome = { deleted: true } | { deleted: false; referencedBy: string[] };
@@ -640,13 +641,14 @@ export class CrlCacheRepository {
   }
 
   /**
-   * A verified CRL was fetched. The revision moves only when the CRL differs from the one in use,
-   * since the edge then has to load it.
+   * A verified CRL was fetched: stored with its status (`status`, shown by the CA certificate). The
+   * revision moves only when the CRL differs from the one in use, since the edge then has to load it.
    */
   async recordSuccess(
     key: { caCertificateId: string; entryIndex: number; crlUrl: string },
     crl: { pem: string; thisUpdate: string; nextUpdate: string | null },
     at: string,
+    status: CrlStatus,
   ): Promise<{ changed: boolean }> {
     return this.db.transaction(async (tx) => {
       const current = await tx.one<CrlRow>('SELECT * FROM crl_cache WHERE ca_certificate_id = ? AND entry_index = ?', [key.caCertificateId, key.entryIndex]);
@@ -659,19 +661,23 @@ export class CrlCacheRepository {
            attempted_at = excluded.attempted_at, last_error = NULL`,
         [key.caCertificateId, key.entryIndex, key.crlUrl, crl.pem, crl.thisUpdate, crl.nextUpdate, at, at],
       );
+      await writeCrlStatus(tx, key.caCertificateId, key.entryIndex, status);
       if (changed) await bumpRevision(tx);
       return { changed };
     });
   }
 
-  /** A fetch failed: the error is kept next to the last good CRL, which stays in use. */
-  async recordFailure(key: { caCertificateId: string; entryIndex: number; crlUrl: string }, error: string, at: string): Promise<void> {
-    await this.db.run(
-      `INSERT INTO crl_cache (ca_certificate_id, entry_index, crl_url, attempted_at, last_error) VALUES (?, ?, ?, ?, ?)
-       ON CONFLICT (ca_certificate_id, entry_index) DO UPDATE SET crl_url = excluded.crl_url, attempted_at = excluded.attempted_at,
-         last_error = excluded.last_error`,
-      [key.caCertificateId, key.entryIndex, key.crlUrl, at, error],
-    );
+  /** A fetch failed: the error is kept next to the last good CRL, which stays in use; `status` as recordSuccess. */
+  async recordFailure(key: { caCertificateId: string; entryIndex: number; crlUrl: string }, error: string, at: string, status: CrlStatus): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      await tx.run(
+        `INSERT INTO crl_cache (ca_certificate_id, entry_index, crl_url, attempted_at, last_error) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (ca_certificate_id, entry_index) DO UPDATE SET crl_url = excluded.crl_url, attempted_at = excluded.attempted_at,
+           last_error = excluded.last_error`,
+        [key.caCertificateId, key.entryIndex, key.crlUrl, at, error],
+      );
+      await writeCrlStatus(tx, key.caCertificateId, key.entryIndex, status);
+    });
   }
 
   /** Drops the CRLs of CA certificates that were deleted. */
