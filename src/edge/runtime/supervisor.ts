@@ -108,6 +108,8 @@ export class EdgeSupervisor {
   #stopping = false;
   #reloading: Promise<void> | undefined;
   #insightBuffer: InsightEvent[] = [];
+  /** Batches taken from the buffer and not yet stored (an episode update waits for its event's). */
+  readonly #appending = new Set<{ batch: InsightEvent[]; done: Promise<void> }>();
   #episodeCounts = new Map<string, { touchedAt: number; perWorker: Map<number, EpisodeCounts> }>();
   #reportQueue: Promise<void> = Promise.resolve();
   /** Reads and builds the node's threat feed off every serving loop; absent without sources. */
@@ -397,6 +399,16 @@ export class EdgeSupervisor {
     if (this.#insightBuffer.length === 0) return;
     const batch = this.#insightBuffer;
     this.#insightBuffer = [];
+    const appending = { batch, done: this.#append(batch) };
+    this.#appending.add(appending);
+    try {
+      await appending.done;
+    } finally {
+      this.#appending.delete(appending);
+    }
+  }
+
+  async #append(batch: InsightEvent[]): Promise<void> {
     try {
       await this.#options.store.insightEvents.append(batch);
     } catch (error) {
@@ -431,10 +443,17 @@ export class EdgeSupervisor {
   }
 
   async #updateEpisode(eventId: string, update: EpisodeCounts): Promise<void> {
-    const buffered = this.#insightBuffer.find((event) => event.id === eventId);
-    if (buffered?.type === 'APP_DDOS_ATTACK') {
-      Object.assign(buffered.rateLimit, update);
-      return;
+    for (;;) {
+      const buffered = this.#insightBuffer.find((event) => event.id === eventId);
+      if (buffered?.type === 'APP_DDOS_ATTACK') {
+        Object.assign(buffered.rateLimit, update);
+        return;
+      }
+      // while its batch is being stored, the event is neither buffered nor stored: an update then
+      // got lost (the event kept a worker's older count)
+      const appending = [...this.#appending].find((a) => a.batch.some((event) => event.id === eventId));
+      if (appending === undefined) break;
+      await appending.done;
     }
     try {
       const stored = await this.#options.store.insightEvents.get(eventId);
