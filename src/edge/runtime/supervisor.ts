@@ -449,8 +449,8 @@ export class EdgeSupervisor {
         Object.assign(buffered.rateLimit, update);
         return;
       }
-      // while its batch is being stored, the event is neither buffered nor stored: an update then
-      // got lost (the event kept a worker's older count)
+      // while its batch is being stored the event is neither buffered nor stored yet: wait for the
+      // append, which either stores it or puts it back in the buffer (else this update is lost)
       const appending = [...this.#appending].find((a) => a.batch.some((event) => event.id === eventId));
       if (appending === undefined) break;
       await appending.done;

@@ -203,8 +203,15 @@ export function buildLiteralPrefilters(
   computedSingle: (slot: number) => boolean,
   transformations: readonly TransformationNode[],
 ): LiteralPrefilters {
-  const sources = new Map<string, { slot: number; node: number; changing: boolean; raw: number }>();
-  const sourceOf = (ref: CompiledRule['refs'][number], node: number): { slot: number; node: number; changing: boolean; raw: number } => {
+  interface Source {
+    readonly slot: number;
+    readonly node: number;
+    readonly changing: boolean;
+    /** The slot of the same read's raw source (chain node 0), -1 for single variables. */
+    readonly raw: number;
+  }
+  const sources = new Map<string, Source>();
+  const sourceOf = (ref: CompiledRule['refs'][number], node: number): Source => {
     const key = `${ref.kind}:${ref.index}:${ref.cacheSlot}:${ref.name}@${node}`;
     let source = sources.get(key);
     if (source === undefined) {
