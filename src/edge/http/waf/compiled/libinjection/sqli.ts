@@ -116,10 +116,20 @@ function wordHash(s: string): number {
   return (Math.imul(n * 0x3b + c0, 0x9e3779b1) ^ Math.imul(c1 * 0x95 + cl, 0x85ebca6b)) >>> 16;
 }
 
+/**
+ * For each word-boundary prefix of a multi-word table entry ("FOR", "FOR UPDATE" of "FOR UPDATE
+ * SKIP"), a flag at wordHash(prefix): two adjacent words can only merge (mergeWords) when the
+ * first one's flag is set, which spares building the phrase for nearly every pair.
+ */
+const MERGE_FLAGS = new Uint8Array(1 << 16);
+
 function table(): ReadonlyMap<string, string> {
   if (!words) {
     words = loadSqliData().words;
-    for (const key of words.keys()) if (key.length > 0) WORD_FLAGS[wordHash(key)] = 1;
+    for (const key of words.keys()) {
+      if (key.length > 0) WORD_FLAGS[wordHash(key)] = 1;
+      for (let space = key.indexOf(' '); space > 0; space = key.indexOf(' ', space + 1)) MERGE_FLAGS[wordHash(key.slice(0, space))] = 1;
+    }
   }
   return words;
 }
@@ -206,6 +216,10 @@ class State {
   flags = 0;
   pos = 0;
   readonly tokens: Token[] = Array.from({ length: 8 }, () => new Token());
+  /** Tokens [0, dirty) may hold a previous fingerprint's values: reset clears only those. */
+  private dirty = 8;
+  /** fold's last comment token (one object for every call). */
+  private readonly lastComment = new Token();
   current: Token;
   fingerprint = '';
   statsCommentDdx = 0;
@@ -219,8 +233,10 @@ class State {
   reset(flags: number): void {
     this.flags = flags === 0 ? FLAG_QUOTE_NONE | FLAG_SQL_ANSI : flags;
     this.pos = 0;
-    for (const t of this.tokens) t.clear();
-    this.current = this.tokens[0]!;
+    const tokens = this.tokens;
+    for (let i = 0; i < this.dirty; i++) tokens[i]!.clear();
+    this.dirty = 1;
+    this.current = tokens[0]!;
     this.fingerprint = '';
     this.statsCommentDdx = 0;
     this.statsCommentHash = 0;
@@ -470,8 +486,8 @@ class State {
     cur.assign(T_BAREWORD, pos, wlen, s, pos);
     // "SELECT.1", "SELECT`col`": a keyword before '.' or '`' is its own token
     for (let i = 0; i < cur.len; i++) {
-      const d = cur.val[i];
-      if (d === '.' || d === '`') {
+      const d = s.charCodeAt(pos + i);
+      if (d === 0x2e || d === 0x60) {
         const ch = lookupWord(cur.val.slice(0, i));
         if (ch !== T_NONE && ch !== T_BAREWORD) {
           cur.clear();
@@ -744,7 +760,10 @@ class State {
     if (!okB) return false;
     const sz3 = a.len + b.len + 1;
     if (sz3 >= TOKEN_SIZE) return false;
-    const merged = a.val.slice(0, a.len) + ' ' + b.val.slice(0, b.len);
+    const first = a.val.slice(0, a.len);
+    table(); // first: it fills MERGE_FLAGS
+    if (first.length === 0 || MERGE_FLAGS[wordHash(first)] === 0) return false;
+    const merged = first + ' ' + b.val.slice(0, b.len);
     const ch = lookupWord(merged);
     if (ch === T_NONE) return false;
     a.type = ch;
@@ -756,7 +775,8 @@ class State {
   /** libinjection_sqli_fold: returns the number of tokens of the fingerprint. */
   fold(): number {
     const v = this.tokens;
-    const lastComment = new Token();
+    const lastComment = this.lastComment;
+    lastComment.type = T_NONE;
     let pos = 0;
     let left = 0;
     let more = true;
@@ -798,6 +818,7 @@ class State {
       // get up to two tokens
       while (more && pos <= MAX_TOKENS && pos - left < 2) {
         this.current = v[pos]!;
+        if (pos >= this.dirty) this.dirty = pos + 1;
         more = this.tokenize();
         if (more) {
           if (this.current.type === T_COMMENT) lastComment.copyFrom(this.current);
@@ -912,6 +933,7 @@ class State {
       // get one more token
       while (more && pos <= MAX_TOKENS && pos - left < 3) {
         this.current = v[pos]!;
+        if (pos >= this.dirty) this.dirty = pos + 1;
         more = this.tokenize();
         if (more) {
           if (this.current.type === T_COMMENT) lastComment.copyFrom(this.current);
@@ -1031,6 +1053,7 @@ class State {
       v[0]!.type = T_EVIL;
       v[0]!.val = T_EVIL;
       v[1]!.type = T_NONE;
+      if (this.dirty < 2) this.dirty = 2;
     }
     this.fingerprint = fp;
     return fp;
