@@ -333,22 +333,62 @@ export function cssDecode(s: string): string {
   return fromCodes(out, end < 0 ? out.length : end);
 }
 
-const CMDLINE_SPECIAL = /["'\\^ ,;\t\r\n/(A-Z]/;
+/** cmdLine's treatment of each byte: kept (0), deleted, a space, or an upper-case letter. */
+const CMDLINE_KEEP = 0;
+const CMDLINE_DELETE = 1;
+const CMDLINE_SPACE = 2;
+const CMDLINE_UPPER = 3;
+const CMDLINE_KIND = new Uint8Array(256);
+for (const c of '"\'\\^') CMDLINE_KIND[c.charCodeAt(0)] = CMDLINE_DELETE;
+for (const c of ' ,;\t\r\n') CMDLINE_KIND[c.charCodeAt(0)] = CMDLINE_SPACE;
+for (let c = 0x41; c <= 0x5a; c++) CMDLINE_KIND[c] = CMDLINE_UPPER;
 
 /**
- * ModSecurity's cmdLine: deletes " ' \ ^, turns each run of space , ; \t \r \n into one space,
- * drops a space before / or (, lower-cases ASCII. As replacements in that order (a deleted
- * character does not end a run of spaces in ModSecurity's loop either): V8 runs them natively,
- * several times faster than a loop over char codes.
+ * Scratch bytes for transformations that build their result byte by byte: one Buffer, grown on
+ * demand, read back with a latin1 decode (a byte loop into it is ~40 % faster than chained
+ * replaces, and than an array of codes turned into a string).
+ */
+let scratch = Buffer.allocUnsafe(4096);
+function scratchFor(length: number): Buffer {
+  if (scratch.length < length) scratch = Buffer.allocUnsafe(Math.max(length, 2 * scratch.length));
+  return scratch;
+}
+
+/**
+ * ModSecurity's cmdLine: deletes " ' \ ^, turns each run of space , ; \t \r \n into one space
+ * (a deleted character does not end the run), drops a space before / or (, lower-cases ASCII.
  */
 export function cmdLine(s: string): string {
-  if (!CMDLINE_SPECIAL.test(s)) return s;
-  const out = lowercase(s.replace(CMDLINE_DELETED, '').replace(CMDLINE_SPACES, ' ').replace(CMDLINE_SPACE_BEFORE, ''));
-  return out === s ? s : out;
+  const n = s.length;
+  let first = 0;
+  while (first < n && CMDLINE_KIND[s.charCodeAt(first)] === CMDLINE_KEEP) first++;
+  if (first === n) return s;
+  const out = scratchFor(n + 1);
+  out.write(s, 0, first, 'latin1');
+  let o = first;
+  let space = false;
+  for (let i = first; i < n; i++) {
+    const c = s.charCodeAt(i);
+    const kind = CMDLINE_KIND[c];
+    if (kind === CMDLINE_SPACE) space = true;
+    else if (kind === CMDLINE_KEEP) {
+      if (space) {
+        if (c !== 0x2f && c !== 0x28) out[o++] = 0x20;
+        space = false;
+      }
+      out[o++] = c;
+    } else if (kind === CMDLINE_UPPER) {
+      if (space) {
+        out[o++] = 0x20;
+        space = false;
+      }
+      out[o++] = c + 0x20;
+    }
+  }
+  if (space) out[o++] = 0x20;
+  const result = out.toString('latin1', 0, o);
+  return result === s ? s : result;
 }
-const CMDLINE_DELETED = /["'\\^]+/g;
-const CMDLINE_SPACES = /[ ,;\t\r\n]+/g;
-const CMDLINE_SPACE_BEFORE = / (?=[/(])/g;
 
 export function compressWhitespace(s: string): string {
   if (!/[\t-\r ]/.test(s)) return s;
