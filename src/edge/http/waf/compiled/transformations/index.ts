@@ -648,13 +648,11 @@ export function length(s: string): string {
   return String(s.length);
 }
 
-/** Two lower-case hex digits per byte value. */
-const HEX_PAIRS = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
-
 export function hexEncode(s: string): string {
-  let out = '';
-  for (let i = 0; i < s.length; i++) out += HEX_PAIRS[s.charCodeAt(i) & 0xff]!;
-  return out;
+  const n = s.length;
+  const bytes = scratchFor(n);
+  bytes.write(s, 0, n, 'latin1');
+  return bytes.toString('hex', 0, n);
 }
 
 export function hexDecode(s: string): string {
