@@ -37,6 +37,8 @@ export interface VarResolver {
   readonly direct?: DirectRead | undefined;
   /** &TX:name without exclusions: the key, lower-cased (whether it exists is the value). */
   readonly countedTxKey?: string | undefined;
+  /** With countedTxKey: the value's two constant entries, absent ("0") and present ("1"). */
+  readonly countEntries?: readonly [Entry, Entry] | undefined;
 }
 
 /** A variable the loop reads itself: a whole list, the names of a list, a single slot, a TX key. */

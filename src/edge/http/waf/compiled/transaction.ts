@@ -757,8 +757,17 @@ export class Transaction {
           if (this.xmlDocument === undefined) continue;
           list = this.resolved(ref, rule);
           break;
-        default:
+        default: {
+          // &TX:name among other variables (the CRS's "exclusions for this application?" checks):
+          // its constant entry, without a list
+          const counted = ref.resolver.countEntries;
+          if (counted !== undefined) {
+            const entry = counted[this.txStore.has(ref.resolver.countedTxKey!) ? 1 : 0];
+            if (this.checkEntry(rule, msg, entry, hasExclusions, removals)) globalRet = true;
+            continue;
+          }
           list = this.resolved(ref, rule);
+        }
       }
       const count = list.length;
       for (let k = 0; k < count; k++) {

@@ -205,6 +205,7 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
       keyRegex: undefined,
       count: true,
       countedTxKey: txKey,
+      countEntries: [zero, one],
       resolve(tx, _rule, out) {
         out.push(tx.txStore.has(txKey) ? one : zero);
       },
