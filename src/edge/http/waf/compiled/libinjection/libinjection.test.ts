@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { crsPayloads, Random } from '../differential/corpus.ts';
 import { ORACLE_AVAILABLE, simpleRequest, smallRuleSets } from '../differential/oracle.ts';
-import { DEFAULT_LIBRARIES, GENERATED_FILE } from './data.ts';
+import { DEFAULT_LIBRARIES, GENERATED_FILE, loadSqliData } from './data.ts';
 import { detectSqli } from './sqli.ts';
 import { detectXss, tokenizesAsXss } from './xss.ts';
 
@@ -41,6 +41,20 @@ function corpus(): string[] {
   return out;
 }
 
+/**
+ * Every word of the SQLi table that is one token (letters, digits, `_`), as written and
+ * lower-cased, and numbers: the inputs detectSqli answers without tokenizing (its ONE_TOKEN
+ * shortcut), to be checked against the addon, which always tokenizes.
+ */
+function oneTokenInputs(): string[] {
+  const out = ['0', '00', '1', '42', '2147483648', '_', '_ga', 'x', 'N', 'q', 'b', 'e', 'u'];
+  for (const word of loadSqliData().words.keys()) {
+    if (!/^[A-Za-z_][0-9A-Za-z_]*$/.test(word)) continue;
+    out.push(word, word.toLowerCase(), `${word}_1`);
+  }
+  return out;
+}
+
 test('libinjection: an input with neither < nor = is never XSS (the shortcut agrees with the tokenizer)', () => {
   for (const s of corpus()) {
     const plain = s.replace(/[<=]/g, '');
@@ -56,7 +70,7 @@ test('libinjection: same results (and SQLi fingerprints) as the ModSecurity addo
       `SecRule REQUEST_HEADERS "@detectXSS" "id:2,phase:1,pass,log,multiMatch,t:none,msg:'x',logdata:'%{MATCHED_VAR_NAME}'"`,
     ].join('\n'),
   );
-  const inputs = corpus();
+  const inputs = [...corpus(), ...oneTokenInputs()];
   let sqliPositives = 0;
   let xssPositives = 0;
   try {

@@ -1127,6 +1127,7 @@ class State {
     this.s = input;
     this.slen = input.length;
     if (this.slen === 0) return null;
+    if (ONE_TOKEN.test(input) && !oneTokenListed()) return null;
     this.computeFingerprint(FLAG_QUOTE_NONE | FLAG_SQL_ANSI);
     if (this.check()) return this.fingerprint;
     if (this.statsCommentDdx || this.statsCommentHash) {
@@ -1171,6 +1172,23 @@ function ieqPrefix(upper: string, val: string): boolean {
  */
 const BLACKLISTED = new Map<string, boolean>();
 const BLACKLISTED_MAX = 4096;
+
+/**
+ * A word of letters, digits and `_` not starting with a digit, or only digits: without quotes,
+ * comment marks or any byte that ends a word it is one token in the only context tried (as is,
+ * ANSI), a fingerprint of one type, and the table lists no such fingerprint (checked below, once)
+ * but `X`, which a word or a number never is. Most names and values of benign requests are such
+ * (`page`, `red`, `42`, `price_asc`).
+ */
+const ONE_TOKEN = /^(?:[A-Za-z_][0-9A-Za-z_]*|[0-9]+)$/;
+let oneTokenFingerprints: boolean | undefined;
+function oneTokenListed(): boolean {
+  if (oneTokenFingerprints === undefined) {
+    oneTokenFingerprints = false;
+    for (const [key, type] of table()) if (type === T_FINGERPRINT && key.length === 2 && key !== '0' + T_EVIL) oneTokenFingerprints = true;
+  }
+  return oneTokenFingerprints;
+}
 
 const state = new State();
 
