@@ -239,6 +239,13 @@ export interface TxCheck {
   readonly matchedName: string;
   /** Ends with `pass`, which (engine On) clears a pending intervention. */
   readonly pass: boolean;
+  /**
+   * A numeric operator with a static operand (`@lt 2`, the paranoia gates), compared in the loop
+   * without calling the operator: one of the NUMERIC_* codes (operators/index.ts), 0 for others.
+   */
+  readonly numeric: number;
+  /** Its operand, converted as the operator converts it. */
+  readonly operand: number;
 }
 
 /** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */

@@ -18,7 +18,7 @@ import type {
   VarRef,
 } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
-import { stoi } from './operators/index.ts';
+import { compareNumeric, stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
 import { charMask } from './transformations/index.ts';
 import type { RulePrefilter } from './literal-prefilter.ts';
@@ -714,7 +714,8 @@ export class Transaction {
       value = v.box.v;
     }
     const op = rule.operator!;
-    if (op.run(this, rule, value) === op.negated) {
+    const passes = check.numeric !== 0 ? compareNumeric(check.numeric, check.operand, value) : op.run(this, rule, value);
+    if (passes === op.negated) {
       this.cleanMatchedVars();
       return;
     }

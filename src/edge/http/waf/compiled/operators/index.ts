@@ -73,6 +73,38 @@ export function atoll(s: string): number {
   return p.neg ? -clamped : clamped;
 }
 
+/** TxCheck.numeric: which comparison a static numeric operator makes (0: not one). */
+export const NUMERIC_EQ = 1;
+export const NUMERIC_GE = 2;
+export const NUMERIC_GT = 3;
+export const NUMERIC_LE = 4;
+export const NUMERIC_LT = 5;
+const NUMERIC_CODES: Readonly<Record<string, number>> = { eq: NUMERIC_EQ, ge: NUMERIC_GE, gt: NUMERIC_GT, le: NUMERIC_LE, lt: NUMERIC_LT };
+
+/** For a TxCheck: the comparison and operand of `op` when it is a numeric operator with a static operand. */
+export function numericComparison(op: CompiledOperator): { numeric: number; operand: number } {
+  const numeric = NUMERIC_CODES[op.name] ?? 0;
+  if (numeric === 0 || op.staticParam === undefined) return { numeric: 0, operand: 0 };
+  // as compileOperator converts it: @eq through stoi, the others through atoll
+  return { numeric, operand: numeric === NUMERIC_EQ ? stoi(op.staticParam) : atoll(op.staticParam) };
+}
+
+/** Whether `value` passes a numeric comparison (numericComparison), before negation: the operator's run(). */
+export function compareNumeric(numeric: number, operand: number, value: string): boolean {
+  switch (numeric) {
+    case NUMERIC_EQ:
+      return stoi(value) === operand;
+    case NUMERIC_GE:
+      return atoll(value) >= operand;
+    case NUMERIC_GT:
+      return atoll(value) > operand;
+    case NUMERIC_LE:
+      return atoll(value) <= operand;
+    default:
+      return atoll(value) < operand;
+  }
+}
+
 /** C++ std::stoi(): like atoll but 0 when out of int range (the exception ModSecurity catches). */
 export function stoi(s: string): number {
   const plain = plainSmallNumber(s);
