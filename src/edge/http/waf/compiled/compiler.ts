@@ -24,7 +24,7 @@ import type {
   VarResolver,
 } from './program.ts';
 import { LIST_COLLECTIONS, READ_FILTERED, READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
-import { compileOperator, numericComparison } from './operators/index.ts';
+import { compileOperator } from './operators/index.ts';
 import { compileKeyRegex } from './regex/runtime.ts';
 import { buildLiteralPrefilters, phasePrefilters } from './literal-prefilter.ts';
 import { parseSecLang, parseVariable, SecLangError, splitVariables } from './seclang/parser.ts';
@@ -704,10 +704,9 @@ function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slo
     if (slot === undefined) slots.set(lowerKey, (slot = slots.size));
     return slot;
   };
-  const { numeric, operand } = numericComparison(rule.operator);
-  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, pass, numeric, operand };
+  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, pass };
   const counted = ref.resolver.countedTxKey;
-  if (counted !== undefined) return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, pass, numeric, operand };
+  if (counted !== undefined) return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, pass };
   return undefined;
 }
 

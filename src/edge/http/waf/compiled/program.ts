@@ -9,6 +9,7 @@
  */
 import type { LiteralPrefilters, PhasePrefilters, RulePrefilter } from './literal-prefilter.ts';
 import type { Transaction, Entry } from './transaction.ts';
+import type { CompiledRegex } from './regex/runtime.ts';
 
 /** A string with %{...} macros, compiled. `text` when it has none. */
 export interface Expand {
@@ -123,6 +124,16 @@ export interface CompiledOperator {
   readonly regex?: unknown;
   /** @pm/@pmFromFile: its non-empty phrases (it matches exactly when one occurs, ASCII case-insensitively). */
   readonly phrases?: readonly string[] | undefined;
+  /**
+   * The rule loop runs the commonest operators itself (Transaction.runOperator), without a call
+   * to `run` (a megamorphic call into a closure and its context, for ~300 operator runs per
+   * request). `numeric`: a static numeric comparison (operators/index.ts NUMERIC_*, 0 for none)
+   * and its converted `operand`; `rx`: a static @rx other than `^.*$`, with its literal `gate`.
+   */
+  readonly numeric: number;
+  readonly operand: number;
+  readonly rx: CompiledRegex | undefined;
+  readonly gate: readonly string[] | undefined;
   /** Evaluates (without negation). `capture`: the rule has the capture action. */
   run(tx: Transaction, rule: CompiledRule, input: string): boolean;
 }
@@ -239,13 +250,6 @@ export interface TxCheck {
   readonly matchedName: string;
   /** Ends with `pass`, which (engine On) clears a pending intervention. */
   readonly pass: boolean;
-  /**
-   * A numeric operator with a static operand (`@lt 2`, the paranoia gates), compared in the loop
-   * without calling the operator: one of the NUMERIC_* codes (operators/index.ts), 0 for others.
-   */
-  readonly numeric: number;
-  /** Its operand, converted as the operator converts it. */
-  readonly operand: number;
 }
 
 /** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */

@@ -7,6 +7,7 @@
  * and shared by every rule asking for the same chain.
  */
 import type {
+  CompiledOperator,
   CompiledRule,
   CompiledRuleSet,
   CtlAction,
@@ -18,7 +19,7 @@ import type {
   VarRef,
 } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
-import { compareNumeric, stoi } from './operators/index.ts';
+import { compareNumeric, containsAny, stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
 import { charMask } from './transformations/index.ts';
 import type { RulePrefilter } from './literal-prefilter.ts';
@@ -714,8 +715,7 @@ export class Transaction {
       value = v.box.v;
     }
     const op = rule.operator!;
-    const passes = check.numeric !== 0 ? compareNumeric(check.numeric, check.operand, value) : op.run(this, rule, value);
-    if (passes === op.negated) {
+    if (this.runOperator(rule, op, value) === op.negated) {
       this.cleanMatchedVars();
       return;
     }
@@ -948,7 +948,7 @@ export class Transaction {
         if ((this.scannedBits![at + prefilter.word]! & prefilter.mask) === 0) return false;
       }
       const value = this.transformed(entry.box, rule.tnode);
-      if (op.run(this, rule, value) !== op.negated) {
+      if (this.runOperator(rule, op, value) !== op.negated) {
         this.onMatch(rule, msg, entry, value);
         matched = true;
       }
@@ -956,7 +956,7 @@ export class Transaction {
     }
     // the original value, then each transformation result that changed the value
     let prev = entry.box.v;
-    if (op.run(this, rule, prev) !== op.negated) {
+    if (this.runOperator(rule, op, prev) !== op.negated) {
       this.onMatch(rule, msg, entry, prev);
       matched = true;
     }
@@ -964,12 +964,27 @@ export class Transaction {
       const value = this.transformed(entry.box, node);
       if (value === prev) continue;
       prev = value;
-      if (op.run(this, rule, value) !== op.negated) {
+      if (this.runOperator(rule, op, value) !== op.negated) {
         this.onMatch(rule, msg, entry, value);
         matched = true;
       }
     }
     return matched;
+  }
+
+  /** op.run(), with the commonest operators run here (CompiledOperator.numeric, .rx). */
+  private runOperator(rule: CompiledRule, op: CompiledOperator, value: string): boolean {
+    if (op.numeric !== 0) return compareNumeric(op.numeric, op.operand, value);
+    const re = op.rx;
+    if (re === undefined) return op.run(this, rule, value);
+    // a rule the literal prefilter does not cover (multiMatch, some variables) checks here
+    const gate = op.gate;
+    if (gate !== undefined && rule.prefilter === undefined && !containsAny(value, gate)) return false;
+    if (!rule.capture) return re.test(value);
+    const m = re.exec(value);
+    if (!m) return false;
+    for (let g = 0; g < m.length; g++) if (m[g] !== undefined) this.setCapture(g, m[g]!);
+    return true;
   }
 
   /** A value matched (ModSecurity's updateMatchedVars + independent actions + per-match logging). Internal. */

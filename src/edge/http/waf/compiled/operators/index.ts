@@ -81,15 +81,14 @@ export const NUMERIC_LE = 4;
 export const NUMERIC_LT = 5;
 const NUMERIC_CODES: Readonly<Record<string, number>> = { eq: NUMERIC_EQ, ge: NUMERIC_GE, gt: NUMERIC_GT, le: NUMERIC_LE, lt: NUMERIC_LT };
 
-/** For a TxCheck: the comparison and operand of `op` when it is a numeric operator with a static operand. */
-export function numericComparison(op: CompiledOperator): { numeric: number; operand: number } {
-  const numeric = NUMERIC_CODES[op.name] ?? 0;
-  if (numeric === 0 || op.staticParam === undefined) return { numeric: 0, operand: 0 };
-  // as compileOperator converts it: @eq through stoi, the others through atoll
-  return { numeric, operand: numeric === NUMERIC_EQ ? stoi(op.staticParam) : atoll(op.staticParam) };
+/** CompiledOperator.numeric and .operand of an operator: a numeric one with a static operand, converted as its run() converts it. */
+function numericComparison(name: string, staticParam: string | undefined): { numeric: number; operand: number } {
+  const numeric = NUMERIC_CODES[name] ?? 0;
+  if (numeric === 0 || staticParam === undefined) return { numeric: 0, operand: 0 };
+  return { numeric, operand: numeric === NUMERIC_EQ ? stoi(staticParam) : atoll(staticParam) };
 }
 
-/** Whether `value` passes a numeric comparison (numericComparison), before negation: the operator's run(). */
+/** Whether `value` passes a numeric comparison (CompiledOperator.numeric), before negation: the operator's run(). */
 export function compareNumeric(numeric: number, operand: number, value: string): boolean {
   switch (numeric) {
     case NUMERIC_EQ:
@@ -345,7 +344,7 @@ function literalGate(re: CompiledRegex): readonly string[] | undefined {
   return literals.length > 0 && literals.length <= 4 ? literals : undefined;
 }
 
-function containsAny(input: string, literals: readonly string[]): boolean {
+export function containsAny(input: string, literals: readonly string[]): boolean {
   for (let i = 0; i < literals.length; i++) if (input.indexOf(literals[i]!) >= 0) return true;
   return false;
 }
@@ -355,7 +354,18 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
   if (!SUPPORTED.has(name)) throw new Error(`unknown or unsupported operator @${name}`);
   const param = ctx.compileExpand(spec.param);
   const staticParam = param.text;
-  const base = { name, param: spec.param, negated: spec.negated, staticParam };
+  // every operator object has every field (one hidden class for the loop's reads)
+  const base = {
+    name,
+    param: spec.param,
+    negated: spec.negated,
+    staticParam,
+    regex: undefined as CompiledRegex | undefined,
+    phrases: undefined as readonly string[] | undefined,
+    ...numericComparison(name, staticParam),
+    rx: undefined as CompiledRegex | undefined,
+    gate: undefined as readonly string[] | undefined,
+  };
   const paramOf = (tx: Transaction): string => (staticParam !== undefined ? staticParam : ctx.expand(tx, param, undefined));
   switch (name) {
     case 'rx': {
@@ -378,6 +388,8 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
         return {
           ...base,
           regex: re,
+          rx: re,
+          gate,
           run(tx, rule, input) {
             // a rule the literal prefilter does not cover (multiMatch, some variables) checks here
             if (gate !== undefined && rule.prefilter === undefined && !containsAny(input, gate)) return false;
