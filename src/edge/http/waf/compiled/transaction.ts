@@ -86,6 +86,8 @@ export function newEntry(key: string, full: string, value: string): Entry {
 
 export interface DynVar {
   key: string;
+  /** The key lower-cased (the collection's own key for it). */
+  readonly lowerKey: string;
   box: ValueBox;
   entry: Entry | undefined;
 }
@@ -315,7 +317,7 @@ export class Transaction {
     if (v) {
       v.box = newBox(value);
       v.entry = undefined;
-    } else c.set(lk, { key, box: newBox(value), entry: undefined });
+    } else c.set(lk, { key, lowerKey: lk, box: newBox(value), entry: undefined });
   }
 
   setTx(key: string, value: string): void {
