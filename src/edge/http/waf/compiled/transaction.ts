@@ -19,7 +19,7 @@ import type {
   VarRef,
 } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
-import { compareNumeric, containsAny, stoi } from './operators/index.ts';
+import { compareNumeric, runRegex, stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
 import { charMask } from './transformations/index.ts';
 import type { RulePrefilter } from './literal-prefilter.ts';
@@ -979,14 +979,7 @@ export class Transaction {
     if (op.numeric !== 0) return compareNumeric(op.numeric, op.operand, value);
     const re = op.rx;
     if (re === undefined) return op.run(this, rule, value);
-    // a rule the literal prefilter does not cover (multiMatch, some variables) checks here
-    const gate = op.gate;
-    if (gate !== undefined && rule.prefilter === undefined && !containsAny(value, gate)) return false;
-    if (!rule.capture) return re.test(value);
-    const m = re.exec(value);
-    if (!m) return false;
-    for (let g = 0; g < m.length; g++) if (m[g] !== undefined) this.setCapture(g, m[g]!);
-    return true;
+    return runRegex(this, rule, re, op.gate, value);
   }
 
   /** A value matched (ModSecurity's updateMatchedVars + independent actions + per-match logging). Internal. */

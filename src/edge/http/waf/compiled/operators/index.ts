@@ -344,7 +344,18 @@ function literalGate(re: CompiledRegex): readonly string[] | undefined {
   return literals.length > 0 && literals.length <= 4 ? literals : undefined;
 }
 
-export function containsAny(input: string, literals: readonly string[]): boolean {
+/** A static @rx on one value (CompiledOperator.rx, .gate): whether it matches; captures go to TX:0-9. */
+export function runRegex(tx: Transaction, rule: CompiledRule, re: CompiledRegex, gate: readonly string[] | undefined, input: string): boolean {
+  // a rule the literal prefilter does not cover (multiMatch, some variables) checks here
+  if (gate !== undefined && rule.prefilter === undefined && !containsAny(input, gate)) return false;
+  if (!rule.capture) return re.test(input);
+  const m = re.exec(input);
+  if (!m) return false;
+  for (let g = 0; g < m.length; g++) if (m[g] !== undefined) tx.setCapture(g, m[g]!);
+  return true;
+}
+
+function containsAny(input: string, literals: readonly string[]): boolean {
   for (let i = 0; i < literals.length; i++) if (input.indexOf(literals[i]!) >= 0) return true;
   return false;
 }
@@ -390,15 +401,7 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
           regex: re,
           rx: re,
           gate,
-          run(tx, rule, input) {
-            // a rule the literal prefilter does not cover (multiMatch, some variables) checks here
-            if (gate !== undefined && rule.prefilter === undefined && !containsAny(input, gate)) return false;
-            if (!rule.capture) return re.test(input);
-            const m = re.exec(input);
-            if (!m) return false;
-            for (let g = 0; g < m.length; g++) if (m[g] !== undefined) tx.setCapture(g, m[g]!);
-            return true;
-          },
+          run: (tx, rule, input) => runRegex(tx, rule, re, gate, input),
         };
       }
       const cache = new Map<string, CompiledRegex | null>();
