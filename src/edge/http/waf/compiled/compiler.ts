@@ -662,6 +662,16 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   });
   const txKeySlots = new Map<string, number>();
   if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase], txKeySlots);
+  const phaseTxChecks = phases.map((list) =>
+    list.map((entry) => {
+      const check = entry.rule?.txCheck;
+      if (check !== undefined) {
+        check.skipMarker = entry.rule!.skipMarker;
+        check.skipTarget = entry.rule!.skipTarget;
+      }
+      return check;
+    }),
+  );
   return {
     config,
     phases,
@@ -671,6 +681,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     prefilter,
     phasePrefilters: phasePrefilters(phases),
     txKeySlots,
+    phaseTxChecks,
     defaults: defaults as DefaultActions[],
     removedIds,
     removedRanges,
@@ -704,9 +715,11 @@ function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slo
     if (slot === undefined) slots.set(lowerKey, (slot = slots.size));
     return slot;
   };
-  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, pass };
+  const op = rule.operator;
+  const loop = { rule, numeric: op.numeric, operand: op.operand, negated: op.negated, hasSetvars: rule.setvars.length > 0, skipMarker: undefined, skipTarget: -1 };
+  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, pass, ...loop };
   const counted = ref.resolver.countedTxKey;
-  if (counted !== undefined) return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, pass };
+  if (counted !== undefined) return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, pass, ...loop };
   return undefined;
 }
 

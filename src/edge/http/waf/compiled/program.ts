@@ -250,6 +250,19 @@ export interface TxCheck {
   readonly matchedName: string;
   /** Ends with `pass`, which (engine On) clears a pending intervention. */
   readonly pass: boolean;
+  /**
+   * What the loop needs besides, so that it reads this record alone (CompiledRuleSet.phaseTxChecks:
+   * the records of a phase were made one after another, the rules were not): the rule, its
+   * operator's static comparison (CompiledOperator.numeric, 0 for none) and negation, and its
+   * skipAfter marker and target (CompiledRule.skipMarker, skipTarget).
+   */
+  readonly rule: CompiledRule;
+  readonly numeric: number;
+  readonly operand: number;
+  readonly negated: boolean;
+  readonly hasSetvars: boolean;
+  skipMarker: string | undefined;
+  skipTarget: number;
 }
 
 /** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */
@@ -314,6 +327,8 @@ export interface CompiledRuleSet {
   readonly phasePrefilters: readonly PhasePrefilters[];
   /** TX keys the TxChecks read (lower-cased) -> their slot in a transaction's cache of TX variables. */
   readonly txKeySlots: ReadonlyMap<string, number>;
+  /** Per phase, parallel to `phases`: the entry's TxCheck, when it is one (the loop runs it from the record). */
+  readonly phaseTxChecks: readonly (readonly (TxCheck | undefined)[])[];
   /** Default actions per phase (SecDefaultAction): runtime actions, transformations, disruptive. */
   readonly defaults: readonly DefaultActions[];
   /** SecRuleRemoveById / ByTag / ByMsg. */

@@ -146,7 +146,6 @@ export function singleSlot(name: string): number {
 }
 
 const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
-const PASS: DisruptiveAction = { kind: 'pass' };
 /** Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to date for. */
 const UNION_HEADER = 2;
 const NONE_ALLOW = 0;
@@ -548,6 +547,7 @@ export class Transaction {
     const markerIndex = this.rs.markerIndex[phase]!;
     const rs = this.rs;
     const { at: prefilterAt, records } = rs.phasePrefilters[phase]!;
+    const txChecks = rs.phaseTxChecks[phase]!;
     for (let i = 0; i < list.length; i++) {
       const record = prefilterAt[i]!;
       if (record >= 0 && this.marker === undefined && this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule()) {
@@ -556,6 +556,22 @@ export class Transaction {
           this.cleanMatchedVars();
           continue;
         }
+      }
+      const check = txChecks[i];
+      if (
+        check !== undefined &&
+        this.marker === undefined &&
+        this.skipNext === 0 &&
+        this.allowType === NONE_ALLOW &&
+        !this.removesAnyRule() &&
+        this.ruleRemoveTargetById.length === 0 &&
+        this.ruleRemoveTargetByTag.length === 0
+      ) {
+        // a TxCheck (about 90 per request), from its record: its entry and rule are not read
+        this.evaluateTxCheck(check);
+        if (this.intervention.disruptive) break;
+        if (this.marker !== undefined && this.marker === check.skipMarker) i = check.skipTarget - 1;
+        continue;
       }
       const item = list[i]!;
       if (this.marker !== undefined) {
@@ -587,7 +603,7 @@ export class Transaction {
       if (rs.removesRules && this.removedByConfig(rule)) continue;
       if (this.ruleRemoveByTag.length > 0 && this.hasTag(rule, this.ruleRemoveByTag)) continue;
       if (rule.type === 'action') this.evaluateUnconditional(rule);
-      else if (rule.txCheck !== undefined && this.ruleRemoveTargetById.length === 0 && this.ruleRemoveTargetByTag.length === 0) this.evaluateTxCheck(rule, rule.txCheck);
+      else if (rule.txCheck !== undefined && this.ruleRemoveTargetById.length === 0 && this.ruleRemoveTargetByTag.length === 0) this.evaluateTxCheck(rule.txCheck);
       else this.evaluateRule(rule, this.newMessage(rule));
       if (this.intervention.disruptive) break;
       // the rule's own skipAfter: on to its marker (whose entry then clears it)
@@ -700,7 +716,8 @@ export class Transaction {
    * evaluateRule for a TxCheck rule (program.ts), with the same effects: the operator on the TX
    * value, then MATCHED_VAR*, the setvars, the jump and `pass`; or MATCHED_VARS cleared.
    */
-  private evaluateTxCheck(rule: CompiledRule, check: TxCheck): void {
+  private evaluateTxCheck(check: TxCheck): void {
+    const rule = check.rule;
     if (this.removedById(rule)) return;
     let v = this.txSlotVars[check.slot];
     if (v === undefined) {
@@ -716,17 +733,17 @@ export class Transaction {
       }
       value = v.box.v;
     }
-    const op = rule.operator!;
-    if (this.runOperator(rule, op, value) === op.negated) {
+    const passes = check.numeric !== 0 ? compareNumeric(check.numeric, check.operand, value) : this.runOperator(rule, rule.operator!, value);
+    if (passes === check.negated) {
       this.cleanMatchedVars();
       return;
     }
     this.matchedVar = value;
     this.matchedVarName = check.matchedName;
     this.addMatched(check.matchedName, value);
-    for (const sv of rule.setvars) this.setVar(sv, rule);
-    if (rule.skipMarker !== undefined) this.marker = rule.skipMarker;
-    if (check.pass && this.engineState() === 'On') this.runDisruptive(PASS, rule, this.msg);
+    if (check.hasSetvars) for (const sv of rule.setvars) this.setVar(sv, rule);
+    if (check.skipMarker !== undefined) this.marker = check.skipMarker;
+    if (check.pass && this.engineState() === 'On') this.passIntervention();
   }
 
   /** The variables and the operator of a rule: true when some value matched. */
@@ -1107,16 +1124,21 @@ export class Transaction {
         msg.disruptive = true;
         return;
       case 'pass':
-        this.intervention.status = 200;
-        this.intervention.disruptive = false;
-        this.intervention.url = undefined;
-        this.intervention.ruleId = undefined;
-        this.intervention.phase = undefined;
+        this.passIntervention();
         return;
       case 'allow':
         this.allowType = d.scope === 'request' ? ALLOW_REQUEST : d.scope === 'phase' ? ALLOW_PHASE : ALLOW_ALL;
         return;
     }
+  }
+
+  /** `pass`: a pending intervention is cleared. */
+  private passIntervention(): void {
+    this.intervention.status = 200;
+    this.intervention.disruptive = false;
+    this.intervention.url = undefined;
+    this.intervention.ruleId = undefined;
+    this.intervention.phase = undefined;
   }
 
   private topRule(rule: CompiledRule): CompiledRule {
