@@ -92,6 +92,9 @@ export function processUri(tx: Transaction, rawUri: string, rawMethod: string, r
   }
 }
 
+const TRAILING_SPACE = /[\t-\r ]+$/;
+const LEADING_SPACE = /^[\t-\r ]+/;
+
 /** Transaction::addRequestHeader. */
 export function addRequestHeader(tx: Transaction, key: string, value: string): void {
   tx.requestHeadersNames.push({ key, full: `REQUEST_HEADERS_NAMES:${key}`, box: newBox(key), uk: undefined });
@@ -104,13 +107,13 @@ export function addRequestHeader(tx: Transaction, key: string, value: string): v
   if (keyl === 'cookie') {
     const cookies = value === '' ? [] : value.split(';');
     if (cookies.length > 0 && cookies[cookies.length - 1] === '') cookies.pop();
-    if (cookies.length > 0) cookies[cookies.length - 1] = cookies[cookies.length - 1]!.replace(/[\t-\r ]+$/, '');
+    if (cookies.length > 0) cookies[cookies.length - 1] = cookies[cookies.length - 1]!.replace(TRAILING_SPACE, '');
     for (const c of cookies) {
       if (c === '') continue;
       const eq = c.indexOf('=');
       let ckey = eq < 0 ? c : c.slice(0, eq);
       const cval = eq < 0 ? '' : c.slice(eq + 1);
-      ckey = ckey.replace(/^[\t-\r ]+/, '');
+      ckey = ckey.replace(LEADING_SPACE, '');
       if (ckey === '') continue;
       tx.requestCookiesNames.push({ key: ckey, full: `REQUEST_COOKIES_NAMES:${ckey}`, box: newBox(ckey), uk: undefined });
       tx.requestCookies.push({ key: ckey, full: `REQUEST_COOKIES:${ckey}`, box: newBox(cval), uk: undefined });

@@ -37,18 +37,20 @@ function fromCodes(codes: number[] | Uint8Array, length: number = codes.length):
 const HAS_UPPER = /[A-Z]/;
 const HAS_LOWER = /[a-z]/;
 const NON_ASCII = /[^\x00-\x7f]/;
+const UPPER_RUNS = /[A-Z]+/g;
+const LOWER_RUNS = /[a-z]+/g;
 
 export function lowercase(s: string): string {
   // ASCII only (C locale); V8's toLowerCase would also fold Latin-1 letters.
   if (!HAS_UPPER.test(s)) return s;
   if (!NON_ASCII.test(s)) return s.toLowerCase();
-  return s.replace(/[A-Z]+/g, (m) => m.toLowerCase());
+  return s.replace(UPPER_RUNS, (m) => m.toLowerCase());
 }
 
 export function uppercase(s: string): string {
   if (!HAS_LOWER.test(s)) return s;
   if (!NON_ASCII.test(s)) return s.toUpperCase();
-  return s.replace(/[a-z]+/g, (m) => m.toUpperCase());
+  return s.replace(LOWER_RUNS, (m) => m.toUpperCase());
 }
 
 const PLUSES = /\+/g;
@@ -390,26 +392,33 @@ export function cmdLine(s: string): string {
   return result === s ? s : result;
 }
 
+// (module constants: a regular-expression literal in a function body is a new object at every call)
+const WHITESPACE = /[\t-\r ]/;
+const WHITESPACE_RUNS = /[\t-\r ]+/g;
 export function compressWhitespace(s: string): string {
-  if (!/[\t-\r ]/.test(s)) return s;
-  const out = s.replace(/[\t-\r ]+/g, ' ');
+  if (!WHITESPACE.test(s)) return s;
+  const out = s.replace(WHITESPACE_RUNS, ' ');
   return out === s ? s : out;
 }
 
+// isspace plus 0xA0 and 0xC2 (ModSecurity removes both "non-breaking space" bytes)
+const REMOVED_WHITESPACE = /[\t-\r \xa0\xc2]/;
+const REMOVED_WHITESPACE_RUNS = /[\t-\r \xa0\xc2]+/g;
 export function removeWhitespace(s: string): string {
-  // isspace plus 0xA0 and 0xC2 (ModSecurity removes both "non-breaking space" bytes)
-  if (!/[\t-\r \xa0\xc2]/.test(s)) return s;
-  return s.replace(/[\t-\r \xa0\xc2]+/g, '');
+  if (!REMOVED_WHITESPACE.test(s)) return s;
+  return s.replace(REMOVED_WHITESPACE_RUNS, '');
 }
 
+const NUL_RUNS = /\0+/g;
 export function removeNulls(s: string): string {
   if (s.indexOf('\0') < 0) return s;
-  return s.replace(/\0+/g, '');
+  return s.replace(NUL_RUNS, '');
 }
 
+const NUL_ALL = /\0/g;
 export function replaceNulls(s: string): string {
   if (s.indexOf('\0') < 0) return s;
-  return s.replace(/\0/g, ' ');
+  return s.replace(NUL_ALL, ' ');
 }
 
 export function replaceComments(s: string): string {
@@ -753,8 +762,9 @@ export function urlEncode(s: string): string {
 }
 
 /** sqlHexDecode: 0xHEX sequences to bytes. */
+const SQL_HEX = /0[xX][0-9a-fA-F]{2}/;
 export function sqlHexDecode(s: string): string {
-  if (!/0[xX][0-9a-fA-F]{2}/.test(s)) return s;
+  if (!SQL_HEX.test(s)) return s;
   const n = s.length;
   const out: number[] = [];
   let i = 0;
@@ -862,8 +872,9 @@ function parity(s: string, mode: 'even' | 'odd' | 'zero'): string {
   return out;
 }
 
+const COMMENT_CHARS = /\/\*|\*\/|--|#/g;
 export function removeCommentsChar(s: string): string {
-  const out = s.replace(/\/\*|\*\/|--|#/g, '');
+  const out = s.replace(COMMENT_CHARS, '');
   return out === s ? s : out;
 }
 
