@@ -73,12 +73,12 @@ export function atoll(s: string): number {
   return p.neg ? -clamped : clamped;
 }
 
-/** TxCheck.numeric: which comparison a static numeric operator makes (0: not one). */
-export const NUMERIC_EQ = 1;
-export const NUMERIC_GE = 2;
-export const NUMERIC_GT = 3;
-export const NUMERIC_LE = 4;
-export const NUMERIC_LT = 5;
+/** CompiledOperator.numeric (and the TxCheck's copy): which comparison a static numeric operator makes (0: not one). */
+const NUMERIC_EQ = 1;
+const NUMERIC_GE = 2;
+const NUMERIC_GT = 3;
+const NUMERIC_LE = 4;
+const NUMERIC_LT = 5;
 const NUMERIC_CODES: Readonly<Record<string, number>> = { eq: NUMERIC_EQ, ge: NUMERIC_GE, gt: NUMERIC_GT, le: NUMERIC_LE, lt: NUMERIC_LT };
 
 /** CompiledOperator.numeric and .operand of an operator: a numeric one with a static operand, converted as its run() converts it. */
