@@ -682,6 +682,8 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     phasePrefilters: phasePrefilters(phases),
     txKeySlots,
     phaseTxChecks,
+    phaseRules: phases.map((list) => list.map((entry) => entry.rule)),
+    phaseMarkers: phases.map((list) => list.map((entry) => entry.marker)),
     defaults: defaults as DefaultActions[],
     removedIds,
     removedRanges,

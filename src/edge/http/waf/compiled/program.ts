@@ -329,6 +329,12 @@ export interface CompiledRuleSet {
   readonly txKeySlots: ReadonlyMap<string, number>;
   /** Per phase, parallel to `phases`: the entry's TxCheck, when it is one (the loop runs it from the record). */
   readonly phaseTxChecks: readonly (readonly (TxCheck | undefined)[])[];
+  /**
+   * Per phase, parallel to `phases`: each entry's rule and marker, in arrays of their own (the loop
+   * reads them for every entry; the entry objects lie wherever the compiler left them).
+   */
+  readonly phaseRules: readonly (readonly (CompiledRule | undefined)[])[];
+  readonly phaseMarkers: readonly (readonly (string | undefined)[])[];
   /** Default actions per phase (SecDefaultAction): runtime actions, transformations, disruptive. */
   readonly defaults: readonly DefaultActions[];
   /** SecRuleRemoveById / ByTag / ByMsg. */

@@ -548,11 +548,13 @@ export class Transaction {
     const rs = this.rs;
     const { at: prefilterAt, records } = rs.phasePrefilters[phase]!;
     const txChecks = rs.phaseTxChecks[phase]!;
+    const rules = rs.phaseRules[phase]!;
+    const markers = rs.phaseMarkers[phase]!;
     for (let i = 0; i < list.length; i++) {
       const record = prefilterAt[i]!;
       if (record >= 0 && this.marker === undefined && this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule()) {
         // a rule that cannot match: its effect (MATCHED_VARS cleared), decided from its record alone
-        if (!this.sourcesMayMatch(records, record + 3, records[record + 2]!, records[record]!, records[record + 1]!, list[i]!.rule!)) {
+        if (!this.sourcesMayMatch(records, record + 3, records[record + 2]!, records[record]!, records[record + 1]!, rules[i]!)) {
           this.cleanMatchedVars();
           continue;
         }
@@ -573,9 +575,9 @@ export class Transaction {
         if (this.marker !== undefined && this.marker === check.skipMarker) i = check.skipTarget - 1;
         continue;
       }
-      const item = list[i]!;
+      const marker = markers[i];
       if (this.marker !== undefined) {
-        if (item.marker === undefined) {
+        if (marker === undefined) {
           // jump to the next occurrence of the marker in this phase (or past the end)
           const idx = markerIndex.get(this.marker);
           let next = list.length;
@@ -590,11 +592,11 @@ export class Transaction {
           i = next - 1;
           continue;
         }
-        if (item.marker === this.marker) this.marker = undefined;
+        if (marker === this.marker) this.marker = undefined;
         continue;
       }
-      if (item.marker !== undefined) continue;
-      const rule = item.rule!;
+      if (marker !== undefined) continue;
+      const rule = rules[i]!;
       if (this.skipNext > 0) {
         this.skipNext--;
         continue;
