@@ -662,16 +662,6 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   });
   const txKeySlots = new Map<string, number>();
   if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase], txKeySlots);
-  const phaseTxChecks = phases.map((list) =>
-    list.map((entry) => {
-      const check = entry.rule?.txCheck;
-      if (check !== undefined) {
-        check.skipMarker = entry.rule!.skipMarker;
-        check.skipTarget = entry.rule!.skipTarget;
-      }
-      return check;
-    }),
-  );
   return {
     config,
     phases,
@@ -681,7 +671,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     prefilter,
     phasePrefilters: phasePrefilters(phases),
     txKeySlots,
-    phaseTxChecks,
+    phaseTxChecks: phases.map((list) => list.map((entry) => entry.rule?.txCheck)),
     phaseRules: phases.map((list) => list.map((entry) => entry.rule)),
     phaseMarkers: phases.map((list) => list.map((entry) => entry.marker)),
     defaults: defaults as DefaultActions[],
@@ -718,7 +708,8 @@ function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slo
     return slot;
   };
   const op = rule.operator;
-  const loop = { rule, numeric: op.numeric, operand: op.operand, negated: op.negated, hasSetvars: rule.setvars.length > 0, skipMarker: undefined, skipTarget: -1 };
+  // (skipMarker and skipTarget are set by now: compileRuleSet computes them first)
+  const loop = { rule, numeric: op.numeric, operand: op.operand, negated: op.negated, hasSetvars: rule.setvars.length > 0, skipMarker: rule.skipMarker, skipTarget: rule.skipTarget };
   if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, pass, ...loop };
   const counted = ref.resolver.countedTxKey;
   if (counted !== undefined) return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, pass, ...loop };

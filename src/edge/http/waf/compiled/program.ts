@@ -261,8 +261,8 @@ export interface TxCheck {
   readonly operand: number;
   readonly negated: boolean;
   readonly hasSetvars: boolean;
-  skipMarker: string | undefined;
-  skipTarget: number;
+  readonly skipMarker: string | undefined;
+  readonly skipTarget: number;
 }
 
 /** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */

@@ -552,7 +552,7 @@ export class Transaction {
     const markers = rs.phaseMarkers[phase]!;
     for (let i = 0; i < list.length; i++) {
       const record = prefilterAt[i]!;
-      if (record >= 0 && this.marker === undefined && this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule()) {
+      if (record >= 0 && this.runsAsItComes()) {
         // a rule that cannot match: its effect (MATCHED_VARS cleared), decided from its record alone
         if (!this.sourcesMayMatch(records, record + 3, records[record + 2]!, records[record]!, records[record + 1]!, rules[i]!)) {
           this.cleanMatchedVars();
@@ -560,15 +560,7 @@ export class Transaction {
         }
       }
       const check = txChecks[i];
-      if (
-        check !== undefined &&
-        this.marker === undefined &&
-        this.skipNext === 0 &&
-        this.allowType === NONE_ALLOW &&
-        !this.removesAnyRule() &&
-        this.ruleRemoveTargetById.length === 0 &&
-        this.ruleRemoveTargetByTag.length === 0
-      ) {
+      if (check !== undefined && this.runsAsItComes() && !this.removesTargets()) {
         // a TxCheck (about 90 per request), from its record: its entry and rule are not read
         this.evaluateTxCheck(check);
         if (this.intervention.disruptive) break;
@@ -605,7 +597,7 @@ export class Transaction {
       if (rs.removesRules && this.removedByConfig(rule)) continue;
       if (this.ruleRemoveByTag.length > 0 && this.hasTag(rule, this.ruleRemoveByTag)) continue;
       if (rule.type === 'action') this.evaluateUnconditional(rule);
-      else if (rule.txCheck !== undefined && this.ruleRemoveTargetById.length === 0 && this.ruleRemoveTargetByTag.length === 0) this.evaluateTxCheck(rule.txCheck);
+      else if (rule.txCheck !== undefined && !this.removesTargets()) this.evaluateTxCheck(rule.txCheck);
       else this.evaluateRule(rule, this.newMessage(rule));
       if (this.intervention.disruptive) break;
       // the rule's own skipAfter: on to its marker (whose entry then clears it)
@@ -752,7 +744,7 @@ export class Transaction {
   private scan(rule: CompiledRule, msg: MutableMessage): boolean {
     // no value holds a literal the operator needs: the rule cannot match (exclusions only remove values)
     if (rule.prefilter !== undefined && !this.someMayMatch(rule, rule.prefilter)) return false;
-    const removals = this.ruleRemoveTargetById.length > 0 || this.ruleRemoveTargetByTag.length > 0;
+    const removals = this.removesTargets();
     const hasExclusions = rule.exclusions.length > 0;
     let globalRet = false;
     const refs = rule.refs;
@@ -828,6 +820,19 @@ export class Transaction {
   /** Whether the rule set or the transaction removes rules (then each rule is looked at as evaluatePhase does). */
   private removesAnyRule(): boolean {
     return this.rs.removesRules || this.ruleRemoveByTag.length > 0 || this.ruleRemoveById.length > 0 || this.ruleRemoveByIdRange.length > 0;
+  }
+
+  /**
+   * No jump or skip pending, nothing allowed, no rule removed: the next rule runs as it comes, so
+   * the loop may decide it from its prefilter record or run it from its TxCheck record.
+   */
+  private runsAsItComes(): boolean {
+    return this.marker === undefined && this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule();
+  }
+
+  /** Whether ctl:ruleRemoveTargetById/ByTag took variables from some rules in this transaction. */
+  private removesTargets(): boolean {
+    return this.ruleRemoveTargetById.length > 0 || this.ruleRemoveTargetByTag.length > 0;
   }
 
   /**
