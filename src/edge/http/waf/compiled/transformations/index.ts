@@ -34,16 +34,17 @@ function fromCodes(codes: number[] | Uint8Array, length: number = codes.length):
   return out;
 }
 
-const HAS_UPPER = /[A-Z]/;
 const HAS_LOWER = /[a-z]/;
 const NON_ASCII = /[^\x00-\x7f]/;
 const UPPER_RUNS = /[A-Z]+/g;
 const LOWER_RUNS = /[a-z]+/g;
 
 export function lowercase(s: string): string {
-  // ASCII only (C locale); V8's toLowerCase would also fold Latin-1 letters.
-  if (!HAS_UPPER.test(s)) return s;
-  if (!NON_ASCII.test(s)) return s.toLowerCase();
+  // ASCII only (C locale); V8's toLowerCase would also fold Latin-1 letters. One builtin call for
+  // the usual value (ASCII, or nothing to lower): toLowerCase returns its input when nothing changes.
+  const lowered = s.toLowerCase();
+  if (lowered === s) return s;
+  if (!NON_ASCII.test(s)) return lowered;
   return s.replace(UPPER_RUNS, (m) => m.toLowerCase());
 }
 
@@ -366,8 +367,9 @@ export function cmdLine(s: string): string {
   while (first < n && CMDLINE_KIND[s.charCodeAt(first)] === CMDLINE_KEEP) first++;
   if (first === n) return s;
   const out = scratchFor(n + 1);
-  out.write(s, 0, first, 'latin1');
-  let o = first;
+  // (the kept prefix copied in the loop: one call into C++ per value, the decode at the end)
+  let o = 0;
+  for (; o < first; o++) out[o] = s.charCodeAt(o);
   let space = false;
   for (let i = first; i < n; i++) {
     const c = s.charCodeAt(i);
@@ -657,11 +659,20 @@ export function length(s: string): string {
   return String(s.length);
 }
 
+/** Two lower-case hex digits per byte. */
+const HEX_PAIRS: readonly string[] = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
+
 export function hexEncode(s: string): string {
   const n = s.length;
-  const bytes = scratchFor(n);
-  bytes.write(s, 0, n, 'latin1');
-  return bytes.toString('hex', 0, n);
+  if (n > 256) {
+    const bytes = scratchFor(n);
+    bytes.write(s, 0, n, 'latin1');
+    return bytes.toString('hex', 0, n);
+  }
+  // short values (the CRS hex-encodes a SHA-1: 20 bytes) cost less without the two calls into C++
+  let out = '';
+  for (let i = 0; i < n; i++) out += HEX_PAIRS[s.charCodeAt(i) & 0xff]!;
+  return out;
 }
 
 export function hexDecode(s: string): string {
@@ -671,8 +682,87 @@ export function hexDecode(s: string): string {
   return fromCodes(out);
 }
 
+/** SHA-1 message schedule (sha1Short's scratch). */
+const SHA1_W = new Int32Array(80);
+
+/**
+ * SHA-1 of a binary string, as a binary string of 20 bytes. Hand-written for short inputs (the
+ * CRS hashes every request's User-Agent, 901318): inside a request, a call into node:crypto and
+ * the Buffer it needs cost about twice this loop (measured in the engine, not in isolation);
+ * longer inputs go to node:crypto.
+ */
 export function sha1(s: string): string {
-  return hash('sha1', Buffer.from(s, 'latin1'), 'latin1' as 'hex');
+  if (s.length > 1024) return hash('sha1', Buffer.from(s, 'latin1'), 'latin1' as 'hex');
+  return sha1Short(s);
+}
+
+function sha1Short(s: string): string {
+  const n = s.length;
+  const W = SHA1_W;
+  // the message, 0x80, zeros and the bit length in 64-byte blocks
+  const blocks = ((n + 8) >> 6) + 1;
+  let h0 = 0x67452301;
+  let h1 = 0xefcdab89 | 0;
+  let h2 = 0x98badcfe | 0;
+  let h3 = 0x10325476;
+  let h4 = 0xc3d2e1f0 | 0;
+  for (let b = 0; b < blocks; b++) {
+    const base = b << 6;
+    for (let i = 0; i < 16; i++) {
+      let word = 0;
+      for (let k = 0; k < 4; k++) {
+        const p = base + (i << 2) + k;
+        word = (word << 8) | (p < n ? s.charCodeAt(p) & 0xff : p === n ? 0x80 : 0);
+      }
+      W[i] = word;
+    }
+    if (b === blocks - 1) {
+      W[14] = Math.floor(n / 0x20000000); // the high word of n * 8
+      W[15] = (n * 8) | 0;
+    }
+    for (let i = 16; i < 80; i++) {
+      const x = W[i - 3]! ^ W[i - 8]! ^ W[i - 14]! ^ W[i - 16]!;
+      W[i] = (x << 1) | (x >>> 31);
+    }
+    let a = h0;
+    let bb = h1;
+    let c = h2;
+    let d = h3;
+    let e = h4;
+    for (let i = 0; i < 80; i++) {
+      let f: number;
+      let k: number;
+      if (i < 20) {
+        f = (bb & c) | (~bb & d);
+        k = 0x5a827999;
+      } else if (i < 40) {
+        f = bb ^ c ^ d;
+        k = 0x6ed9eba1;
+      } else if (i < 60) {
+        f = (bb & c) | (bb & d) | (c & d);
+        k = 0x8f1bbcdc | 0;
+      } else {
+        f = bb ^ c ^ d;
+        k = 0xca62c1d6 | 0;
+      }
+      const t = (((a << 5) | (a >>> 27)) + f + e + k + W[i]!) | 0;
+      e = d;
+      d = c;
+      c = (bb << 30) | (bb >>> 2);
+      bb = a;
+      a = t;
+    }
+    h0 = (h0 + a) | 0;
+    h1 = (h1 + bb) | 0;
+    h2 = (h2 + c) | 0;
+    h3 = (h3 + d) | 0;
+    h4 = (h4 + e) | 0;
+  }
+  return wordBytes(h0) + wordBytes(h1) + wordBytes(h2) + wordBytes(h3) + wordBytes(h4);
+}
+
+function wordBytes(h: number): string {
+  return String.fromCharCode((h >>> 24) & 0xff, (h >>> 16) & 0xff, (h >>> 8) & 0xff, h & 0xff);
 }
 
 export function md5(s: string): string {
@@ -712,7 +802,10 @@ export function base64Decode(input: string): string {
     n++;
   }
   if (n === 0) return '';
-  const out: number[] = [];
+  // short values (cookies, arguments: 934100 decodes every one) as a string built directly; long
+  // ones through an array of codes
+  const out: number[] | undefined = i > 256 ? [] : undefined;
+  let decoded = '';
   let jj = 3;
   let nn = 0;
   let x = 0;
@@ -724,12 +817,16 @@ export function base64Decode(input: string): string {
     x = ((x << 6) | (v & 0x3f)) >>> 0;
     if (++nn === 4) {
       nn = 0;
-      if (jj > 0) out.push((x >>> 16) & 0xff);
-      if (jj > 1) out.push((x >>> 8) & 0xff);
-      if (jj > 2) out.push(x & 0xff);
+      if (out !== undefined) {
+        if (jj > 0) out.push((x >>> 16) & 0xff);
+        if (jj > 1) out.push((x >>> 8) & 0xff);
+        if (jj > 2) out.push(x & 0xff);
+      } else if (jj > 2) decoded += String.fromCharCode((x >>> 16) & 0xff, (x >>> 8) & 0xff, x & 0xff);
+      else if (jj > 1) decoded += String.fromCharCode((x >>> 16) & 0xff, (x >>> 8) & 0xff);
+      else if (jj > 0) decoded += String.fromCharCode((x >>> 16) & 0xff);
     }
   }
-  return fromCodes(out);
+  return out !== undefined ? fromCodes(out) : decoded;
 }
 
 export function base64Encode(s: string): string {

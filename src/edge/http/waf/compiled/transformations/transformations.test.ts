@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import { asAddonString, ORACLE_AVAILABLE, simpleRequest, smallRuleSets } from '../differential/oracle.ts';
 import { Random } from '../differential/corpus.ts';
@@ -9,6 +10,7 @@ import {
   cmdLine,
   compressWhitespace,
   cssDecode,
+  hexEncode,
   htmlEntityDecode,
   jsDecode,
   lowercase,
@@ -18,6 +20,7 @@ import {
   removeNulls,
   removeWhitespace,
   replaceComments,
+  sha1,
   TRANSFORMATIONS,
   urlDecode,
   urlDecodeUni,
@@ -107,5 +110,23 @@ test('transformations: none changes a value without a byte of the kinds it is li
       assert.equal(charMask(s) & mask, 0);
       assert.equal(fn(s), s, `${name} changed ${JSON.stringify(s)}`);
     }
+  }
+});
+
+test('transformations: sha1, hexEncode and base64Decode of any length give what node:crypto and Buffer give', () => {
+  const r = new Random(11);
+  const binary = (length: number): string => {
+    let s = '';
+    for (let k = 0; k < length; k++) s += String.fromCharCode(r.int(256));
+    return s;
+  };
+  // every padding case of the hand-written SHA-1 (55, 56, 63, 64 bytes ...) and crypto's range above 1 KB
+  for (const length of [...Array.from({ length: 300 }, (_, k) => k), 1023, 1024, 1025, 5000]) {
+    const s = binary(length);
+    const expected = createHash('sha1').update(Buffer.from(s, 'latin1')).digest();
+    assert.equal(sha1(s), expected.toString('latin1'), `sha1 of ${length} bytes`);
+    assert.equal(hexEncode(s), Buffer.from(s, 'latin1').toString('hex'), `hexEncode of ${length} bytes`);
+    const b64 = Buffer.from(s, 'latin1').toString('base64');
+    assert.equal(base64Decode(b64), s, `base64Decode of ${b64.length} characters`);
   }
 });
