@@ -691,7 +691,7 @@ const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);
 /** The rule as a TxCheck, when it is one (program.ts). */
 function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slots: Map<string, number>): TxCheck | undefined {
   if (rule.type !== 'rule' || rule.parent !== undefined || rule.chained || rule.multiMatch || rule.capture) return undefined;
-  if (rule.refs.length !== 1 || rule.exclusions.length > 0 || rule.tnode !== 0 || rule.operator === undefined) return undefined;
+  if (rule.refs.length > 2 || rule.exclusions.length > 0 || rule.tnode !== 0 || rule.operator === undefined) return undefined;
   if (rule.tags.length > 0 || rule.severity !== undefined || rule.msg !== undefined || rule.logdata !== undefined || rule.hasBlock) return undefined;
   if (rule.disruptive !== undefined && rule.disruptive.kind !== 'pass') return undefined;
   const actions = [...(defaults?.runtime ?? []), ...rule.runtime];
@@ -710,10 +710,16 @@ function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slo
   const op = rule.operator;
   // (skipMarker and skipTarget are set by now: compileRuleSet computes them first)
   const loop = { rule, numeric: op.numeric, operand: op.operand, negated: op.negated, hasSetvars: rule.setvars.length > 0, skipMarker: rule.skipMarker, skipTarget: rule.skipTarget };
-  if (ref.kind === READ_TX_KEY) return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, pass, ...loop };
+  const second = rule.refs[1];
+  if (ref.kind === READ_TX_KEY) {
+    if (second !== undefined) return undefined;
+    return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, valueName: undefined, pass, ...loop };
+  }
   const counted = ref.resolver.countedTxKey;
-  if (counted !== undefined) return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, pass, ...loop };
-  return undefined;
+  if (counted === undefined) return undefined;
+  // &TX:name|TX:name (the CRS's "exclusions for this application?" checks): the count, then the value
+  if (second !== undefined && !(second.kind === READ_TX_KEY && second.name === counted)) return undefined;
+  return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, valueName: second && `TX:${second.key}`, pass, ...loop };
 }
 
 /** `slots`: filter -> cache slot, shared by every rule reading the same filtered list. */

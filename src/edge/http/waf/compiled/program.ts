@@ -248,6 +248,11 @@ export interface TxCheck {
   readonly count: boolean;
   /** MATCHED_VAR_NAME when it matches ("TX:name" as the rule wrote it). */
   readonly matchedName: string;
+  /**
+   * For `&TX:name|TX:name`: the MATCHED_VAR_NAME of the value, read after the count (when the
+   * variable exists); undefined when the rule reads one variable.
+   */
+  readonly valueName: string | undefined;
   /** Ends with `pass`, which (engine On) clears a pending intervention. */
   readonly pass: boolean;
   /**

@@ -718,26 +718,33 @@ export class Transaction {
       v = this.txStore.get(check.lowerKey);
       if (v !== undefined) this.txSlotVars[check.slot] = v;
     }
-    let value: string;
-    if (check.count) value = v !== undefined ? '1' : '0';
-    else {
-      if (v === undefined) {
-        this.cleanMatchedVars();
-        return;
+    let matched: boolean;
+    if (check.count) {
+      matched = this.txCheckValue(check, v !== undefined ? '1' : '0', check.matchedName);
+      if (check.valueName !== undefined) {
+        // the value as it is after the count's setvars (the general loop resolves it then)
+        if (check.hasSetvars) v = this.txStore.get(check.lowerKey);
+        if (v !== undefined && this.txCheckValue(check, v.box.v, check.valueName)) matched = true;
       }
-      value = v.box.v;
-    }
-    const passes = check.numeric !== 0 ? compareNumeric(check.numeric, check.operand, value) : this.runOperator(rule, rule.operator!, value);
-    if (passes === check.negated) {
+    } else matched = v !== undefined && this.txCheckValue(check, v.box.v, check.matchedName);
+    if (!matched) {
       this.cleanMatchedVars();
       return;
     }
-    this.matchedVar = value;
-    this.matchedVarName = check.matchedName;
-    this.addMatched(check.matchedName, value);
-    if (check.hasSetvars) for (const sv of rule.setvars) this.setVar(sv, rule);
     if (check.skipMarker !== undefined) this.marker = check.skipMarker;
     if (check.pass && this.engineState() === 'On') this.passIntervention();
+  }
+
+  /** One value of a TxCheck: the operator, and on a match MATCHED_VAR* and the rule's setvars. */
+  private txCheckValue(check: TxCheck, value: string, name: string): boolean {
+    const rule = check.rule;
+    const passes = check.numeric !== 0 ? compareNumeric(check.numeric, check.operand, value) : this.runOperator(rule, rule.operator!, value);
+    if (passes === check.negated) return false;
+    this.matchedVar = value;
+    this.matchedVarName = name;
+    this.addMatched(name, value);
+    if (check.hasSetvars) for (const sv of rule.setvars) this.setVar(sv, rule);
+    return true;
   }
 
   /** The variables and the operator of a rule: true when some value matched. */

@@ -68,3 +68,37 @@ SecRule REQUEST_URI "@rx ." "id:9,phase:1,pass,log,msg:'gone=%{tx.gone} back=%{t
     assert.deepEqual(run('/?again=1'), ['gone=yes back=yes flag=7']);
   }
 });
+
+test('TX checks of a count and the value of the same key (&TX:name|TX:name): each variable matches on its own, as in the general loop', () => {
+  // the CRS's "exclusions for this application?" shape: skip unless the setting is there and not 0
+  const rules = `
+SecRuleEngine On
+SecDefaultAction "phase:1,log,auditlog,pass"
+SecRule ARGS:app "@rx ^[0-9]$" "id:1,phase:1,pass,nolog,setvar:tx.app=%{MATCHED_VAR}"
+SecRule &TX:app|TX:app "@eq 0" "id:2,phase:1,pass,t:none,nolog,skipAfter:END-APP"
+SecRule REQUEST_URI "@rx ." "id:3,phase:1,pass,log,msg:'app rules: %{MATCHED_VARS_NAMES}'"
+SecMarker END-APP
+SecRule &TX:made|TX:made "@eq 0" "id:4,phase:1,pass,nolog,setvar:tx.made=0,setvar:'tx.seen=%{tx.seen} %{MATCHED_VAR_NAME}=%{MATCHED_VAR}'"
+SecRule REQUEST_URI "@rx ." "id:5,phase:1,pass,log,msg:'4 matched:%{tx.seen}'"
+`;
+  const inspector = (txChecks: boolean): CompiledInspector =>
+    new CompiledInspector(compileRuleSet([{ text: rules, name: 'tx-count-value.conf' }], { txChecks }), { request: 1 << 20, response: 1 << 20 });
+  const short = inspector(true);
+  const general = inspector(false);
+  const cases: [string, string[]][] = [
+    // absent: the count matches, the jump is taken; 4 matches on its count (named as the variable,
+    // as ModSecurity does), then on the value its setvar made
+    ['/', ['5 4 matched: TX:made=0 TX:made=0']],
+    // set to 0: the count does not match, the value does: still the jump
+    ['/?app=0', ['5 4 matched: TX:made=0 TX:made=0']],
+    // set to 1: neither matches, the application's rules run (MATCHED_VARS were cleared)
+    ['/?app=1', ['3 app rules: REQUEST_URI', '5 4 matched: TX:made=0 TX:made=0']],
+  ];
+  for (const [uri, expected] of cases) {
+    const run = (i: CompiledInspector): string[] =>
+      i.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.message}`);
+    assert.deepEqual(run(general), expected, `${uri} (general loop)`);
+    assert.deepEqual(run(short), expected, uri);
+  }
+  assert.ok(short.ruleSet.rulesById.get(2)?.txCheck !== undefined, 'rule 2 runs as a TxCheck');
+});
