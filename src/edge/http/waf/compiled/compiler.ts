@@ -29,7 +29,7 @@ import { compileKeyRegex } from './regex/runtime.ts';
 import { buildLiteralPrefilters, phasePrefilters } from './literal-prefilter.ts';
 import { parseSecLang, parseVariable, SecLangError, splitVariables } from './seclang/parser.ts';
 import type { ActionSpec, Directive, VariableSpec } from './seclang/parser.ts';
-import { CHANGES_ON, TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
+import { CHANGES_ON, literalEffect, TRANSFORMATION_ALIASES, TRANSFORMATIONS } from './transformations/index.ts';
 import type { Transaction } from './transaction.ts';
 import { isComputedSingle } from './transaction.ts';
 import { compileVariable, keyExclusionsFor, lowerAscii } from './variables.ts';
@@ -565,6 +565,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               txCheck: undefined,
               skipMarker: undefined,
               skipTarget: -1,
+              gateKinds: -1,
             } as CompiledRule & { tnode: number; tpath: number[] };
             allRules.push(rule);
             if (isChild) {
@@ -625,6 +626,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     const { node, path } = trie.node([...base, ...rule.ownTransformations]);
     (rule as unknown as { tnode: number }).tnode = node;
     (rule as unknown as { tpath: number[] }).tpath = path;
+    (rule as unknown as { gateKinds: number }).gateKinds = gateKinds(rule, path, trie.nodes);
   }
   // SecRuleUpdateTargetBy* (they name rules loaded anywhere)
   const ctx: UpdateContext = { rulesById, allRules };
@@ -684,6 +686,27 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     rulesById,
     filteredSlots: slots.size,
   };
+}
+
+/**
+ * CompiledRule.gateKinds of a rule whose chain runs through `path`: the union of what lets each
+ * step make a gate literal appear, known only while no step can be handed such a kind by the
+ * steps before it (cmdLine's spaces before a compressWhitespace).
+ */
+function gateKinds(rule: CompiledRule, path: readonly number[], nodes: readonly TransformationNode[]): number {
+  const gate = rule.operator?.gate;
+  if (!rule.multiMatch || gate === undefined || rule.operator!.negated) return -1;
+  let kinds = 0;
+  let added = 0;
+  for (const node of path) {
+    for (const literal of gate) {
+      const effect = literalEffect(nodes[node]!.name, literal);
+      if (effect === undefined || (effect.creating & added) !== 0) return -1;
+      kinds |= effect.creating;
+    }
+    for (const literal of gate) added |= literalEffect(nodes[node]!.name, literal)!.adds;
+  }
+  return kinds;
 }
 
 const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);

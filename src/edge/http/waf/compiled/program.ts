@@ -193,6 +193,13 @@ export interface CompiledRule {
   readonly tnode: number;
   /** For multiMatch: the nodes along the chain (without 0). */
   readonly tpath: readonly number[];
+  /**
+   * For a multiMatch rule whose @rx has a literal gate (CompiledOperator.gate): the byte kinds
+   * (transformations' charMask) without which no step of its chain can make a gate literal
+   * appear. A value with none of them and none of the literals matches at no step, and is passed
+   * over without running the chain (930110's four steps on every header). -1: not known.
+   */
+  readonly gateKinds: number;
   /** True when the rule has t:none (then SecDefaultAction transformations do not apply). */
   readonly hasNone: boolean;
   /** Transformations of the rule itself (after the last t:none), for the default-action merge. */

@@ -19,7 +19,7 @@ import type {
   VarRef,
 } from './program.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
-import { compareNumeric, runRegex, stoi } from './operators/index.ts';
+import { compareNumeric, containsAny, runRegex, stoi } from './operators/index.ts';
 import { lowerAscii } from './variables.ts';
 import { charMask } from './transformations/index.ts';
 import type { RulePrefilter } from './literal-prefilter.ts';
@@ -987,6 +987,8 @@ export class Transaction {
       }
       return matched;
     }
+    // a value no step can give a gate literal: no match at any step (CompiledRule.gateKinds)
+    if (rule.gateKinds >= 0 && (byteKinds(entry.box) & rule.gateKinds) === 0 && !containsAny(entry.box.v, op.gate!)) return false;
     // the original value, then each transformation result that changed the value
     let prev = entry.box.v;
     if (this.runOperator(rule, op, prev) !== op.negated) {

@@ -355,7 +355,7 @@ export function runRegex(tx: Transaction, rule: CompiledRule, re: CompiledRegex,
   return true;
 }
 
-function containsAny(input: string, literals: readonly string[]): boolean {
+export function containsAny(input: string, literals: readonly string[]): boolean {
   for (let i = 0; i < literals.length; i++) if (input.indexOf(literals[i]!) >= 0) return true;
   return false;
 }

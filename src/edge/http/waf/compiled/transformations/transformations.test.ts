@@ -12,6 +12,7 @@ import {
   cssDecode,
   hexEncode,
   htmlEntityDecode,
+  literalEffect,
   jsDecode,
   lowercase,
   normalizePath,
@@ -129,4 +130,28 @@ test('transformations: sha1, hexEncode and base64Decode of any length give what 
     const b64 = Buffer.from(s, 'latin1').toString('base64');
     assert.equal(base64Decode(b64), s, `base64Decode of ${b64.length} characters`);
   }
+});
+
+test('transformations: none makes a letter-free literal appear without a byte of the kinds literalEffect gives, or adds other kinds', () => {
+  const r = new Random(13);
+  const literals = ['..', '/*', '*/', '<!--', '::', '$(', '||', '%', '\\\\', '\0', '. .', ';', '--'];
+  const pieces = ['.', '/', '*', '<', '!', '-', ':', '$', '(', ')', '|', '%', '%2e', '%u002e', '\\', '\0', ' ', '\t', ',', ';', '"', "'", '^', '&#46;', '\\x2e', 'AbC', 'x', '\xc3\xae', '\xff', '+'];
+  for (const name of [...CHANGES_ON.keys(), 'cmdline']) {
+    const fn = TRANSFORMATIONS.get(name)!;
+    for (const literal of literals) {
+      const effect = literalEffect(name, literal);
+      if (effect === undefined) continue;
+      const usable = pieces.filter((p) => (charMask(p) & effect.creating) === 0);
+      for (let k = 0; k < 2000; k++) {
+        let s = '';
+        for (let n = r.int(10); n >= 0; n--) s += r.pick(usable);
+        if (s.includes(literal)) continue;
+        const out = fn(s);
+        assert.ok(!out.includes(literal), `${name} made ${JSON.stringify(literal)} from ${JSON.stringify(s)}: ${JSON.stringify(out)}`);
+        assert.equal(charMask(out) & ~(charMask(s) | effect.adds), 0, `${name} added kinds to ${JSON.stringify(s)}: ${JSON.stringify(out)}`);
+      }
+    }
+  }
+  assert.equal(literalEffect('cmdline', 'a.'), undefined, 'a literal with a letter: not known');
+  assert.equal(literalEffect('cmdline', ' /'), undefined, 'a literal cmdLine can join across a space: not known');
 });
