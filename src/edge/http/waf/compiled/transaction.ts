@@ -88,7 +88,13 @@ export interface DynVar {
   key: string;
   /** The key lower-cased (the collection's own key for it). */
   readonly lowerKey: string;
-  box: ValueBox;
+  value: string;
+  /**
+   * The value's box and entry, made when a rule reads the variable as a value (dynamicEntry());
+   * most TX variables are only compared by TxChecks and read by macros, which need neither.
+   * Setting the variable drops both.
+   */
+  box: ValueBox | undefined;
   entry: Entry | undefined;
 }
 
@@ -314,9 +320,10 @@ export class Transaction {
   private storeIn(c: Map<string, DynVar>, key: string, lk: string, value: string): void {
     const v = c.get(lk);
     if (v) {
-      v.box = newBox(value);
+      v.value = value;
+      v.box = undefined;
       v.entry = undefined;
-    } else c.set(lk, { key, lowerKey: lk, box: newBox(value), entry: undefined });
+    } else c.set(lk, { key, lowerKey: lk, value, box: undefined, entry: undefined });
   }
 
   setTx(key: string, value: string): void {
@@ -330,13 +337,13 @@ export class Transaction {
   }
 
   getTx(key: string): string | undefined {
-    return this.txStore.get(lowerAscii(key))?.box.v;
+    return this.txStore.get(lowerAscii(key))?.value;
   }
 
   dynamicEntry(collection: string, key: string, v: DynVar): Entry {
     const e = v.entry;
-    if (e !== undefined && e.key === key && e.box === v.box) return e;
-    const entry: Entry = { key, full: `${collection}:${key}`, box: v.box, uk: undefined };
+    if (e !== undefined && e.key === key) return e;
+    const entry: Entry = { key, full: `${collection}:${key}`, box: (v.box ??= newBox(v.value)), uk: undefined };
     v.entry = entry;
     return entry;
   }
@@ -485,7 +492,7 @@ export class Transaction {
       const direct = part.resolver.direct;
       if (direct !== undefined && direct.kind === READ_TX_KEY) {
         const v = this.txStore.get(direct.lowerKey);
-        if (v !== undefined) out += v.box.v;
+        if (v !== undefined) out += v.value;
         continue;
       }
       if (direct !== undefined && direct.kind === READ_SINGLE) {
@@ -724,9 +731,9 @@ export class Transaction {
       if (check.valueName !== undefined) {
         // the value as it is after the count's setvars (the general loop resolves it then)
         if (check.hasSetvars) v = this.txStore.get(check.lowerKey);
-        if (v !== undefined && this.txCheckValue(check, v.box.v, check.valueName)) matched = true;
+        if (v !== undefined && this.txCheckValue(check, v.value, check.valueName)) matched = true;
       }
-    } else matched = v !== undefined && this.txCheckValue(check, v.box.v, check.matchedName);
+    } else matched = v !== undefined && this.txCheckValue(check, v.value, check.matchedName);
     if (!matched) {
       this.cleanMatchedVars();
       return;
@@ -1217,7 +1224,7 @@ export class Transaction {
       default: {
         const p = stoi(pre);
         const cur = coll.get(lk);
-        const value = cur ? stoi(cur.box.v) : 0;
+        const value = cur ? stoi(cur.value) : 0;
         this.storeIn(coll, name, lk, String(sv.op === 'add' ? value + p : value - p));
       }
     }
