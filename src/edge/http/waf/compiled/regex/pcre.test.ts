@@ -43,8 +43,11 @@ test('pcre: possessive quantifiers and atomic groups keep their meaning', () => 
 test('key selectors: a plain word (anchored or not) selects the same keys as the caseless expression', () => {
   const keys = ['header_name_accept', 'HEADER_NAME_HOST', 'x_header_name_', 'header_name', 'Header_Name_', 'anomaly_score', 'web_attack/sqli', 'leak/WEB_ATTACK', 'a-b-c', 'A-B', '', 'h\xe9ader_name_', 'WEB_ATTACk'];
   keys.push('multipart_headers_content_types_text/plain', 'MULTIPART_HEADERS_CONTENT_TYPE', 'leakage\\/errors-sql', 'LEAKAGE/ERRORS', 'x.y', 'xzy', 'a*b', 'ab', 'b');
+  keys.push('paramcounter_ARGS_NAMES:id', 'TX_PARAMCOUNTER_', 'paramcounter', 'paramcounter_\nx', 'rfi_parameter_ARGS:url');
   const patterns = ['^header_name_', 'WEB_ATTACK', '^a-b', 'name_', 'x', '^[a-z]+$', 'paramcounter_.*'];
   patterns.push('MULTIPART_HEADERS_CONTENT_TYPES_*', 'LEAKAGE\\\\\\/ERRORS', 'x\\.y', '^ab?', 'b+', 'a\\**', 'a\\\\*', '^$', 'y$');
+  patterns.push('rfi_parameter_.*', '^.*', '.*', 'x\\..*');
+  for (const plain of ['^header_name_', 'paramcounter_.*', 'MULTIPART_HEADERS_CONTENT_TYPES_*']) assert.ok(compileKeyRegex(plain).testLowerCase !== undefined, `${plain} is a plain word`);
   for (const pattern of patterns) {
     const expression = new CompiledRegex(pattern, true);
     const selector = compileKeyRegex(pattern);

@@ -90,8 +90,9 @@ export interface KeyRegex {
 /**
  * A selector that says "holds this word" (or "starts with it", after `^`): printable ASCII, with
  * punctuation escaped or not, and a last character made optional by `*` or `?` (a search may then
- * leave it out) or repeated by `+`. The CRS's TX selectors are all such but two: `^header_name_`,
- * `LEAKAGE` + escaped `\` and `/` + `ERRORS`, `MULTIPART_HEADERS_CONTENT_TYPES` + `_*` ...
+ * leave it out) or repeated by `+`, or followed by `.*`. The CRS's TX selectors are all such:
+ * `^header_name_`, `LEAKAGE` + escaped `\` and `/` + `ERRORS`, `MULTIPART_HEADERS_CONTENT_TYPES` + `_*`,
+ * `paramcounter_.*` ...
  * Undefined for anything else.
  */
 function plainKeyWord(pattern: string): { anchored: boolean; word: string } | undefined {
@@ -105,6 +106,9 @@ function plainKeyWord(pattern: string): { anchored: boolean; word: string } | un
       if (next === undefined || next < ' ' || next > '~' || /[0-9A-Za-z]/.test(next)) return undefined;
       word += next;
       i++;
+    } else if (c === '.' && i === pattern.length - 2 && pattern[i + 1] === '*') {
+      // a trailing `.*` (921180's `paramcounter_.*`) matches wherever the word does
+      break;
     } else if ('*?+'.includes(c) && i === pattern.length - 1 && word.length > 0 && pattern[i - 1] !== '\\') {
       if (c !== '+') word = word.slice(0, -1);
     } else if ('.^$|?*+()[]{}'.includes(c)) return undefined;
