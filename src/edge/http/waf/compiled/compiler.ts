@@ -699,12 +699,14 @@ function gateKinds(rule: CompiledRule, path: readonly number[], nodes: readonly 
   let kinds = 0;
   let added = 0;
   for (const node of path) {
+    let adds = 0;
     for (const literal of gate) {
       const effect = literalEffect(nodes[node]!.name, literal);
       if (effect === undefined || (effect.creating & added) !== 0) return -1;
       kinds |= effect.creating;
+      adds |= effect.adds;
     }
-    for (const literal of gate) added |= literalEffect(nodes[node]!.name, literal)!.adds;
+    added |= adds;
   }
   return kinds;
 }
