@@ -550,6 +550,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               setvars: parsed.setvars,
               tags: parsed.tags,
               tagTexts: parsed.tagTexts,
+              staticTags: parsed.tags.length > 0 && parsed.tags.every((t) => t.text !== undefined) ? parsed.tags.map((t) => t.text!) : undefined,
               severity: parsed.severity,
               msg: parsed.msg,
               logdata: parsed.logdata,

@@ -214,6 +214,8 @@ export interface CompiledRule {
   readonly tags: readonly Expand[];
   /** Static tag texts, for ruleRemoveByTag / ruleRemoveTargetByTag. */
   readonly tagTexts: readonly string[];
+  /** The tags as logged, when none has a macro (the CRS's): copied into a match's message at once. */
+  readonly staticTags: readonly string[] | undefined;
   readonly severity: number | undefined;
   readonly msg: Expand | undefined;
   readonly logdata: Expand | undefined;

@@ -429,6 +429,15 @@ export class Transaction {
     return entry;
   }
 
+  /** singleAt(slot, name).box.v, without an entry for MATCHED_VAR and MATCHED_VAR_NAME (the logdata of every match). */
+  private singleValue(slot: number, name: string): string {
+    if (slot < COMPUTED_SLOTS && this.se[slot] === undefined) {
+      if (name === 'MATCHED_VAR') return this.matchedVar ?? '';
+      if (name === 'MATCHED_VAR_NAME') return this.matchedVarName ?? '';
+    }
+    return this.singleAt(slot, name).box.v;
+  }
+
   xmlEntry(fullName: string, text: string): Entry {
     if (this.xmlEntryCache === undefined || this.xmlEntryCache.box.v !== text) this.xmlEntryCache = newEntry(fullName, fullName, text);
     return this.xmlEntryCache;
@@ -496,7 +505,7 @@ export class Transaction {
         continue;
       }
       if (direct !== undefined && direct.kind === READ_SINGLE) {
-        out += this.singleAt(direct.slot, direct.name).box.v;
+        out += this.singleValue(direct.slot, direct.name);
         continue;
       }
       const values: Entry[] = [];
@@ -649,10 +658,12 @@ export class Transaction {
       message: m.message,
       data: m.data,
       severity: m.rule.severity !== undefined ? (m.severity ?? 0) : undefined,
-      tags: m.tags.slice(),
+      tags: m.tags,
       disruptive: m.disruptive,
       matchedVar: m.matchedVar,
     });
+    // the message keeps the list; later tags (a chain's, a multiMatch rule's) go to a new one
+    m.tags = [];
   }
 
   /** RuleUnconditional::evaluate (SecAction). */
@@ -1077,7 +1088,8 @@ export class Transaction {
   private actionsAfterFullMatch(rule: CompiledRule, msg: MutableMessage): void {
     const defaults = this.rs.defaults[rule.phase];
     if (defaults) for (const a of defaults.runtime) this.runAction(a, rule, msg);
-    for (const t of rule.tags) msg.tags.push(this.expand(t, undefined));
+    if (rule.staticTags !== undefined && msg.tags.length === 0) msg.tags = rule.staticTags.slice();
+    else for (const t of rule.tags) msg.tags.push(this.expand(t, undefined));
     if (rule.severity !== undefined) this.applySeverity(rule, msg);
     if (rule.logdata) msg.data = this.expand(rule.logdata, undefined);
     if (rule.msg) msg.message = this.expand(rule.msg, undefined);
