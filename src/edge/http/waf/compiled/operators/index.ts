@@ -81,11 +81,16 @@ const NUMERIC_LE = 4;
 const NUMERIC_LT = 5;
 const NUMERIC_CODES: Readonly<Record<string, number>> = { eq: NUMERIC_EQ, ge: NUMERIC_GE, gt: NUMERIC_GT, le: NUMERIC_LE, lt: NUMERIC_LT };
 
-/** CompiledOperator.numeric and .operand of an operator: a numeric one with a static operand, converted as its run() converts it. */
+/** CompiledOperator.numeric and .operand of an operator: a numeric one with a static operand, converted once. */
 function numericComparison(name: string, staticParam: string | undefined): { numeric: number; operand: number } {
   const numeric = NUMERIC_CODES[name] ?? 0;
   if (numeric === 0 || staticParam === undefined) return { numeric: 0, operand: 0 };
-  return { numeric, operand: numeric === NUMERIC_EQ ? stoi(staticParam) : atoll(staticParam) };
+  return { numeric, operand: numericOperand(numeric, staticParam) };
+}
+
+/** A numeric operator's operand as ModSecurity converts it: std::stoi for @eq, atoll for the others. */
+function numericOperand(numeric: number, param: string): number {
+  return numeric === NUMERIC_EQ ? stoi(param) : atoll(param);
 }
 
 /** Whether `value` passes a numeric comparison (CompiledOperator.numeric), before negation: the operator's run(). */
@@ -463,21 +468,16 @@ export function compileOperator(spec: OperatorSpec, ctx: OperatorContext): Compi
       return { ...base, run: (tx, _r, input) => input.startsWith(paramOf(tx)) };
     case 'endswith':
       return { ...base, run: (tx, _r, input) => input.endsWith(paramOf(tx)) };
-    case 'eq': {
-      // a static operand is converted once (the CRS's paranoia gates and setting checks)
-      const n = staticParam !== undefined ? stoi(staticParam) : undefined;
-      return { ...base, run: (tx, _r, input) => stoi(input) === (n ?? stoi(paramOf(tx))) };
-    }
+    case 'eq':
     case 'ge':
     case 'gt':
     case 'le':
     case 'lt': {
-      const n = staticParam !== undefined ? atoll(staticParam) : undefined;
-      const operand = (tx: Transaction): number => n ?? atoll(paramOf(tx));
-      if (name === 'ge') return { ...base, run: (tx, _r, input) => atoll(input) >= operand(tx) };
-      if (name === 'gt') return { ...base, run: (tx, _r, input) => atoll(input) > operand(tx) };
-      if (name === 'le') return { ...base, run: (tx, _r, input) => atoll(input) <= operand(tx) };
-      return { ...base, run: (tx, _r, input) => atoll(input) < operand(tx) };
+      // a static operand was converted once (base.operand: the CRS's paranoia gates and setting checks)
+      const { numeric, operand } = base;
+      if (numeric !== 0) return { ...base, run: (_tx, _r, input) => compareNumeric(numeric, operand, input) };
+      const code = NUMERIC_CODES[name]!;
+      return { ...base, run: (tx, _r, input) => compareNumeric(code, numericOperand(code, paramOf(tx)), input) };
     }
     case 'ipmatch':
     case 'ipmatchf':

@@ -995,7 +995,7 @@ const NUL = 256;
 const SPACE = 512; // \t \n \v \f \r and space
 const HIGH = 1024; // >= 0x80
 const CMDLINE_PUNCT = 2048; // " ' ^ , ; (
-const CMDLINE_DELETED = 4096; // " ' ^ (cmdLine deletes them, joining their neighbours)
+const CMDLINE_DELETED = 4096; // " ' ^ \ (cmdLine deletes them, joining their neighbours)
 
 const BYTE_KINDS = new Int32Array(256);
 for (let c = 0; c < 256; c++) {
@@ -1012,7 +1012,7 @@ for (let c = 0; c < 256; c++) {
   if (isSpace(c)) k |= SPACE;
   if (c >= 0x80) k |= HIGH;
   if (c === 0x22 || c === 0x27 || c === 0x5e || c === 0x2c || c === 0x3b || c === 0x28) k |= CMDLINE_PUNCT;
-  if (c === 0x22 || c === 0x27 || c === 0x5e) k |= CMDLINE_DELETED;
+  if (CMDLINE_KIND[c] === CMDLINE_DELETE) k |= CMDLINE_DELETED;
   BYTE_KINDS[c] = k;
 }
 
@@ -1063,7 +1063,7 @@ export const CHANGES_ON: ReadonlyMap<string, number> = new Map([
  */
 export function literalEffect(name: string, literal: string): { readonly creating: number; readonly adds: number } | undefined {
   if (/[A-Za-z]/.test(literal)) return undefined;
-  if (name === 'cmdline') return /[ /(]/.test(literal) ? undefined : { creating: CMDLINE_DELETED | BACKSLASH, adds: SPACE | LOWER };
+  if (name === 'cmdline') return /[ /(]/.test(literal) ? undefined : { creating: CMDLINE_DELETED, adds: SPACE | LOWER };
   const changesOn = CHANGES_ON.get(name);
   return changesOn === undefined || changesOn < 0 ? undefined : { creating: changesOn, adds: 0 };
 }
