@@ -271,6 +271,21 @@ interface ParsedActions {
   ver: string;
 }
 
+/**
+ * One string object per marker name, shared by the SecMarker entries and the skipAfter actions:
+ * the rule loop compares a reached marker with the pending one about fifty times a request, and two
+ * equal strings that are distinct objects are compared byte by byte (the CRS's names are 30-40
+ * bytes, all alike up to their last part); the same object compares at once. Names of every rule
+ * set loaded stay here: a few hundred strings at most.
+ */
+const MARKER_NAMES = new Map<string, string>();
+function markerName(name: string): string {
+  const known = MARKER_NAMES.get(name);
+  if (known !== undefined) return known;
+  MARKER_NAMES.set(name, name);
+  return name;
+}
+
 function parsePhase(v: string): number {
   const lower = v.toLowerCase();
   if (/^\d+$/.test(v)) {
@@ -384,7 +399,7 @@ function parseActionList(actions: readonly ActionSpec[]): ParsedActions {
         break;
       }
       case 'skipafter':
-        out.runtime.push({ kind: 'skipAfter', marker: need(a) });
+        out.runtime.push({ kind: 'skipAfter', marker: markerName(need(a)) });
         break;
       case 'skip': {
         const v = need(a);
@@ -590,7 +605,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
             break;
           }
           case 'marker':
-            for (const list of phases) list.push({ marker: d.name });
+            for (const list of phases) list.push({ marker: markerName(d.name) });
             break;
           case 'defaultAction': {
             const parsed = parseActionList(d.actions);
