@@ -27,3 +27,18 @@ SecRule ARGS:d "@rx x" "id:13,phase:1,pass,log,msg:'static again',tag:'one',tag:
   (all[0]!.tags as string[]).push('changed');
   assert.deepEqual(run('/?a=x')[0]!.tags, ['one', 'two'], "a message's list is not the rule's");
 });
+
+test('UNIQUE_ID: the request id when given, else one made per transaction, the same at every read', () => {
+  const rules = `
+SecRuleEngine On
+SecRule UNIQUE_ID "@rx ^(.+)$" "id:20,phase:1,pass,log,capture,msg:'first %{TX.1}'"
+SecRule UNIQUE_ID "@rx ^(.+)$" "id:21,phase:1,pass,log,msg:'again %{UNIQUE_ID}'"
+`;
+  const inspector = new CompiledInspector(compileRuleSet([{ text: rules, name: 'unique-id.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const messages = (id?: string) => inspector.inspectRequest({ ...request('/'), ...(id !== undefined ? { id } : {}) }, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.message);
+  assert.deepEqual(messages('req-42'), ['first req-42', 'again req-42']);
+  const [first, again] = messages();
+  assert.match(first!, /^first [0-9a-f]{16,}$/);
+  assert.equal(again, `again ${first!.slice('first '.length)}`);
+  assert.notEqual(messages()[0], first, 'each transaction has its own');
+});

@@ -41,7 +41,7 @@ export function uriDecode(s: string): string {
 
 export function processConnection(tx: Transaction, clientIp: string, clientPort: number, serverIp: string, serverPort: number): void {
   tx.setSingle('REMOTE_HOST', clientIp);
-  tx.setSingle('UNIQUE_ID', tx.id);
+  // (UNIQUE_ID: made when first read, Transaction.id)
   tx.setSingle('REMOTE_ADDR', clientIp);
   tx.setSingle('SERVER_ADDR', serverIp);
   tx.setSingle('SERVER_PORT', String(serverPort));

@@ -152,6 +152,7 @@ export function singleSlot(name: string): number {
 }
 
 const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
+const UNIQUE_ID_SLOT = singleSlot('UNIQUE_ID');
 /** Cells before a prefilter union's bits: the number of values it holds, the phaseRun it is up to date for. */
 const UNION_HEADER = 2;
 const NONE_ALLOW = 0;
@@ -193,7 +194,8 @@ let scanEpochs = 0;
 
 export class Transaction {
   readonly rs: CompiledRuleSet;
-  readonly id: string;
+  /** The caller's id, or the one made when UNIQUE_ID is first read (most transactions never read it). */
+  private uniqueId: string | undefined;
 
   // --- collections ---
   args: Entry[] = [];
@@ -296,7 +298,16 @@ export class Transaction {
     this.rs = rs;
     this.collections.set('TX', this.txStore);
     this.sv[URLENCODED_ERROR_SLOT] = '0';
-    this.id = id ?? `${Date.now().toString(16)}${(++uniqueCounter).toString(16).padStart(8, '0')}`;
+    this.uniqueId = id;
+  }
+
+  get id(): string {
+    return (this.uniqueId ??= `${Date.now().toString(16)}${(++uniqueCounter).toString(16).padStart(8, '0')}`);
+  }
+
+  /** A single variable's value when none was set: UNIQUE_ID is made on demand. */
+  private unsetSingle(slot: number): string {
+    return slot === UNIQUE_ID_SLOT ? this.id : '';
   }
 
   // ------------------------------------------------------------------ collections
@@ -399,7 +410,8 @@ export class Transaction {
   }
 
   getSingle(name: string): string {
-    return this.sv[singleSlot(name)] ?? '';
+    const slot = singleSlot(name);
+    return this.sv[slot] ?? this.unsetSingle(slot);
   }
 
   single(name: string): Entry {
@@ -424,7 +436,7 @@ export class Transaction {
           return newEntry(name, name, this.matchedVarName ?? '');
       }
     }
-    const entry = newEntry(name, name, this.sv[slot] ?? '');
+    const entry = newEntry(name, name, this.sv[slot] ?? this.unsetSingle(slot));
     this.se[slot] = entry;
     return entry;
   }
