@@ -160,7 +160,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   }
 
   const wafEngine = (): Settings['wafEngine'] => {
-    const value = raw('wafEngine') ?? 'modsecurity';
+    const value = raw('wafEngine') ?? 'compiled';
     if (value !== 'modsecurity' && value !== 'compiled') fail('wafEngine', `must be modsecurity or compiled, got "${value}"`);
     return value as Settings['wafEngine'];
   };

@@ -246,7 +246,7 @@ export class EdgeSupervisor {
       geoMmdbPath: o.geoMmdbPath,
       wafAuditLogPath: o.wafAuditLogPath,
       wafThreads: o.wafThreads ?? 1,
-      wafEngine: o.wafEngine ?? 'modsecurity',
+      wafEngine: o.wafEngine ?? 'compiled',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, response: 64 * 1024, action: 'PROCESS_PARTIAL' },
       redisUrl: o.redisUrl,
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
