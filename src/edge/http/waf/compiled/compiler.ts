@@ -272,17 +272,16 @@ interface ParsedActions {
 }
 
 /**
- * One string object per marker name, shared by the SecMarker entries and the skipAfter actions:
- * the rule loop compares a reached marker with the pending one about fifty times a request, and two
- * equal strings that are distinct objects are compared byte by byte (the CRS's names are 30-40
- * bytes, all alike up to their last part); the same object compares at once. Names of every rule
- * set loaded stay here: a few hundred strings at most.
+ * One string object per marker name in a rule set (`names`: the compile's), shared by its
+ * SecMarker entries and skipAfter actions: the rule loop compares a reached marker with the
+ * pending one about fifty times a request, and two equal strings that are distinct objects are
+ * compared byte by byte (the CRS's names are 30-40 bytes, all alike up to their last part); the
+ * same object compares at once.
  */
-const MARKER_NAMES = new Map<string, string>();
-function markerName(name: string): string {
-  const known = MARKER_NAMES.get(name);
+function markerName(names: Map<string, string>, name: string): string {
+  const known = names.get(name);
   if (known !== undefined) return known;
-  MARKER_NAMES.set(name, name);
+  names.set(name, name);
   return name;
 }
 
@@ -299,7 +298,7 @@ function parsePhase(v: string): number {
   throw new Error(`unknown phase ${v}`);
 }
 
-function parseActionList(actions: readonly ActionSpec[]): ParsedActions {
+function parseActionList(actions: readonly ActionSpec[], markerNames: Map<string, string>): ParsedActions {
   const out: ParsedActions = {
     chain: false,
     multiMatch: false,
@@ -399,7 +398,7 @@ function parseActionList(actions: readonly ActionSpec[]): ParsedActions {
         break;
       }
       case 'skipafter':
-        out.runtime.push({ kind: 'skipAfter', marker: markerName(need(a)) });
+        out.runtime.push({ kind: 'skipAfter', marker: markerName(markerNames, need(a)) });
         break;
       case 'skip': {
         const v = need(a);
@@ -492,6 +491,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
   const trie = new TransformationTrie();
   const rulesById = new Map<number, CompiledRule>();
   const allRules: CompiledRule[] = [];
+  const markerNames = new Map<string, string>();
   const removedIds = new Set<number>();
   const removedRanges: [number, number][] = [];
   const removedTags: string[] = [];
@@ -520,7 +520,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
         switch (d.kind) {
           case 'rule':
           case 'action': {
-            const parsed = parseActionList(d.actions);
+            const parsed = parseActionList(d.actions, markerNames);
             const isChild = d.kind === 'rule' && lastRule !== undefined && lastRule.chained && lastRule.child === undefined;
             let variables: VarResolver[] = [];
             if (d.kind === 'rule') {
@@ -605,10 +605,10 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
             break;
           }
           case 'marker':
-            for (const list of phases) list.push({ marker: markerName(d.name) });
+            for (const list of phases) list.push({ marker: markerName(markerNames, d.name) });
             break;
           case 'defaultAction': {
-            const parsed = parseActionList(d.actions);
+            const parsed = parseActionList(d.actions, markerNames);
             const phase = parsed.phase ?? 1;
             if (defaultPhasesSeen.has(phase)) throw new Error(`SecDefaultAction for phase ${phase} was given already`);
             defaultPhasesSeen.add(phase);
