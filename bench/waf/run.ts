@@ -259,7 +259,7 @@ async function main(): Promise<void> {
       }
     }
     console.log(
-      `cores: ${cores} (CPU ${sutCpus}) for each side: nginx ${cores} worker process(es); ours 1 event loop + ${wafThreads} ModSecurity thread(s); ` +
+      `cores: ${cores} (CPU ${sutCpus}) for each side: nginx ${cores} worker process(es); ours 1 event loop + ${wafThreads} ${ENGINE === 'compiled' ? 'compiled-engine' : 'ModSecurity'} thread(s); ` +
         `wrk and origin on ${loadCpus ? `CPU ${loadCpus}` : 'the same CPUs'}`,
     );
 
@@ -358,7 +358,7 @@ async function main(): Promise<void> {
     console.log(`  req/s            ${rpsMean.toFixed(2)}x  ${verdict(rpsMean)}  (${rpsRatios.filter((r) => r >= 1).length}/${rpsRatios.length} rows >= 1.0)`);
     console.log(`  CPU per request  ${cpuMean.toFixed(2)}x  ${verdict(cpuMean)}  (${cpuRatios.filter((r) => r >= 1).length}/${cpuRatios.length} rows >= 1.0; nginx CPU / ours)`);
     console.log(
-      '  on a core shared with other work, req/s favours the side with more runnable threads (ours: event loop + ModSecurity threads);\n' +
+      '  on a core shared with other work, req/s favours the side with more runnable threads (ours: event loop + WAF engine threads);\n' +
         '  CPU per request is the comparison that does not depend on the share each side gets',
     );
     console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
