@@ -1,6 +1,7 @@
 /**
  * The control-plane HTTP server: the spec's REST API (JSON:API), the token issuer, the OpenAPI
- * document and its docs page, health and metrics. Route modules in ./routes, one per resource.
+ * document and its docs page. Route modules in ./routes, one per resource. Health and metrics are
+ * operators' business and live on their own listener (src/metrics-listener.ts), not here.
  */
 import Fastify, { type FastifyInstance, type FastifyError, type FastifyRequest } from 'fastify';
 import swagger from '@fastify/swagger';
@@ -160,15 +161,6 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  app.get('/healthz', { schema: { hide: true } }, async () => {
-    await deps.store.db.one('SELECT 1 AS ok');
-    return { status: 'ok' };
-  });
-  app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {
-    void reply.type(deps.metrics.registry.contentType);
-    return deps.metrics.registry.metrics();
-  });
-
   registerTokenRoutes(app, deps);
   registerAccountIpRoutes(app, deps);
   registerTrafficConfigRoutes(app, deps);

@@ -25,6 +25,7 @@ const storeOptions = (command: Command) =>
 /** Flags of the edge's client address (serve and edge): which load balancers are trusted, and how. */
 const clientAddressOptions = (command: Command) =>
   command
+    .addOption(new Option('--metrics-listen <host:port>', `operators' listener of /metrics and /healthz (${SETTINGS_ENV.metricsListen}, default 127.0.0.1:9464)`))
     .addOption(new Option('--trusted-proxies <list>', `comma list of CIDRs of load balancers whose PROXY headers and X-Forwarded-For are trusted (${SETTINGS_ENV.trustedProxies})`))
     .addOption(new Option('--listener-proxy-protocol <mode>', `off, optional or required: PROXY protocol headers from trusted peers (${SETTINGS_ENV.listenerProxyProtocol}, default off)`));
 

@@ -1,6 +1,7 @@
 /**
- * `tps serve`: the control plane (API, token issuer, docs, metrics) and, unless TPS_EDGE=false,
- * the edge in the same process.
+ * `tps serve`: the control plane (API, token issuer, docs) and, unless TPS_EDGE=false, the edge in
+ * the same process; `tps edge`: an edge node alone. Both serve /metrics and /healthz on the
+ * operators' listener (TPS_METRICS_LISTEN).
  */
 import fs from 'node:fs';
 import crypto from 'node:crypto';
@@ -14,6 +15,7 @@ import { CrlService } from '../certs/crl.ts';
 import { TokenIssuer } from '../auth/token-issuer.ts';
 import { buildApiServer, type PublicUrls } from '../api/server.ts';
 import { createMetrics, type Metrics } from '../metrics.ts';
+import { startMetricsListener, type MetricsListener } from '../metrics-listener.ts';
 import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
 import { crlsFor } from '../certs/crl.ts';
@@ -21,6 +23,8 @@ import type { Scope } from '../store/service-accounts.ts';
 
 export interface RunningService {
   urls: PublicUrls;
+  /** The operators' listener: /metrics and /healthz. */
+  metricsUrl: string;
   store: Store;
   edge: EdgeSupervisor | undefined;
   close(): Promise<void>;
@@ -80,15 +84,21 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log) : undefined;
   acme?.start();
   crl.start();
+  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
 
-  app.log.info({ apiUrl: ownUrl, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect, edge: settings.edge }, 'tps ready');
+  app.log.info(
+    { apiUrl: ownUrl, metricsUrl: operators.url, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect, edge: settings.edge },
+    'tps ready',
+  );
   if (options.demo) await printDemo(store, urls);
 
   return {
     urls,
+    metricsUrl: operators.url,
     store,
     edge,
     close: async () => {
+      await operators.close();
       await edge?.stop();
       await acme?.stop();
       await crl.stop();
@@ -99,14 +109,18 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
 }
 
 /** `tps edge`: an edge node without the API, for several nodes sharing one PostgreSQL store. */
-export async function runEdgeNode(settings: Settings): Promise<{ close(): Promise<void> }> {
+export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: string; close(): Promise<void> }> {
   const store = await openStore(settings);
   const secrets = SecretBox.fromSettings(settings);
   const logger = pino({ level: settings.logLevel });
-  const edge = await startEdge(settings, store, secrets, createMetrics(), logger);
-  logger.info({ nodeId: settings.nodeId, store: store.db.dialect }, 'tps edge ready');
+  const metrics = createMetrics();
+  const edge = await startEdge(settings, store, secrets, metrics, logger);
+  const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
+  logger.info({ nodeId: settings.nodeId, metricsUrl: operators.url, store: store.db.dialect }, 'tps edge ready');
   return {
+    metricsUrl: operators.url,
     close: async () => {
+      await operators.close();
       await edge.stop();
       await store.close();
     },
@@ -120,6 +134,7 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     secrets,
     metrics,
     logger,
+    logLevel: settings.logLevel,
     nodeId: settings.nodeId,
     location: settings.location,
     workers: settings.edgeWorkers,
@@ -139,6 +154,16 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
   });
   await edge.start();
   return edge;
+}
+
+/** The node is healthy while its store answers. */
+async function storeHealth(store: Store): Promise<{ ok: boolean; store: string }> {
+  try {
+    await store.db.one('SELECT 1 AS ok');
+    return { ok: true, store: 'ok' };
+  } catch {
+    return { ok: false, store: 'unreachable' };
+  }
 }
 
 /** Seeds a demo tenant with a fresh service account and prints how to get a token. */

@@ -24,7 +24,7 @@ describe('settings: load balancers in front of the edge', () => {
   it('stops at start on an invalid CIDR, naming the setting and the entry', () => {
     assert.throws(
       () => load({ TPS_TRUSTED_PROXIES: '10.0.0.0/8,10.0.0.0/33,lb.example.com' }),
-      (error: Error) => error instanceof SettingsError && /^TPS_TRUSTED_PROXIES \(--trusted-proxies\): .*"10\.0\.0\.0\/33", "lb\.example\.com"/.test(error.message),
+      (error: Error) => error instanceof SettingsError && /TPS_TRUSTED_PROXIES \(--trusted-proxies\): .*"10\.0\.0\.0\/33", "lb\.example\.com"/.test(error.message),
     );
   });
 
@@ -36,7 +36,23 @@ describe('settings: load balancers in front of the edge', () => {
 
 describe('settings: errors', () => {
   it('name the environment variable, and the flag only where the CLI has one', () => {
-    assert.throws(() => load({ TPS_WAF_THREADS: 'many' }), (error: Error) => error instanceof SettingsError && /^TPS_WAF_THREADS: must be an integer/.test(error.message));
-    assert.throws(() => load({ TPS_LOCATION: 'frankfurt' }), (error: Error) => error instanceof SettingsError && /^TPS_LOCATION \(--location\): /.test(error.message));
+    assert.throws(() => load({ TPS_WAF_THREADS: 'many' }), (error: Error) => error instanceof SettingsError && /TPS_WAF_THREADS: must be an integer/.test(error.message));
+    assert.throws(() => load({ TPS_LOCATION: 'frankfurt' }), (error: Error) => error instanceof SettingsError && /TPS_LOCATION \(--location\): /.test(error.message));
+  });
+});
+
+describe("settings: the service's own listeners", () => {
+  it('serves /metrics and /healthz on 127.0.0.1:9464 unless told otherwise', () => {
+    assert.deepEqual(load({}).metricsListen, { host: '127.0.0.1', port: 9464 });
+    assert.deepEqual(load({ TPS_METRICS_LISTEN: '[::1]:9000' }).metricsListen, { host: '::1', port: 9000 });
+  });
+
+  it('refuses an API or metrics listener on a front-end IP or on every address, naming the variable', () => {
+    const frontend = { TPS_FRONTEND_IPS: '127.0.0.2,::1' };
+    assert.throws(() => load({ ...frontend, TPS_API_LISTEN: '127.0.0.2:8080' }), /TPS_API_LISTEN .*front-end IP/);
+    assert.throws(() => load({ ...frontend, TPS_METRICS_LISTEN: '[::1]:9464' }), /TPS_METRICS_LISTEN .*front-end IP/);
+    assert.throws(() => load({ TPS_API_LISTEN: '0.0.0.0:8080' }), /TPS_API_LISTEN .*every address/);
+    assert.throws(() => load({ TPS_METRICS_LISTEN: '[::]:9464' }), /TPS_METRICS_LISTEN .*every address/);
+    assert.throws(() => load({ TPS_METRICS_LISTEN: 'localhost:9464' }), /TPS_METRICS_LISTEN .*ip:port/);
   });
 });

@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
 import { invalidCidrs } from '../edge/client-address/policy.ts';
+import { normalizeIp } from '../net/ip.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -14,6 +15,8 @@ export interface Settings {
   /** postgres://... when several nodes share one control plane; absent = SQLite in dataDir. */
   databaseUrl: string | undefined;
   apiListen: { host: string; port: number };
+  /** Operators' endpoints (/metrics, /healthz): never on the public API listener. */
+  metricsListen: { host: string; port: number };
   /** The service's base address: tokens' audience. Default: the API's own URL. */
   baseUrl: string | undefined;
   /** Address of the token issuer (this process). Default: the API's own URL. */
@@ -82,6 +85,7 @@ const ENV: Record<keyof Settings, string> = {
   dataDir: 'TPS_DATA_DIR',
   databaseUrl: 'TPS_DATABASE_URL',
   apiListen: 'TPS_API_LISTEN',
+  metricsListen: 'TPS_METRICS_LISTEN',
   baseUrl: 'TPS_BASE_URL',
   authUrl: 'TPS_AUTH_URL',
   frontendIps: 'TPS_FRONTEND_IPS',
@@ -196,18 +200,32 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     fail('databaseUrl', 'must start with postgres:// (leave it unset for the embedded SQLite store)');
   }
 
-  const listen = raw('apiListen') ?? '127.0.0.1:8080';
-  const listenMatch = /^\[?([^\]]*?)\]?:(\d+)$/.exec(listen);
-  const listenPort = Number(listenMatch?.[2]);
-  if (!listenMatch || !net.isIP(listenMatch[1] ?? '') || !Number.isInteger(listenPort) || listenPort > 65535) {
-    fail('apiListen', `must be ip:port, got "${listen}"`);
-  }
+  const hostPort = (key: 'apiListen' | 'metricsListen', fallback: string): { host: string; port: number } => {
+    const value = raw(key) ?? fallback;
+    const match = /^\[?([^\]]*?)\]?:(\d+)$/.exec(value);
+    const port = Number(match?.[2]);
+    if (!match || !net.isIP(match[1] ?? '') || !Number.isInteger(port) || port > 65535) fail(key, `must be ip:port, got "${value}"`);
+    return { host: match![1]!, port };
+  };
+  const apiListen = hostPort('apiListen', '127.0.0.1:8080');
+  const metricsListen = hostPort('metricsListen', '127.0.0.1:9464');
 
   const frontendIps = (raw('frontendIps') ?? '127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5')
     .split(',')
     .map((ip) => ip.trim())
     .filter((ip) => ip !== '');
   for (const ip of frontendIps) if (!net.isIP(ip)) fail('frontendIps', `"${ip}" is not an IP address`);
+  // A listener of ours on a front-end IP would share its host with tenants' sites: portal cookies
+  // would travel to their origins, and their proxies could be pointed at it. A wildcard address
+  // listens on the front-end IPs too.
+  const frontendSet = new Set(frontendIps.map(normalizeIp));
+  for (const key of ['apiListen', 'metricsListen'] as const) {
+    const { host } = key === 'apiListen' ? apiListen : metricsListen;
+    if (frontendSet.has(normalizeIp(host))) fail(key, `${host} is a front-end IP (${ENV.frontendIps}): bind the service's own listeners to an address tenants are not given`);
+    if (normalizeIp(host) === '0.0.0.0' || normalizeIp(host) === '::') {
+      fail(key, `${host} listens on every address, the front-end IPs included: give the address of an interface tenants are not given`);
+    }
+  }
 
   const location = raw('location') ?? 'LOC';
   if (!/^[A-Z]{3}$/.test(location)) fail('location', `must be three upper-case letters, got "${location}"`);
@@ -223,7 +241,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   return {
     dataDir: path.resolve(raw('dataDir') ?? 'data'),
     databaseUrl,
-    apiListen: { host: listenMatch![1]!, port: listenPort },
+    apiListen,
+    metricsListen,
     baseUrl: url('baseUrl'),
     authUrl: url('authUrl'),
     frontendIps: [...new Set(frontendIps)],
@@ -263,6 +282,7 @@ const WITH_FLAG: ReadonlySet<keyof Settings> = new Set<keyof Settings>([
   'dataDir',
   'databaseUrl',
   'apiListen',
+  'metricsListen',
   'baseUrl',
   'authUrl',
   'frontendIps',

@@ -136,9 +136,9 @@ describe('layer 4 proxies from the API', () => {
     const allowed = await exchange(port, 'hi', '127.0.0.38');
     assert.equal(allowed.reply, 'origin:hi');
     allowed.socket.destroy();
-    const metrics = await (await fetch(`${tps.url}/metrics`)).text();
+    const metrics = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
     await waitFor('the refusal in the metrics', async () => {
-      const text = await (await fetch(`${tps.url}/metrics`)).text();
+      const text = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
       return /tps_edge_refused_total\{[^}]*reason="THREAT_FEED"[^}]*\} [1-9]/.test(text) ? true : undefined;
     });
     assert.ok(metrics.length > 0);

@@ -45,13 +45,17 @@ describe('operations endpoints', () => {
     assert.match(await response.text(), /swagger/i);
   });
 
-  it('answers health checks and Prometheus metrics', async () => {
+  it('answers health checks and Prometheus metrics on the operators\' listener only', async () => {
     const api = await TenantApi.connect(tps, await createTenant(tps));
     await api.get('/api/v2/traffic-mgmt/traffic-configs');
-    const health = await request(`${tps.url}/healthz`);
+    assert.notEqual(new URL(tps.metricsUrl).port, new URL(tps.url).port);
+    const health = await request(`${tps.metricsUrl}/healthz`);
     assert.equal(health.status, 200);
-    assert.deepEqual(health.body, { status: 'ok' });
-    const metrics = await fetch(`${tps.url}/metrics`);
+    assert.equal(health.body.status, 'ok');
+    for (const path of ['/metrics', '/healthz']) {
+      assert.equal((await fetch(`${tps.url}${path}`)).status, 404, `the public API listener does not answer ${path}`);
+    }
+    const metrics = await fetch(`${tps.metricsUrl}/metrics`);
     assert.equal(metrics.status, 200);
     const text = await metrics.text();
     assert.match(text, /tps_api_requests_total\{method="GET",route="\/api\/v2\/traffic-mgmt\/traffic-configs",status="200"\} 1/);

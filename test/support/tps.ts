@@ -24,6 +24,8 @@ export interface TpsOptions {
 
 export interface Tps {
   url: string;
+  /** The operators' listener (TPS_METRICS_LISTEN): /metrics and /healthz. */
+  metricsUrl: string;
   store: StoreKind;
   env: Record<string, string>;
   /** Everything the process printed so far (stdout and stderr). */
@@ -39,6 +41,7 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
   const env: Record<string, string> = {
     TPS_DATA_DIR: dataDir,
     TPS_API_LISTEN: '127.0.0.1:0',
+    TPS_METRICS_LISTEN: '127.0.0.1:0',
     TPS_FRONTEND_IPS: '127.0.0.2,127.0.0.3,::1',
     TPS_LOCATION: 'TST',
     TPS_EDGE: 'false',
@@ -51,9 +54,10 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const url = await waitForReady(child, () => output);
+  const { url, metricsUrl } = await waitForReady(child, () => output);
   return {
     url,
+    metricsUrl,
     store,
     env,
     output: () => output,
@@ -72,7 +76,7 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
   };
 }
 
-function waitForReady(child: ChildProcess, output: () => string): Promise<string> {
+function waitForReady(child: ChildProcess, output: () => string): Promise<{ url: string; metricsUrl: string }> {
   return new Promise((resolve, reject) => {
     const deadline = setTimeout(() => fail(new Error(`tps serve did not start within 30 s:\n${output()}`)), 30_000);
     const check = () => {
@@ -80,7 +84,8 @@ function waitForReady(child: ChildProcess, output: () => string): Promise<string
         if (!line.includes('"tps ready"')) continue;
         clearTimeout(deadline);
         child.stdout!.off('data', check);
-        resolve((JSON.parse(line) as { apiUrl: string }).apiUrl);
+        const ready = JSON.parse(line) as { apiUrl: string; metricsUrl: string };
+        resolve({ url: ready.apiUrl, metricsUrl: ready.metricsUrl });
         return;
       }
     };

@@ -51,6 +51,8 @@ export interface EdgeOptions {
   secrets: SecretBox;
   metrics: Metrics;
   logger: EdgeLogger;
+  /** Level of the workers' own log lines (the process's TPS_LOG_LEVEL). */
+  logLevel?: string;
   nodeId: string;
   location: string;
   workers?: number;
@@ -238,6 +240,8 @@ export class EdgeSupervisor {
     const o = this.#options;
     const settings: WorkerSettings = {
       index: slot.index,
+      logLevel: o.logLevel ?? 'info',
+      nodeId: o.nodeId,
       rateTable: this.#rateTable.init,
       floodTable: this.#floodTable.init,
       location: o.location,

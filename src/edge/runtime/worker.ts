@@ -25,9 +25,13 @@ import type { WafEngine } from '../http/waf/engine.ts';
 import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
 import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
 import type { ThreatFeedSet } from './threat-feed-host.ts';
+import { createWorkerLogger } from './worker-logger.ts';
 
 export interface WorkerSettings {
   index: number;
+  /** The process's log level: the worker writes the same JSON lines as the main thread. */
+  logLevel: string;
+  nodeId: string;
   /** Rate-limit counters shared by all workers of the node. */
   rateTable: SharedTableInit;
   /** Layer 4 flood-cap counters shared by all workers of the node. */
@@ -61,6 +65,7 @@ const COUNTER_FLUSH_MS = 1_000;
 const port = parentPort!;
 const settings = workerData as WorkerSettings;
 const send = (message: FromWorker) => port.postMessage(message);
+const logger = createWorkerLogger(settings.logLevel, { nodeId: settings.nodeId, worker: settings.index });
 
 const running = new Map<string, Running>();
 /** Configurations that could not be served, kept to try again (the port may be freed). */
@@ -95,9 +100,20 @@ const l4Metrics: L4Metrics = {
 // ----- shared services of this worker -----
 const rateTable = new SharedTable(settings.rateTable);
 const floodTable = new SharedTable(settings.floodTable);
-// Commands fail fast while Redis is unreachable (the rate-limit phase then lets requests through).
+// Commands fail fast while Redis is unreachable (the rate-limit phase then lets requests through,
+// and says so in the log). Each change of reachability is logged once.
 const redis = settings.redisUrl ? new Redis(settings.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : undefined;
-redis?.on('error', () => {});
+let redisReachable = true;
+redis?.on('error', (err: Error) => {
+  if (!redisReachable) return;
+  redisReachable = false;
+  logger.error({ err }, 'redis unreachable: rate limits are not enforced until it is back');
+});
+redis?.on('ready', () => {
+  if (redisReachable) return;
+  redisReachable = true;
+  logger.info({}, 'redis reachable again: rate limits enforced');
+});
 // Reads no source: the supervisor's feed thread builds each set once for the node (threat-feed-host.ts).
 const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
 const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
@@ -144,6 +160,7 @@ const httpDeps: HttpProxyDeps = {
     ...(settings.geoOverridesPath && { overridesPath: settings.geoOverridesPath }),
   }),
   location: settings.location,
+  logger,
   waf: createWafHook(lazyWafEngine, {
     requestBodyLimit: settings.wafBodyLimits.request,
     responseBodyLimit: settings.wafBodyLimits.response,
@@ -197,6 +214,7 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           threatFeed,
           metrics: l4Metrics,
           reusePort: true,
+          logger,
           createFloodAdmission: (limits) => new SharedFloodLimiter(floodTable, config.id, limits),
           ...(clientAddress && { clientAddress }),
         })
@@ -278,6 +296,7 @@ port.on('message', (message: ToWorker) => {
         await Promise.all([...running.values()].map((current) => current.proxy.stop().catch(() => {})));
         running.clear();
         send({ kind: 'stopped' });
+        logger.flush();
         process.exit(0);
       });
       break;
