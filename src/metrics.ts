@@ -5,6 +5,8 @@ export interface Metrics {
   registry: Registry;
   apiRequests: Counter<'method' | 'route' | 'status'>;
   edgeConfigs: Gauge<'type' | 'state'>;
+  /** Service-issued certificate orders the API refused: DOMAIN_CLAIMED, QUOTA_EXCEEDED. */
+  acmeOrdersRefused: Counter<'reason'>;
 }
 
 export function createMetrics(): Metrics {
@@ -22,6 +24,12 @@ export function createMetrics(): Metrics {
       name: 'tps_edge_configs',
       help: 'Traffic configurations this edge node holds, by type and state.',
       labelNames: ['type', 'state'],
+      registers: [registry],
+    }),
+    acmeOrdersRefused: new Counter({
+      name: 'tps_acme_orders_refused_total',
+      help: 'Service-issued certificate orders refused by the API: a domain another tenant claims (DOMAIN_CLAIMED), or the tenant at its pending-order quota (QUOTA_EXCEEDED).',
+      labelNames: ['reason'],
       registers: [registry],
     }),
   };

@@ -150,7 +150,7 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
-    acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),
+    acmeTlsAlpn: challenges.alpnChallengeCertificate,
   });
   await edge.start();
   return edge;

@@ -54,6 +54,8 @@ export interface Settings {
   acmeCaBundle: string | undefined;
   /** How often every CA certificate's CRL is fetched again. */
   crlRefreshSeconds: number;
+  /** Service-issued certificate orders a tenant may have PENDING at once (then 409 QUOTA_EXCEEDED). */
+  quotaPendingAcmeOrders: number;
   /** JSON-lines WAF audit log for a SIEM; unset = none. */
   wafAuditLog: string | undefined;
   /** ModSecurity threads per edge worker. */
@@ -115,6 +117,7 @@ const ENV: Record<keyof Settings, string> = {
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
+  quotaPendingAcmeOrders: 'TPS_QUOTA_PENDING_ACME_ORDERS',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -272,6 +275,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeEmail,
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
+    quotaPendingAcmeOrders: integer('quotaPendingAcmeOrders', 10, 1, 10_000),
   };
 }
 

@@ -19,6 +19,13 @@ export interface TrafficConfigRecord {
   revision: number;
   createdAt: string;
   updatedAt: string;
+  /**
+   * What the edge serves until the certificate `attributes` names is issued: the configuration as
+   * it was served before the PUT or PATCH that named a certificate still PENDING (the spec's
+   * procedure PUTs port 443 as soon as it has the id; port 80 must keep answering the challenge).
+   * Its ports stay assigned to this configuration meanwhile. Absent otherwise.
+   */
+  interimAttributes?: StoredAttributes;
 }
 
 export interface HttpProxyRecord extends TrafficConfigRecord {
@@ -39,6 +46,7 @@ interface Row {
   revision: number;
   created_at: string;
   updated_at: string;
+  interim_attributes?: string | null;
 }
 
 const fromRow = (row: Row): TrafficConfigRecord => ({
@@ -49,7 +57,47 @@ const fromRow = (row: Row): TrafficConfigRecord => ({
   revision: Number(row.revision),
   createdAt: row.created_at,
   updatedAt: row.updated_at,
+  ...(row.interim_attributes != null && { interimAttributes: JSON.parse(row.interim_attributes) as StoredAttributes }),
 });
+
+/** The certificate an HTTP proxy's front end serves; undefined for plain HTTP and layer 4. */
+export function frontendCertificateId(type: ProxyType, attributes: StoredAttributes): string | undefined {
+  return type === HTTP_PROXY ? ((attributes as HttpProxyAttributes).frontend.certificateId ?? undefined) : undefined;
+}
+
+async function certificateIssued(tx: Queryable, id: string): Promise<boolean> {
+  const row = await tx.one<{ status: string }>('SELECT status FROM certificates WHERE id = ?', [id]);
+  return row?.status === 'ISSUED';
+}
+
+/**
+ * What the edge serves of a configuration as stored: its attributes once their certificate is
+ * issued (or when they name none), else its interim attributes (absent: nothing can be served).
+ */
+async function servedAttributes(tx: Queryable, record: TrafficConfigRecord): Promise<StoredAttributes | undefined> {
+  const certificateId = frontendCertificateId(record.type, record.attributes);
+  if (certificateId === undefined || (await certificateIssued(tx, certificateId))) return record.attributes;
+  return record.interimAttributes;
+}
+
+/**
+ * The certificate `certificateId` was issued: configurations that named it while it was pending
+ * drop their interim attributes and the ports those held. Runs inside the issuing transaction.
+ */
+export async function releaseInterimAttributes(tx: Queryable, certificateId: string): Promise<void> {
+  const rows = await tx.all<Row>(
+    `SELECT c.* FROM traffic_configs c JOIN config_references r ON r.config_id = c.id
+     WHERE r.ref_id = ? AND c.interim_attributes IS NOT NULL`,
+    [certificateId],
+  );
+  for (const row of rows) {
+    const record = fromRow(row);
+    if (frontendCertificateId(record.type, record.attributes) !== certificateId) continue;
+    delete record.interimAttributes;
+    await tx.run('UPDATE traffic_configs SET interim_attributes = NULL WHERE id = ?', [record.id]);
+    await rewriteIndexes(tx, record);
+  }
+}
 
 /** The (ip, port, protocol) triples a configuration occupies. */
 export function frontendBindings(type: ProxyType, attributes: StoredAttributes): { ip: string; port: number; protocol: string }[] {
@@ -96,28 +144,42 @@ export class TrafficConfigRepository {
         'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
         [record.id, tenantId, type, JSON.stringify(attributes), record.revision, now, now],
       );
-      await this.#writeIndexes(tx, record);
+      await writeIndexes(tx, record);
       return record;
     });
   }
 
-  /** Replaces the attributes of a configuration (PUT, and PATCH after merging). */
+  /**
+   * Replaces the attributes of a configuration (PUT, and PATCH after merging). When they name a
+   * front-end certificate that is not issued yet, what the edge served so far stays served (and
+   * its ports assigned) as the interim attributes, until the certificate is issued.
+   */
   async replace(current: TrafficConfigRecord, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
+      const revision = await bumpRevision(tx);
+      // Read again inside the transaction (after the revision's lock): what is served now.
+      const row = await tx.one<Row>('SELECT * FROM traffic_configs WHERE id = ? AND tenant_id = ?', [current.id, current.tenantId]);
+      if (!row) throw new ConflictError('CONCURRENT_DELETE', 'the traffic configuration was deleted meanwhile');
+      const stored = fromRow(row);
+      const wanted = frontendCertificateId(stored.type, attributes);
+      const interim = wanted !== undefined && !(await certificateIssued(tx, wanted)) ? await servedAttributes(tx, stored) : undefined;
       const record: TrafficConfigRecord = {
-        ...current,
+        ...stored,
         attributes,
-        revision: await bumpRevision(tx),
+        revision,
         updatedAt: new Date().toISOString(),
       };
-      const changed = await tx.run(
-        'UPDATE traffic_configs SET attributes = ?, revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?',
-        [JSON.stringify(attributes), record.revision, record.updatedAt, record.id, record.tenantId],
-      );
-      if (changed === 0) throw new ConflictError('CONCURRENT_DELETE', 'the traffic configuration was deleted meanwhile');
-      await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [record.id]);
-      await tx.run('DELETE FROM config_references WHERE config_id = ?', [record.id]);
-      await this.#writeIndexes(tx, record);
+      delete record.interimAttributes;
+      if (interim !== undefined) record.interimAttributes = interim;
+      await tx.run('UPDATE traffic_configs SET attributes = ?, interim_attributes = ?, revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?', [
+        JSON.stringify(attributes),
+        interim === undefined ? null : JSON.stringify(interim),
+        record.revision,
+        record.updatedAt,
+        record.id,
+        record.tenantId,
+      ]);
+      await rewriteIndexes(tx, record);
       return record;
     });
   }
@@ -157,27 +219,40 @@ export class TrafficConfigRepository {
     );
     return rows.map((row) => row.config_id);
   }
+}
 
-  async #writeIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
-    for (const binding of frontendBindings(record.type, record.attributes)) {
-      try {
-        await tx.run('INSERT INTO frontend_bindings (ip, port, protocol, config_id) VALUES (?, ?, ?, ?)', [
-          binding.ip,
-          binding.port,
-          binding.protocol,
-          record.id,
-        ]);
-      } catch (error) {
-        if (!(error instanceof UniqueViolation)) throw error;
-        throw new ConflictError(
-          PORT_IN_USE,
-          `port ${binding.port}/${binding.protocol} on ${binding.ip} is already assigned to another proxy`,
-          '/data/attributes/frontend/port',
-        );
-      }
+async function rewriteIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
+  await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [record.id]);
+  await tx.run('DELETE FROM config_references WHERE config_id = ?', [record.id]);
+  await writeIndexes(tx, record);
+}
+
+/**
+ * The ports a configuration holds and the certificates it refers to: those of its attributes and
+ * of its interim attributes (served meanwhile), each once.
+ */
+async function writeIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
+  const served = record.interimAttributes ? [record.attributes, record.interimAttributes] : [record.attributes];
+  const bindings = new Map(served.flatMap((attributes) => frontendBindings(record.type, attributes)).map((b) => [`${b.ip}|${b.port}|${b.protocol}`, b]));
+  for (const binding of bindings.values()) {
+    try {
+      await tx.run('INSERT INTO frontend_bindings (ip, port, protocol, config_id) VALUES (?, ?, ?, ?)', [
+        binding.ip,
+        binding.port,
+        binding.protocol,
+        record.id,
+      ]);
+    } catch (error) {
+      if (!(error instanceof UniqueViolation)) throw error;
+      throw new ConflictError(
+        PORT_IN_USE,
+        `port ${binding.port}/${binding.protocol} on ${binding.ip} is already assigned to another proxy`,
+        '/data/attributes/frontend/port',
+      );
     }
-    for (const ref of configReferences(record.type, record.attributes)) {
-      await tx.run('INSERT INTO config_references (config_id, ref_kind, ref_id) VALUES (?, ?, ?)', [record.id, ref.kind, ref.id]);
-    }
+  }
+  const references = new Map(served.flatMap((attributes) => configReferences(record.type, attributes)).map((ref) => [`${ref.kind}|${ref.id}`, ref]));
+  for (const ref of references.values()) {
+    await tx.run('INSERT INTO config_references (config_id, ref_kind, ref_id) VALUES (?, ?, ?)', [record.id, ref.kind, ref.id]);
   }
 }

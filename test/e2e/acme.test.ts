@@ -5,7 +5,7 @@
  *
  * `tps serve` runs the ACME service (TPS_ACME_DIRECTORY_URL = Pebble). The HTTP proxy is not wired
  * to the store here, so two minimal stand-ins answer on 127.0.0.61 from the same store the way a
- * proxy does: an HTTP responder for HTTP-01 (the proxy's acme-challenge phase, with
+ * proxy of the test's tenant does: an HTTP responder for HTTP-01 (the proxy's acme-challenge phase, with
  * `AcmeChallengeResponder.challengeResponse`), and a TLS listener that reads the ClientHello and
  * either presents the TLS-ALPN-01 certificate (`createAcmeTlsAlpnServer`) or serves the
  * certificate record as it is in the store at each handshake (what the edge does after a reload).
@@ -42,6 +42,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
   let pebble: Pebble;
   let tps: Tps;
   let api: TenantApi;
+  let tenantId: string;
   let store: Store;
   let secrets: SecretBox;
   let pebbleRoot: string;
@@ -72,7 +73,9 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
         TPS_ACME_CA_BUNDLE: caBundle,
       },
     });
-    api = await TenantApi.connect(tps, await createTenant(tps));
+    const credentials = await createTenant(tps);
+    tenantId = credentials.tenantId;
+    api = await TenantApi.connect(tps, credentials);
     store = await openStoreOf(tps);
     secrets = SecretBox.fromSettings({ masterKey: undefined, dataDir: tps.env.TPS_DATA_DIR! });
     const challenges = new AcmeChallengeResponder(store.acmeChallenges);
@@ -82,14 +85,14 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
       const token = /^\/\.well-known\/acme-challenge\/([A-Za-z0-9_-]+)$/.exec(request.url ?? '')?.[1];
       const host = (request.headers.host ?? '').replace(/:\d+$/, '');
       seen.http01.push(host);
-      const keyAuthorization = token ? await challenges.challengeResponse(token, host) : undefined;
+      const keyAuthorization = token ? await challenges.challengeResponse(token, host, tenantId) : undefined;
       response.writeHead(keyAuthorization ? 200 : 404, { 'content-type': 'text/plain' });
       response.end(keyAuthorization ?? 'not found\n');
     });
     await new Promise<void>((resolve) => httpResponder.listen(httpPort, PROXY_IP, resolve));
 
     // The TLS port: validation connections get the challenge certificate, others the stored certificate.
-    acmeTlsServer = createAcmeTlsAlpnServer(challenges);
+    acmeTlsServer = createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => challenges.alpnChallengeCertificate(servername, tenantId) });
     siteTlsServer = tls.createServer({
       SNICallback: (servername, callback) => {
         void (async () => {
@@ -160,7 +163,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
    * valid one for 1 name in 100, and the service rightly skips an authorization already valid.
    */
   async function deactivateValidAuthorizations(): Promise<string[]> {
-    const account = (await store.acmeAccounts.get(pebble.directoryUrl))!;
+    const account = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
     const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey), accountUrl: account.accountUrl });
     // POST-as-GET of the account's orders list (RFC 8555 section 7.1.2.1), which acme-client has no method for.
@@ -266,8 +269,8 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
   });
 
   it('registers a new ACME account when the CA reports the stored one deactivated', async () => {
-    const account = (await store.acmeAccounts.get(pebble.directoryUrl))!;
-    assert.ok(account, 'one account for the directory, stored');
+    const account = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
+    assert.ok(account, "the tenant's account at the directory, stored");
     assert.equal(account.email, 'ops@tps.test');
     assert.ok(!account.sealedPrivateKey.includes('PRIVATE KEY'), 'the account key is sealed');
     // The CA deactivates it (here: its owner does, through the CA).
@@ -281,7 +284,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     });
     const issued = await waitForCertificate(requested.body.data.id, (attributes) => attributes.status !== 'PENDING');
     assert.equal(issued.status, 'ISSUED', issued.statusDetail);
-    const replacement = (await store.acmeAccounts.get(pebble.directoryUrl))!;
+    const replacement = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
     assert.notEqual(replacement.accountUrl, account.accountUrl, 'a new account replaced the dead one');
     assert.match(tps.output(), /the CA refused the account; registering a new one/);
   });

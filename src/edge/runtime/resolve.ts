@@ -18,10 +18,19 @@ interface Material {
   privateKeyPem: string;
 }
 
+/** A configuration that cannot be served (yet): what its status says meanwhile. */
+export interface Unresolved {
+  id: string;
+  unresolved: string;
+  /** PROVISIONING while it waits for a certificate to be issued; ERROR when it cannot be served. */
+  state: 'PROVISIONING' | 'ERROR';
+}
+
 /**
- * Resolves every configuration. A configuration whose certificate cannot be had yet (an ACME
- * certificate still PENDING) is served without it: plain HTTP is refused for it, so it is skipped
- * and reported by the caller, never served over the wrong scheme.
+ * Resolves every configuration. An HTTP proxy whose front-end certificate is not issued yet (an
+ * ACME certificate PENDING, or FAILED) is never served over the wrong scheme: it serves its interim
+ * attributes (what it served before the PUT that named the certificate; the entry says so in
+ * `interim`), or nothing (Unresolved) when it has none.
  */
 export class ConfigResolver {
   readonly #store: Store;
@@ -36,7 +45,7 @@ export class ConfigResolver {
     this.#crls = crls;
   }
 
-  async resolve(record: TrafficConfigRecord): Promise<ConfigEntry | { id: string; unresolved: string }> {
+  async resolve(record: TrafficConfigRecord): Promise<ConfigEntry | Unresolved> {
     if (record.type === 'l4Proxy') {
       return {
         config: { type: 'l4Proxy', id: record.id, tenantId: record.tenantId, revision: record.revision, attributes: record.attributes as L4ProxyAttributes },
@@ -44,12 +53,37 @@ export class ConfigResolver {
       };
     }
     const attributes = record.attributes as HttpProxyAttributes;
-    const versions = [String(record.revision)];
+    const certificateId = attributes.frontend.certificateId ?? undefined;
+    const waitingFor = certificateId === undefined ? undefined : await this.#store.certificates.getAny(certificateId);
+    if (certificateId === undefined || waitingFor?.status === 'ISSUED') return this.#resolveHttp(record, attributes, [String(record.revision)]);
+
+    const pending = waitingFor?.status === 'PENDING';
+    const why = !waitingFor
+      ? `certificate ${certificateId} does not exist`
+      : pending
+        ? `certificate ${certificateId} is not issued yet (PENDING)`
+        : `certificate ${certificateId} is ${waitingFor.status}${waitingFor.statusDetail ? `: ${waitingFor.statusDetail}` : ''}`;
+    if (!record.interimAttributes) return { id: record.id, unresolved: why, state: pending ? 'PROVISIONING' : 'ERROR' };
+    // The previous configuration stays served (port 80 answering the HTTP-01 challenge, say); the
+    // certificate's revision is part of the version, so its issuance reaches the workers.
+    const versions = [String(record.revision), 'interim', `cert:${certificateId}@${waitingFor?.revision ?? 0}`];
+    const interim = await this.#resolveHttp(record, record.interimAttributes as HttpProxyAttributes, versions);
+    if ('unresolved' in interim) return interim;
+    return {
+      ...interim,
+      interim: pending
+        ? { state: 'PROVISIONING', detail: `${why}; the previous configuration is served until it is` }
+        : { state: 'ERROR', detail: `${why}; the previous configuration is still served` },
+    };
+  }
+
+  async #resolveHttp(record: TrafficConfigRecord, attributes: HttpProxyAttributes, versions: string[]): Promise<ConfigEntry | Unresolved> {
     const resolved: ResolvedHttpProxy = { id: record.id, tenantId: record.tenantId, revision: record.revision, attributes };
+    const unresolved = (detail: string): Unresolved => ({ id: record.id, unresolved: detail, state: 'ERROR' });
 
     if (attributes.frontend.certificateId) {
       const material = await this.#material(attributes.frontend.certificateId, versions);
-      if (!material) return { id: record.id, unresolved: `certificate ${attributes.frontend.certificateId} is not issued yet` };
+      if (!material) return unresolved(`certificate ${attributes.frontend.certificateId} is not issued`);
       resolved.frontendCertificate = material;
     }
     const verification = attributes.frontend.clientCertificateVerification;
@@ -65,7 +99,7 @@ export class ConfigResolver {
     if (tls) {
       if (tls.clientCertificateId) {
         const material = await this.#material(tls.clientCertificateId, versions);
-        if (!material) return { id: record.id, unresolved: `certificate ${tls.clientCertificateId} is not available` };
+        if (!material) return unresolved(`certificate ${tls.clientCertificateId} is not available`);
         resolved.originClientCertificate = material;
       }
       const verify = tls.verifyCertificate;

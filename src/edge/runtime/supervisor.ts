@@ -73,10 +73,10 @@ export interface EdgeOptions {
   /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
   clientAddress?: ClientAddressSettings;
   crls?: CrlSource;
-  /** Answers ACME HTTP-01 challenges (token, host) with the key authorization. */
-  acmeChallenge?: (token: string, host: string) => Promise<string | undefined>;
-  /** The TLS-ALPN-01 challenge certificate of a name, when one is pending. */
-  acmeTlsAlpn?: (servername: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
+  /** Answers ACME HTTP-01 challenges (token, host) of orders placed by `tenantId` (the proxy's tenant) with the key authorization. */
+  acmeChallenge?: (token: string, host: string, tenantId: string) => Promise<string | undefined>;
+  /** The TLS-ALPN-01 challenge certificate of a name, when `tenantId` (the proxy's tenant) has an order pending for it. */
+  acmeTlsAlpn?: (servername: string, tenantId: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
 }
 
 interface WorkerSlot {
@@ -90,7 +90,7 @@ interface WorkerSlot {
 
 interface Published {
   revision: number;
-  state: 'ACTIVE' | 'ERROR';
+  state: 'ACTIVE' | 'PROVISIONING' | 'ERROR';
   detail: string | null;
 }
 
@@ -292,7 +292,7 @@ export class EdgeSupervisor {
         break;
       case 'acme-lookup': {
         const lookup = this.#options.acmeChallenge ?? (async () => undefined);
-        void lookup(message.token, message.host)
+        void lookup(message.token, message.host, message.tenantId)
           .catch(() => undefined)
           .then((keyAuthorization) =>
             slot.worker?.postMessage({ kind: 'acme-answer', requestId: message.requestId, keyAuthorization } satisfies ToWorker),
@@ -301,7 +301,7 @@ export class EdgeSupervisor {
       }
       case 'acme-alpn-lookup': {
         const lookup = this.#options.acmeTlsAlpn ?? (async () => undefined);
-        void lookup(message.servername)
+        void lookup(message.servername, message.tenantId)
           .catch(() => undefined)
           .then((certificate) =>
             slot.worker?.postMessage({ kind: 'acme-alpn-answer', requestId: message.requestId, certificate } satisfies ToWorker),
@@ -339,29 +339,29 @@ export class EdgeSupervisor {
     const records = await store.trafficConfigs.listAll();
     const entries: ConfigEntry[] = [];
     const revisions = new Map<string, number>();
-    const unresolved = new Map<string, { revision: number; detail: string }>();
+    const unresolved = new Map<string, Published & { detail: string }>();
     for (const record of records) {
       revisions.set(record.id, record.revision);
       try {
         const resolved = await this.#resolver.resolve(record);
-        if ('unresolved' in resolved) unresolved.set(record.id, { revision: record.revision, detail: resolved.unresolved });
+        if ('unresolved' in resolved) unresolved.set(record.id, { revision: record.revision, state: resolved.state, detail: resolved.unresolved });
         else entries.push(resolved);
       } catch (error) {
-        unresolved.set(record.id, { revision: record.revision, detail: `cannot be prepared: ${(error as Error).message}` });
+        unresolved.set(record.id, { revision: record.revision, state: 'ERROR', detail: `cannot be prepared: ${(error as Error).message}` });
       }
     }
     this.#storeRevision = revision;
     this.#entries = entries;
     this.#revisions = revisions;
     for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
-    for (const [id, { revision: configRevision, detail }] of unresolved) this.#report(id, { revision: configRevision, state: 'ERROR', detail });
+    for (const [id, status] of unresolved) this.#report(id, status);
     for (const id of this.#published.keys()) {
       if (revisions.has(id)) continue;
       this.#published.delete(id);
       this.#enqueueReport(() => store.edgeStatus.forget(this.#options.nodeId, id));
     }
     this.#options.metrics.edgeConfigs.reset();
-    for (const record of records) this.#options.metrics.edgeConfigs.inc({ type: record.type, state: unresolved.has(record.id) ? 'ERROR' : 'LOADED' });
+    for (const record of records) this.#options.metrics.edgeConfigs.inc({ type: record.type, state: unresolved.get(record.id)?.state ?? 'LOADED' });
   }
 
   /** Combines the workers' reports on one configuration into this node's status for it. */
@@ -373,7 +373,10 @@ export class EdgeSupervisor {
     const current = reports.filter((report) => report?.version === entry.version);
     const failure = current.find((report) => report?.state === 'ERROR');
     if (failure) this.#report(id, { revision, state: 'ERROR', detail: failure.detail });
-    else if (current.length === this.#slots.length) this.#report(id, { revision, state: 'ACTIVE', detail: null });
+    else if (current.length === this.#slots.length) {
+      // Served everywhere; while that is the interim configuration, the status says why.
+      this.#report(id, entry.interim ? { revision, ...entry.interim } : { revision, state: 'ACTIVE', detail: null });
+    }
   }
 
   #report(id: string, status: Published): void {
