@@ -82,6 +82,9 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   urls.authUrl ||= ownUrl;
 
   const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log) : undefined;
+  // Orders resumed at start (PENDING across a restart) validate against this node's proxies: let
+  // them listen first (bounded: a proxy that cannot bind must not hold the certificates back).
+  if (acme && edge && !(await edge.whenApplied(15_000))) app.log.warn({}, 'edge workers not ready after 15 s; starting the ACME service anyway');
   acme?.start();
   crl.start();
   const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });

@@ -56,3 +56,20 @@ describe("settings: the service's own listeners", () => {
     assert.throws(() => load({ TPS_METRICS_LISTEN: 'localhost:9464' }), /TPS_METRICS_LISTEN .*ip:port/);
   });
 });
+
+describe('settings: quota of pending service-issued certificate orders', () => {
+  it('defaults to 10 a tenant, and takes an integer from 1', () => {
+    assert.equal(load({}).quotaPendingAcmeOrders, 10);
+    assert.equal(load({ TPS_QUOTA_PENDING_ACME_ORDERS: '3' }).quotaPendingAcmeOrders, 3);
+  });
+
+  it('stops at start on a value that is not a positive integer, naming the variable', () => {
+    for (const value of ['0', '-1', 'many', '2.5']) {
+      assert.throws(
+        () => load({ TPS_QUOTA_PENDING_ACME_ORDERS: value }),
+        (error: Error) => error instanceof SettingsError && /^TPS_QUOTA_PENDING_ACME_ORDERS: must be an integer from 1 to 10000/.test(error.message),
+        value,
+      );
+    }
+  });
+});

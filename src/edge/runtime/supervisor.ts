@@ -212,6 +212,22 @@ export class EdgeSupervisor {
     await this.#options.store.edgeStatus.leave(this.#options.nodeId).catch(() => {});
   }
 
+  /**
+   * Resolves once every worker has applied the current snapshot (each configuration served or
+   * reported failing), or after `timeoutMs`. `tps serve` starts the ACME service after this: an
+   * order resumed at start must not ask the CA to validate before port 80 listens again.
+   */
+  async whenApplied(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    const applied = () =>
+      this.#entries.every((entry) => this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version));
+    while (!applied()) {
+      if (Date.now() > deadline || this.#stopping) return false;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    return true;
+  }
+
   /** How many workers serve the current version of a configuration. */
   servingWorkers(configId: string): number {
     const entry = this.#entries.find((candidate) => candidate.config.id === configId);
