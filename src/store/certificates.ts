@@ -171,14 +171,6 @@ export class CertificateRepository {
     );
   }
 
-  /**
-   * The tenants other than `tenantId` that claim each of `domains`: they hold a PENDING or an
-   * unexpired ISSUED service-issued certificate naming it. Customer certificates claim nothing.
-   */
-  async domainsClaimedByOthers(tenantId: string, domains: readonly string[]): Promise<Set<string>> {
-    return claimedByOthers(this.db, tenantId, domains);
-  }
-
   async #insert(
     fields: Omit<CertificateRecord, 'id' | 'revision' | 'createdAt' | 'updatedAt'>,
     alongside?: (tx: Queryable, record: CertificateRecord) => Promise<void>,
@@ -379,6 +371,10 @@ export class CertificateRepository {
 /** An ISSUED certificate past its notAfter claims nothing: the name may have changed hands. */
 const LIVE_CLAIM = `c.source = 'ACME' AND (c.status = 'PENDING' OR (c.status = 'ISSUED' AND (c.not_after IS NULL OR c.not_after > ?)))`;
 
+/**
+ * Which of `domains` tenants other than `tenantId` claim: they hold a PENDING or an unexpired
+ * ISSUED service-issued certificate naming it. Customer certificates claim nothing.
+ */
 async function claimedByOthers(tx: Queryable, tenantId: string, domains: readonly string[]): Promise<Set<string>> {
   const unique = [...new Set(domains)];
   if (unique.length === 0) return new Set();
