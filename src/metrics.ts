@@ -5,6 +5,7 @@ export interface Metrics {
   registry: Registry;
   apiRequests: Counter<'method' | 'route' | 'status'>;
   edgeConfigs: Gauge<'type' | 'state'>;
+  quotaExceeded: Counter<'resource'>;
 }
 
 export function createMetrics(): Metrics {
@@ -20,8 +21,14 @@ export function createMetrics(): Metrics {
     }),
     edgeConfigs: new Gauge({
       name: 'tps_edge_configs',
-      help: 'Traffic configurations this edge node holds, by type and state.',
+      help: 'Traffic configurations this edge node holds, by type and state (BINDING_REFUSED: its front-end binding is served by another configuration).',
       labelNames: ['type', 'state'],
+      registers: [registry],
+    }),
+    quotaExceeded: new Counter({
+      name: 'tps_api_quota_exceeded_total',
+      help: 'Creates refused because the tenant reached a quota (409 QUOTA_EXCEEDED), by resource.',
+      labelNames: ['resource'],
       registers: [registry],
     }),
   };

@@ -12,8 +12,9 @@ import type { Store } from '../store/index.ts';
 import type { Settings } from '../config/settings.ts';
 import { BearerError, OAuthError, type Principal, type TokenIssuer } from '../auth/token-issuer.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, errorObject, validationErrors } from './jsonapi.ts';
-import { bodyAjv, queryAjv, isDocumentOnly } from './schemas/validator.ts';
+import { bodyAjv, queryAjv, isDocumentOnly, checkDocumentFrame } from './schemas/validator.ts';
 import { ConflictError, NotFoundError } from '../store/errors.ts';
+import { QuotaExceededError } from '../store/quotas.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Scope } from '../store/service-accounts.ts';
 import { registerTokenRoutes } from './routes/oauth-token.ts';
@@ -103,6 +104,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
         header: 'Content-Type',
       });
     }
+    checkDocumentFrame(request.body);
   });
 
   app.addHook('onResponse', async (request, reply) => {
@@ -111,6 +113,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
 
   app.setErrorHandler((error, request, reply) => {
     const { status, body, headers } = toErrorResponse(error, request);
+    if (error instanceof QuotaExceededError) deps.metrics.quotaExceeded.inc({ resource: error.resource });
     if (status >= 500) request.log.error({ err: error }, 'request failed');
     void reply.code(status).headers(headers).type(body.errors ? JSONAPI_MEDIA_TYPE : 'application/json').send(body);
   });

@@ -28,7 +28,7 @@ import { Counter, type Registry } from 'prom-client';
 import type { Store } from '../store/index.ts';
 import type { AcmeChallengeType, CertificateRecord } from '../store/certificates.ts';
 import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
-import type { SecretBox } from './secret-box.ts';
+import { acmeAccountKeyBinding, certificateKeyBinding, type SecretBox } from './secret-box.ts';
 import { certificateFacts, pemBlocks } from './x509.ts';
 import { normalizeDomain } from './acme-challenges.ts';
 
@@ -494,7 +494,7 @@ export class AcmeService {
         const contact = email ? [`mailto:${email}`] : [];
         const stored = await store.acmeAccounts.get(directoryUrl);
         if (stored) {
-          const account = { url: stored.accountUrl, keyPem: secrets.open(stored.sealedPrivateKey) };
+          const account = { url: stored.accountUrl, keyPem: secrets.open(stored.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl)) };
           let alive = true;
           if ((stored.email ?? null) !== (email ?? null)) {
             const context = this.#context();
@@ -522,9 +522,9 @@ export class AcmeService {
         await callContext.run(context, () =>
           this.#call(context, 'registering the ACME account', () => client.createAccount({ termsOfServiceAgreed: true, contact })),
         );
-        const kept = await store.acmeAccounts.add({ directoryUrl, email: email ?? null, accountUrl: client.getAccountUrl(), sealedPrivateKey: secrets.seal(keyPem) });
+        const kept = await store.acmeAccounts.add({ directoryUrl, email: email ?? null, accountUrl: client.getAccountUrl(), sealedPrivateKey: secrets.seal(keyPem, acmeAccountKeyBinding(directoryUrl)) });
         this.#o.logger?.info({ directoryUrl, accountUrl: kept.accountUrl }, 'acme: account registered');
-        this.#account = { url: kept.accountUrl, keyPem: secrets.open(kept.sealedPrivateKey) };
+        this.#account = { url: kept.accountUrl, keyPem: secrets.open(kept.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl)) };
         return this.#account;
       } finally {
         this.#accountLoading = undefined;
@@ -607,7 +607,7 @@ export class AcmeService {
       const leaf = new X509Certificate(leafPem);
       if (!leaf.checkPrivateKey(crypto.createPrivateKey(keyPem))) throw new AcmeFailure('final', 'the CA returned a certificate for another key');
       return {
-        material: { certificatePem: leaf.toString(), chainPem: intermediates.join(''), sealedPrivateKey: this.#o.secrets.seal(keyPem) },
+        material: { certificatePem: leaf.toString(), chainPem: intermediates.join(''), sealedPrivateKey: this.#o.secrets.seal(keyPem, certificateKeyBinding(record)) },
         facts: certificateFacts(leaf),
       };
     });

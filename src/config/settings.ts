@@ -8,6 +8,7 @@ import path from 'node:path';
 import net from 'node:net';
 import { invalidCidrs } from '../edge/client-address/policy.ts';
 import { normalizeIp } from '../net/ip.ts';
+import { DEFAULT_QUOTAS } from '../store/quotas.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -75,6 +76,10 @@ export interface Settings {
   trustedProxies: string[];
   /** Whether edge listeners read a PROXY protocol header from trusted peers: not at all, when sent, or always. */
   listenerProxyProtocol: 'off' | 'optional' | 'required';
+  /** Per-tenant quotas: proxies, certificates and CA certificates a tenant may hold (409 QUOTA_EXCEEDED past them). */
+  quotaProxies: number;
+  quotaCertificates: number;
+  quotaCaCertificates: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -115,6 +120,9 @@ const ENV: Record<keyof Settings, string> = {
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
+  quotaProxies: 'TPS_QUOTA_PROXIES',
+  quotaCertificates: 'TPS_QUOTA_CERTIFICATES',
+  quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -272,6 +280,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeEmail,
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
+    quotaProxies: integer('quotaProxies', DEFAULT_QUOTAS.proxies, 0, 1_000_000),
+    quotaCertificates: integer('quotaCertificates', DEFAULT_QUOTAS.certificates, 0, 1_000_000),
+    quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
   };
 }
 

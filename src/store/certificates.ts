@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import type { Db, Queryable } from './db.ts';
 import { bumpRevision } from './revision.ts';
+import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 
 export type CertificateSource = 'CUSTOMER' | 'ACME';
 export type CertificateStatus = 'PENDING' | 'ISSUED' | 'FAILED';
@@ -105,16 +106,24 @@ const fromRow = (row: Row): CertificateRecord => ({
 
 export class CertificateRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
+  /** A fresh certificate id: the private key is sealed for its row before the row exists. */
+  static newId(): string {
+    return crypto.randomUUID();
+  }
+
+  /** A customer-uploaded certificate; `material.id` from newId(), the key sealed for that id and tenant. */
   async createCustomer(
     tenantId: string,
-    material: { certificatePem: string; chainPem: string; sealedPrivateKey: string },
+    material: { id: string; certificatePem: string; chainPem: string; sealedPrivateKey: string },
     facts: CertificateFacts,
   ): Promise<CertificateRecord> {
-    return this.#insert({
+    return this.#insert(material.id, {
       tenantId,
       source: 'CUSTOMER',
       status: 'ISSUED',
@@ -129,7 +138,7 @@ export class CertificateRepository {
 
   /** A service-issued certificate: PENDING until the ACME order completes. */
   async createAcme(tenantId: string, domains: string[]): Promise<CertificateRecord> {
-    return this.#insert({
+    return this.#insert(CertificateRepository.newId(), {
       tenantId,
       source: 'ACME',
       status: 'PENDING',
@@ -141,10 +150,16 @@ export class CertificateRepository {
     });
   }
 
-  async #insert(fields: Omit<CertificateRecord, 'id' | 'revision' | 'createdAt' | 'updatedAt'>): Promise<CertificateRecord> {
+  async #insert(id: string, fields: Omit<CertificateRecord, 'id' | 'revision' | 'createdAt' | 'updatedAt'>): Promise<CertificateRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(
+        tx,
+        fields.tenantId,
+        { limit: this.#quotas.certificates, resource: 'certificates', setting: 'TPS_QUOTA_CERTIFICATES' },
+        countRows('certificates', fields.tenantId),
+      );
       const now = new Date().toISOString();
-      const record: CertificateRecord = { ...fields, id: crypto.randomUUID(), revision: await bumpRevision(tx), createdAt: now, updatedAt: now };
+      const record: CertificateRecord = { ...fields, id, revision: await bumpRevision(tx), createdAt: now, updatedAt: now };
       await tx.run(
         `INSERT INTO certificates (id, tenant_id, source, status, status_detail, domains, certificate_pem, chain_pem, private_key,
            subject, sans, issuer, not_before, not_after, fingerprint, revision, created_at, updated_at)
@@ -383,12 +398,20 @@ const caFromRow = (row: CaRow): CaCertificateRecord => ({
 
 export class CaCertificateRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
   async create(tenantId: string, entries: CaCertificateEntry[]): Promise<CaCertificateRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(
+        tx,
+        tenantId,
+        { limit: this.#quotas.caCertificates, resource: 'CA certificates', setting: 'TPS_QUOTA_CA_CERTIFICATES' },
+        countRows('ca_certificates', tenantId),
+      );
       const now = new Date().toISOString();
       const record = { id: crypto.randomUUID(), tenantId, entries, createdAt: now, updatedAt: now };
       await tx.run('INSERT INTO ca_certificates (id, tenant_id, entries, created_at, updated_at) VALUES (?, ?, ?, ?, ?)', [
@@ -442,17 +465,31 @@ async function writeCrlStatus(tx: Queryable, id: string, entryIndex: number, sta
   await tx.run('UPDATE ca_certificates SET entries = ? WHERE id = ?', [JSON.stringify(entries), id]);
 }
 
-export type DeleteOutcome = { deleted: true } | { deleted: false; referencedBy: string[] };
+/**
+ * `notFound`: no such resource of the tenant (whatever another tenant holds). `inUse`: the
+ * tenant's own configurations that refer to it (`referencedBy`); a reference from another
+ * tenant's configuration (which the API never lets one make) also keeps it, unnamed.
+ */
+export type DeleteOutcome = { deleted: true } | { deleted: false; notFound: true } | { deleted: false; notFound: false; referencedBy: string[] };
 
 async function deleteUnreferenced(db: Db, table: 'certificates' | 'ca_certificates', tenantId: string, id: string): Promise<DeleteOutcome> {
+  const kind = table === 'certificates' ? 'certificate' : 'caCertificate';
   return db.transaction(async (tx) => {
-    const referencedBy = (
-      await tx.all<{ config_id: string }>('SELECT DISTINCT config_id FROM config_references WHERE ref_id = ? ORDER BY config_id', [id])
-    ).map((row) => row.config_id);
-    if (referencedBy.length > 0) return { deleted: false, referencedBy };
+    // Ownership first: another tenant's id is answered exactly as an unknown one.
+    const owned = await tx.one(`SELECT id FROM ${table} WHERE id = ? AND tenant_id = ?`, [id, tenantId]);
+    if (!owned) return { deleted: false, notFound: true };
+    const references = await tx.all<{ config_id: string; tenant_id: string }>(
+      `SELECT DISTINCT r.config_id, c.tenant_id FROM config_references r JOIN traffic_configs c ON c.id = r.config_id
+       WHERE r.ref_kind = ? AND r.ref_id = ? ORDER BY r.config_id`,
+      [kind, id],
+    );
+    if (references.length > 0) {
+      return { deleted: false, notFound: false, referencedBy: references.filter((row) => row.tenant_id === tenantId).map((row) => row.config_id) };
+    }
     const deleted = await tx.run(`DELETE FROM ${table} WHERE id = ? AND tenant_id = ?`, [id, tenantId]);
-    if (deleted > 0) await bumpRevision(tx);
-    return deleted > 0 ? { deleted: true } : { deleted: false, referencedBy: [] };
+    if (deleted === 0) return { deleted: false, notFound: true };
+    await bumpRevision(tx);
+    return { deleted: true };
   });
 }
 

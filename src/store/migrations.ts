@@ -292,6 +292,15 @@ const MIGRATIONS: Migration[] = [
         PRIMARY KEY (ca_certificate_id, entry_index))`,
     ],
   },
+  {
+    id: 4,
+    name: 'front-end binding holders',
+    statements: () => [
+      // JSON {"ip|port|protocol": revision}: since when a configuration claims each of its bindings.
+      // NULL (rows from before): the configuration's own revision stands in (traffic-configs.ts).
+      `ALTER TABLE traffic_configs ADD COLUMN binding_since TEXT`,
+    ],
+  },
 ];
 
 export const LATEST_MIGRATION = MIGRATIONS.at(-1)!.id;

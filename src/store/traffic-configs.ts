@@ -3,6 +3,7 @@ import type { Db, Queryable } from './db.ts';
 import { UniqueViolation } from './db.ts';
 import { ConflictError } from './errors.ts';
 import { bumpRevision } from './revision.ts';
+import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 import type { ProxyType, TrafficConfigAttributes, HttpProxyAttributes, L4ProxyAttributes } from '../api/schemas/traffic-config.ts';
 import { HTTP_PROXY } from '../api/schemas/traffic-config.ts';
 import { canonicalIp } from '../net/ip.ts';
@@ -17,6 +18,11 @@ export interface TrafficConfigRecord {
   attributes: StoredAttributes;
   /** The store revision of the last change: edge nodes report which revision they serve. */
   revision: number;
+  /**
+   * Per front-end binding (`bindingKey`), the store revision since which this configuration has
+   * claimed it: the edge gives a contested binding to the longest holder (edge/runtime/binding-arbiter.ts).
+   */
+  bindingSince: Record<string, number>;
   createdAt: string;
   updatedAt: string;
 }
@@ -37,19 +43,42 @@ interface Row {
   type: string;
   attributes: string;
   revision: number;
+  binding_since: string | null;
   created_at: string;
   updated_at: string;
 }
 
-const fromRow = (row: Row): TrafficConfigRecord => ({
-  id: row.id,
-  tenantId: row.tenant_id,
-  type: row.type as ProxyType,
-  attributes: JSON.parse(row.attributes) as StoredAttributes,
-  revision: Number(row.revision),
-  createdAt: row.created_at,
-  updatedAt: row.updated_at,
-});
+const fromRow = (row: Row): TrafficConfigRecord => {
+  const type = row.type as ProxyType;
+  const attributes = JSON.parse(row.attributes) as StoredAttributes;
+  const revision = Number(row.revision);
+  return {
+    id: row.id,
+    tenantId: row.tenant_id,
+    type,
+    attributes,
+    revision,
+    bindingSince: withBindingSince(type, attributes, row.binding_since === null ? {} : (JSON.parse(row.binding_since) as Record<string, number>), revision),
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+};
+
+/** "ip|port|protocol": one front-end binding. */
+export const bindingKey = (binding: { ip: string; port: number; protocol: string }) => `${binding.ip}|${binding.port}|${binding.protocol}`;
+
+/**
+ * The since-revision of each of the configuration's bindings: kept from `previous` where the
+ * binding was already claimed, `revision` for one claimed from this revision on.
+ */
+function withBindingSince(type: ProxyType, attributes: StoredAttributes, previous: Record<string, number>, revision: number): Record<string, number> {
+  const since: Record<string, number> = {};
+  for (const binding of frontendBindings(type, attributes)) {
+    const key = bindingKey(binding);
+    since[key] = previous[key] ?? revision;
+  }
+  return since;
+}
 
 /** The (ip, port, protocol) triples a configuration occupies. */
 export function frontendBindings(type: ProxyType, attributes: StoredAttributes): { ip: string; port: number; protocol: string }[] {
@@ -74,59 +103,80 @@ export function configReferences(type: ProxyType, attributes: StoredAttributes):
 
 export const PORT_IN_USE = 'PORT_IN_USE';
 
+/**
+ * Rows that hang off a configuration (bindings, references, edge status), reached only through a
+ * configuration of the tenant: no statement can touch another tenant's rows, whatever id it gets.
+ */
+const OWNED_CONFIG = 'config_id IN (SELECT id FROM traffic_configs WHERE id = ? AND tenant_id = ?)';
+
 export class TrafficConfigRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
   async create(tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(tx, tenantId, { limit: this.#quotas.proxies, resource: 'proxies', setting: 'TPS_QUOTA_PROXIES' }, countRows('traffic_configs', tenantId));
       const now = new Date().toISOString();
+      const revision = await bumpRevision(tx);
       const record: TrafficConfigRecord = {
         id: crypto.randomUUID(),
         tenantId,
         type,
         attributes,
-        revision: await bumpRevision(tx),
+        revision,
+        bindingSince: withBindingSince(type, attributes, {}, revision),
         createdAt: now,
         updatedAt: now,
       };
       await tx.run(
-        'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
-        [record.id, tenantId, type, JSON.stringify(attributes), record.revision, now, now],
+        'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, binding_since, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+        [record.id, tenantId, type, JSON.stringify(attributes), record.revision, JSON.stringify(record.bindingSince), now, now],
       );
       await this.#writeIndexes(tx, record);
       return record;
     });
   }
 
-  /** Replaces the attributes of a configuration (PUT, and PATCH after merging). */
-  async replace(current: TrafficConfigRecord, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
+  /**
+   * Replaces the attributes of a configuration of the tenant (PUT, and PATCH after merging).
+   * `current` is what the caller read; the write is scoped by `tenantId` whatever it says.
+   */
+  async replace(tenantId: string, current: TrafficConfigRecord, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
+      const row = await tx.one<Row>('SELECT * FROM traffic_configs WHERE id = ? AND tenant_id = ?', [current.id, tenantId]);
+      if (!row) throw new ConflictError('CONCURRENT_DELETE', 'the traffic configuration was deleted meanwhile');
+      const stored = fromRow(row);
+      const revision = await bumpRevision(tx);
       const record: TrafficConfigRecord = {
-        ...current,
+        ...stored,
         attributes,
-        revision: await bumpRevision(tx),
+        revision,
+        bindingSince: withBindingSince(stored.type, attributes, stored.bindingSince, revision),
         updatedAt: new Date().toISOString(),
       };
-      const changed = await tx.run(
-        'UPDATE traffic_configs SET attributes = ?, revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?',
-        [JSON.stringify(attributes), record.revision, record.updatedAt, record.id, record.tenantId],
+      await tx.run(
+        'UPDATE traffic_configs SET attributes = ?, revision = ?, binding_since = ?, updated_at = ? WHERE id = ? AND tenant_id = ?',
+        [JSON.stringify(attributes), record.revision, JSON.stringify(record.bindingSince), record.updatedAt, record.id, tenantId],
       );
-      if (changed === 0) throw new ConflictError('CONCURRENT_DELETE', 'the traffic configuration was deleted meanwhile');
-      await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [record.id]);
-      await tx.run('DELETE FROM config_references WHERE config_id = ?', [record.id]);
+      await tx.run(`DELETE FROM frontend_bindings WHERE ${OWNED_CONFIG}`, [record.id, tenantId]);
+      await tx.run(`DELETE FROM config_references WHERE ${OWNED_CONFIG}`, [record.id, tenantId]);
       await this.#writeIndexes(tx, record);
       return record;
     });
   }
 
+  /** Deletes a configuration of the tenant with its bindings, references and status; false (nothing changed) for any other id. */
   async delete(tenantId: string, id: string): Promise<boolean> {
     return this.db.transaction(async (tx) => {
-      await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [id]);
-      await tx.run('DELETE FROM config_references WHERE config_id = ?', [id]);
-      await tx.run('DELETE FROM edge_status WHERE config_id = ?', [id]);
+      const owned = await tx.one('SELECT id FROM traffic_configs WHERE id = ? AND tenant_id = ?', [id, tenantId]);
+      if (!owned) return false;
+      await tx.run(`DELETE FROM frontend_bindings WHERE ${OWNED_CONFIG}`, [id, tenantId]);
+      await tx.run(`DELETE FROM config_references WHERE ${OWNED_CONFIG}`, [id, tenantId]);
+      await tx.run(`DELETE FROM edge_status WHERE ${OWNED_CONFIG}`, [id, tenantId]);
       const deleted = await tx.run('DELETE FROM traffic_configs WHERE id = ? AND tenant_id = ?', [id, tenantId]);
       if (deleted > 0) await bumpRevision(tx);
       return deleted > 0;
