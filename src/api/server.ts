@@ -3,7 +3,7 @@
  * document and its docs page. Route modules in ./routes, one per resource. Health and metrics are
  * operators' business and live on their own listener (src/metrics-listener.ts), not here.
  */
-import Fastify, { type FastifyInstance, type FastifyError, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyError, type FastifyReply, type FastifyRequest } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
@@ -69,6 +69,14 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
     trustProxy: false,
     ajv: { customOptions: {} },
     routerOptions: { ignoreTrailingSlash: true },
+    // What the router refuses before any route runs (a malformed or overlong path) is a JSON:API error too.
+    frameworkErrors: (error, _request, frameworkReply) => {
+      // Typed for the server's generic reply before the instance exists; the plain reply is what it is.
+      const reply = frameworkReply as unknown as FastifyReply;
+      const detail =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'a path segment is longer than any id this API knows' : 'the path is not a valid URL path';
+      void reply.code(400).type(JSONAPI_MEDIA_TYPE).send({ errors: [errorObject(400, 'BAD_URL', detail)] });
+    },
   });
 
   app.setValidatorCompiler(({ schema, httpPart }) => {
