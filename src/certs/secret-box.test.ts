@@ -1,7 +1,7 @@
 /**
  * Sealed private keys are bound to their row: a sealed value copied into another row (another
  * certificate, another tenant, another table) does not open there; a shortened tag is refused;
- * values in the earlier unbound format still open once, through the start-up upgrade, and are then
+ * values in the unbound v1 format still open once, through the start-up upgrade, and are then
  * bound to the row that holds them.
  */
 import { describe, it, before, after } from 'node:test';

@@ -8,10 +8,10 @@
  * cipher's associated data, so a sealed key copied into another row (another tenant's certificate,
  * say) does not open there. The tag is always the full 16 bytes; a shorter one is refused.
  *
- * Formats: `v2:iv:tag:body` is bound to its row; `v1:iv:tag:body` is the unbound format of earlier
- * stores. A v1 value is opened only by `upgrade`, which re-seals it as v2 for the row that holds it
- * (for the whole store at every start, src/certs/upgrade-sealed-secrets.ts), never by `open`: a v1 value
- * planted in a row would otherwise open wherever it is put.
+ * Formats: `v2:iv:tag:body` is bound to its row; `v1:iv:tag:body` is unbound (stores written
+ * before binding). A v1 value is opened only by `upgrade`, which re-seals it as v2 for the row
+ * that holds it (for the whole store at every start, src/certs/upgrade-sealed-secrets.ts), never
+ * by `open`: a v1 value planted in a row would otherwise open wherever it is put.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -130,7 +130,7 @@ export class SecretBox {
   }
 }
 
-/** A v1 value as the earlier format wrote it (no binding): for tests of the upgrade. */
+/** A value in the unbound v1 format: for tests of the upgrade. */
 export function sealLegacyForTest(key: Buffer, plaintext: string): string {
   const iv = crypto.randomBytes(IV_BYTES);
   const cipher = crypto.createCipheriv('aes-256-gcm', key, iv);

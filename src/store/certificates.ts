@@ -329,13 +329,18 @@ export class CertificateRepository {
         const revision = await bumpRevision(tx);
         await tx.run(
           `UPDATE certificates SET status = 'PENDING', status_detail = NULL, attempts = 0, next_attempt_at = NULL,
-             revision = ?, updated_at = ? WHERE id = ?`,
-          [revision, now, id],
+             revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?`,
+          [revision, now, id, tenantId],
         );
       } else if (row.status === 'ISSUED') {
-        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ?', [now, now, id]);
+        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ? AND tenant_id = ?', [
+          now,
+          now,
+          id,
+          tenantId,
+        ]);
       }
-      const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
+      const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ? AND tenant_id = ?', [id, tenantId]);
       return updated && fromRow(updated);
     });
   }
@@ -466,9 +471,9 @@ async function writeCrlStatus(tx: Queryable, id: string, entryIndex: number, sta
 }
 
 /**
- * `notFound`: no such resource of the tenant (whatever another tenant holds). `inUse`: the
- * tenant's own configurations that refer to it (`referencedBy`); a reference from another
- * tenant's configuration (which the API never lets one make) also keeps it, unnamed.
+ * Not deleted, either because the tenant has no such resource (`notFound`, whatever another tenant
+ * holds) or because configurations refer to it: `referencedBy` lists the tenant's own; a reference
+ * from another tenant's configuration (which the API never lets one make) also keeps it, unnamed.
  */
 export type DeleteOutcome = { deleted: true } | { deleted: false; notFound: true } | { deleted: false; notFound: false; referencedBy: string[] };
 

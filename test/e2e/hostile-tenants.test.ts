@@ -197,7 +197,7 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) describe(`hostile ten
     const before = await victimView();
     const portInUse = (answer: Answer) => assertError(answer, 409, 'PORT_IN_USE', '/data/attributes/frontend/port');
 
-    // The sequence of the issue: delete the victim's proxy (404), then create on its ip:port.
+    // The takeover: delete the victim's proxy (404), then create on its ip:port.
     assertError(await attacker.call('DELETE', `${CONFIGS}/${ids.l4}`), 404, 'NOT_FOUND');
     portInUse(await attacker.call('POST', CONFIGS, l4Proxy(VICTIM_L4_PORT, attackerOrigins.tcp)));
     // The same after a PUT and a PATCH of the victim's id.
