@@ -327,7 +327,7 @@ describe('fuzzed write routes', () => {
     });
     // Sign-in last: failed attempts are throttled per client IP after a few (each costs a password hash).
     const logins: Json[] = [{ email: 'fuzz@tenant.example', password: 'not the password' }];
-    await run(mutated(logins), 304, 40, async (body) => {
+    await run(mutated(logins), 304, 24, async (body) => {
       await check(`POST /portal/api/login ${body.slice(0, 200)}`, () => request(`${tps.url}/portal/api/login`, { method: 'POST', rawBody: body, contentType: 'application/json' }));
     });
     assert.ok(seen.requests >= 2_500, `a few thousand documents (${seen.requests})`);
