@@ -17,7 +17,7 @@ import path from 'node:path';
 import { Registry } from 'prom-client';
 import { openStore, type Store } from '../store/index.ts';
 import type { StoredAttributes } from '../store/traffic-configs.ts';
-import { SecretBox } from './secret-box.ts';
+import { SecretBox, acmeAccountKeyBinding, certificateKeyBinding } from './secret-box.ts';
 import { AcmeService, type AcmeLogger } from './acme.ts';
 import { certificateFacts } from './x509.ts';
 import { TestCa } from '../../test/support/pki.ts';
@@ -172,7 +172,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const facts = certificateFacts(new crypto.X509Certificate(leaf.certificatePem));
       await store.certificates.markIssued(
         record.id,
-        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem) },
+        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)) },
         facts,
         new Date(Date.now() - 1000).toISOString(),
       );
@@ -206,7 +206,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     it('registers a new account when the CA says the stored one is deactivated', async () => {
       // An account stored earlier, which the CA now refuses.
       const key = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/dead`, sealedPrivateKey: secrets.seal(key) });
+      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/dead`, sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)) });
       ca.refusal = { status: 403, type: 'urn:ietf:params:acme:error:unauthorized', detail: 'Account has been deactivated', retryAfter: '' };
       try {
         const record = await store.certificates.createAcme(tenantId, ['dead.example.test']);
@@ -226,7 +226,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
 
     it('replaces a dead account found while updating its contact e-mail', async () => {
       const key = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/old`, sealedPrivateKey: secrets.seal(key) });
+      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/old`, sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)) });
       ca.refusal = { status: 403, type: 'urn:ietf:params:acme:error:unauthorized', detail: 'Account has been deactivated', retryAfter: '' };
       try {
         await store.certificates.createAcme(tenantId, ['contact.example.test']);
@@ -269,13 +269,13 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01']);
       // The spec's procedure: PUT on 443 with the certificate while it is still PENDING. Port 80
       // is still served (the interim attributes) and answers HTTP-01.
-      await store.trafficConfigs.replace(config, { frontend: { ipv4: '127.0.0.62', port: 443, certificateId: record.id }, backend } as unknown as StoredAttributes);
+      await store.trafficConfigs.replace(config.tenantId, config, { frontend: { ipv4: '127.0.0.62', port: 443, certificateId: record.id }, backend } as unknown as StoredAttributes);
       assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01'], 'port 80 still served while the certificate is pending');
       // Issued: port 80 is given up, and a renewal validates on 443.
       const leaf = await (await TestCa.create('Choice CA')).issue({ commonName: 'shop.example.test', dnsNames: ['shop.example.test'] });
       await store.certificates.markIssued(
         record.id,
-        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem) },
+        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)) },
         certificateFacts(new crypto.X509Certificate(leaf.certificatePem)),
         new Date(Date.now() + 3600_000).toISOString(),
       );

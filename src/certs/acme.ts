@@ -31,7 +31,7 @@ import { Counter, type Registry } from 'prom-client';
 import type { Store } from '../store/index.ts';
 import type { AcmeChallengeType, AcmeOrderLimits, CertificateRecord } from '../store/certificates.ts';
 import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
-import type { SecretBox } from './secret-box.ts';
+import { acmeAccountKeyBinding, certificateKeyBinding, type SecretBox } from './secret-box.ts';
 import { certificateFacts, pemBlocks } from './x509.ts';
 import { normalizeDomain } from './acme-challenges.ts';
 
@@ -508,7 +508,7 @@ export class AcmeService {
         const contact = email ? [`mailto:${email}`] : [];
         const stored = await store.acmeAccounts.get(directoryUrl, tenantId);
         if (stored) {
-          const account = { url: stored.accountUrl, keyPem: secrets.open(stored.sealedPrivateKey) };
+          const account = { url: stored.accountUrl, keyPem: secrets.open(stored.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)) };
           let alive = true;
           if ((stored.email ?? null) !== (email ?? null)) {
             const context = this.#context();
@@ -541,10 +541,10 @@ export class AcmeService {
           tenantId,
           email: email ?? null,
           accountUrl: client.getAccountUrl(),
-          sealedPrivateKey: secrets.seal(keyPem),
+          sealedPrivateKey: secrets.seal(keyPem, acmeAccountKeyBinding(directoryUrl, tenantId)),
         });
         this.#o.logger?.info({ directoryUrl, tenantId, accountUrl: kept.accountUrl }, 'acme: account registered');
-        const account = { url: kept.accountUrl, keyPem: secrets.open(kept.sealedPrivateKey) };
+        const account = { url: kept.accountUrl, keyPem: secrets.open(kept.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)) };
         this.#accounts.set(tenantId, account);
         return account;
       } finally {
@@ -636,7 +636,7 @@ export class AcmeService {
       const leaf = new X509Certificate(leafPem);
       if (!leaf.checkPrivateKey(crypto.createPrivateKey(keyPem))) throw new AcmeFailure('final', 'the CA returned a certificate for another key');
       return {
-        material: { certificatePem: leaf.toString(), chainPem: intermediates.join(''), sealedPrivateKey: this.#o.secrets.seal(keyPem) },
+        material: { certificatePem: leaf.toString(), chainPem: intermediates.join(''), sealedPrivateKey: this.#o.secrets.seal(keyPem, certificateKeyBinding(record)) },
         facts: certificateFacts(leaf),
       };
     });

@@ -10,6 +10,7 @@ import { pino } from 'pino';
 import type { Settings } from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { SecretBox } from '../certs/secret-box.ts';
+import { upgradeSealedSecrets } from '../certs/upgrade-sealed-secrets.ts';
 import { AcmeService } from '../certs/acme.ts';
 import { CrlService } from '../certs/crl.ts';
 import { TokenIssuer } from '../auth/token-issuer.ts';
@@ -33,6 +34,7 @@ export interface RunningService {
 export async function serve(settings: Settings, options: { demo?: boolean } = {}): Promise<RunningService> {
   const store = await openStore(settings);
   const secrets = SecretBox.fromSettings(settings);
+  await upgradeSealedSecrets(store, secrets, pino({ level: settings.logLevel }));
   const urls: PublicUrls = { baseUrl: settings.baseUrl ?? '', authUrl: settings.authUrl ?? '' };
   // The URLs may depend on the port the listener gets, so the issuer reads them at each call.
   const tokens = new TokenIssuer(store, secrets, {
@@ -116,6 +118,7 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   const store = await openStore(settings);
   const secrets = SecretBox.fromSettings(settings);
   const logger = pino({ level: settings.logLevel });
+  await upgradeSealedSecrets(store, secrets, logger);
   const metrics = createMetrics();
   const edge = await startEdge(settings, store, secrets, metrics, logger);
   const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });

@@ -73,3 +73,20 @@ describe('settings: quota of pending service-issued certificate orders', () => {
     }
   });
 });
+
+describe('settings: per-tenant quotas', () => {
+  it('default to 100 proxies, 100 certificates and 50 CA certificates', () => {
+    const settings = load({});
+    assert.equal(settings.quotaProxies, 100);
+    assert.equal(settings.quotaCertificates, 100);
+    assert.equal(settings.quotaCaCertificates, 50);
+  });
+
+  it('take integers from 0 (no new resource at all) up, and stop the start on anything else', () => {
+    const settings = load({ TPS_QUOTA_PROXIES: '0', TPS_QUOTA_CERTIFICATES: '5000', TPS_QUOTA_CA_CERTIFICATES: '3' });
+    assert.deepEqual([settings.quotaProxies, settings.quotaCertificates, settings.quotaCaCertificates], [0, 5000, 3]);
+    assert.throws(() => load({ TPS_QUOTA_PROXIES: '-1' }), /TPS_QUOTA_PROXIES: must be an integer from 0/);
+    assert.throws(() => load({ TPS_QUOTA_CERTIFICATES: 'lots' }), /TPS_QUOTA_CERTIFICATES: must be an integer/);
+    assert.throws(() => load({ TPS_QUOTA_CA_CERTIFICATES: '1.5' }), /TPS_QUOTA_CA_CERTIFICATES: must be an integer/);
+  });
+});

@@ -8,6 +8,7 @@ import path from 'node:path';
 import net from 'node:net';
 import { invalidCidrs } from '../edge/client-address/policy.ts';
 import { normalizeIp } from '../net/ip.ts';
+import { DEFAULT_QUOTAS } from '../store/quotas.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -77,6 +78,10 @@ export interface Settings {
   trustedProxies: string[];
   /** Whether edge listeners read a PROXY protocol header from trusted peers: not at all, when sent, or always. */
   listenerProxyProtocol: 'off' | 'optional' | 'required';
+  /** Per-tenant quotas: proxies, certificates and CA certificates a tenant may hold (409 QUOTA_EXCEEDED past them). */
+  quotaProxies: number;
+  quotaCertificates: number;
+  quotaCaCertificates: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -118,6 +123,9 @@ const ENV: Record<keyof Settings, string> = {
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
   quotaPendingAcmeOrders: 'TPS_QUOTA_PENDING_ACME_ORDERS',
+  quotaProxies: 'TPS_QUOTA_PROXIES',
+  quotaCertificates: 'TPS_QUOTA_CERTIFICATES',
+  quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -276,6 +284,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
     quotaPendingAcmeOrders: integer('quotaPendingAcmeOrders', 10, 1, 10_000),
+    quotaProxies: integer('quotaProxies', DEFAULT_QUOTAS.proxies, 0, 1_000_000),
+    quotaCertificates: integer('quotaCertificates', DEFAULT_QUOTAS.certificates, 0, 1_000_000),
+    quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
   };
 }
 

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openStore, type Store } from './index.ts';
-import { AcmeOrderRefused } from './certificates.ts';
+import { AcmeOrderRefused, CertificateRepository } from './certificates.ts';
 import { ConflictError } from './errors.ts';
 import type { StoredAttributes } from './traffic-configs.ts';
 import { certificateFacts } from '../certs/x509.ts';
@@ -84,7 +84,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const selfSigned = await ca.issue({ commonName: 'uploaded.a.test', dnsNames: ['uploaded.a.test'] });
       await store.certificates.createCustomer(
         b,
-        { certificatePem: selfSigned.certificatePem, chainPem: '', sealedPrivateKey: 'sealed' },
+        { id: CertificateRepository.newId(), certificatePem: selfSigned.certificatePem, chainPem: '', sealedPrivateKey: 'sealed' },
         certificateFacts(new crypto.X509Certificate(selfSigned.certificatePem)),
       );
       await store.certificates.createAcme(a, ['uploaded.a.test']);
@@ -134,7 +134,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const certificate = await store.certificates.createAcme(a, ['interim.a.test']);
       const onPort443 = { frontend: { ipv4: '127.0.0.2', port: 443, certificateId: certificate.id }, backend } as unknown as StoredAttributes;
 
-      let record = await store.trafficConfigs.replace(config, onPort443);
+      let record = await store.trafficConfigs.replace(config.tenantId, config, onPort443);
       assert.deepEqual(record.attributes, onPort443, 'the configuration is what was PUT');
       assert.deepEqual(record.interimAttributes, onPort80, 'port 80 is served meanwhile');
       assert.deepEqual((await store.trafficConfigs.get(a, config.id))!.interimAttributes, onPort80, 'kept in the store (a restart finds it)');
@@ -147,7 +147,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
 
       // A second change while still pending serves the same interim attributes.
       const patched = { ...onPort443, waf: { mode: 'LOGGING' } } as unknown as StoredAttributes;
-      record = await store.trafficConfigs.replace(record, patched);
+      record = await store.trafficConfigs.replace(record.tenantId, record, patched);
       assert.deepEqual(record.interimAttributes, onPort80);
 
       // Issued: the interim attributes and port 80 are given up.
@@ -159,7 +159,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       await store.trafficConfigs.delete(b, other.id);
 
       // With an issued certificate nothing is held back.
-      record = await store.trafficConfigs.replace(record, onPort443);
+      record = await store.trafficConfigs.replace(record.tenantId, record, onPort443);
       assert.equal(record.interimAttributes, undefined);
     });
 
@@ -169,14 +169,14 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const config = await store.trafficConfigs.create(a, 'httpProxy', onPort80);
       const certificate = await store.certificates.createAcme(a, ['failing.a.test']);
       const onPort443 = { frontend: { ipv4: '127.0.0.3', port: 443, certificateId: certificate.id }, backend } as unknown as StoredAttributes;
-      let record = await store.trafficConfigs.replace(config, onPort443);
+      let record = await store.trafficConfigs.replace(config.tenantId, config, onPort443);
       await store.certificates.markFailed(certificate.id, 'http-01 validation of failing.a.test failed');
       assert.deepEqual((await store.trafficConfigs.get(a, config.id))!.interimAttributes, onPort80, 'FAILED: the proxy stays as it was');
       // Back to plain HTTP: nothing to wait for, nothing held.
-      record = await store.trafficConfigs.replace(record, onPort80);
+      record = await store.trafficConfigs.replace(record.tenantId, record, onPort80);
       assert.equal(record.interimAttributes, undefined);
       const onPort8443 = { frontend: { ipv4: '127.0.0.3', port: 8443 }, backend } as unknown as StoredAttributes;
-      record = await store.trafficConfigs.replace(record, onPort8443);
+      record = await store.trafficConfigs.replace(record.tenantId, record, onPort8443);
       await store.trafficConfigs.create(b, 'httpProxy', onPort80);
     });
   });

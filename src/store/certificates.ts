@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import type { Db, Queryable } from './db.ts';
 import { bumpRevision } from './revision.ts';
 import { releaseInterimAttributes } from './traffic-configs.ts';
+import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 
 export type CertificateSource = 'CUSTOMER' | 'ACME';
 export type CertificateStatus = 'PENDING' | 'ISSUED' | 'FAILED';
@@ -123,16 +124,24 @@ const fromRow = (row: Row): CertificateRecord => ({
 
 export class CertificateRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
+  /** A fresh certificate id: the private key is sealed for its row before the row exists. */
+  static newId(): string {
+    return crypto.randomUUID();
+  }
+
+  /** A customer-uploaded certificate; `material.id` from newId(), the key sealed for that id and tenant. */
   async createCustomer(
     tenantId: string,
-    material: { certificatePem: string; chainPem: string; sealedPrivateKey: string },
+    material: { id: string; certificatePem: string; chainPem: string; sealedPrivateKey: string },
     facts: CertificateFacts,
   ): Promise<CertificateRecord> {
-    return this.#insert({
+    return this.#insert(material.id, {
       tenantId,
       source: 'CUSTOMER',
       status: 'ISSUED',
@@ -152,6 +161,7 @@ export class CertificateRepository {
    */
   async createAcme(tenantId: string, domains: string[], limits: AcmeOrderLimits = {}): Promise<CertificateRecord> {
     return this.#insert(
+      CertificateRepository.newId(),
       {
         tenantId,
         source: 'ACME',
@@ -172,14 +182,22 @@ export class CertificateRepository {
   }
 
   async #insert(
+    id: string,
     fields: Omit<CertificateRecord, 'id' | 'revision' | 'createdAt' | 'updatedAt'>,
     alongside?: (tx: Queryable, record: CertificateRecord) => Promise<void>,
   ): Promise<CertificateRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(
+        tx,
+        fields.tenantId,
+        { limit: this.#quotas.certificates, resource: 'certificates', setting: 'TPS_QUOTA_CERTIFICATES' },
+        countRows('certificates', fields.tenantId),
+      );
       const now = new Date().toISOString();
-      // The revision first: its row lock puts concurrent writers one after the other (PostgreSQL
-      // too), so the checks of `alongside` see every order committed before this one.
-      const record: CertificateRecord = { ...fields, id: crypto.randomUUID(), revision: await bumpRevision(tx), createdAt: now, updatedAt: now };
+      // The revision's row lock (after the tenant's, always in that order) puts concurrent writers
+      // one after the other (PostgreSQL too), so the checks of `alongside` see every order
+      // committed before this one.
+      const record: CertificateRecord = { ...fields, id, revision: await bumpRevision(tx), createdAt: now, updatedAt: now };
       await tx.run(
         `INSERT INTO certificates (id, tenant_id, source, status, status_detail, domains, certificate_pem, chain_pem, private_key,
            subject, sans, issuer, not_before, not_after, fingerprint, revision, created_at, updated_at)
@@ -356,13 +374,18 @@ export class CertificateRepository {
         await checkAcmeOrder(tx, { tenantId, certificateId: id, domains: JSON.parse(row.domains) as string[] }, limits);
         await tx.run(
           `UPDATE certificates SET status = 'PENDING', status_detail = NULL, attempts = 0, next_attempt_at = NULL,
-             revision = ?, updated_at = ? WHERE id = ?`,
-          [revision, now, id],
+             revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?`,
+          [revision, now, id, tenantId],
         );
       } else if (row.status === 'ISSUED') {
-        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ?', [now, now, id]);
+        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ? AND tenant_id = ?', [
+          now,
+          now,
+          id,
+          tenantId,
+        ]);
       }
-      const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
+      const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ? AND tenant_id = ?', [id, tenantId]);
       return updated && fromRow(updated);
     });
   }
@@ -480,12 +503,20 @@ const caFromRow = (row: CaRow): CaCertificateRecord => ({
 
 export class CaCertificateRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
   async create(tenantId: string, entries: CaCertificateEntry[]): Promise<CaCertificateRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(
+        tx,
+        tenantId,
+        { limit: this.#quotas.caCertificates, resource: 'CA certificates', setting: 'TPS_QUOTA_CA_CERTIFICATES' },
+        countRows('ca_certificates', tenantId),
+      );
       const now = new Date().toISOString();
       const record = { id: crypto.randomUUID(), tenantId, entries, createdAt: now, updatedAt: now };
       await tx.run('INSERT INTO ca_certificates (id, tenant_id, entries, created_at, updated_at) VALUES (?, ?, ?, ?, ?)', [
@@ -539,17 +570,31 @@ async function writeCrlStatus(tx: Queryable, id: string, entryIndex: number, sta
   await tx.run('UPDATE ca_certificates SET entries = ? WHERE id = ?', [JSON.stringify(entries), id]);
 }
 
-export type DeleteOutcome = { deleted: true } | { deleted: false; referencedBy: string[] };
+/**
+ * Not deleted, either because the tenant has no such resource (`notFound`, whatever another tenant
+ * holds) or because configurations refer to it: `referencedBy` lists the tenant's own; a reference
+ * from another tenant's configuration (which the API never lets one make) also keeps it, unnamed.
+ */
+export type DeleteOutcome = { deleted: true } | { deleted: false; notFound: true } | { deleted: false; notFound: false; referencedBy: string[] };
 
 async function deleteUnreferenced(db: Db, table: 'certificates' | 'ca_certificates', tenantId: string, id: string): Promise<DeleteOutcome> {
+  const kind = table === 'certificates' ? 'certificate' : 'caCertificate';
   return db.transaction(async (tx) => {
-    const referencedBy = (
-      await tx.all<{ config_id: string }>('SELECT DISTINCT config_id FROM config_references WHERE ref_id = ? ORDER BY config_id', [id])
-    ).map((row) => row.config_id);
-    if (referencedBy.length > 0) return { deleted: false, referencedBy };
+    // Ownership first: another tenant's id is answered exactly as an unknown one.
+    const owned = await tx.one(`SELECT id FROM ${table} WHERE id = ? AND tenant_id = ?`, [id, tenantId]);
+    if (!owned) return { deleted: false, notFound: true };
+    const references = await tx.all<{ config_id: string; tenant_id: string }>(
+      `SELECT DISTINCT r.config_id, c.tenant_id FROM config_references r JOIN traffic_configs c ON c.id = r.config_id
+       WHERE r.ref_kind = ? AND r.ref_id = ? ORDER BY r.config_id`,
+      [kind, id],
+    );
+    if (references.length > 0) {
+      return { deleted: false, notFound: false, referencedBy: references.filter((row) => row.tenant_id === tenantId).map((row) => row.config_id) };
+    }
     const deleted = await tx.run(`DELETE FROM ${table} WHERE id = ? AND tenant_id = ?`, [id, tenantId]);
-    if (deleted > 0) await bumpRevision(tx);
-    return deleted > 0 ? { deleted: true } : { deleted: false, referencedBy: [] };
+    if (deleted === 0) return { deleted: false, notFound: true };
+    await bumpRevision(tx);
+    return { deleted: true };
   });
 }
 

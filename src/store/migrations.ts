@@ -331,6 +331,15 @@ const MIGRATIONS: Migration[] = [
       `ALTER TABLE traffic_configs ADD COLUMN interim_attributes TEXT`,
     ],
   },
+  {
+    id: 5,
+    name: 'front-end binding holders',
+    statements: () => [
+      // JSON {"ip|port|protocol": revision}: since when a configuration claims each of its bindings.
+      // NULL (rows from before): the configuration's own revision stands in (traffic-configs.ts).
+      `ALTER TABLE traffic_configs ADD COLUMN binding_since TEXT`,
+    ],
+  },
 ];
 
 export const LATEST_MIGRATION = MIGRATIONS.at(-1)!.id;

@@ -3,6 +3,7 @@ import type { Db, Queryable } from './db.ts';
 import { UniqueViolation } from './db.ts';
 import { ConflictError } from './errors.ts';
 import { bumpRevision } from './revision.ts';
+import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 import type { ProxyType, TrafficConfigAttributes, HttpProxyAttributes, L4ProxyAttributes } from '../api/schemas/traffic-config.ts';
 import { HTTP_PROXY } from '../api/schemas/traffic-config.ts';
 import { canonicalIp } from '../net/ip.ts';
@@ -17,6 +18,11 @@ export interface TrafficConfigRecord {
   attributes: StoredAttributes;
   /** The store revision of the last change: edge nodes report which revision they serve. */
   revision: number;
+  /**
+   * Per front-end binding (`bindingKey`), the store revision since which this configuration has
+   * claimed it: the edge gives a contested binding to the longest holder (edge/runtime/binding-arbiter.ts).
+   */
+  bindingSince: Record<string, number>;
   createdAt: string;
   updatedAt: string;
   /**
@@ -44,21 +50,60 @@ interface Row {
   type: string;
   attributes: string;
   revision: number;
+  binding_since: string | null;
   created_at: string;
   updated_at: string;
   interim_attributes?: string | null;
 }
 
-const fromRow = (row: Row): TrafficConfigRecord => ({
-  id: row.id,
-  tenantId: row.tenant_id,
-  type: row.type as ProxyType,
-  attributes: JSON.parse(row.attributes) as StoredAttributes,
-  revision: Number(row.revision),
-  createdAt: row.created_at,
-  updatedAt: row.updated_at,
-  ...(row.interim_attributes != null && { interimAttributes: JSON.parse(row.interim_attributes) as StoredAttributes }),
-});
+const fromRow = (row: Row): TrafficConfigRecord => {
+  const type = row.type as ProxyType;
+  const attributes = JSON.parse(row.attributes) as StoredAttributes;
+  const interimAttributes = row.interim_attributes == null ? undefined : (JSON.parse(row.interim_attributes) as StoredAttributes);
+  const revision = Number(row.revision);
+  const previousSince = row.binding_since === null ? {} : (JSON.parse(row.binding_since) as Record<string, number>);
+  return {
+    id: row.id,
+    tenantId: row.tenant_id,
+    type,
+    attributes,
+    revision,
+    bindingSince: withBindingSince({ type, attributes, interimAttributes }, previousSince, revision),
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    ...(interimAttributes !== undefined && { interimAttributes }),
+  };
+};
+
+/** "ip|port|protocol": one front-end binding. */
+export const bindingKey = (binding: { ip: string; port: number; protocol: string }) => `${binding.ip}|${binding.port}|${binding.protocol}`;
+
+/**
+ * The (ip, port, protocol) triples a configuration holds: those of its attributes and, while a
+ * certificate it names is pending, those of the interim attributes the edge serves meanwhile.
+ */
+export function heldBindings(record: Pick<TrafficConfigRecord, 'type' | 'attributes' | 'interimAttributes'>): { ip: string; port: number; protocol: string }[] {
+  const served = record.interimAttributes ? [record.attributes, record.interimAttributes] : [record.attributes];
+  const bindings = new Map(served.flatMap((attributes) => frontendBindings(record.type, attributes)).map((b) => [bindingKey(b), b]));
+  return [...bindings.values()];
+}
+
+/**
+ * The since-revision of each of the configuration's bindings: kept from `previous` where the
+ * binding was already claimed, `revision` for one claimed from this revision on.
+ */
+function withBindingSince(
+  record: Pick<TrafficConfigRecord, 'type' | 'attributes' | 'interimAttributes'>,
+  previous: Record<string, number>,
+  revision: number,
+): Record<string, number> {
+  const since: Record<string, number> = {};
+  for (const binding of heldBindings(record)) {
+    const key = bindingKey(binding);
+    since[key] = previous[key] ?? revision;
+  }
+  return since;
+}
 
 /** The certificate an HTTP proxy's front end serves; undefined for plain HTTP and layer 4. */
 export function frontendCertificateId(type: ProxyType, attributes: StoredAttributes): string | undefined {
@@ -94,7 +139,12 @@ export async function releaseInterimAttributes(tx: Queryable, certificateId: str
     const record = fromRow(row);
     if (frontendCertificateId(record.type, record.attributes) !== certificateId) continue;
     delete record.interimAttributes;
-    await tx.run('UPDATE traffic_configs SET interim_attributes = NULL WHERE id = ?', [record.id]);
+    record.bindingSince = withBindingSince(record, record.bindingSince, record.revision);
+    await tx.run('UPDATE traffic_configs SET interim_attributes = NULL, binding_since = ? WHERE id = ? AND tenant_id = ?', [
+      JSON.stringify(record.bindingSince),
+      record.id,
+      record.tenantId,
+    ]);
     await rewriteIndexes(tx, record);
   }
 }
@@ -122,27 +172,38 @@ export function configReferences(type: ProxyType, attributes: StoredAttributes):
 
 export const PORT_IN_USE = 'PORT_IN_USE';
 
+/**
+ * Rows that hang off a configuration (bindings, references, edge status), reached only through a
+ * configuration of the tenant: no statement can touch another tenant's rows, whatever id it gets.
+ */
+const OWNED_CONFIG = 'config_id IN (SELECT id FROM traffic_configs WHERE id = ? AND tenant_id = ?)';
+
 export class TrafficConfigRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
   async create(tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(tx, tenantId, { limit: this.#quotas.proxies, resource: 'proxies', setting: 'TPS_QUOTA_PROXIES' }, countRows('traffic_configs', tenantId));
       const now = new Date().toISOString();
+      const revision = await bumpRevision(tx);
       const record: TrafficConfigRecord = {
         id: crypto.randomUUID(),
         tenantId,
         type,
         attributes,
-        revision: await bumpRevision(tx),
+        revision,
+        bindingSince: withBindingSince({ type, attributes }, {}, revision),
         createdAt: now,
         updatedAt: now,
       };
       await tx.run(
-        'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
-        [record.id, tenantId, type, JSON.stringify(attributes), record.revision, now, now],
+        'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, binding_since, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+        [record.id, tenantId, type, JSON.stringify(attributes), record.revision, JSON.stringify(record.bindingSince), now, now],
       );
       await writeIndexes(tx, record);
       return record;
@@ -150,15 +211,16 @@ export class TrafficConfigRepository {
   }
 
   /**
-   * Replaces the attributes of a configuration (PUT, and PATCH after merging). When they name a
-   * front-end certificate that is not issued yet, what the edge served so far stays served (and
-   * its ports assigned) as the interim attributes, until the certificate is issued.
+   * Replaces the attributes of a configuration of the tenant (PUT, and PATCH after merging).
+   * `current` is what the caller read; the write is scoped by `tenantId` whatever it says. When the
+   * attributes name a front-end certificate that is not issued yet, what the edge served so far
+   * stays served (and its ports assigned) as the interim attributes, until the certificate is issued.
    */
-  async replace(current: TrafficConfigRecord, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
+  async replace(tenantId: string, current: TrafficConfigRecord, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
       const revision = await bumpRevision(tx);
       // Read again inside the transaction (after the revision's lock): what is served now.
-      const row = await tx.one<Row>('SELECT * FROM traffic_configs WHERE id = ? AND tenant_id = ?', [current.id, current.tenantId]);
+      const row = await tx.one<Row>('SELECT * FROM traffic_configs WHERE id = ? AND tenant_id = ?', [current.id, tenantId]);
       if (!row) throw new ConflictError('CONCURRENT_DELETE', 'the traffic configuration was deleted meanwhile');
       const stored = fromRow(row);
       const wanted = frontendCertificateId(stored.type, attributes);
@@ -171,24 +233,32 @@ export class TrafficConfigRepository {
       };
       delete record.interimAttributes;
       if (interim !== undefined) record.interimAttributes = interim;
-      await tx.run('UPDATE traffic_configs SET attributes = ?, interim_attributes = ?, revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?', [
-        JSON.stringify(attributes),
-        interim === undefined ? null : JSON.stringify(interim),
-        record.revision,
-        record.updatedAt,
-        record.id,
-        record.tenantId,
-      ]);
+      record.bindingSince = withBindingSince(record, stored.bindingSince, revision);
+      await tx.run(
+        'UPDATE traffic_configs SET attributes = ?, interim_attributes = ?, revision = ?, binding_since = ?, updated_at = ? WHERE id = ? AND tenant_id = ?',
+        [
+          JSON.stringify(attributes),
+          interim === undefined ? null : JSON.stringify(interim),
+          record.revision,
+          JSON.stringify(record.bindingSince),
+          record.updatedAt,
+          record.id,
+          tenantId,
+        ],
+      );
       await rewriteIndexes(tx, record);
       return record;
     });
   }
 
+  /** Deletes a configuration of the tenant with its bindings, references and status; false (nothing changed) for any other id. */
   async delete(tenantId: string, id: string): Promise<boolean> {
     return this.db.transaction(async (tx) => {
-      await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [id]);
-      await tx.run('DELETE FROM config_references WHERE config_id = ?', [id]);
-      await tx.run('DELETE FROM edge_status WHERE config_id = ?', [id]);
+      const owned = await tx.one('SELECT id FROM traffic_configs WHERE id = ? AND tenant_id = ?', [id, tenantId]);
+      if (!owned) return false;
+      await tx.run(`DELETE FROM frontend_bindings WHERE ${OWNED_CONFIG}`, [id, tenantId]);
+      await tx.run(`DELETE FROM config_references WHERE ${OWNED_CONFIG}`, [id, tenantId]);
+      await tx.run(`DELETE FROM edge_status WHERE ${OWNED_CONFIG}`, [id, tenantId]);
       const deleted = await tx.run('DELETE FROM traffic_configs WHERE id = ? AND tenant_id = ?', [id, tenantId]);
       if (deleted > 0) await bumpRevision(tx);
       return deleted > 0;
@@ -222,8 +292,8 @@ export class TrafficConfigRepository {
 }
 
 async function rewriteIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
-  await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [record.id]);
-  await tx.run('DELETE FROM config_references WHERE config_id = ?', [record.id]);
+  await tx.run(`DELETE FROM frontend_bindings WHERE ${OWNED_CONFIG}`, [record.id, record.tenantId]);
+  await tx.run(`DELETE FROM config_references WHERE ${OWNED_CONFIG}`, [record.id, record.tenantId]);
   await writeIndexes(tx, record);
 }
 
@@ -233,8 +303,7 @@ async function rewriteIndexes(tx: Queryable, record: TrafficConfigRecord): Promi
  */
 async function writeIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
   const served = record.interimAttributes ? [record.attributes, record.interimAttributes] : [record.attributes];
-  const bindings = new Map(served.flatMap((attributes) => frontendBindings(record.type, attributes)).map((b) => [`${b.ip}|${b.port}|${b.protocol}`, b]));
-  for (const binding of bindings.values()) {
+  for (const binding of heldBindings(record)) {
     try {
       await tx.run('INSERT INTO frontend_bindings (ip, port, protocol, config_id) VALUES (?, ?, ?, ?)', [
         binding.ip,

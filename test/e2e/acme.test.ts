@@ -25,7 +25,7 @@ import { startPebble, type Pebble } from '../support/pebble.ts';
 import { startTps, createTenant, openStoreOf, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import type { Store } from '../../src/store/index.ts';
-import { SecretBox } from '../../src/certs/secret-box.ts';
+import { SecretBox, acmeAccountKeyBinding, certificateKeyBinding } from '../../src/certs/secret-box.ts';
 import { AcmeChallengeResponder } from '../../src/certs/acme-challenges.ts';
 import { AcmeService } from '../../src/certs/acme.ts';
 import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../src/certs/acme-tls-alpn.ts';
@@ -98,7 +98,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
         void (async () => {
           const record = servedCertificateId ? await store.certificates.getAny(servedCertificateId) : undefined;
           if (!record?.certificatePem || !record.sealedPrivateKey) return callback(new Error(`nothing to serve for ${servername}`), undefined);
-          callback(null, tls.createSecureContext({ cert: record.certificatePem + (record.chainPem ?? ''), key: secrets.open(record.sealedPrivateKey) }));
+          callback(null, tls.createSecureContext({ cert: record.certificatePem + (record.chainPem ?? ''), key: secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)) }));
         })().catch((error: Error) => callback(error, undefined));
       },
     });
@@ -165,7 +165,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
   async function deactivateValidAuthorizations(): Promise<string[]> {
     const account = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
-    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey), accountUrl: account.accountUrl });
+    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)), accountUrl: account.accountUrl });
     // POST-as-GET of the account's orders list (RFC 8555 section 7.1.2.1), which acme-client has no method for.
     const { api: acmeApi } = client as unknown as {
       api: { apiRequest(url: string, payload: null, validStatusCodes: number[]): Promise<{ data: { orders: string[] }; headers: { link?: string } }> };
@@ -275,7 +275,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     assert.ok(!account.sealedPrivateKey.includes('PRIVATE KEY'), 'the account key is sealed');
     // The CA deactivates it (here: its owner does, through the CA).
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
-    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey), accountUrl: account.accountUrl });
+    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)), accountUrl: account.accountUrl });
     const deactivated = await client.updateAccount({ status: 'deactivated' });
     assert.equal(deactivated.status, 'deactivated');
 

@@ -26,7 +26,7 @@ import { TenantApi, request } from '../support/api-client.ts';
 import { TestCa } from '../support/pki.ts';
 import { waitFor } from '../support/wait.ts';
 import type { Store } from '../../src/store/index.ts';
-import { SecretBox } from '../../src/certs/secret-box.ts';
+import { SecretBox, acmeAccountKeyBinding } from '../../src/certs/secret-box.ts';
 import { ACME_TLS_ALPN_PROTOCOL } from '../../src/certs/acme-tls-alpn.ts';
 
 const PEBBLE_IP = '127.0.0.150';
@@ -267,7 +267,7 @@ describe('hostile tenants: certificates only for domains a tenant controls', () 
     assert.ok(!accountA.sealedPrivateKey.includes('PRIVATE KEY'), 'account keys are sealed');
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
     for (const account of [accountA, accountB]) {
-      const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey), accountUrl: account.accountUrl });
+      const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, account.tenantId)), accountUrl: account.accountUrl });
       const atCa = await client.updateAccount();
       assert.equal(atCa.status, 'valid', `${account.tenantId}'s account is registered at the CA`);
       assert.deepEqual(atCa.contact, ['mailto:ops@tps.test']);

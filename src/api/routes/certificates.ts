@@ -17,8 +17,9 @@ import { registerOwnedResourceRoutes } from './owned-resources.ts';
 import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { validateBody } from '../schemas/validator.ts';
 import { CertificateCheckError, checkCustomerCertificate } from '../../certs/x509.ts';
-import { AcmeOrderRefused, type AcmeOrderLimits, type CertificateRecord } from '../../store/certificates.ts';
+import { AcmeOrderRefused, CertificateRepository, type AcmeOrderLimits, type CertificateRecord } from '../../store/certificates.ts';
 import { normalizeDomain } from '../../certs/acme-challenges.ts';
+import { certificateKeyBinding } from '../../certs/secret-box.ts';
 
 const BASE = '/api/v2/traffic-mgmt/certificates';
 
@@ -146,9 +147,16 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
       if (!(error instanceof CertificateCheckError)) throw error;
       throw new ApiError(422, error.code, error.message, { pointer: `/data/attributes/${error.field}` });
     }
+    const tenantId = request.principal!.tenantId;
+    const id = CertificateRepository.newId();
     const record = await deps.store.certificates.createCustomer(
-      request.principal!.tenantId,
-      { certificatePem: checked.certificatePem, chainPem: checked.chainPem, sealedPrivateKey: deps.secrets.seal(checked.privateKeyPem) },
+      tenantId,
+      {
+        id,
+        certificatePem: checked.certificatePem,
+        chainPem: checked.chainPem,
+        sealedPrivateKey: deps.secrets.seal(checked.privateKeyPem, certificateKeyBinding({ id, tenantId })),
+      },
       checked.facts,
     );
     return { data: toCertificateResource(record) };

@@ -121,7 +121,7 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
       checkAccount(data.relationships, tenantId);
       const attributes = withoutReadOnly(data.attributes);
       await checkReferences(deps, tenantId, data.type, attributes);
-      const record = await store.trafficConfigs.replace(current, attributes);
+      const record = await store.trafficConfigs.replace(tenantId, current, attributes);
       void reply.type(JSONAPI_MEDIA_TYPE);
       return { data: (await present([record]))[0] };
     },
@@ -152,7 +152,7 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
       const document = validateBody(TrafficConfigDocument, { data: { type: current.type, attributes: withoutReadOnly(merged) } });
       const attributes = withoutReadOnly(document.data.attributes);
       await checkReferences(deps, tenantId, current.type, attributes);
-      const record = await store.trafficConfigs.replace(current, attributes);
+      const record = await store.trafficConfigs.replace(tenantId, current, attributes);
       void reply.type(JSONAPI_MEDIA_TYPE);
       return { data: (await present([record]))[0] };
     },

@@ -4,7 +4,7 @@
  */
 import crypto from 'node:crypto';
 import type { Store } from '../../store/index.ts';
-import type { SecretBox } from '../../certs/secret-box.ts';
+import { certificateKeyBinding, type SecretBox } from '../../certs/secret-box.ts';
 import type { TrafficConfigRecord } from '../../store/traffic-configs.ts';
 import type { HttpProxyAttributes, L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
@@ -82,7 +82,7 @@ export class ConfigResolver {
     const unresolved = (detail: string): Unresolved => ({ id: record.id, unresolved: detail, state: 'ERROR' });
 
     if (attributes.frontend.certificateId) {
-      const material = await this.#material(attributes.frontend.certificateId, versions);
+      const material = await this.#material(record.tenantId, attributes.frontend.certificateId, versions);
       if (!material) return unresolved(`certificate ${attributes.frontend.certificateId} is not issued`);
       resolved.frontendCertificate = material;
     }
@@ -90,7 +90,7 @@ export class ConfigResolver {
     if (verification) {
       resolved.clientVerification = {
         mode: verification.mode,
-        caPems: await this.#caPems(verification.caCertificateIds, versions),
+        caPems: await this.#caPems(record.tenantId, verification.caCertificateIds, versions),
         crlPems: verification.verifyCrl ? await this.#crls(verification.caCertificateIds) : [],
       };
       if (verification.verifyCrl) versions.push(`crl:${digest(resolved.clientVerification.crlPems.join(''))}`);
@@ -98,7 +98,7 @@ export class ConfigResolver {
     const tls = attributes.backend.tlsSettings;
     if (tls) {
       if (tls.clientCertificateId) {
-        const material = await this.#material(tls.clientCertificateId, versions);
+        const material = await this.#material(record.tenantId, tls.clientCertificateId, versions);
         if (!material) return unresolved(`certificate ${tls.clientCertificateId} is not available`);
         resolved.originClientCertificate = material;
       }
@@ -107,29 +107,30 @@ export class ConfigResolver {
         ? { mode: 'NONE' }
         : verify.mode === 'SYSTEM_TRUSTSTORE'
           ? { mode: 'SYSTEM_TRUSTSTORE' }
-          : { mode: 'CUSTOM_TRUSTSTORE', caPems: await this.#caPems(verify.caCertificateIds ?? [], versions) };
+          : { mode: 'CUSTOM_TRUSTSTORE', caPems: await this.#caPems(record.tenantId, verify.caCertificateIds ?? [], versions) };
     }
     return { config: { type: 'httpProxy', ...resolved }, version: versions.join('/') };
   }
 
-  async #material(certificateId: string, versions: string[]): Promise<Material | undefined> {
-    const record = await this.#store.certificates.getAny(certificateId);
+  /** A certificate of the configuration's own tenant only: another tenant's id is as good as unknown. */
+  async #material(tenantId: string, certificateId: string, versions: string[]): Promise<Material | undefined> {
+    const record = await this.#store.certificates.get(tenantId, certificateId);
     if (!record) return undefined;
     versions.push(`cert:${record.id}@${record.revision}`);
     const cached = this.#materials.get(record.id);
     if (cached && cached.revision === record.revision) return cached.material;
     const material =
       record.status === 'ISSUED' && record.certificatePem && record.sealedPrivateKey
-        ? { certificatePem: record.certificatePem + (record.chainPem ?? ''), privateKeyPem: this.#secrets.open(record.sealedPrivateKey) }
+        ? { certificatePem: record.certificatePem + (record.chainPem ?? ''), privateKeyPem: this.#secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)) }
         : undefined;
     this.#materials.set(record.id, { revision: record.revision, material });
     return material;
   }
 
-  async #caPems(ids: readonly string[], versions: string[]): Promise<string[]> {
+  async #caPems(tenantId: string, ids: readonly string[], versions: string[]): Promise<string[]> {
     const pems: string[] = [];
     for (const id of ids) {
-      const record = await this.#store.caCertificates.getAny(id);
+      const record = await this.#store.caCertificates.get(tenantId, id);
       if (!record) continue;
       versions.push(`ca:${id}@${record.updatedAt}`);
       pems.push(...record.entries.map((entry) => entry.certificate));

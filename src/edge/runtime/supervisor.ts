@@ -6,6 +6,8 @@
  *   certificate) sends a new snapshot. Workers leave unchanged configurations alone.
  * - Status: a configuration is ACTIVE on this node once every worker serves its current version,
  *   ERROR as soon as one worker cannot (the reason goes to `statusDetail`).
+ * - Bindings: one configuration per front-end (ip, port, protocol), decided here for every worker
+ *   (binding-arbiter.ts); a configuration refused a binding is not handed to the workers at all.
  * - Failure: a worker that dies is started again with the current snapshot; the others keep serving
  *   (they share the ports through SO_REUSEPORT), and nothing is lost: the store has it all.
  */
@@ -17,6 +19,7 @@ import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
 import type { InsightEvent } from '../../insight/event.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
+import { arbitrateBindings } from './binding-arbiter.ts';
 import type { SharedTable } from '../shared-counters/shared-table.ts';
 import { createRateTable } from '../shared-counters/shared-rate-store.ts';
 import { createFloodTable } from '../shared-counters/shared-flood-limiter.ts';
@@ -105,6 +108,8 @@ export class EdgeSupervisor {
   /** Configuration id -> revision, of what the snapshot holds. */
   #revisions = new Map<string, number>();
   #published = new Map<string, Published>();
+  /** Configurations refused a binding at the last reload (logged once per refusal, not per reload). */
+  #bindingRefused = new Set<string>();
   #storeRevision = -1;
   #timers: NodeJS.Timeout[] = [];
   #stopping = false;
@@ -356,7 +361,17 @@ export class EdgeSupervisor {
     const entries: ConfigEntry[] = [];
     const revisions = new Map<string, number>();
     const unresolved = new Map<string, Published & { detail: string }>();
-    for (const record of records) {
+    const { served, refused } = arbitrateBindings(records);
+    for (const [id, detail] of refused) {
+      const record = records.find((candidate) => candidate.id === id)!;
+      revisions.set(id, record.revision);
+      unresolved.set(id, { revision: record.revision, state: 'ERROR', detail });
+      if (!this.#bindingRefused.has(id)) {
+        this.#options.logger.warn({ configId: id, tenantId: record.tenantId, detail }, 'edge refuses a configuration: its front-end binding is served by another');
+      }
+    }
+    this.#bindingRefused = new Set(refused.keys());
+    for (const record of served) {
       revisions.set(record.id, record.revision);
       try {
         const resolved = await this.#resolver.resolve(record);
@@ -377,7 +392,10 @@ export class EdgeSupervisor {
       this.#enqueueReport(() => store.edgeStatus.forget(this.#options.nodeId, id));
     }
     this.#options.metrics.edgeConfigs.reset();
-    for (const record of records) this.#options.metrics.edgeConfigs.inc({ type: record.type, state: unresolved.get(record.id)?.state ?? 'LOADED' });
+    for (const record of records) {
+      const state = refused.has(record.id) ? 'BINDING_REFUSED' : (unresolved.get(record.id)?.state ?? 'LOADED');
+      this.#options.metrics.edgeConfigs.inc({ type: record.type, state });
+    }
   }
 
   /** Combines the workers' reports on one configuration into this node's status for it. */
