@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import crypto from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
+import { Counter } from 'prom-client';
 import type { Settings } from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { SecretBox } from '../certs/secret-box.ts';
@@ -20,6 +21,10 @@ import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
 import { crlsFor } from '../certs/crl.ts';
 import type { Scope } from '../store/service-accounts.ts';
+import { OriginPolicy, type OriginPolicySettings } from '../edge/net/origin-policy.ts';
+import { OriginGuard } from '../edge/net/origin-guard.ts';
+import { createOriginResolver } from '../edge/net/origin-resolver.ts';
+import { originPolicySettings, ownHosts } from './own-listeners.ts';
 
 export interface RunningService {
   urls: PublicUrls;
@@ -47,6 +52,10 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   });
   await tokens.init();
   const metrics = createMetrics();
+  // The origin policy refuses the service's own addresses; the hosts are known now (a name that
+  // does not resolve stops the start), the listeners' ports once they are bound below.
+  const hosts = await ownHosts(settings);
+  let originPolicy: OriginPolicy | undefined;
   // Service-issued certificates (ACME) and CA certificates' CRLs: background work next to the API.
   let acme: AcmeService | undefined;
   const app = await buildApiServer({
@@ -58,6 +67,9 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     urls,
     get acme() {
       return acme;
+    },
+    get originPolicy() {
+      return originPolicy;
     },
   });
   if (settings.acmeDirectoryUrl) {
@@ -72,7 +84,7 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
       registry: metrics.registry,
     });
   }
-  const crl = new CrlService({ store, logger: app.log, refreshIntervalMs: settings.crlRefreshSeconds * 1000 });
+  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
   await app.listen({ host: settings.apiListen.host, port: settings.apiListen.port });
 
   const address = app.server.address() as AddressInfo;
@@ -80,11 +92,21 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   const ownUrl = `http://${host}:${address.port}`;
   urls.baseUrl ||= ownUrl;
   urls.authUrl ||= ownUrl;
+  const policySettings = originPolicySettings(settings, hosts, [{ host: address.address, port: address.port }, operators.address]);
+  originPolicy = new OriginPolicy(policySettings);
 
-  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log) : undefined;
+  const crl = new CrlService({
+    store,
+    logger: app.log,
+    originGuard: originGuardFor(originPolicy, settings, app.log, metrics),
+    refreshIntervalMs: settings.crlRefreshSeconds * 1000,
+    fetchTimeoutMs: settings.crlFetchTimeoutSeconds * 1000,
+    maxBytes: settings.crlMaxBytes,
+    registry: metrics.registry,
+  });
+  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings) : undefined;
   acme?.start();
   crl.start();
-  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
 
   app.log.info(
     { apiUrl: ownUrl, metricsUrl: operators.url, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect, edge: settings.edge },
@@ -114,8 +136,11 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   const secrets = SecretBox.fromSettings(settings);
   const logger = pino({ level: settings.logLevel });
   const metrics = createMetrics();
-  const edge = await startEdge(settings, store, secrets, metrics, logger);
+  const hosts = await ownHosts(settings);
   const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
+  // This node runs no API; TPS_API_LISTEN names where the cluster's API listens, refused as an origin too.
+  const policySettings = originPolicySettings(settings, hosts, [settings.apiListen, operators.address]);
+  const edge = await startEdge(settings, store, secrets, metrics, logger, policySettings);
   logger.info({ nodeId: settings.nodeId, metricsUrl: operators.url, store: store.db.dialect }, 'tps edge ready');
   return {
     metricsUrl: operators.url,
@@ -127,7 +152,14 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   };
 }
 
-export async function startEdge(settings: Settings, store: Store, secrets: SecretBox, metrics: Metrics, logger: EdgeLogger): Promise<EdgeSupervisor> {
+export async function startEdge(
+  settings: Settings,
+  store: Store,
+  secrets: SecretBox,
+  metrics: Metrics,
+  logger: EdgeLogger,
+  originPolicy: OriginPolicySettings,
+): Promise<EdgeSupervisor> {
   const challenges = new AcmeChallengeResponder(store.acmeChallenges);
   const edge = new EdgeSupervisor({
     store,
@@ -148,12 +180,30 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     wafBodyLimits: { request: settings.wafRequestBodyLimit, response: settings.wafResponseBodyLimit, action: settings.wafBodyLimitAction },
     redisUrl: settings.redisUrl,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
+    origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),
   });
   await edge.start();
   return edge;
+}
+
+/**
+ * The guard of the control plane's own fetches on a tenant's behalf (CRLs): the same policy and
+ * resolver as the edge's; a refusal is counted and logged.
+ */
+function originGuardFor(policy: OriginPolicy, settings: Settings, logger: EdgeLogger, metrics: Metrics): OriginGuard {
+  const refused = new Counter({
+    name: 'tps_origin_refused_total',
+    help: 'Connections the control plane was asked to make on a tenant\'s behalf (CRL fetches) that the origin policy refused, by class of address.',
+    labelNames: ['scope', 'reason'],
+    registers: [metrics.registry],
+  });
+  return new OriginGuard(policy, createOriginResolver(settings.originResolver), (refusal) => {
+    refused.inc({ scope: refusal.scope, reason: refusal.reason });
+    logger.warn({ scope: refusal.scope, host: refusal.host, address: refusal.address, port: refusal.port, reason: refusal.reason }, 'origin refused by the origin policy');
+  });
 }
 
 /** The node is healthy while its store answers. */

@@ -8,6 +8,7 @@ import path from 'node:path';
 import net from 'node:net';
 import { invalidCidrs } from '../edge/client-address/policy.ts';
 import { normalizeIp } from '../net/ip.ts';
+import { invalidResolverServers } from '../edge/net/origin-resolver.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -54,6 +55,17 @@ export interface Settings {
   acmeCaBundle: string | undefined;
   /** How often every CA certificate's CRL is fetched again. */
   crlRefreshSeconds: number;
+  /** A CRL larger than this is not read (the fetch fails). */
+  crlMaxBytes: number;
+  /** A CRL fetch (connect, redirects, whole body) that takes longer fails. */
+  crlFetchTimeoutSeconds: number;
+  /**
+   * Special-purpose networks (loopback, private, ...) opened for origins and CRL fetches; the
+   * service's own listeners stay refused whatever this says (src/edge/net/origin-policy.ts).
+   */
+  originAllowedNetworks: string[];
+  /** DNS servers (`ip`, `ip:port`, `[ipv6]:port`) that resolve origin names; empty = the system resolver. */
+  originResolver: string[];
   /** JSON-lines WAF audit log for a SIEM; unset = none. */
   wafAuditLog: string | undefined;
   /** ModSecurity threads per edge worker. */
@@ -115,6 +127,10 @@ const ENV: Record<keyof Settings, string> = {
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
+  crlMaxBytes: 'TPS_CRL_MAX_BYTES',
+  crlFetchTimeoutSeconds: 'TPS_CRL_FETCH_TIMEOUT_SECONDS',
+  originAllowedNetworks: 'TPS_ORIGIN_ALLOWED_NETWORKS',
+  originResolver: 'TPS_ORIGIN_RESOLVER',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -195,6 +211,18 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     fail('listenerProxyProtocol', `"${listenerProxyProtocol}" needs ${ENV.trustedProxies}: the load balancers' networks, the only peers whose PROXY headers are read`);
   }
 
+  const list = (key: keyof Settings): string[] => (raw(key) ?? '').split(',').map((entry) => entry.trim()).filter(Boolean);
+  const originAllowedNetworks = list('originAllowedNetworks');
+  const invalidNetworks = invalidCidrs(originAllowedNetworks);
+  if (invalidNetworks.length > 0) {
+    fail('originAllowedNetworks', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidNetworks.join('", "')}" is not`);
+  }
+  const originResolver = list('originResolver');
+  const invalidServers = invalidResolverServers(originResolver);
+  if (invalidServers.length > 0) {
+    fail('originResolver', `must be a comma list of DNS servers as ip, ip:port or [ipv6]:port, "${invalidServers.join('", "')}" is not`);
+  }
+
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     fail('databaseUrl', 'must start with postgres:// (leave it unset for the embedded SQLite store)');
@@ -272,6 +300,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeEmail,
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
+    crlMaxBytes: integer('crlMaxBytes', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    crlFetchTimeoutSeconds: integer('crlFetchTimeoutSeconds', 10, 1, 300),
+    originAllowedNetworks,
+    originResolver,
   };
 }
 

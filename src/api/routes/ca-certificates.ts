@@ -10,6 +10,7 @@ import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { CertificateCheckError, checkCaCertificate } from '../../certs/x509.ts';
 import type { CaCertificateEntry, CaCertificateRecord } from '../../store/certificates.ts';
 import { registerOwnedResourceRoutes } from './owned-resources.ts';
+import { crlUrlError, originPolicyOf } from '../origin-checks.ts';
 
 const BASE = '/api/v2/traffic-mgmt/ca-certificates';
 
@@ -95,8 +96,12 @@ export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps)
       checkAccount(data.relationships, request.principal!.tenantId);
       const errors: JsonApiErrorObject[] = [];
       const entries: CaCertificateEntry[] = [];
+      const policy = originPolicyOf(deps);
       for (const [index, entry] of data.attributes.certificates.entries()) {
         const field = `/data/attributes/certificates/${index}/certificate`;
+        // A literal internal address is refused now; a name is checked at every fetch (crl.ts).
+        const refused = entry.crlUrl === undefined ? undefined : crlUrlError(policy, entry.crlUrl, `/data/attributes/certificates/${index}/crlUrl`);
+        if (refused !== undefined) errors.push(refused);
         try {
           const certificate = checkCaCertificate(entry.certificate, `certificates[${index}].certificate`);
           entries.push({
