@@ -198,7 +198,10 @@ export class CrlService {
     this.#dispatcher = crlDispatcher(options.originGuard.for('crl'), timeoutMs);
     this.#fetch = { dispatcher: this.#dispatcher, timeoutMs, maxBytes: options.maxBytes ?? 1024 * 1024 };
     this.#concurrency = Math.max(1, options.concurrency ?? 4);
-    this.#verifier = options.verifier ?? new CrlVerifier();
+    // Checking a CRL takes heap in proportion to its size: room for the largest one the size limit
+    // lets through (docs/benchmarks.md, "CRL check"), never less than the verifier's default.
+    const maxHeapMb = Math.max(256, Math.ceil((this.#fetch.maxBytes / (1024 * 1024)) * 256));
+    this.#verifier = options.verifier ?? new CrlVerifier({ maxHeapMb });
     this.#failures =
       options.registry &&
       new Counter({

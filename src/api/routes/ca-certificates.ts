@@ -26,7 +26,14 @@ export const CaCertificateDocument = Type.Object(
                 {
                   certificate: Type.String({ minLength: 1, maxLength: 65536, description: 'PEM-encoded CA certificate.' }),
                   crlUrl: Type.Optional(
-                    Type.String({ format: 'uri', pattern: '^https?://', maxLength: 2048, description: 'URL of the certificate revocation list.' }),
+                    Type.String({
+                      format: 'uri',
+                      pattern: '^https?://',
+                      maxLength: 2048,
+                      description:
+                        "URL of the certificate revocation list. Fetched under the same origin policy as proxies' origins (an " +
+                        'internal address is refused: 422 ORIGIN_NOT_ALLOWED, or a failed fetch when a name or redirect leads there).',
+                    }),
                   ),
                 },
                 { additionalProperties: false },
