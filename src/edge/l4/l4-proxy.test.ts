@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClientAddressPolicy } from '../client-address/policy.ts';
 import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
-import { permissiveOriginGuard } from '../net/test-support.ts';
+import { permissiveOriginGuard, recordingOriginGuard } from '../net/test-support.ts';
 import { encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
 import {
@@ -522,6 +522,35 @@ describe('L4Proxy over UDP', () => {
     assert.equal(metrics.closed.UDP.IDLE_TIMEOUT, 2);
     const later = await udpExchange(FRONT, port, [Buffer.from('4')], { localAddress: '127.0.0.7' });
     assert.equal(later.replies[0]?.toString(), '4');
+  });
+});
+
+describe('L4Proxy and the origin policy', () => {
+  // Origins stored before the operator narrowed the policy: literal addresses are checked again at connect.
+  test('resets a TCP client whose only origin the policy refuses; the origin sees nothing, the refusal is reported', async (cleanup) => {
+    const echo = await origin(cleanup, '127.0.0.3');
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const { guard, refusals } = recordingOriginGuard({ allowedNetworks: [] });
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, originGuard: guard });
+    // A reset: the connect itself may already see it.
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.8'), 'ECONNRESET');
+    await eventually(() => metrics.closed.TCP.NO_HOST === 1);
+    assert.equal(echo.accepted, 0);
+    assert.deepEqual(refusals.map((r) => [r.scope, r.address, r.reason]), [['test-proxy', '127.0.0.3', 'loopback']]);
+  });
+
+  test('drops the datagrams of a UDP client whose origin the policy refuses', async (cleanup) => {
+    const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const { guard, refusals } = recordingOriginGuard({ allowedNetworks: ['127.0.0.0/8'], ownHosts: ['127.0.0.3'] });
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: echo.address, port: echo.port }], { protocols: ['UDP'] }), metrics, originGuard: guard });
+    const { replies } = await udpExchange(FRONT, port, [Buffer.from('x')], { replyTimeoutMs: 300 });
+    assert.deepEqual(replies, []);
+    assert.deepEqual(echo.received, []);
+    assert.equal(refusals[0]?.reason, 'own-listener');
+    assert.equal(metrics.originConnectFailures.UDP, 1);
   });
 });
 

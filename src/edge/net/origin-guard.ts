@@ -149,15 +149,19 @@ export class ScopedOriginGuard {
 
   /** net.connect to an origin: a refused literal gives a socket that fails at once, without a connect. */
   connect(options: net.TcpNetConnectOpts): net.Socket {
-    const refused = this.checkLiteral(options.host ?? '', options.port);
+    const host = options.host ?? '';
+    const refused = this.checkLiteral(host, options.port);
     if (refused !== undefined) return failedSocket(refused);
-    return net.connect({ ...options, lookup: this.lookup(options.host ?? '', options.port) as net.TcpNetConnectOpts['lookup'] });
+    // An IP literal is connected to as it is (checked above); anything else goes through the lookup.
+    if (net.isIP(host) !== 0) return net.connect(options);
+    return net.connect({ ...options, lookup: this.lookup(host, options.port) as net.TcpNetConnectOpts['lookup'] });
   }
 
-  /** tls.connect to an origin (the SNI name and the certificate check keep the host as configured). */
+  /** tls.connect to an origin (the certificate is checked against the host as configured). */
   connectTls(options: tls.ConnectionOptions & { host: string; port: number }): net.Socket {
     const refused = this.checkLiteral(options.host, options.port);
     if (refused !== undefined) return failedSocket(refused);
+    if (net.isIP(options.host) !== 0) return tls.connect(options);
     return tls.connect({ ...options, lookup: this.lookup(options.host, options.port) as net.TcpNetConnectOpts['lookup'] });
   }
 
