@@ -17,6 +17,7 @@ import { CrlVerifier } from './crl-verifier.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { recordingOriginGuard } from '../edge/net/test-support.ts';
 import { TestCa } from '../../test/support/pki.ts';
+import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 
 /** Allowed distribution points, and an "internal" one the policy refuses (loopback outside the allowed network). */
 const ALLOWED_IP = '127.0.0.236';
@@ -183,88 +184,91 @@ describe('CRL check off the event loop', () => {
   });
 });
 
-describe('CRL service: a few fetches at a time, generic errors for the tenant', () => {
-  let dir: string;
-  let store: Store;
-  let server: TestServer;
-  let held: http.ServerResponse[] = [];
-  let releaseAll = false;
-  let crlPem = '';
+// Both stores: the statuses of one CA certificate's entries, fetched at the same time, must all be kept.
+for (const kind of ['sqlite', 'postgres'] as const) {
+  describe(`CRL service: a few fetches at a time, generic errors for the tenant (${kind} store)`, () => {
+    let dir: string;
+    let store: Store;
+    let server: TestServer;
+    let held: http.ServerResponse[] = [];
+    let releaseAll = false;
+    let crlPem = '';
 
-  before(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-crl-fetch-'));
-    store = await openStore({ dataDir: dir, databaseUrl: undefined });
-    server = await serve(ALLOWED_IP, (request, response) => {
-      if (request.url?.startsWith('/fail')) return void response.writeHead(503).end();
-      if (releaseAll) return void response.end(crlPem);
-      held.push(response);
-    });
-  });
-  after(async () => {
-    for (const response of held) response.destroy();
-    await server.close();
-    await store.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-
-  it('holds no more than `concurrency` fetches open, and fetches them all', async () => {
-    const ca = await TestCa.create('Concurrent CA');
-    crlPem = await ca.crlPem();
-    const tenantId = (await store.tenants.create('crl-concurrency')).id;
-    const certificate = new X509Certificate(ca.certificatePem);
-    const entry = (index: number) => ({
-      certificate: ca.certificatePem,
-      crlUrl: server.url(`/crl-${index}`),
-      subject: 'CN=Concurrent CA',
-      fingerprint: certificate.fingerprint256,
-      notAfter: certificate.validToDate.toISOString(),
-    });
-    const record = await store.caCertificates.create(tenantId, [0, 1, 2, 3, 4].map(entry));
-    const { guard } = recordingOriginGuard({ allowedNetworks: [`${ALLOWED_IP}/32`] });
-    const service = new CrlService({ store, originGuard: guard, concurrency: 2, watchIntervalMs: 3_600_000, refreshIntervalMs: 3_600_000 });
-    try {
-      const pass = service.refreshAll();
-      const deadline = Date.now() + 5_000;
-      while (held.length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
-      assert.equal(held.length, 2, 'two fetches started');
-      // No third one joins while both are open.
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      assert.equal(server.requests.length, 2, 'no more than two at a time');
-      releaseAll = true;
-      for (const response of held.splice(0)) response.end(crlPem);
-      await pass;
-      assert.equal(server.requests.length, 5);
-      const shown = (await store.caCertificates.get(tenantId, record.id))!.entries;
-      assert.ok(shown.every((e) => e.crl?.error === null && e.crl.fetchedAt !== null), JSON.stringify(shown.map((e) => e.crl)));
-    } finally {
-      await service.stop();
-    }
-  });
-
-  it('tells the tenant the same thing whatever went wrong with the fetch', async () => {
-    const ca = await TestCa.create('Generic CA');
-    const tenantId = (await store.tenants.create('crl-generic')).id;
-    const certificate = new X509Certificate(ca.certificatePem);
-    const entry = (crlUrl: string) => ({ certificate: ca.certificatePem, crlUrl, subject: 'CN=Generic CA', fingerprint: certificate.fingerprint256, notAfter: certificate.validToDate.toISOString() });
-    const closedPort = await new Promise<number>((resolve) => {
-      const probe = net.createServer().listen(0, ALLOWED_IP, () => {
-        const { port } = probe.address() as net.AddressInfo;
-        probe.close(() => resolve(port));
+    before(async () => {
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-crl-fetch-'));
+      store = await openStore({ dataDir: dir, databaseUrl: kind === 'postgres' ? await freshPostgresDatabase() : undefined });
+      server = await serve(ALLOWED_IP, (request, response) => {
+        if (request.url?.startsWith('/fail')) return void response.writeHead(503).end();
+        if (releaseAll) return void response.end(crlPem);
+        held.push(response);
       });
     });
-    const record = await store.caCertificates.create(tenantId, [
-      entry(server.url('/fail')), // an HTTP error status
-      entry(`http://${ALLOWED_IP}:${closedPort}/crl`), // nothing listens
-      entry(`http://${INTERNAL_IP}:${closedPort}/crl`), // refused by the policy
-    ]);
-    const { guard } = recordingOriginGuard({ allowedNetworks: [`${ALLOWED_IP}/32`] });
-    const service = new CrlService({ store, originGuard: guard, watchIntervalMs: 3_600_000, refreshIntervalMs: 3_600_000 });
-    try {
-      await service.refreshAll();
-      const errors = (await store.caCertificates.get(tenantId, record.id))!.entries.map((e) => e.crl?.error);
-      assert.deepEqual(errors, [CRL_FETCH_FAILED, CRL_FETCH_FAILED, CRL_FETCH_FAILED]);
-    } finally {
-      await service.stop();
-    }
+    after(async () => {
+      for (const response of held) response.destroy();
+      await server.close();
+      await store.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('holds no more than `concurrency` fetches open, and fetches them all', async () => {
+      const ca = await TestCa.create('Concurrent CA');
+      crlPem = await ca.crlPem();
+      const tenantId = (await store.tenants.create('crl-concurrency')).id;
+      const certificate = new X509Certificate(ca.certificatePem);
+      const entry = (index: number) => ({
+        certificate: ca.certificatePem,
+        crlUrl: server.url(`/crl-${index}`),
+        subject: 'CN=Concurrent CA',
+        fingerprint: certificate.fingerprint256,
+        notAfter: certificate.validToDate.toISOString(),
+      });
+      const record = await store.caCertificates.create(tenantId, [0, 1, 2, 3, 4].map(entry));
+      const { guard } = recordingOriginGuard({ allowedNetworks: [`${ALLOWED_IP}/32`] });
+      const service = new CrlService({ store, originGuard: guard, concurrency: 2, watchIntervalMs: 3_600_000, refreshIntervalMs: 3_600_000 });
+      try {
+        const pass = service.refreshAll();
+        const deadline = Date.now() + 5_000;
+        while (held.length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+        assert.equal(held.length, 2, 'two fetches started');
+        // No third one joins while both are open.
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        assert.equal(server.requests.length, 2, 'no more than two at a time');
+        releaseAll = true;
+        for (const response of held.splice(0)) response.end(crlPem);
+        await pass;
+        assert.equal(server.requests.length, 5);
+        const shown = (await store.caCertificates.get(tenantId, record.id))!.entries;
+        assert.ok(shown.every((e) => e.crl?.error === null && e.crl.fetchedAt !== null), JSON.stringify(shown.map((e) => e.crl)));
+      } finally {
+        await service.stop();
+      }
+    });
+
+    it('tells the tenant the same thing whatever went wrong with the fetch', async () => {
+      const ca = await TestCa.create('Generic CA');
+      const tenantId = (await store.tenants.create('crl-generic')).id;
+      const certificate = new X509Certificate(ca.certificatePem);
+      const entry = (crlUrl: string) => ({ certificate: ca.certificatePem, crlUrl, subject: 'CN=Generic CA', fingerprint: certificate.fingerprint256, notAfter: certificate.validToDate.toISOString() });
+      const closedPort = await new Promise<number>((resolve) => {
+        const probe = net.createServer().listen(0, ALLOWED_IP, () => {
+          const { port } = probe.address() as net.AddressInfo;
+          probe.close(() => resolve(port));
+        });
+      });
+      const record = await store.caCertificates.create(tenantId, [
+        entry(server.url('/fail')), // an HTTP error status
+        entry(`http://${ALLOWED_IP}:${closedPort}/crl`), // nothing listens
+        entry(`http://${INTERNAL_IP}:${closedPort}/crl`), // refused by the policy
+      ]);
+      const { guard } = recordingOriginGuard({ allowedNetworks: [`${ALLOWED_IP}/32`] });
+      const service = new CrlService({ store, originGuard: guard, watchIntervalMs: 3_600_000, refreshIntervalMs: 3_600_000 });
+      try {
+        await service.refreshAll();
+        const errors = (await store.caCertificates.get(tenantId, record.id))!.entries.map((e) => e.crl?.error);
+        assert.deepEqual(errors, [CRL_FETCH_FAILED, CRL_FETCH_FAILED, CRL_FETCH_FAILED]);
+      } finally {
+        await service.stop();
+      }
+    });
   });
-});
+}

@@ -293,6 +293,10 @@ describe('hostile tenants: where the service connects on their behalf', () => {
       ]);
       return counts[0]! >= 3 && counts.slice(1).every((count) => count >= 1) ? true : undefined;
     });
+    // And logged by the edge worker, with the proxy and what was refused.
+    const logged = tps.output().split('\n').find((line) => line.includes('origin refused by the origin policy') && line.includes(toInternal.id));
+    assert.ok(logged, 'the refusal is in the log');
+    assert.match(logged, /"host":"internal\.test".*"address":"127\.0\.0\.224".*"reason":"loopback"/);
   });
 
   it('closes a layer 4 connection whose origin name resolves to an internal address, and counts it', async () => {
@@ -365,13 +369,15 @@ describe('hostile tenants: where the service connects on their behalf', () => {
           return entries.every((entry) => entry.crl?.attemptedAt) ? entries.map((entry) => entry.crl!) : undefined;
         },
         { timeoutMs: 30_000 },
-      );
+      ).catch((e) => { console.log(tps.output().split('\n').filter((l) => /crl|CRL/.test(l)).join('\n')); throw e; });
       assert.equal(internal.connections, before, 'the internal listener saw no connection');
       const [byName, byRedirect, missing] = statuses.map((status) => status.error);
       assert.ok(byName && !/127\.0\.0|refused|loopback|internal/i.test(byName), `generic: ${byName}`);
       assert.equal(byRedirect, byName, 'a redirect to an internal address reads the same');
       assert.equal(missing, byName, 'and the same as a plain 404: nothing tells what answers where');
-      assert.match(tps.output(), /origin refused by the origin policy/, "the operator's log has the reason");
+      const logged = tps.output().split('\n').filter((line) => line.includes('origin refused by the origin policy') && line.includes('"scope":"crl"'));
+      assert.equal(logged.length >= 2, true, "the operator's log has the reason, for the name and for the redirect");
+      assert.match(tps.output(), /answered HTTP 404.*crl: fetch failed/, "and the plain failure too");
     } finally {
       redirector.close();
     }
