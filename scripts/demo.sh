@@ -6,4 +6,7 @@ set -euo pipefail
 cd "$TPS_ROOT"
 # The sample threat feed lists documentation ranges only (192.0.2.0/24, ...).
 export TPS_THREAT_FEEDS="${TPS_THREAT_FEEDS:-$TPS_ROOT/src/edge/l4/sample-threat-feed.txt}"
+# Demo origins run on this machine's loopback, which the origin policy refuses as origins unless
+# allowed; the service's own listeners (API, metrics, front-end IPs) stay refused anyway.
+export TPS_ORIGIN_ALLOWED_NETWORKS="${TPS_ORIGIN_ALLOWED_NETWORKS:-127.0.0.0/8}"
 exec node bin/tps.js serve --demo "$@"

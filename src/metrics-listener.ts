@@ -20,6 +20,8 @@ export interface HealthReport {
 export interface MetricsListener {
   /** http://host:port of the listener. */
   readonly url: string;
+  /** The address and port bound (the port given, or the one the system chose for 0). */
+  readonly address: { host: string; port: number };
   close(): Promise<void>;
 }
 
@@ -74,6 +76,7 @@ export async function startMetricsListener(options: {
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return {
     url: `http://${host}:${address.port}`,
+    address: { host: address.address, port: address.port },
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -21,6 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
 import { HttpProxy } from '../../src/edge/http/http-proxy.ts';
+import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
 import { processCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
 import { freePort, splitAddress } from '../support/net.ts';
@@ -77,6 +78,8 @@ async function main(): Promise<void> {
         insight: { record() {}, updateRateLimitEpisode() {} },
         geo: loadGeoLookup({ withoutMmdb: true }),
         location: 'BEN',
+        // The benchmark's origin runs on loopback, which the product's origin policy refuses by default.
+        originGuard: permissiveOriginGuard(),
       },
     );
     await proxy.start();

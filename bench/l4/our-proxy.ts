@@ -8,6 +8,7 @@
 import { fileURLToPath } from 'node:url';
 import { L4Proxy } from '../../src/edge/l4/l4-proxy.ts';
 import { ThreatFeed } from '../../src/edge/l4/threat-feed.ts';
+import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
 import type { L4ProxyAttributes } from '../../src/api/schemas/traffic-config.ts';
 
 interface Settings {
@@ -39,10 +40,12 @@ function attributes(port: number, originPort: number): L4ProxyAttributes {
   };
 }
 
+// The benchmark's origins run on loopback, which the product's origin policy refuses by default.
+const originGuard = permissiveOriginGuard();
 const proxies = [
-  new L4Proxy({ id: 'bench-upload', attributes: attributes(settings.bulkPort, settings.sinkPort), threatFeed: feed }),
-  new L4Proxy({ id: 'bench-download', attributes: attributes(settings.downloadPort, settings.sourcePort), threatFeed: feed }),
-  new L4Proxy({ id: 'bench-connections', attributes: attributes(settings.connPort, settings.echoPort), threatFeed: feed }),
+  new L4Proxy({ id: 'bench-upload', attributes: attributes(settings.bulkPort, settings.sinkPort), threatFeed: feed, originGuard }),
+  new L4Proxy({ id: 'bench-download', attributes: attributes(settings.downloadPort, settings.sourcePort), threatFeed: feed, originGuard }),
+  new L4Proxy({ id: 'bench-connections', attributes: attributes(settings.connPort, settings.echoPort), threatFeed: feed, originGuard }),
 ];
 await Promise.all(proxies.map((proxy) => proxy.start()));
 process.on('message', async (message: { type: string }) => {

@@ -13,6 +13,7 @@ import { createModSecurityEngine } from '../../src/edge/http/waf/modsecurity-eng
 import { createCompiledEngine } from '../../src/edge/http/waf/compiled/compiled-engine.ts';
 import { createWafHook } from '../../src/edge/http/waf/waf-hook.ts';
 import { splitAddress } from '../support/net.ts';
+import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
 
 export interface TpsProxyArgs {
   /** WAF engine worker threads (the compiled engine: 0 = in the proxy's own thread). */
@@ -32,6 +33,8 @@ const deps = {
   geo: loadGeoLookup({ withoutMmdb: true }),
   location: 'BEN',
   waf: createWafHook(engine),
+  // The benchmark's origin runs on loopback, which the product's origin policy refuses by default.
+  originGuard: permissiveOriginGuard(),
 };
 const [originHost, originPort] = splitAddress(args.origin);
 const proxies = args.listen.map(

@@ -26,6 +26,7 @@ import { registerInsightRoutes } from './routes/insight.ts';
 import { registerPortalRoutes, portalSessionPrincipal } from './routes/portal.ts';
 import type { SecretBox } from '../certs/secret-box.ts';
 import type { AcmeService } from '../certs/acme.ts';
+import type { OriginPolicy } from '../edge/net/origin-policy.ts';
 
 /** The addresses the service is known by; filled in once the listener's port is known. */
 export interface PublicUrls {
@@ -42,6 +43,12 @@ export interface ApiDeps {
   urls: PublicUrls;
   /** The ACME service, when this process runs one: the certificate routes hand it new work. */
   acme?: Pick<AcmeService, 'enqueue' | 'renewNow'> | undefined;
+  /**
+   * Where the service may connect on a tenant's behalf: literal origin addresses and crlUrls are
+   * checked against it. Undefined until the listeners are bound (their ports are part of it);
+   * writes that need it answer 503 until then.
+   */
+  readonly originPolicy: OriginPolicy | undefined;
 }
 
 declare module 'fastify' {

@@ -6,114 +6,140 @@
  * good CRL stays in use. The edge asks `crlsFor(caCertificateIds)` for the CRLs of a proxy's CAs
  * (client certificate verification with `verifyCrl`, CUSTOM_TRUSTSTORE origin validation).
  *
+ * A `crlUrl` is the tenant's, so fetching it is connecting on a tenant's behalf:
+ * - every connection (the first and each redirect's) goes through the origin policy
+ *   (src/edge/net/origin-guard.ts); a refused address is never connected to;
+ * - the tenant sees one generic error for every failed fetch (refused, unreachable, timed out, an
+ *   HTTP status, too large, an answer that is no CRL), so a `crlUrl` cannot be used to probe what
+ *   answers where; the reason goes to the operator's log and to `tps_crl_fetch_failures_total`.
+ *   Only a real CRL that is not the CA's (issuer, signature) is described, as it concerns the
+ *   tenant's own CA;
+ * - fetches are bounded: a few at a time (`concurrency`), a total time (connect, redirects and
+ *   body: TPS_CRL_FETCH_TIMEOUT_SECONDS) and a size (TPS_CRL_MAX_BYTES);
+ * - the CRL is parsed and checked in a thread of its own (crl-verifier.ts), never on the event loop
+ *   that answers the API.
+ *
  * CRLs live in the store (`crl_cache`), so every edge node uses the same ones; a new CRL moves the
  * store revision, so the edge reloads it.
  */
-import crypto from 'node:crypto';
-// @peculiar/x509 resolves its algorithms through tsyringe, which needs the Reflect metadata polyfill first.
-import 'reflect-metadata';
-import * as x509 from '@peculiar/x509';
+import { Agent, request, type Dispatcher } from 'undici';
+import { Counter, type Registry } from 'prom-client';
 import type { Store } from '../store/index.ts';
 import type { CrlStatus } from '../store/certificates.ts';
+import { isOriginRefused, type OriginGuard, type ScopedOriginGuard } from '../edge/net/origin-guard.ts';
+import { CrlError } from './crl-verify.ts';
+import { CrlVerifier } from './crl-verifier.ts';
 
-// `as never`: Node's WebCrypto is the Crypto @peculiar/x509 wants, whichever lib typings are loaded.
-x509.cryptoProvider.set(crypto.webcrypto as never);
+export { CrlError, crlPem, verifyCrl, type VerifiedCrl } from './crl-verify.ts';
 
-export interface VerifiedCrl {
-  pem: string;
-  thisUpdate: string;
-  nextUpdate: string | null;
-  /** Serial numbers of the revoked certificates, lower-case hex as the CRL holds them. */
-  revokedSerials: string[];
+/** What the tenant is told about any fetch that failed; the operator's log has the reason. */
+export const CRL_FETCH_FAILED = "the CRL could not be fetched from crlUrl (the service's operators have the reason); the last good CRL, if any, stays in use";
+
+/** Why a fetch failed, as counted (`tps_crl_fetch_failures_total{reason}`). */
+export type CrlFetchFailure = 'origin-refused' | 'status' | 'redirects' | 'too-large' | 'timeout' | 'network';
+
+/** A fetch that failed: `message` is for the operator only. */
+export class CrlFetchError extends Error {
+  readonly reason: CrlFetchFailure;
+  constructor(reason: CrlFetchFailure, message: string) {
+    super(message);
+    this.reason = reason;
+  }
 }
 
-export class CrlError extends Error {}
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+/** Redirects followed from a crlUrl; each one's target is checked by the origin policy. */
+export const MAX_CRL_REDIRECTS = 3;
 
-/**
- * Parses a CRL (DER or PEM) and checks it was issued and signed by the CA `caPem`.
- * Throws CrlError saying what is wrong.
- */
-export async function verifyCrl(data: Buffer | string, caPem: string): Promise<VerifiedCrl> {
-  let crl: x509.X509Crl;
-  try {
-    const text = typeof data === 'string' ? data : data.toString('latin1');
-    const pem = PEM_CRL.exec(text);
-    const der = pem ? Buffer.from(pem[1]!.replace(/\s+/g, ''), 'base64') : typeof data === 'string' ? Buffer.from(data, 'latin1') : data;
-    crl = new x509.X509Crl(Uint8Array.from(der));
-  } catch (error) {
-    throw new CrlError(`not a certificate revocation list (${(error as Error).message})`);
-  }
-  const ca = new x509.X509Certificate(caPem);
-  if (!sameName(crl.issuerName, ca.subjectName)) {
-    throw new CrlError(`the CRL was issued by "${crl.issuer}", not by the CA "${ca.subject}"`);
-  }
-  let signed = false;
-  try {
-    signed = await crl.verify({ publicKey: ca.publicKey });
-  } catch {
-    signed = false;
-  }
-  if (!signed) throw new CrlError(`the CRL's signature does not verify with the key of the CA "${ca.subject}"`);
-  return {
-    pem: crlPem(crl.rawData),
-    thisUpdate: crl.thisUpdate.toISOString(),
-    nextUpdate: crl.nextUpdate?.toISOString() ?? null,
-    revokedSerials: crl.entries.map((entry) => entry.serialNumber.toLowerCase()),
-  };
+export interface CrlDownloadOptions {
+  /** Opens every connection (through `dispatcherFor`): the origin policy checks each address. */
+  dispatcher: Dispatcher;
+  /** The whole fetch: connects, redirects and body. */
+  timeoutMs: number;
+  maxBytes: number;
 }
 
-const PEM_CRL = /-----BEGIN (?:X509 )?CRL-----([\s\S]+?)-----END (?:X509 )?CRL-----/;
-
-/** PEM with the label OpenSSL (and so node:tls `crl`) reads: "X509 CRL". */
-export function crlPem(der: ArrayBuffer | Buffer): string {
-  const base64 = Buffer.from(der as ArrayBuffer).toString('base64');
-  return `-----BEGIN X509 CRL-----\n${base64.match(/.{1,64}/g)!.join('\n')}\n-----END X509 CRL-----\n`;
+/** An undici dispatcher whose every connection goes through the origin policy. */
+export function crlDispatcher(guard: ScopedOriginGuard, connectTimeoutMs: number): Agent {
+  return new Agent({
+    connections: 2,
+    keepAliveTimeout: 1_000,
+    connect: (options, callback) => {
+      const port = Number(options.port) || (options.protocol === 'https:' ? 443 : 80);
+      guard.undiciConnector(options.hostname, port, { timeout: connectTimeoutMs })(options, callback);
+    },
+  });
 }
 
-function sameName(a: x509.Name, b: x509.Name): boolean {
-  return Buffer.from(a.toArrayBuffer()).equals(Buffer.from(b.toArrayBuffer())) || a.toString() === b.toString();
-}
-
-/** GETs a CRL with a time and size limit. */
-export async function downloadCrl(url: string, options: { timeoutMs?: number; maxBytes?: number } = {}): Promise<Buffer> {
-  const timeoutMs = options.timeoutMs ?? 15_000;
-  const maxBytes = options.maxBytes ?? 20 * 1024 * 1024;
-  let response: Response;
-  try {
-    response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: 'follow' });
-  } catch (error) {
-    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    const why =
-      (error as Error).name === 'TimeoutError'
-        ? `no answer within ${timeoutMs} ms`
-        : cause?.message
-          ? `${cause.message}${cause.code && !cause.message.includes(cause.code) ? ` (${cause.code})` : ''}`
-          : (cause?.code ?? (error as Error).message);
-    throw new CrlError(`GET ${url} failed: ${why}`);
-  }
-  if (!response.ok) {
-    await response.body?.cancel().catch(() => {});
-    throw new CrlError(`GET ${url} answered HTTP ${response.status}`);
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  const reader = response.body?.getReader();
-  try {
-    for (;;) {
-      const read = await reader?.read();
-      if (!read || read.done) break;
-      size += read.value.byteLength;
-      if (size > maxBytes) {
-        await reader!.cancel().catch(() => {});
-        throw new CrlError(`GET ${url}: the CRL is larger than ${maxBytes} bytes`);
-      }
-      chunks.push(Buffer.from(read.value));
+/** GETs a CRL: redirects followed (at most MAX_CRL_REDIRECTS), within a time and a size limit. Throws CrlFetchError. */
+export async function downloadCrl(url: string, options: CrlDownloadOptions): Promise<Buffer> {
+  const { timeoutMs, maxBytes } = options;
+  const signal = AbortSignal.timeout(timeoutMs);
+  let current = new URL(url);
+  for (let redirects = 0; ; redirects++) {
+    if (current.protocol !== 'http:' && current.protocol !== 'https:') {
+      throw new CrlFetchError('redirects', `GET ${url}: redirected to ${current.href}, not an http(s) URL`);
     }
-  } catch (error) {
-    if (error instanceof CrlError) throw error;
-    throw new CrlError(`GET ${url} failed while reading: ${(error as Error).message}`);
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await request(current, { dispatcher: options.dispatcher, method: 'GET', signal, headers: { accept: 'application/pkix-crl, */*' } });
+    } catch (error) {
+      throw failure(url, current, error, timeoutMs);
+    }
+    const { statusCode, headers, body } = response;
+    if (REDIRECTS.has(statusCode)) {
+      await body.dump().catch(() => {});
+      const location = headers.location;
+      if (typeof location !== 'string' || redirects >= MAX_CRL_REDIRECTS) {
+        throw new CrlFetchError('redirects', `GET ${url}: ${typeof location !== 'string' ? `HTTP ${statusCode} without a Location` : `more than ${MAX_CRL_REDIRECTS} redirects`}`);
+      }
+      current = new URL(location, current);
+      continue;
+    }
+    if (statusCode < 200 || statusCode > 299) {
+      await body.dump().catch(() => {});
+      throw new CrlFetchError('status', `GET ${current.href}${current.href === url ? '' : ` (from ${url})`} answered HTTP ${statusCode}`);
+    }
+    const declared = Number(headers['content-length']);
+    if (Number.isFinite(declared) && declared > maxBytes) {
+      discard(body);
+      throw new CrlFetchError('too-large', `GET ${current.href}: the CRL is ${declared} bytes, more than ${maxBytes}`);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    try {
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > maxBytes) {
+          discard(body);
+          throw new CrlFetchError('too-large', `GET ${current.href}: the CRL is larger than ${maxBytes} bytes`);
+        }
+        chunks.push(chunk);
+      }
+    } catch (error) {
+      if (error instanceof CrlFetchError) throw error;
+      throw failure(url, current, error, timeoutMs);
+    }
+    return Buffer.concat(chunks, size);
   }
-  return Buffer.concat(chunks);
+}
+
+/** Drops the rest of a response body (the connection closes); its abort is expected, not an error. */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => {});
+  body.destroy();
+}
+
+function failure(url: string, current: URL, error: unknown, timeoutMs: number): CrlFetchError {
+  const where = `GET ${current.href}${current.href === url ? '' : ` (from ${url})`}`;
+  if (isOriginRefused(error)) return new CrlFetchError('origin-refused', `${where}: ${error.message}`);
+  const name = (error as Error).name;
+  const code = (error as NodeJS.ErrnoException).code;
+  if (name === 'TimeoutError' || name === 'AbortError' || code === 'UND_ERR_ABORTED' || code === 'UND_ERR_CONNECT_TIMEOUT') {
+    return new CrlFetchError('timeout', `${where}: no CRL within ${timeoutMs} ms`);
+  }
+  const message = (error as Error).message;
+  return new CrlFetchError('network', `${where} failed: ${code && !message.includes(code) ? `${message} (${code})` : message}`);
 }
 
 /** The subset of pino's / Fastify's logger the service uses. */
@@ -125,12 +151,25 @@ export interface CrlLogger {
 export interface CrlServiceOptions {
   store: Store;
   logger?: CrlLogger;
+  /**
+   * Where CRLs may be fetched from: the origin policy, as for proxies' origins. No default: tests
+   * with a loopback distribution point pass a permissive one of their own.
+   */
+  originGuard: OriginGuard;
   /** Every CRL is fetched again this often (TPS_CRL_REFRESH_SECONDS; default 1 h). */
   refreshIntervalMs?: number;
   /** How often the store is checked for new CA uploads to fetch at once (default 2 s; a cheap revision read). */
   watchIntervalMs?: number;
+  /** One fetch, whole (TPS_CRL_FETCH_TIMEOUT_SECONDS; default 10 s). */
   fetchTimeoutMs?: number;
+  /** TPS_CRL_MAX_BYTES; default 1 MiB. */
   maxBytes?: number;
+  /** Fetches at a time (default 4): a pass over many slow CRLs holds no more connections and buffers than this. */
+  concurrency?: number;
+  /** Checks CRLs off the event loop; default a `CrlVerifier` of the service's own. */
+  verifier?: CrlVerifier;
+  /** Prometheus registry for `tps_crl_fetch_failures_total`. */
+  registry?: Registry;
 }
 
 export class CrlService {
@@ -138,7 +177,11 @@ export class CrlService {
   readonly #logger: CrlLogger | undefined;
   readonly #refreshIntervalMs: number;
   readonly #watchIntervalMs: number;
-  readonly #fetch: { timeoutMs: number; maxBytes: number };
+  readonly #fetch: CrlDownloadOptions;
+  readonly #dispatcher: Agent;
+  readonly #concurrency: number;
+  readonly #verifier: CrlVerifier;
+  readonly #failures: Counter<'reason'> | undefined;
   #refreshTimer: NodeJS.Timeout | undefined;
   #watchTimer: NodeJS.Timeout | undefined;
   #seenRevision = -1;
@@ -151,7 +194,22 @@ export class CrlService {
     this.#logger = options.logger;
     this.#refreshIntervalMs = options.refreshIntervalMs ?? 3600_000;
     this.#watchIntervalMs = options.watchIntervalMs ?? 2000;
-    this.#fetch = { timeoutMs: options.fetchTimeoutMs ?? 15_000, maxBytes: options.maxBytes ?? 20 * 1024 * 1024 };
+    const timeoutMs = options.fetchTimeoutMs ?? 10_000;
+    this.#dispatcher = crlDispatcher(options.originGuard.for('crl'), timeoutMs);
+    this.#fetch = { dispatcher: this.#dispatcher, timeoutMs, maxBytes: options.maxBytes ?? 1024 * 1024 };
+    this.#concurrency = Math.max(1, options.concurrency ?? 4);
+    // Checking a CRL takes heap in proportion to its size: room for the largest one the size limit
+    // lets through (docs/benchmarks.md, "CRL check"), never less than the verifier's default.
+    const maxHeapMb = Math.max(256, Math.ceil((this.#fetch.maxBytes / (1024 * 1024)) * 256));
+    this.#verifier = options.verifier ?? new CrlVerifier({ maxHeapMb });
+    this.#failures =
+      options.registry &&
+      new Counter({
+        name: 'tps_crl_fetch_failures_total',
+        help: "CA certificates' CRL fetches or checks that failed, by reason (origin-refused, status, redirects, too-large, timeout, network, not-a-crl, not-this-ca, check-failed).",
+        labelNames: ['reason'],
+        registers: [options.registry],
+      });
   }
 
   /** Fetches every CRL now, then on the timer; and the CRLs of new uploads as they come. */
@@ -169,6 +227,8 @@ export class CrlService {
     clearInterval(this.#refreshTimer);
     clearInterval(this.#watchTimer);
     await this.#running;
+    await this.#verifier.close();
+    await this.#dispatcher.close().catch(() => {});
   }
 
   /** The CRLs (PEM, verified) of every entry of these CA certificates that has one. */
@@ -219,15 +279,22 @@ export class CrlService {
     const store = this.#store;
     await store.crlCache.purgeOrphans();
     const cached = new Map((await store.crlCache.listAll()).map((row) => [`${row.caCertificateId}|${row.entryIndex}`, row]));
+    const jobs: (() => Promise<void>)[] = [];
     for (const record of await store.caCertificates.listAll()) {
       for (const [index, entry] of record.entries.entries()) {
-        if (this.#stopped) return;
-        if (!entry.crlUrl) continue;
+        const crlUrl = entry.crlUrl;
+        if (!crlUrl) continue;
         const known = cached.get(`${record.id}|${index}`);
-        if (kind === 'new' && known && known.crlUrl === entry.crlUrl) continue;
-        await this.#refreshEntry(record.id, index, entry.crlUrl, entry.certificate, known?.fetchedAt ?? null);
+        if (kind === 'new' && known && known.crlUrl === crlUrl) continue;
+        jobs.push(() => this.#refreshEntry(record.id, index, crlUrl, entry.certificate, known?.fetchedAt ?? null));
       }
     }
+    // A few at a time: one slow distribution point delays the others by no more than its timeout.
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < jobs.length && !this.#stopped) await jobs[next++]!();
+    };
+    await Promise.all(Array.from({ length: Math.min(this.#concurrency, jobs.length) }, lane));
   }
 
   async #refreshEntry(caCertificateId: string, entryIndex: number, crlUrl: string, caPem: string, lastGood: string | null): Promise<void> {
@@ -236,7 +303,7 @@ export class CrlService {
     const at = new Date().toISOString();
     // the CRL and the status the API shows are stored in one transaction
     try {
-      const crl = await verifyCrl(await downloadCrl(crlUrl, this.#fetch), caPem);
+      const crl = await this.#verifier.verify(await downloadCrl(crlUrl, this.#fetch), caPem);
       const status: CrlStatus = {
         fetchedAt: at,
         error: null,
@@ -248,7 +315,10 @@ export class CrlService {
       const { changed } = await store.crlCache.recordSuccess(key, crl, at, status);
       if (changed) this.#logger?.info({ caCertificateId, entryIndex, crlUrl, revoked: crl.revokedSerials.length }, 'crl: new revocation list in use');
     } catch (error) {
-      const message = error instanceof CrlError ? error.message : `CRL refresh failed: ${(error as Error).message}`;
+      // A failed fetch says nothing to the tenant beyond that it failed (see the module comment).
+      const described = error instanceof CrlError && error.problem === 'not-this-ca';
+      const message = described ? error.message : CRL_FETCH_FAILED;
+      this.#failures?.inc({ reason: error instanceof CrlFetchError ? error.reason : error instanceof CrlError ? error.problem : 'check-failed' });
       // a failure leaves the last good CRL (and its dates) as it is
       const previous = (await store.crlCache.list([caCertificateId])).find((row) => row.entryIndex === entryIndex);
       const status: CrlStatus = {
@@ -259,7 +329,10 @@ export class CrlService {
         ...(previous?.nextUpdate && { nextUpdate: previous.nextUpdate }),
       };
       await store.crlCache.recordFailure(key, message, at, status);
-      this.#logger?.warn({ caCertificateId, entryIndex, crlUrl, error: message, keptFrom: status.fetchedAt }, 'crl: fetch failed; the last good CRL stays in use');
+      this.#logger?.warn(
+        { caCertificateId, entryIndex, crlUrl, error: (error as Error).message, ...(error instanceof CrlFetchError && { reason: error.reason }), keptFrom: status.fetchedAt },
+        'crl: fetch failed; the last good CRL stays in use',
+      );
     }
   }
 }

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import crypto from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
+import { Counter } from 'prom-client';
 import type { Settings } from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { SecretBox } from '../certs/secret-box.ts';
@@ -21,6 +22,10 @@ import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
 import { crlsFor } from '../certs/crl.ts';
 import type { Scope } from '../store/service-accounts.ts';
+import { OriginPolicy, type OriginPolicySettings } from '../edge/net/origin-policy.ts';
+import { OriginGuard } from '../edge/net/origin-guard.ts';
+import { createOriginResolver } from '../edge/net/origin-resolver.ts';
+import { originPolicySettings, ownHosts } from './own-listeners.ts';
 
 export interface RunningService {
   urls: PublicUrls;
@@ -49,6 +54,10 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   });
   await tokens.init();
   const metrics = createMetrics();
+  // The origin policy refuses the service's own addresses; the hosts are known now (a name that
+  // does not resolve stops the start), the listeners' ports once they are bound below.
+  const hosts = await ownHosts(settings);
+  let originPolicy: OriginPolicy | undefined;
   // Service-issued certificates (ACME) and CA certificates' CRLs: background work next to the API.
   let acme: AcmeService | undefined;
   const app = await buildApiServer({
@@ -60,6 +69,9 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     urls,
     get acme() {
       return acme;
+    },
+    get originPolicy() {
+      return originPolicy;
     },
   });
   if (settings.acmeDirectoryUrl) {
@@ -74,7 +86,7 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
       registry: metrics.registry,
     });
   }
-  const crl = new CrlService({ store, logger: app.log, refreshIntervalMs: settings.crlRefreshSeconds * 1000 });
+  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
   await app.listen({ host: settings.apiListen.host, port: settings.apiListen.port });
 
   const address = app.server.address() as AddressInfo;
@@ -82,14 +94,24 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   const ownUrl = `http://${host}:${address.port}`;
   urls.baseUrl ||= ownUrl;
   urls.authUrl ||= ownUrl;
+  const policySettings = originPolicySettings(settings, hosts, [{ host: address.address, port: address.port }, operators.address]);
+  originPolicy = new OriginPolicy(policySettings);
 
-  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log) : undefined;
+  const crl = new CrlService({
+    store,
+    logger: app.log,
+    originGuard: originGuardFor(originPolicy, settings, app.log, metrics),
+    refreshIntervalMs: settings.crlRefreshSeconds * 1000,
+    fetchTimeoutMs: settings.crlFetchTimeoutSeconds * 1000,
+    maxBytes: settings.crlMaxBytes,
+    registry: metrics.registry,
+  });
+  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings) : undefined;
   // Orders resumed at start (PENDING across a restart) validate against this node's proxies: let
   // them listen first (bounded: a proxy that cannot bind must not hold the certificates back).
   if (acme && edge && !(await edge.whenApplied(15_000))) app.log.warn({}, 'edge workers not ready after 15 s; starting the ACME service anyway');
   acme?.start();
   crl.start();
-  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
 
   app.log.info(
     { apiUrl: ownUrl, metricsUrl: operators.url, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect, edge: settings.edge },
@@ -120,8 +142,11 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   const logger = pino({ level: settings.logLevel });
   await upgradeSealedSecrets(store, secrets, logger);
   const metrics = createMetrics();
-  const edge = await startEdge(settings, store, secrets, metrics, logger);
+  const hosts = await ownHosts(settings);
   const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
+  // This node runs no API; TPS_API_LISTEN names where the cluster's API listens, refused as an origin too.
+  const policySettings = originPolicySettings(settings, hosts, [settings.apiListen, operators.address]);
+  const edge = await startEdge(settings, store, secrets, metrics, logger, policySettings);
   logger.info({ nodeId: settings.nodeId, metricsUrl: operators.url, store: store.db.dialect }, 'tps edge ready');
   return {
     metricsUrl: operators.url,
@@ -133,7 +158,14 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   };
 }
 
-export async function startEdge(settings: Settings, store: Store, secrets: SecretBox, metrics: Metrics, logger: EdgeLogger): Promise<EdgeSupervisor> {
+export async function startEdge(
+  settings: Settings,
+  store: Store,
+  secrets: SecretBox,
+  metrics: Metrics,
+  logger: EdgeLogger,
+  originPolicy: OriginPolicySettings,
+): Promise<EdgeSupervisor> {
   const challenges = new AcmeChallengeResponder(store.acmeChallenges);
   const edge = new EdgeSupervisor({
     store,
@@ -154,12 +186,30 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     wafBodyLimits: { request: settings.wafRequestBodyLimit, response: settings.wafResponseBodyLimit, action: settings.wafBodyLimitAction },
     redisUrl: settings.redisUrl,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
+    origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: challenges.alpnChallengeCertificate,
   });
   await edge.start();
   return edge;
+}
+
+/**
+ * The guard of the control plane's own fetches on a tenant's behalf (CRLs): the same policy and
+ * resolver as the edge's; a refusal is counted and logged.
+ */
+function originGuardFor(policy: OriginPolicy, settings: Settings, logger: EdgeLogger, metrics: Metrics): OriginGuard {
+  const refused = new Counter({
+    name: 'tps_origin_refused_total',
+    help: 'Connections the control plane was asked to make on a tenant\'s behalf (CRL fetches) that the origin policy refused, by class of address.',
+    labelNames: ['scope', 'reason'],
+    registers: [metrics.registry],
+  });
+  return new OriginGuard(policy, createOriginResolver(settings.originResolver), (refusal) => {
+    refused.inc({ scope: refusal.scope, reason: refusal.reason });
+    logger.warn({ scope: refusal.scope, host: refusal.host, address: refusal.address, port: refusal.port, reason: refusal.reason }, 'origin refused by the origin policy');
+  });
 }
 
 /** The node is healthy while its store answers. */

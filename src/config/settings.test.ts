@@ -90,3 +90,38 @@ describe('settings: per-tenant quotas', () => {
     assert.throws(() => load({ TPS_QUOTA_CA_CERTIFICATES: '1.5' }), /TPS_QUOTA_CA_CERTIFICATES: must be an integer/);
   });
 });
+
+describe('settings: the origin policy', () => {
+  it('allows no special-purpose network and uses the system resolver by default', () => {
+    const settings = load({});
+    assert.deepEqual(settings.originAllowedNetworks, []);
+    assert.deepEqual(settings.originResolver, []);
+  });
+
+  it('reads comma lists of networks and of DNS servers', () => {
+    const settings = load({ TPS_ORIGIN_ALLOWED_NETWORKS: ' 10.0.0.0/8, fd00::/8 ,192.168.1.7', TPS_ORIGIN_RESOLVER: '127.0.0.53, 10.0.0.2:5353,[::1]:53' });
+    assert.deepEqual(settings.originAllowedNetworks, ['10.0.0.0/8', 'fd00::/8', '192.168.1.7']);
+    assert.deepEqual(settings.originResolver, ['127.0.0.53', '10.0.0.2:5353', '[::1]:53']);
+  });
+
+  it('stops at start on a bad network or DNS server, naming the variable and the entry', () => {
+    assert.throws(
+      () => load({ TPS_ORIGIN_ALLOWED_NETWORKS: '10.0.0.0/8,10.0.0.0/40,intranet' }),
+      (error: Error) => error instanceof SettingsError && /TPS_ORIGIN_ALLOWED_NETWORKS: .*"10\.0\.0\.0\/40", "intranet"/.test(error.message),
+    );
+    assert.throws(
+      () => load({ TPS_ORIGIN_RESOLVER: 'dns.example,1.2.3.4:99999' }),
+      (error: Error) => error instanceof SettingsError && /TPS_ORIGIN_RESOLVER: .*"dns\.example", "1\.2\.3\.4:99999"/.test(error.message),
+    );
+  });
+});
+
+describe('settings: CRL fetches', () => {
+  it('reads a CRL of 1 MiB at most, within 10 s, unless told otherwise', () => {
+    assert.equal(load({}).crlMaxBytes, 1024 * 1024);
+    assert.equal(load({}).crlFetchTimeoutSeconds, 10);
+    assert.equal(load({ TPS_CRL_MAX_BYTES: '65536', TPS_CRL_FETCH_TIMEOUT_SECONDS: '3' }).crlMaxBytes, 65536);
+    assert.throws(() => load({ TPS_CRL_MAX_BYTES: '20MiB' }), /TPS_CRL_MAX_BYTES: must be an integer/);
+    assert.throws(() => load({ TPS_CRL_FETCH_TIMEOUT_SECONDS: '0' }), /TPS_CRL_FETCH_TIMEOUT_SECONDS: must be an integer from 1/);
+  });
+});

@@ -9,6 +9,7 @@ import net from 'node:net';
 import { invalidCidrs } from '../edge/client-address/policy.ts';
 import { normalizeIp } from '../net/ip.ts';
 import { DEFAULT_QUOTAS } from '../store/quotas.ts';
+import { invalidResolverServers } from '../edge/net/origin-resolver.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -57,6 +58,17 @@ export interface Settings {
   crlRefreshSeconds: number;
   /** Service-issued certificate orders a tenant may have PENDING at once (then 409 QUOTA_EXCEEDED). */
   quotaPendingAcmeOrders: number;
+  /** A CRL larger than this is not read (the fetch fails). */
+  crlMaxBytes: number;
+  /** A CRL fetch (connect, redirects, whole body) that takes longer fails. */
+  crlFetchTimeoutSeconds: number;
+  /**
+   * Special-purpose networks (loopback, private, ...) opened for origins and CRL fetches; the
+   * service's own listeners stay refused whatever this says (src/edge/net/origin-policy.ts).
+   */
+  originAllowedNetworks: string[];
+  /** DNS servers (`ip`, `ip:port`, `[ipv6]:port`) that resolve origin names; empty = the system resolver. */
+  originResolver: string[];
   /** JSON-lines WAF audit log for a SIEM; unset = none. */
   wafAuditLog: string | undefined;
   /** ModSecurity threads per edge worker. */
@@ -126,6 +138,10 @@ const ENV: Record<keyof Settings, string> = {
   quotaProxies: 'TPS_QUOTA_PROXIES',
   quotaCertificates: 'TPS_QUOTA_CERTIFICATES',
   quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
+  crlMaxBytes: 'TPS_CRL_MAX_BYTES',
+  crlFetchTimeoutSeconds: 'TPS_CRL_FETCH_TIMEOUT_SECONDS',
+  originAllowedNetworks: 'TPS_ORIGIN_ALLOWED_NETWORKS',
+  originResolver: 'TPS_ORIGIN_RESOLVER',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -204,6 +220,18 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   if (listenerProxyProtocol !== 'off' && trustedProxies.length === 0) {
     // Headers are read from trusted peers only: without any, the setting would silently do nothing.
     fail('listenerProxyProtocol', `"${listenerProxyProtocol}" needs ${ENV.trustedProxies}: the load balancers' networks, the only peers whose PROXY headers are read`);
+  }
+
+  const list = (key: keyof Settings): string[] => (raw(key) ?? '').split(',').map((entry) => entry.trim()).filter(Boolean);
+  const originAllowedNetworks = list('originAllowedNetworks');
+  const invalidNetworks = invalidCidrs(originAllowedNetworks);
+  if (invalidNetworks.length > 0) {
+    fail('originAllowedNetworks', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidNetworks.join('", "')}" is not`);
+  }
+  const originResolver = list('originResolver');
+  const invalidServers = invalidResolverServers(originResolver);
+  if (invalidServers.length > 0) {
+    fail('originResolver', `must be a comma list of DNS servers as ip, ip:port or [ipv6]:port, "${invalidServers.join('", "')}" is not`);
   }
 
   const databaseUrl = raw('databaseUrl');
@@ -287,6 +315,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     quotaProxies: integer('quotaProxies', DEFAULT_QUOTAS.proxies, 0, 1_000_000),
     quotaCertificates: integer('quotaCertificates', DEFAULT_QUOTAS.certificates, 0, 1_000_000),
     quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
+    crlMaxBytes: integer('crlMaxBytes', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    crlFetchTimeoutSeconds: integer('crlFetchTimeoutSeconds', 10, 1, 300),
+    originAllowedNetworks,
+    originResolver,
   };
 }
 

@@ -561,7 +561,11 @@ export class CaCertificateRepository {
  * transaction that stores the CRL: the edge and the API never see one without the other.
  */
 async function writeCrlStatus(tx: Queryable, id: string, entryIndex: number, status: CrlStatus): Promise<void> {
-  const row = await tx.one<CaRow>('SELECT * FROM ca_certificates WHERE id = ?', [id]);
+  // The entries are one JSON value, and the entries of one CA certificate are fetched at the same
+  // time (and by every node): the row is locked so that no status overwrites another's. SQLite runs
+  // one transaction at a time already.
+  const lock = tx.dialect === 'postgres' ? ' FOR UPDATE' : '';
+  const row = await tx.one<CaRow>(`SELECT * FROM ca_certificates WHERE id = ?${lock}`, [id]);
   if (!row) return;
   const entries = JSON.parse(row.entries) as CaCertificateEntry[];
   const entry = entries[entryIndex];

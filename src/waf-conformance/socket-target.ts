@@ -15,6 +15,7 @@ import { createWafHook } from '../edge/http/waf/waf-hook.ts';
 import { HttpProxy } from '../edge/http/http-proxy.ts';
 import { loadGeoLookup } from '../edge/geo/geo-lookup.ts';
 import { freePort } from '../net/ports.ts';
+import { permissiveOriginGuard } from '../edge/net/test-support.ts';
 import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngineOptions, logLine, type ConformanceTarget, type StageDestination, type StageOutcome } from './target.ts';
 
@@ -115,6 +116,8 @@ export class SocketTarget implements ConformanceTarget {
         geo: loadGeoLookup({ withoutMmdb: true }),
         location: 'FTW',
         waf: createWafHook(engine),
+        // The conformance origin runs in this process on loopback, which the product's origin policy refuses by default.
+        originGuard: permissiveOriginGuard(),
       },
     );
     await proxy.start();

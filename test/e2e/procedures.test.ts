@@ -111,7 +111,8 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       const ca = await api.call('POST', '/api/v2/traffic-mgmt/ca-certificates', {
         data: {
           type: 'caCertificate',
-          attributes: { certificates: [{ certificate: root.certificatePem, crlUrl: 'http://127.0.0.1:9/crl.pem' }] },
+          // Not 127.0.0.1: with the PostgreSQL store that is the database's host, which the origin policy refuses.
+          attributes: { certificates: [{ certificate: root.certificatePem, crlUrl: 'http://127.0.0.19:9/crl.pem' }] },
           relationships: { belongsTo: { data: { type: 'account', id: api.tenantId } } },
         },
       });

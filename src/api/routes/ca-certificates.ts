@@ -10,6 +10,7 @@ import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { CertificateCheckError, checkCaCertificate } from '../../certs/x509.ts';
 import type { CaCertificateEntry, CaCertificateRecord } from '../../store/certificates.ts';
 import { registerOwnedResourceRoutes } from './owned-resources.ts';
+import { crlUrlError, originPolicyOf } from '../origin-checks.ts';
 
 const BASE = '/api/v2/traffic-mgmt/ca-certificates';
 
@@ -25,7 +26,14 @@ export const CaCertificateDocument = Type.Object(
                 {
                   certificate: Type.String({ minLength: 1, maxLength: 65536, description: 'PEM-encoded CA certificate.' }),
                   crlUrl: Type.Optional(
-                    Type.String({ format: 'uri', pattern: '^https?://', maxLength: 2048, description: 'URL of the certificate revocation list.' }),
+                    Type.String({
+                      format: 'uri',
+                      pattern: '^https?://',
+                      maxLength: 2048,
+                      description:
+                        "URL of the certificate revocation list. Fetched under the same origin policy as proxies' origins (an " +
+                        'internal address is refused: 422 ORIGIN_NOT_ALLOWED, or a failed fetch when a name or redirect leads there).',
+                    }),
                   ),
                 },
                 { additionalProperties: false },
@@ -95,8 +103,12 @@ export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps)
       checkAccount(data.relationships, request.principal!.tenantId);
       const errors: JsonApiErrorObject[] = [];
       const entries: CaCertificateEntry[] = [];
+      const policy = originPolicyOf(deps);
       for (const [index, entry] of data.attributes.certificates.entries()) {
         const field = `/data/attributes/certificates/${index}/certificate`;
+        // A literal internal address is refused now; a name is checked at every fetch (crl.ts).
+        const refused = entry.crlUrl === undefined ? undefined : crlUrlError(policy, entry.crlUrl, `/data/attributes/certificates/${index}/crlUrl`);
+        if (refused !== undefined) errors.push(refused);
         try {
           const certificate = checkCaCertificate(entry.certificate, `certificates[${index}].certificate`);
           entries.push({

@@ -19,6 +19,7 @@ import { validateBody } from '../schemas/validator.ts';
 import type { StoredAttributes, TrafficConfigRecord } from '../../store/traffic-configs.ts';
 import type { ServedStatus } from '../../store/edge-status.ts';
 import { canonicalIp } from '../../net/ip.ts';
+import { originError, originPolicyOf } from '../origin-checks.ts';
 
 const BASE = '/api/v2/traffic-mgmt/traffic-configs';
 const READ_ONLY = ['status', 'statusDetail', 'createdAt', 'updatedAt'] as const;
@@ -220,7 +221,10 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
   return result;
 }
 
-/** The checks a schema cannot make: addresses from the tenant's pool, and ids of the tenant's certificates. */
+/**
+ * The checks a schema cannot make: addresses from the tenant's pool, origins the origin policy
+ * allows (literal addresses; names are checked at connect time), and ids of the tenant's certificates.
+ */
 async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<void> {
   const errors: JsonApiErrorObject[] = [];
   const fail = (status: number, code: string, pointer: string, detail: string) =>
@@ -236,6 +240,11 @@ async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType,
     if (ip !== undefined && !pool.has(canonicalIp(ip))) {
       fail(422, 'UNKNOWN_FRONTEND_IP', `frontend/${family}`, `${ip} is not one of the account's available front-end IPs`);
     }
+  }
+  const policy = originPolicyOf(deps);
+  for (const [index, host] of attributes.backend.hosts.entries()) {
+    const refused = originError(policy, host.address, host.port, `/data/attributes/backend/hosts/${index}/address`);
+    if (refused !== undefined) errors.push(refused);
   }
 
   if (type === HTTP_PROXY) {

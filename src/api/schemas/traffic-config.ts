@@ -53,7 +53,10 @@ export const BackendHost = Type.Object(
       maxLength: 253,
       // An IPv4 or IPv6 literal, or a DNS name (CNAME) of letters, digits, hyphens and dots.
       pattern: '^(?:[0-9A-Fa-f:.]+|(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.?)$',
-      description: 'IP address or DNS name (CNAME) of the origin.',
+      description:
+        'IP address or DNS name (CNAME) of the origin. Internal addresses (loopback, private, link-local, CGNAT, ' +
+        "multicast, ...) and the service's own are refused (422 ORIGIN_NOT_ALLOWED) unless the operator allows " +
+        'their network; a name is resolved and checked at every connection.',
     }),
     port: Port,
   },

@@ -22,6 +22,7 @@ import type { InsightSink } from '../../insight/event.ts';
 import type { ClientAddressPolicy } from '../client-address/policy.ts';
 import { acceptProxyHeaders } from '../client-address/proxy-header.ts';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
+import type { OriginGuard } from '../net/origin-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
 import type { AcmeChallengeLookup } from './pipeline/acme-challenge.ts';
@@ -71,6 +72,12 @@ export interface HttpProxyDeps {
   insight: InsightSink;
   /** Country of client addresses; share one (`sharedGeoLookup`) between all proxies. */
   geo: GeoLookup;
+  /**
+   * Where the proxy may connect: every connection to an origin (requests, upgrades) is checked by
+   * the origin policy, names once resolved. No default: tests with loopback origins pass a
+   * permissive one of their own.
+   */
+  originGuard: OriginGuard;
   /** Three-letter code of this edge location: `tpc` of events, shown on our pages. */
   location: string;
   logger?: HttpProxyLogger;

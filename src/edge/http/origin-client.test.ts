@@ -8,6 +8,7 @@ import net from 'node:net';
 import { after, describe, it } from 'node:test';
 import { BAD_RESPONSE, HEADERS_TIMEOUT, OriginClient, type OriginClientOptions, type OriginHandler } from './origin-client.ts';
 import { ORIGIN_IP, freePort } from './test-support/servers.ts';
+import { permissiveOriginGuard } from '../net/test-support.ts';
 
 const T = { timeout: 10_000 };
 
@@ -60,6 +61,8 @@ function client(port: number, overrides: Partial<OriginClientOptions> = {}): Ori
     maxConnections: 4,
     maxHeaderSize: 16 * 1024,
     onConnectFailure: () => {},
+    // The test origin is on loopback.
+    guard: permissiveOriginGuard().for('test'),
     ...overrides,
   });
 }

@@ -23,8 +23,9 @@
  * The handler interface is undici's native one (onConnect, onHeaders, onData, onComplete, onError),
  * so the same exchange object drives both clients.
  */
-import net from 'node:net';
-import tls from 'node:tls';
+import type net from 'node:net';
+import type tls from 'node:tls';
+import type { ScopedOriginGuard } from '../net/origin-guard.ts';
 
 export interface OriginHandler {
   onConnect(abort: (err?: Error) => void): void;
@@ -47,8 +48,10 @@ export interface OriginClientOptions {
   keepAliveTimeoutMs: number;
   maxConnections: number;
   maxHeaderSize: number;
-  /** Called with each error raised while opening a connection (TCP, TLS, certificate, timeout). */
+  /** Called with each error raised while opening a connection (TCP, TLS, certificate, timeout, origin policy). */
   onConnectFailure: (err: Error) => void;
+  /** Opens the connections: the origin policy checks (and pins) the address of each. */
+  guard: ScopedOriginGuard;
 }
 
 export class OriginError extends Error {
@@ -270,8 +273,8 @@ class Connection {
     this.deadlineCode = CONNECT_TIMEOUT;
     const socket =
       o.tls === undefined
-        ? net.connect({ host: o.address, port: o.port, noDelay: true })
-        : tls.connect({
+        ? o.guard.connect({ host: o.address, port: o.port, noDelay: true })
+        : o.guard.connectTls({
             ...o.tls,
             host: o.address,
             port: o.port,

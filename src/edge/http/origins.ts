@@ -8,14 +8,15 @@
  */
 import net from 'node:net';
 import type { ConnectionOptions } from 'node:tls';
-import { Pool, buildConnector } from 'undici';
+import { Pool, type buildConnector } from 'undici';
 import { HostPool, type PooledHost } from '../balance/index.ts';
 import { OriginClient } from './origin-client.ts';
 import type { ResolvedHttpProxy } from './http-proxy.ts';
 import type { HttpLimits } from './limits.ts';
 import { originTlsOptions } from './tls.ts';
+import type { OriginGuard, ScopedOriginGuard } from '../net/origin-guard.ts';
 
-/** Errors raised while opening a connection (TCP connect, TLS handshake, certificate check, connect timeout). */
+/** Errors raised while opening a connection (origin policy, TCP connect, TLS handshake, certificate check, connect timeout). */
 const connectFailures = new WeakSet<Error>();
 
 /**
@@ -47,8 +48,11 @@ export class OriginSet {
   /** TLS options towards the origins; undefined = plain HTTP. */
   readonly tls: ConnectionOptions | undefined;
   readonly connectTimeoutMs: number;
+  /** Opens connections that do not go through a pool (upgrades): the origin policy checks each. */
+  readonly guard: ScopedOriginGuard;
 
-  constructor(config: ResolvedHttpProxy, limits: HttpLimits, previous: OriginSet | undefined, downForMs?: number) {
+  /** `guard`: every connection to an origin goes through the origin policy (checked and pinned address). */
+  constructor(config: ResolvedHttpProxy, limits: HttpLimits, guard: OriginGuard, previous: OriginSet | undefined, downForMs?: number) {
     this.key = originSetKey(config);
     const backend = config.attributes.backend;
     const method = backend.deliveryMethod ?? 'LEAST_CONNECTIONS';
@@ -58,12 +62,16 @@ export class OriginSet {
         : new HostPool(backend.hosts, method, downForMs === undefined ? {} : { downForMs });
     this.tls = originTlsOptions(config);
     this.connectTimeoutMs = limits.upstreamConnectTimeoutMs;
-    const base = buildConnector({ ...this.tls, timeout: limits.upstreamConnectTimeoutMs });
-    const connect: buildConnector.connector = (options, callback) =>
-      base(options, (...args) => {
-        if (args[0] !== null) connectFailures.add(args[0]);
-        callback(...args);
-      });
+    const scoped = guard.for(config.id);
+    this.guard = scoped;
+    const connectorOf = (host: PooledHost): buildConnector.connector => {
+      const base = scoped.undiciConnector(host.address, host.port, { ...this.tls, timeout: limits.upstreamConnectTimeoutMs });
+      return (options, callback) =>
+        base(options, (...args) => {
+          if (args[0] !== null) connectFailures.add(args[0]);
+          callback(...args);
+        });
+    };
     this.pools = this.hostPool.hosts.map(
       (host) =>
         new Pool(originUrl(host, this.tls !== undefined), {
@@ -73,7 +81,7 @@ export class OriginSet {
           headersTimeout: limits.upstreamHeadersTimeoutMs,
           bodyTimeout: limits.upstreamBodyTimeoutMs,
           maxHeaderSize: 32 * 1024,
-          connect,
+          connect: connectorOf(host),
         }),
     );
     this.fast = this.hostPool.hosts.map(
@@ -89,6 +97,7 @@ export class OriginSet {
           maxConnections: limits.upstreamConnectionsPerHost,
           maxHeaderSize: 32 * 1024,
           onConnectFailure: (err) => connectFailures.add(err),
+          guard: scoped,
         }),
     );
   }

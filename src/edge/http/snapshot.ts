@@ -76,7 +76,7 @@ export class ProxySnapshot {
     this.origins =
       previous !== undefined && previous.origins.key === originSetKey(config)
         ? previous.origins
-        : new OriginSet(config, limits, previous?.origins, deps.hostDownForMs);
+        : new OriginSet(config, limits, deps.originGuard, previous?.origins, deps.hostDownForMs);
 
     this.waf = attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] };
     this.observeEnd = deps.accessLog !== undefined || deps.metrics !== undefined;

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClientAddressPolicy } from '../client-address/policy.ts';
 import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
+import { permissiveOriginGuard, recordingOriginGuard } from '../net/test-support.ts';
 import { encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
 import {
@@ -59,8 +60,14 @@ async function origin(cleanup: Cleanup, address = '127.0.0.3', options: { expect
   return cleanup.add(await startEchoOrigin(address, options), (o) => o.close());
 }
 
-async function proxy(cleanup: Cleanup, options: Omit<L4ProxyOptions, 'id' | 'threatFeed'> & { threatFeed?: ThreatFeed }): Promise<L4Proxy> {
-  const created = new L4Proxy({ id: 'test-proxy', threatFeed: noThreats, ...options });
+/** The test origins are on loopback, which the product's origin policy refuses by default. */
+const originGuard = permissiveOriginGuard();
+
+async function proxy(
+  cleanup: Cleanup,
+  options: Omit<L4ProxyOptions, 'id' | 'threatFeed' | 'originGuard'> & { threatFeed?: ThreatFeed; originGuard?: L4ProxyOptions['originGuard'] },
+): Promise<L4Proxy> {
+  const created = new L4Proxy({ id: 'test-proxy', threatFeed: noThreats, originGuard, ...options });
   await created.start();
   return cleanup.add(created, (p) => p.stop());
 }
@@ -518,6 +525,35 @@ describe('L4Proxy over UDP', () => {
   });
 });
 
+describe('L4Proxy and the origin policy', () => {
+  // Origins stored before the operator narrowed the policy: literal addresses are checked again at connect.
+  test('resets a TCP client whose only origin the policy refuses; the origin sees nothing, the refusal is reported', async (cleanup) => {
+    const echo = await origin(cleanup, '127.0.0.3');
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const { guard, refusals } = recordingOriginGuard({ allowedNetworks: [] });
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, originGuard: guard });
+    // A reset: the connect itself may already see it.
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.8'), 'ECONNRESET');
+    await eventually(() => metrics.closed.TCP.NO_HOST === 1);
+    assert.equal(echo.accepted, 0);
+    assert.deepEqual(refusals.map((r) => [r.scope, r.address, r.reason]), [['test-proxy', '127.0.0.3', 'loopback']]);
+  });
+
+  test('drops the datagrams of a UDP client whose origin the policy refuses', async (cleanup) => {
+    const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    const { guard, refusals } = recordingOriginGuard({ allowedNetworks: ['127.0.0.0/8'], ownHosts: ['127.0.0.3'] });
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: echo.address, port: echo.port }], { protocols: ['UDP'] }), metrics, originGuard: guard });
+    const { replies } = await udpExchange(FRONT, port, [Buffer.from('x')], { replyTimeoutMs: 300 });
+    assert.deepEqual(replies, []);
+    assert.deepEqual(echo.received, []);
+    assert.equal(refusals[0]?.reason, 'own-listener');
+    assert.equal(metrics.originConnectFailures.UDP, 1);
+  });
+});
+
 describe('L4Proxy lifecycle', () => {
   let echoA: TcpOrigin;
   let echoB: TcpOrigin;
@@ -580,7 +616,7 @@ describe('L4Proxy lifecycle', () => {
     const blocker = createServer();
     await new Promise<void>((resolve) => blocker.listen(port, '::1', resolve));
     cleanup.add(blocker, (s) => new Promise((resolve) => s.close(resolve)));
-    const clash = new L4Proxy({ id: 'clash', attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echoA]), threatFeed: noThreats });
+    const clash = new L4Proxy({ id: 'clash', attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echoA]), threatFeed: noThreats, originGuard });
     await assert.rejects(clash.start(), { code: 'EADDRINUSE' });
     // The IPv4 listener it had bound first is released again.
     const probe = createServer();
@@ -588,7 +624,7 @@ describe('L4Proxy lifecycle', () => {
     await new Promise((resolve) => probe.close(resolve));
 
     // An address this host does not have (TEST-NET-1): nothing is sent, the bind just fails.
-    const foreign = new L4Proxy({ id: 'foreign', attributes: l4Attributes({ ipv4: '192.0.2.1', port }, [echoA]), threatFeed: noThreats });
+    const foreign = new L4Proxy({ id: 'foreign', attributes: l4Attributes({ ipv4: '192.0.2.1', port }, [echoA]), threatFeed: noThreats, originGuard });
     await assert.rejects(foreign.start(), { code: 'EADDRNOTAVAIL' });
   });
 
@@ -602,7 +638,7 @@ describe('L4Proxy lifecycle', () => {
 
   test('stop frees the port and closes established connections', async (cleanup) => {
     const port = await freePort(FRONT);
-    const l4 = new L4Proxy({ id: 'stopping', attributes: l4Attributes({ ipv4: FRONT, port }, [echoA], { protocols: ['TCP', 'UDP'] }), threatFeed: noThreats });
+    const l4 = new L4Proxy({ id: 'stopping', attributes: l4Attributes({ ipv4: FRONT, port }, [echoA], { protocols: ['TCP', 'UDP'] }), threatFeed: noThreats, originGuard });
     await l4.start();
     const socket = client(cleanup, await connectTo(FRONT, port));
     socket.write('x');

@@ -26,6 +26,7 @@ import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { ClientAddressPolicy } from '../client-address/policy.ts';
 import { headerReadOptions, readProxyHeader } from '../client-address/proxy-header.ts';
 import { HostPool, type BackendHost, type DeliveryMethod } from '../balance/index.ts';
+import type { OriginGuard, ScopedOriginGuard } from '../net/origin-guard.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from './flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute, type TcpTunnelResult } from './tcp.ts';
@@ -61,7 +62,7 @@ export interface L4Metrics {
   connectionRefused(proxyId: string, protocol: L4Protocol, reason: L4RefusalReason): void;
   /** An accepted connection or session ended; its bytes are counted here, once. */
   connectionClosed(proxyId: string, protocol: L4Protocol, closed: L4ConnectionClosed): void;
-  /** A connect to an origin host failed: the host is marked down for a while, the next one is tried. */
+  /** A connect to an origin host failed (or the origin policy refused it): the host is marked down for a while, the next one is tried. */
   originConnectFailed(proxyId: string, protocol: L4Protocol, host: BackendHost, error: Error): void;
 }
 
@@ -77,6 +78,11 @@ export interface L4ProxyOptions {
   attributes: L4ProxyAttributes;
   /** Shared across proxies; consulted only when `attributes.threatIntelligence.enabled`. */
   threatFeed: ThreatFeed;
+  /**
+   * Where the proxy may connect: every origin connection (TCP) or session (UDP) is checked by the
+   * origin policy, names once resolved. No default: tests with loopback origins pass a permissive one.
+   */
+  originGuard: OriginGuard;
   metrics?: L4Metrics;
   logger?: L4Logger;
   /** TCP: a connection without a byte in either direction for this long is closed. Default 5 min. */
@@ -136,6 +142,7 @@ export class L4Proxy {
   private readonly reusePort: boolean;
   private readonly limiter: FloodAdmission;
   private readonly clientAddress: ClientAddressPolicy | undefined;
+  private readonly originGuard: ScopedOriginGuard;
   /** TCP connections of trusted load balancers whose PROXY header is being read. */
   private readonly readingHeaders = new Set<Socket>();
   private pool: HostPool;
@@ -163,6 +170,7 @@ export class L4Proxy {
     this.reusePort = options.reusePort ?? false;
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
     this.clientAddress = options.clientAddress;
+    this.originGuard = options.originGuard.for(options.id);
     this.pool = new HostPool(options.attributes.backend.hosts, methodOf(options.attributes), {
       downForMs: options.hostDownForMs,
     });
@@ -265,6 +273,7 @@ export class L4Proxy {
       proxyProtocol: proxyProtocol?.enabled === true ? proxyProtocol.version : undefined,
       idleTimeoutMs: this.idleTimeoutMs,
       connectTimeoutMs: this.connectTimeoutMs,
+      guard: this.originGuard,
     };
   }
 
@@ -273,6 +282,7 @@ export class L4Proxy {
       pool: this.pool,
       proxyProtocol: attributes.proxyProtocol?.enabled === true,
       sessionIdleMs: this.udpSessionIdleMs,
+      guard: this.originGuard,
     };
   }
 

@@ -26,8 +26,9 @@
  *   proxy's one sweep timer (`checkTimeouts`) reads the flags, so neither a connection nor a chunk
  *   creates or refreshes a timer.
  */
-import { connect, createServer, Socket, type Server } from 'node:net';
+import { createServer, Socket, type Server } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
+import type { ScopedOriginGuard } from '../net/origin-guard.ts';
 import { encodeProxyHeader, type ProxyProtocolVersion } from './proxy-protocol.ts';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 5 * 60 * 1000;
@@ -60,6 +61,8 @@ export interface TcpRoute {
   proxyProtocol: ProxyProtocolVersion | undefined;
   idleTimeoutMs: number;
   connectTimeoutMs: number;
+  /** Opens the origin connections: the origin policy checks (and pins) each host's address. */
+  guard: ScopedOriginGuard;
 }
 
 export interface TcpTunnelResult {
@@ -72,7 +75,7 @@ export interface TcpTunnelResult {
 }
 
 export interface TcpTunnelEvents {
-  /** A connect to `host` failed; the host was marked down and the next one is tried. */
+  /** A connect to `host` failed (or the origin policy refused it); the host was marked down and the next one is tried. */
   onConnectFailure?: (host: PooledHost, error: Error) => void;
   /** Called once, when both sockets are gone. */
   onClose: (result: TcpTunnelResult) => void;
@@ -230,7 +233,7 @@ export class TcpTunnel {
     pool.begin(host);
     this.host = host;
     this.upstreamError = undefined;
-    const upstream = connect({
+    const upstream = this.route.guard.connect({
       host: host.address,
       port: host.port,
       noDelay: true,

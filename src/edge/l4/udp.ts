@@ -11,9 +11,10 @@
  * Sessions are bounded (`maxSessions`, each holds a file descriptor); past that, datagrams of new
  * clients are dropped. Admission (threat feed, flood caps) is the proxy's business: `admit`.
  */
-import { createSocket, type Socket as DatagramSocket, type RemoteInfo } from 'node:dgram';
+import { createSocket, type Socket as DatagramSocket, type RemoteInfo, type SocketOptions } from 'node:dgram';
 import { isIPv6 } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
+import { isOriginRefused, type ScopedOriginGuard } from '../net/origin-guard.ts';
 import { encodeProxyV2 } from './proxy-protocol.ts';
 
 export const DEFAULT_UDP_SESSION_IDLE_MS = 30_000;
@@ -27,6 +28,8 @@ export interface UdpRoute {
   /** Prepend a PROXY v2 header to every datagram to the origin. */
   proxyProtocol: boolean;
   sessionIdleMs: number;
+  /** The origin policy: a host's address is checked (a name once resolved) before a session uses it. */
+  guard: ScopedOriginGuard;
 }
 
 export interface UdpSessionResult {
@@ -44,6 +47,7 @@ export interface UdpRelayHooks<Ticket> {
   route: () => UdpRoute;
   /** A datagram of a new client was dropped because `maxSessions` sessions exist. */
   onSessionLimit?: () => void;
+  /** An origin failed, or the origin policy refused it (the datagram that asked for it is dropped). */
   onOriginError?: (host: PooledHost, error: Error) => void;
   /** A session ended; its ticket is handed back. */
   onSessionClose: (ticket: Ticket, result: UdpSessionResult) => void;
@@ -179,8 +183,9 @@ export class UdpRelay<Ticket> {
 
   private onOriginError(session: UdpSession<Ticket>, error: Error): void {
     if (this.sessions.get(session.key) !== session) return; // already ended (a second error)
-    // ECONNREFUSED on a connected UDP socket = ICMP port unreachable: passive health.
-    if ((error as NodeJS.ErrnoException).code === 'ECONNREFUSED') session.route.pool.markDown(session.host);
+    // ECONNREFUSED on a connected UDP socket = ICMP port unreachable: passive health. A host the
+    // origin policy refused is skipped the same way.
+    if ((error as NodeJS.ErrnoException).code === 'ECONNREFUSED' || isOriginRefused(error)) session.route.pool.markDown(session.host);
     this.hooks.onOriginError?.(session.host, error);
     this.closeSession(session, 'ORIGIN_ERROR');
   }
@@ -195,10 +200,19 @@ export class UdpRelay<Ticket> {
     // hosts always offers one; the schema requires at least one host).
     const host = route.pool.pick(rinfo.address);
     if (host === undefined) return undefined;
+    const refused = route.guard.checkLiteral(host.address, host.port);
+    if (refused !== undefined) {
+      route.pool.markDown(host);
+      this.hooks.onOriginError?.(host, refused);
+      return undefined;
+    }
     const ticket = this.hooks.admit(rinfo.address, rinfo.port);
     if (ticket === undefined) return undefined;
     route.pool.begin(host);
-    const upstream = createSocket(isIPv6(host.address) ? 'udp6' : 'udp4');
+    // A name is resolved by the guard's lookup, which hands the socket only addresses the policy allows.
+    // dgram asks for one address (no `all`), which is what the lookup then answers.
+    const lookup = route.guard.udpLookup(host.address, host.port) as SocketOptions['lookup'];
+    const upstream = createSocket({ type: isIPv6(host.address) ? 'udp6' : 'udp4', lookup });
     const header = route.proxyProtocol
       ? encodeProxyV2(
           { sourceAddress: rinfo.address, sourcePort: rinfo.port, destinationAddress: this.address, destinationPort: this.port },
@@ -214,7 +228,8 @@ export class UdpRelay<Ticket> {
       this.socket?.send(reply, session.clientPort, session.clientAddress);
     });
     upstream.on('error', (error: Error) => this.onOriginError(session, error));
-    upstream.connect(host.port, host.address, () => {
+    upstream.connect(host.port, host.address, (error?: Error) => {
+      if (error) return this.onOriginError(session, error);
       session.connected = true;
       const pending = session.pending ?? [];
       session.pending = undefined;

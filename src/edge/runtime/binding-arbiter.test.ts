@@ -21,6 +21,7 @@ import { createMetrics } from '../../metrics.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import { PERMISSIVE_ORIGIN_POLICY } from '../net/test-support.ts';
 
 const FRONTEND = '127.0.9.41';
 const ORIGINS = '127.0.9.42';
@@ -119,6 +120,7 @@ describe('binding arbitration on a running edge node', () => {
       nodeId: 'arbiter-node',
       location: 'TST',
       workers: 2,
+      origins: { policy: PERMISSIVE_ORIGIN_POLICY, resolverServers: [] },
     });
     await edge.start();
   });

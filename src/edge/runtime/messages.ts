@@ -61,4 +61,5 @@ export type EdgeCounterName =
   | 'tps_edge_refused_total'
   | 'tps_edge_bytes_total'
   | 'tps_edge_origin_failures_total'
+  | 'tps_edge_origin_refused_total'
   | 'tps_edge_http_requests_total';

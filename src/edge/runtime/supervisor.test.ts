@@ -16,6 +16,7 @@ import { EdgeSupervisor } from './supervisor.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import { PERMISSIVE_ORIGIN_POLICY } from '../net/test-support.ts';
 
 const FRONTEND = '127.0.0.41';
 
@@ -46,6 +47,8 @@ describe('edge supervisor', () => {
       nodeId: 'test-node',
       location: 'TST',
       workers: 2,
+      // Test origins are on loopback, which the product's origin policy refuses by default.
+      origins: { policy: PERMISSIVE_ORIGIN_POLICY, resolverServers: [] },
     });
     await edge.start();
   });

@@ -25,6 +25,7 @@ import { createRateTable } from '../shared-counters/shared-rate-store.ts';
 import { createFloodTable } from '../shared-counters/shared-flood-limiter.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
 import type { ClientAddressSettings } from '../client-address/policy.ts';
+import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
@@ -75,6 +76,12 @@ export interface EdgeOptions {
   redisUrl?: string | undefined;
   /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
   clientAddress?: ClientAddressSettings;
+  /**
+   * Where proxies may connect (the origin policy, with the node's own listeners) and the DNS servers
+   * that resolve origin names (TPS_ORIGIN_RESOLVER; empty: the system resolver). No default: the
+   * caller knows the node's listeners.
+   */
+  origins: { policy: OriginPolicySettings; resolverServers: string[] };
   crls?: CrlSource;
   /** Answers ACME HTTP-01 challenges (token, host) of orders placed by `tenantId` (the proxy's tenant) with the key authorization. */
   acmeChallenge?: (token: string, host: string, tenantId: string) => Promise<string | undefined>;
@@ -147,6 +154,7 @@ export class EdgeSupervisor {
           ['tps_edge_refused_total', 'Connections or datagrams refused before reaching an origin, by reason.', ['proxy', 'protocol', 'reason']],
           ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
+          ['tps_edge_origin_refused_total', 'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.', ['proxy', 'reason']],
           ['tps_edge_http_requests_total', 'HTTP requests by status and by the phase that answered.', ['proxy', 'status', 'answered_by']],
         ] as const
       ).map(([name, help, labelNames]) => [name, new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] })]),
@@ -275,6 +283,7 @@ export class EdgeSupervisor {
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, response: 64 * 1024, action: 'PROCESS_PARTIAL' },
       redisUrl: o.redisUrl,
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
+      origins: o.origins,
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;

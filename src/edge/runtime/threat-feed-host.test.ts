@@ -20,6 +20,7 @@ import { IpSet } from '../l4/ip-set.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import { PERMISSIVE_ORIGIN_POLICY } from '../net/test-support.ts';
 
 const FRONTEND = '127.0.0.71';
 const ORIGIN = '127.0.0.72';
@@ -79,6 +80,8 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
       threatFeeds: [feedFile],
       // Short, so that a changed file is read again soon (the feed thread re-reads it on its timer).
       threatFeedRefreshMs: 100,
+      // Test origins are on loopback, which the product's origin policy refuses by default.
+      origins: { policy: PERMISSIVE_ORIGIN_POLICY, resolverServers: [] },
     });
     await edge.start();
     const tenant = await store.tenants.create('t');

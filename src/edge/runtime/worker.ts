@@ -23,6 +23,9 @@ import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
 import { createCompiledEngine } from '../http/waf/compiled/compiled-engine.ts';
 import type { WafEngine } from '../http/waf/engine.ts';
 import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
+import { OriginPolicy, type OriginPolicySettings } from '../net/origin-policy.ts';
+import { OriginGuard } from '../net/origin-guard.ts';
+import { createOriginResolver } from '../net/origin-resolver.ts';
 import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
 import type { ThreatFeedSet } from './threat-feed-host.ts';
 import { createWorkerLogger } from './worker-logger.ts';
@@ -51,6 +54,8 @@ export interface WorkerSettings {
   redisUrl: string | undefined;
   /** Load balancers whose PROXY headers and X-Forwarded-For name the client. */
   clientAddress: ClientAddressSettings;
+  /** Where proxies may connect (origin-policy.ts), and the DNS servers that resolve origin names (empty: the system's). */
+  origins: { policy: OriginPolicySettings; resolverServers: string[] };
 }
 
 interface Running {
@@ -117,6 +122,14 @@ redis?.on('ready', () => {
 // Reads no source: the supervisor's feed thread builds each set once for the node (threat-feed-host.ts).
 const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
 const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
+// Every origin connection of every proxy of this worker is checked here; a refusal is counted and logged.
+const originGuard = new OriginGuard(new OriginPolicy(settings.origins.policy), createOriginResolver(settings.origins.resolverServers), (refusal) => {
+  count('tps_edge_origin_refused_total', { proxy: refusal.scope, reason: refusal.reason });
+  logger.warn(
+    { proxyId: refusal.scope, host: refusal.host, address: refusal.address, port: refusal.port, reason: refusal.reason },
+    'origin refused by the origin policy',
+  );
+});
 const insight: InsightSink = {
   record: (event) => send({ kind: 'insight', event }),
   updateRateLimitEpisode: (eventId, update) => send({ kind: 'insight-update', eventId, update }),
@@ -161,6 +174,7 @@ const httpDeps: HttpProxyDeps = {
   }),
   location: settings.location,
   logger,
+  originGuard,
   waf: createWafHook(lazyWafEngine, {
     requestBodyLimit: settings.wafBodyLimits.request,
     responseBodyLimit: settings.wafBodyLimits.response,
@@ -212,6 +226,7 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           id: config.id,
           attributes: config.attributes,
           threatFeed,
+          originGuard,
           metrics: l4Metrics,
           reusePort: true,
           logger,

@@ -5,10 +5,10 @@
  * and every frame after it pass through untouched. No keep-alive pool: the connection belongs to
  * this client until either side closes it or it stays idle for `upgradeIdleTimeoutMs`.
  *
- * A host that cannot be connected is marked down and the next one tried, as for other requests.
+ * A host that cannot be connected (or that the origin policy refuses) is marked down and the next
+ * one tried, as for other requests.
  */
 import net from 'node:net';
-import tls from 'node:tls';
 import type { PooledHost } from '../../balance/index.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { originRequestHeaders } from '../headers.ts';
@@ -65,9 +65,9 @@ class UpgradeTunnel {
 
   private connect(host: PooledHost): net.Socket {
     const origins = this.ctx.proxy.origins;
-    if (origins.tls === undefined) return net.connect({ host: host.address, port: host.port, noDelay: true });
+    if (origins.tls === undefined) return origins.guard.connect({ host: host.address, port: host.port, noDelay: true });
     const name = hostName(this.ctx.host);
-    return tls.connect({
+    return origins.guard.connectTls({
       ...origins.tls,
       host: host.address,
       port: host.port,

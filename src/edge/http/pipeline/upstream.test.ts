@@ -10,6 +10,8 @@ import type { HttpLimits } from '../limits.ts';
 import type { AccessLogEntry } from './events.ts';
 import { request } from '../test-support/client.ts';
 import { TestCa, selfSigned, tempDir, type KeyPair } from '../test-support/pki.ts';
+import { recordingOriginGuard } from '../../net/test-support.ts';
+import type { OriginGuard } from '../../net/origin-guard.ts';
 import {
   FRONT_IP,
   ORIGIN_IP,
@@ -37,9 +39,10 @@ describe('upstream phase', () => {
     hosts: readonly { host: string; port: number }[],
     extra: Parameters<typeof resolvedProxy>[2] = {},
     limits: Partial<HttpLimits> = {},
+    originGuard?: OriginGuard,
   ): Promise<string> {
     const port = await freePort(FRONT_IP);
-    const proxy = new HttpProxy(resolvedProxy(port, hosts, extra), testDeps({ limits, accessLog: (e) => log.push(e) }));
+    const proxy = new HttpProxy(resolvedProxy(port, hosts, extra), testDeps({ limits, accessLog: (e) => log.push(e), ...(originGuard && { originGuard }) }));
     await proxy.start();
     stops.push(() => proxy.stop());
     return `http://${FRONT_IP}:${port}`;
@@ -200,6 +203,26 @@ describe('upstream phase', () => {
       const entry = log.find((e) => e.supportId === supportId);
       assert.equal(entry?.upstreamError, 'ECONNREFUSED');
       assert.equal(entry?.upstreamAttempts, 2);
+    });
+
+    it('never connects to an origin the origin policy refuses: the next host answers, else 502', T, async () => {
+      // Stored before the operator narrowed the policy: the literal address is checked again at connect.
+      const refused = await origin({ name: 'refused' });
+      const live = await origin({ host: ORIGIN_IP_2, name: 'live' });
+      const { guard, refusals } = recordingOriginGuard({ allowedNetworks: [`${ORIGIN_IP_2}/32`] });
+      const both = await proxyTo([refused, live], { attributes: { backend: { deliveryMethod: 'ROUND_ROBIN' } } }, {}, guard);
+      assert.equal(JSON.parse((await request(`${both}/get`)).text).origin, 'live');
+      const streamed = await request(`${both}/upload`, { method: 'POST', body: Readable.from([Buffer.from('streamed '), Buffer.from('body')]) });
+      assert.equal(JSON.parse(streamed.text).origin, 'live');
+
+      const only = await proxyTo([refused], {}, {}, guard);
+      const res = await request(`${only}/`);
+      assert.equal(res.status, 502);
+      const supportId = /Support ID: <code>([0-9a-f]{32})<\/code>/.exec(res.text)?.[1];
+      assert.equal(log.find((e) => e.supportId === supportId)?.upstreamError, 'TPS_ORIGIN_REFUSED');
+      assert.equal((await request(`${only}/upload`, { method: 'POST', body: Readable.from([Buffer.from('streamed')]) })).status, 502);
+      assert.equal(refused.requests, 0, 'the refused origin saw no request');
+      assert.ok(refusals.length >= 2 && refusals.every((r) => r.address === ORIGIN_IP && r.reason === 'loopback'), JSON.stringify(refusals));
     });
 
     it('answers 504 when the origin does not send its response head in time', T, async () => {

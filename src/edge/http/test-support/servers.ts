@@ -12,6 +12,7 @@ import type { HttpProxyAttributes } from '../../../api/schemas/traffic-config.ts
 import type { InsightEvent, InsightSink } from '../../../insight/event.ts';
 import { loadGeoLookup } from '../../geo/geo-lookup.ts';
 import type { HttpProxyDeps, ResolvedHttpProxy } from '../http-proxy.ts';
+import { permissiveOriginGuard } from '../../net/test-support.ts';
 
 /** Loopback addresses: the proxies' front end, the origins, and clients placed in countries. */
 export const FRONT_IP = '127.0.0.2';
@@ -186,12 +187,16 @@ export class MemorySink implements InsightSink {
   }
 }
 
-/** Deps for tests: a memory sink, geo overrides only (no MMDB needed), location "TST". */
+/**
+ * Deps for tests: a memory sink, geo overrides only (no MMDB needed), location "TST", and an origin
+ * guard that refuses nothing (the test origins are on loopback, which the product refuses by default).
+ */
 export function testDeps(overrides: Partial<HttpProxyDeps> = {}): HttpProxyDeps & { insight: MemorySink } {
   return {
     insight: new MemorySink(),
     geo: loadGeoLookup({ withoutMmdb: true, overrides: '127.0.0.20/32,DE\n127.0.0.21/32,US\n127.0.0.22/32,FR\n' }),
     location: 'TST',
+    originGuard: permissiveOriginGuard(),
     ...overrides,
   } as HttpProxyDeps & { insight: MemorySink };
 }
