@@ -275,6 +275,63 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   };
 }
 
+/**
+ * What `tps apply` and `tps export` need: they call the public API as a service account, like any
+ * client, so that every change goes through the API's own checks.
+ */
+export interface ApiClientSettings {
+  /** The API's base URL (where /api/v2 and, unless authUrl says otherwise, /oauth/token are). */
+  apiUrl: string;
+  /** The token issuer's base URL. */
+  authUrl: string;
+  /** The tokens' audience: the service's base address (TPS_BASE_URL of the service). */
+  audience: string;
+  clientId: string;
+  clientSecret: string;
+}
+
+export type ApiClientSettingsInput = Partial<Record<'apiUrl' | 'clientId' | 'clientSecret', string | undefined>>;
+
+/** The environment variable behind each API client setting. */
+export const API_CLIENT_ENV = { apiUrl: 'TPS_API_URL', clientId: 'TPS_CLIENT_ID', clientSecret: 'TPS_CLIENT_SECRET' } as const;
+
+/**
+ * Flags override TPS_API_URL, TPS_CLIENT_ID and TPS_CLIENT_SECRET. Without an API URL the CLI
+ * calls the service on this host (TPS_API_LISTEN, default 127.0.0.1:8080). The audience and the
+ * token issuer follow TPS_BASE_URL and TPS_AUTH_URL when set, as they do for the service itself.
+ */
+export function loadApiClientSettings(flags: ApiClientSettingsInput = {}, env: NodeJS.ProcessEnv = process.env): ApiClientSettings {
+  const read = (value: string | undefined) => (value === undefined || value === '' ? undefined : value);
+  const fail = (name: string, flag: string | undefined, why: string): never => {
+    throw new SettingsError(`${name}${flag ? ` (--${flag})` : ''}: ${why}`);
+  };
+  const httpUrl = (value: string, name: string, flag?: string): string => {
+    try {
+      const parsed = new URL(value);
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new Error();
+    } catch {
+      fail(name, flag, `must be an http(s) URL, got "${value}"`);
+    }
+    return value.replace(/\/+$/, '');
+  };
+  const listen = read(env[ENV.apiListen]);
+  const apiUrlValue = read(flags.apiUrl) ?? read(env[API_CLIENT_ENV.apiUrl]);
+  const apiUrl = apiUrlValue !== undefined ? httpUrl(apiUrlValue, API_CLIENT_ENV.apiUrl, 'api-url') : `http://${listen ?? '127.0.0.1:8080'}`;
+  const baseUrl = read(env[ENV.baseUrl]);
+  const authUrl = read(env[ENV.authUrl]);
+  const clientId = read(flags.clientId) ?? read(env[API_CLIENT_ENV.clientId]);
+  const clientSecret = read(flags.clientSecret) ?? read(env[API_CLIENT_ENV.clientSecret]);
+  if (clientId === undefined) fail(API_CLIENT_ENV.clientId, 'client-id', "is required: the client id of one of the tenant's service accounts (tps service-account create)");
+  if (clientSecret === undefined) fail(API_CLIENT_ENV.clientSecret, 'client-secret', 'is required: the secret of that service account');
+  return {
+    apiUrl,
+    authUrl: authUrl !== undefined ? httpUrl(authUrl, ENV.authUrl) : apiUrl,
+    audience: baseUrl !== undefined ? httpUrl(baseUrl, ENV.baseUrl) : apiUrl,
+    clientId: clientId!,
+    clientSecret: clientSecret!,
+  };
+}
+
 const kebab = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 
 /** Settings that `tps serve` / `tps edge` also take as a flag (src/cli/main.ts); the rest are environment only. */
