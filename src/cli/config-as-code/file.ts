@@ -16,7 +16,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { LineCounter, parseDocument, type Document } from 'yaml';
+import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Document } from 'yaml';
 import { Type } from '@sinclair/typebox';
 import { validateBody } from '../../api/schemas/validator.ts';
 import { ApiError } from '../../api/jsonapi.ts';
@@ -308,13 +308,27 @@ export function normalizeFingerprint(value: string): string {
 
 function locateIn(document: Document.Parsed, lineCounter: LineCounter, filePath: FilePath): { line: number; column: number } | undefined {
   for (let length = filePath.length; length >= 0; length--) {
-    const node = length === 0 ? document.contents : document.getIn(filePath.slice(0, length), true);
-    const range = (node as { range?: [number, number, number] } | null | undefined)?.range;
+    const range = rangeOf(document, filePath.slice(0, length));
     if (range) {
-      const position = lineCounter.linePos(range[0]);
+      const position = lineCounter.linePos(range[0]!);
       return { line: position.line, column: position.col };
     }
   }
+  return undefined;
+}
+
+/** A scalar's own place; for a mapping or list under a key, the key's (the value starts on the next line). */
+function rangeOf(document: Document.Parsed, filePath: FilePath): readonly number[] | undefined {
+  if (filePath.length === 0) return (document.contents as { range?: number[] } | null)?.range;
+  const parent = filePath.length === 1 ? document.contents : document.getIn(filePath.slice(0, -1), true);
+  const last = filePath.at(-1);
+  if (isMap(parent)) {
+    const pair = parent.items.find((item) => isScalar(item.key) && String(item.key.value) === String(last));
+    if (!pair) return undefined;
+    if (isScalar(pair.value) && pair.value.range) return pair.value.range;
+    return (pair.key as { range?: number[] }).range;
+  }
+  if (isSeq(parent) && typeof last === 'number') return (parent.items[last] as { range?: number[] } | undefined)?.range;
   return undefined;
 }
 
