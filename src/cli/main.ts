@@ -73,6 +73,7 @@ storeOptions(
       .addOption(new Option('--api-listen <host:port>', `API listener (${SETTINGS_ENV.apiListen}, default 127.0.0.1:8080)`))
       .addOption(new Option('--base-url <url>', `the service's base address (${SETTINGS_ENV.baseUrl})`))
       .addOption(new Option('--auth-url <url>', `the token issuer's address (${SETTINGS_ENV.authUrl})`))
+      .addOption(new Option('--api-trusted-proxies <list>', `comma list of CIDRs of reverse proxies in front of the API whose X-Forwarded-For is trusted (${SETTINGS_ENV.apiTrustedProxies})`))
       .addOption(new Option('--frontend-ips <list>', `comma list of front-end IPs offered to tenants (${SETTINGS_ENV.frontendIps})`))
       .addOption(new Option('--location <code>', `three-letter edge location code (${SETTINGS_ENV.location})`)),
   ),

@@ -34,6 +34,14 @@ describe('settings: load balancers in front of the edge', () => {
   });
 });
 
+describe('settings: reverse proxies in front of the API', () => {
+  it('trusts no forwarding header by default, and reads a comma list of CIDRs', () => {
+    assert.deepEqual(load({}).apiTrustedProxies, []);
+    assert.deepEqual(load({ TPS_API_TRUSTED_PROXIES: '127.0.0.1, ::1,10.0.0.0/8' }).apiTrustedProxies, ['127.0.0.1', '::1', '10.0.0.0/8']);
+    assert.throws(() => load({ TPS_API_TRUSTED_PROXIES: 'proxy.example.com' }), /TPS_API_TRUSTED_PROXIES \(--api-trusted-proxies\): .*"proxy\.example\.com"/);
+  });
+});
+
 describe('settings: errors', () => {
   it('name the environment variable, and the flag only where the CLI has one', () => {
     assert.throws(() => load({ TPS_WAF_THREADS: 'many' }), (error: Error) => error instanceof SettingsError && /TPS_WAF_THREADS: must be an integer/.test(error.message));

@@ -75,6 +75,11 @@ export interface Settings {
   trustedProxies: string[];
   /** Whether edge listeners read a PROXY protocol header from trusted peers: not at all, when sent, or always. */
   listenerProxyProtocol: 'off' | 'optional' | 'required';
+  /**
+   * CIDRs of the reverse proxies in front of the API listener (TLS for the API): from these peers
+   * only, X-Forwarded-For names the client (portal sign-in throttling, logs). Empty = the socket peer.
+   */
+  apiTrustedProxies: string[];
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -111,6 +116,7 @@ const ENV: Record<keyof Settings, string> = {
   redisUrl: 'TPS_REDIS_URL',
   trustedProxies: 'TPS_TRUSTED_PROXIES',
   listenerProxyProtocol: 'TPS_LISTENER_PROXY_PROTOCOL',
+  apiTrustedProxies: 'TPS_API_TRUSTED_PROXIES',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -185,6 +191,11 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   const invalidProxies = invalidCidrs(trustedProxies);
   if (invalidProxies.length > 0) {
     fail('trustedProxies', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidProxies.join('", "')}" is not`);
+  }
+  const apiTrustedProxies = (raw('apiTrustedProxies') ?? '').split(',').map((cidr) => cidr.trim()).filter(Boolean);
+  const invalidApiProxies = invalidCidrs(apiTrustedProxies);
+  if (invalidApiProxies.length > 0) {
+    fail('apiTrustedProxies', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidApiProxies.join('", "')}" is not`);
   }
   const listenerProxyProtocol = raw('listenerProxyProtocol') ?? 'off';
   if (listenerProxyProtocol !== 'off' && listenerProxyProtocol !== 'optional' && listenerProxyProtocol !== 'required') {
@@ -268,6 +279,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     redisUrl: redisUrl(),
     trustedProxies,
     listenerProxyProtocol: listenerProxyProtocol as Settings['listenerProxyProtocol'],
+    apiTrustedProxies,
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,
@@ -346,6 +358,7 @@ const WITH_FLAG: ReadonlySet<keyof Settings> = new Set<keyof Settings>([
   'location',
   'trustedProxies',
   'listenerProxyProtocol',
+  'apiTrustedProxies',
 ]);
 
 /** The environment variable behind each setting, for --help texts and docs. */

@@ -407,6 +407,39 @@ describe('tps status', () => {
   });
 });
 
+describe('the API behind a reverse proxy (TLS for the API)', () => {
+  let behindProxy: Tps;
+  let direct: Tps;
+
+  before(async () => {
+    [behindProxy, direct] = await Promise.all([startTps({ env: { TPS_API_TRUSTED_PROXIES: '127.0.0.1' } }), startTps()]);
+  });
+  after(async () => {
+    await behindProxy.stop();
+    await direct.stop();
+  });
+
+  /** Failed portal sign-ins for one user from one X-Forwarded-For address, until the throttle answers 429. */
+  const signIn = (server: Tps, email: string, forwardedFor: string) =>
+    fetch(`${server.url}/portal/api/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-forwarded-for': forwardedFor },
+      body: JSON.stringify({ email, password: 'wrong password!' }),
+    }).then((response) => response.status);
+
+  it('takes the client from X-Forwarded-For of TPS_API_TRUSTED_PROXIES only: one client\'s failures throttle that client', async () => {
+    for (const server of [behindProxy, direct]) {
+      const tenant = await server.cli<{ id: string }>('tenant', 'create', '--name', 'proxied');
+      const user = await server.cli<{ email: string }>('user', 'create', '--tenant', tenant.id, '--email', 'ops@example.com');
+      const statuses: number[] = [];
+      for (let attempt = 0; attempt < 6; attempt++) statuses.push(await signIn(server, user.email, '198.51.100.1'));
+      assert.equal(statuses.at(-1), 429, `${statuses}`);
+      // Another client behind the same reverse proxy.
+      assert.equal(await signIn(server, user.email, '198.51.100.2'), server === behindProxy ? 401 : 429);
+    }
+  });
+});
+
 describe('contrib/systemd/tps.service', () => {
   const analyze = ['/usr/bin/systemd-analyze', '/bin/systemd-analyze'].find((candidate) => fs.existsSync(candidate));
 
