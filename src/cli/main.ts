@@ -12,7 +12,7 @@ import { SCOPES, type Scope } from '../store/service-accounts.ts';
 import { MIN_PASSWORD_LENGTH } from '../store/portal-users.ts';
 import { ConflictError } from '../store/errors.ts';
 import { serve, runEdgeNode } from './serve.ts';
-import { CliError, EXIT_FAILED, EXIT_USAGE, jsonRequested, printResult, reportFailure } from './output.ts';
+import { CliError, EXIT_FAILED, EXIT_USAGE, jsonRequested, printResult as print, reportFailure } from './output.ts';
 import { backupStore, restoreStore } from './backup.ts';
 import { describeStatus, storeStatus } from './status.ts';
 import { applyFile, describeReport } from './config-as-code/apply.ts';
@@ -56,11 +56,9 @@ async function withStore<T>(options: Record<string, string | boolean | undefined
   }
 }
 
-const print = printResult;
-
 /** A wrong call: bad flags or values. */
-function fail(message: string, code = 'INVALID_ARGUMENT'): never {
-  throw new CliError(code, message, { exitCode: EXIT_USAGE });
+function fail(message: string): never {
+  throw new CliError('INVALID_ARGUMENT', message, { exitCode: EXIT_USAGE });
 }
 
 storeOptions(

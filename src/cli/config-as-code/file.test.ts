@@ -112,3 +112,15 @@ describe('config file: paths', () => {
     assert.deepEqual(file.locate(['trafficConfigs', 0, 'attributes', 'frontend', 'port']), { line: 4, column: 7 });
   });
 });
+
+describe('config file: bounds', () => {
+  it('refuses aliases that would expand beyond a bound (a few lines that would make gigabytes)', () => {
+    let text = 'a: &a [x, x, x, x, x, x, x, x, x, x]\n';
+    for (let level = 0, previous = 'a'; level < 10; level++, previous = `b${level - 1}`) {
+      text += `b${level}: &b${level} [${Array(10).fill(`*${previous}`).join(', ')}]\n`;
+    }
+    const file = parse(text);
+    assert.equal(file.problems[0]?.code, 'FILE_SYNTAX');
+    assert.match(file.problems[0]!.detail, /alias/i);
+  });
+});

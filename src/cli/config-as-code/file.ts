@@ -20,8 +20,7 @@ import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Document } fro
 import { Type } from '@sinclair/typebox';
 import { validateBody } from '../../api/schemas/validator.ts';
 import { ApiError } from '../../api/jsonapi.ts';
-import { Uuid } from '../../api/schemas/common.ts';
-import { Enum } from '../../api/schemas/common.ts';
+import { Enum, Uuid } from '../../api/schemas/common.ts';
 import { HTTP_PROXY, L4_PROXY, type ProxyType } from '../../api/schemas/traffic-config.ts';
 import { CaCertificateDocument } from '../../api/routes/ca-certificates.ts';
 import { AcmeCertificateDocument } from '../../api/routes/certificates.ts';
@@ -131,7 +130,14 @@ export function parseConfigFile(name: string, text: string, folder: string): Con
     });
     return file;
   }
-  const raw: unknown = document.toJS({ maxAliasCount: 100 }) ?? {};
+  let raw: unknown;
+  try {
+    // Aliases are bounded: a few lines of nested aliases could otherwise expand to gigabytes.
+    raw = document.toJS({ maxAliasCount: 100 }) ?? {};
+  } catch (error) {
+    file.problems = [{ code: 'FILE_SYNTAX', detail: (error as Error).message, path: [] }];
+    return file;
+  }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     file.problems = [{ code: 'INVALID_VALUE', detail: 'the file must be a mapping with caCertificates, certificates and/or trafficConfigs', path: [] }];
     return file;
