@@ -83,6 +83,19 @@ describe('tps backup and tps restore (SQLite)', () => {
     await restoreStore(target, backupFile, { force: true });
   });
 
+  it('refuses a store that a process has open, even without tenants', async () => {
+    const target = settingsFor(path.join(root, 'open'));
+    fs.mkdirSync(target.dataDir, { recursive: true });
+    fs.copyFileSync(path.join(source.dataDir, 'master.key'), path.join(target.dataDir, 'master.key'));
+    const running = await openStore(target);
+    try {
+      await assert.rejects(restoreStore(target, backupFile, { force: false }), refusal('STORE_IN_USE'));
+    } finally {
+      await running.close();
+    }
+    await restoreStore(target, backupFile, { force: false });
+  });
+
   it('refuses another master key, a newer schema and a file that is not a backup', async () => {
     const otherKey = settingsFor(path.join(root, 'other-key'), { TPS_MASTER_KEY: crypto.randomBytes(32).toString('base64') });
     await assert.rejects(restoreStore(otherKey, backupFile, { force: false }), refusal('MASTER_KEY_MISMATCH'));

@@ -159,10 +159,17 @@ export async function restoreStore(settings: Settings, file: string, options: { 
   }
 }
 
-/** A store with tenants, or one a node reported from lately, is overwritten only with --force. */
+/**
+ * A store that is open (SQLite removes the -wal file when its last connection closes), that holds
+ * tenants, or that a node reported from lately, is overwritten only with --force.
+ */
 function refuseLiveStore(target: string, force: boolean): void {
   if (force) return;
-  const existing = new DatabaseSync(target, { readOnly: true });
+  if (fs.existsSync(`${target}-wal`)) {
+    throw new CliError('STORE_IN_USE', `${target} is open (${path.basename(target)}-wal exists): stop the service first, or give --force if no process uses it (a crash leaves that file)`);
+  }
+  // Read-write, so that closing it (the last connection) removes the side files it makes.
+  const existing = new DatabaseSync(target);
   try {
     const tables = new Set((existing.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[]).map((row) => row.name));
     const tenants = tables.has('tenants') ? Number((existing.prepare('SELECT COUNT(*) AS n FROM tenants').get() as { n: number }).n) : 0;

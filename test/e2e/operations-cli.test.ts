@@ -328,7 +328,7 @@ describe('tps backup and tps restore', () => {
 
     // The live store is not overwritten.
     const refused = await tpsJson(['restore', backupFile], server.env);
-    assert.equal(refused.body.errors[0].code, 'STORE_NOT_EMPTY');
+    assert.equal(refused.body.errors[0].code, 'STORE_IN_USE');
 
     const dataDir = path.join(work, 'restored');
     const withoutKey = await tpsJson(['restore', backupFile], { TPS_DATA_DIR: dataDir });
