@@ -5,6 +5,9 @@ export interface Metrics {
   registry: Registry;
   apiRequests: Counter<'method' | 'route' | 'status'>;
   edgeConfigs: Gauge<'type' | 'state'>;
+  /** Service-issued certificate orders the API refused: DOMAIN_CLAIMED, QUOTA_EXCEEDED. */
+  acmeOrdersRefused: Counter<'reason'>;
+  quotaExceeded: Counter<'resource'>;
 }
 
 export function createMetrics(): Metrics {
@@ -20,8 +23,20 @@ export function createMetrics(): Metrics {
     }),
     edgeConfigs: new Gauge({
       name: 'tps_edge_configs',
-      help: 'Traffic configurations this edge node holds, by type and state.',
+      help: 'Traffic configurations this edge node holds, by type and state (BINDING_REFUSED: its front-end binding is served by another configuration).',
       labelNames: ['type', 'state'],
+      registers: [registry],
+    }),
+    acmeOrdersRefused: new Counter({
+      name: 'tps_acme_orders_refused_total',
+      help: 'Service-issued certificate orders refused by the API: a domain another tenant claims (DOMAIN_CLAIMED), or the tenant at its pending-order quota (QUOTA_EXCEEDED).',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
+    quotaExceeded: new Counter({
+      name: 'tps_api_quota_exceeded_total',
+      help: 'Creates refused because the tenant reached a quota (409 QUOTA_EXCEEDED), by resource.',
+      labelNames: ['resource'],
       registers: [registry],
     }),
   };

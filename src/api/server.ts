@@ -3,7 +3,7 @@
  * document and its docs page. Route modules in ./routes, one per resource. Health and metrics are
  * operators' business and live on their own listener (src/metrics-listener.ts), not here.
  */
-import Fastify, { type FastifyInstance, type FastifyError, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyError, type FastifyReply, type FastifyRequest } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
@@ -12,8 +12,9 @@ import type { Store } from '../store/index.ts';
 import type { Settings } from '../config/settings.ts';
 import { BearerError, OAuthError, type Principal, type TokenIssuer } from '../auth/token-issuer.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, errorObject, validationErrors } from './jsonapi.ts';
-import { bodyAjv, queryAjv, isDocumentOnly } from './schemas/validator.ts';
+import { bodyAjv, queryAjv, isDocumentOnly, checkDocumentFrame } from './schemas/validator.ts';
 import { ConflictError, NotFoundError } from '../store/errors.ts';
+import { QuotaExceededError } from '../store/quotas.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Scope } from '../store/service-accounts.ts';
 import { registerTokenRoutes } from './routes/oauth-token.ts';
@@ -69,6 +70,14 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
     trustProxy: settings.apiTrustedProxies.length > 0 ? settings.apiTrustedProxies : false,
     ajv: { customOptions: {} },
     routerOptions: { ignoreTrailingSlash: true },
+    // What the router refuses before any route runs (a malformed or overlong path) is a JSON:API error too.
+    frameworkErrors: (error, _request, frameworkReply) => {
+      // Typed for the server's generic reply before the instance exists; the plain reply is what it is.
+      const reply = frameworkReply as unknown as FastifyReply;
+      const detail =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'a path segment is longer than any id this API knows' : 'the path is not a valid URL path';
+      void reply.code(400).type(JSONAPI_MEDIA_TYPE).send({ errors: [errorObject(400, 'BAD_URL', detail)] });
+    },
   });
 
   app.setValidatorCompiler(({ schema, httpPart }) => {
@@ -104,6 +113,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
         header: 'Content-Type',
       });
     }
+    checkDocumentFrame(request.body);
   });
 
   app.addHook('onResponse', async (request, reply) => {
@@ -112,6 +122,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
 
   app.setErrorHandler((error, request, reply) => {
     const { status, body, headers } = toErrorResponse(error, request);
+    if (error instanceof QuotaExceededError) deps.metrics.quotaExceeded.inc({ resource: error.resource });
     if (status >= 500) request.log.error({ err: error }, 'request failed');
     void reply.code(status).headers(headers).type(body.errors ? JSONAPI_MEDIA_TYPE : 'application/json').send(body);
   });

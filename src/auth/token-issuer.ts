@@ -9,7 +9,7 @@
 import crypto from 'node:crypto';
 import { SignJWT, jwtVerify, errors as joseErrors, type JWK, type JWTPayload } from 'jose';
 import type { Store } from '../store/index.ts';
-import type { SecretBox } from '../certs/secret-box.ts';
+import { signingKeyBinding, type SecretBox } from '../certs/secret-box.ts';
 import { SCOPES, type Scope, type ServiceAccount } from '../store/service-accounts.ts';
 
 export interface TokenSettings {
@@ -90,12 +90,12 @@ export class TokenIssuer {
       await this.#store.signingKeys.insertFirst({
         kid,
         publicJwk: JSON.stringify({ ...publicJwk, kid, alg: 'EdDSA', use: 'sig' }),
-        sealedPrivateKey: this.#secrets.seal(privateKey.export({ format: 'pem', type: 'pkcs8' }).toString()),
+        sealedPrivateKey: this.#secrets.seal(privateKey.export({ format: 'pem', type: 'pkcs8' }).toString(), signingKeyBinding(kid)),
         createdAt: new Date().toISOString(),
       });
     }
     this.#keys = (await this.#store.signingKeys.list()).map((record) => {
-      const privateKey = crypto.createPrivateKey(this.#secrets.open(record.sealedPrivateKey));
+      const privateKey = crypto.createPrivateKey(this.#secrets.open(record.sealedPrivateKey, signingKeyBinding(record.kid)));
       return {
         kid: record.kid,
         publicJwk: JSON.parse(record.publicJwk) as JWK,

@@ -19,6 +19,9 @@ import { ACME_TLS_ALPN_PROTOCOL, createAcmeTlsAlpnServer, isAcmeTlsAlpn, parseCl
 import { TestCa } from '../../test/support/pki.ts';
 
 const inOneHour = () => new Date(Date.now() + 3600_000).toISOString();
+/** The tenant that ordered, and another one (whose proxies must never answer its challenges). */
+const ORDERING = 'tenant-ordering';
+const OTHER = 'tenant-other';
 
 describe('ACME challenge answers from the store', () => {
   let dir: string;
@@ -39,53 +42,58 @@ describe('ACME challenge answers from the store', () => {
     await store.acmeChallenges.put({
       type: 'http-01',
       token: 'tok-1',
+      tenantId: ORDERING,
       domain: 'www.example.test',
       keyAuthorization: 'tok-1.thumbprint',
       certificateId: 'c1',
       expiresAt: inOneHour(),
     });
-    assert.equal(await responder.challengeResponse('tok-1', 'www.example.test'), 'tok-1.thumbprint');
-    assert.equal(await responder.challengeResponse('tok-1', 'WWW.Example.Test.'), 'tok-1.thumbprint', 'host compared case-insensitively');
-    assert.equal(await responder.challengeResponse('tok-1'), 'tok-1.thumbprint', 'no host given: token alone');
-    assert.equal(await responder.challengeResponse('tok-1', 'other.example.test'), undefined);
-    assert.equal(await responder.challengeResponse('unknown'), undefined);
+    assert.equal(await responder.challengeResponse('tok-1', 'www.example.test', ORDERING), 'tok-1.thumbprint');
+    assert.equal(await responder.challengeResponse('tok-1', 'WWW.Example.Test.', ORDERING), 'tok-1.thumbprint', 'host compared case-insensitively');
+    assert.equal(await responder.challengeResponse('tok-1', undefined, ORDERING), 'tok-1.thumbprint', 'no host given: token alone');
+    assert.equal(await responder.challengeResponse('tok-1', 'other.example.test', ORDERING), undefined);
+    assert.equal(await responder.challengeResponse('unknown', undefined, ORDERING), undefined);
+    assert.equal(await responder.challengeResponse('tok-1', 'www.example.test', OTHER), undefined, "another tenant's proxy does not answer it");
 
     await store.acmeChallenges.put({
       type: 'http-01',
       token: 'tok-old',
+      tenantId: ORDERING,
       domain: 'www.example.test',
       keyAuthorization: 'tok-old.thumbprint',
       certificateId: 'c1',
       expiresAt: new Date(Date.now() - 1000).toISOString(),
     });
-    assert.equal(await responder.challengeResponse('tok-old'), undefined);
+    assert.equal(await responder.challengeResponse('tok-old', undefined, ORDERING), undefined);
   });
 
   it('finds a challenge written after its last look (a miss refreshes the snapshot)', async () => {
-    assert.equal(await responder.challengeResponse('tok-late'), undefined);
+    assert.equal(await responder.challengeResponse('tok-late', undefined, ORDERING), undefined);
     await store.acmeChallenges.put({
       type: 'http-01',
       token: 'tok-late',
+      tenantId: ORDERING,
       domain: 'late.example.test',
       keyAuthorization: 'tok-late.thumbprint',
       certificateId: 'c2',
       expiresAt: inOneHour(),
     });
-    const found = await responder.challengeResponse('tok-late');
+    const found = await responder.challengeResponse('tok-late', undefined, ORDERING);
     assert.equal(found, 'tok-late.thumbprint');
     await store.acmeChallenges.deleteForCertificate('c2');
   });
 
   it('presents the current TLS-ALPN-01 challenge of a domain, not the one it replaced a moment ago', async () => {
     const put = (keyAuthorization: string) =>
-      store.acmeChallenges.put({ type: 'tls-alpn-01', token: keyAuthorization, domain: 'again.example.test', keyAuthorization, certificateId: 'c3', expiresAt: inOneHour() });
+      store.acmeChallenges.put({ type: 'tls-alpn-01', token: keyAuthorization, tenantId: ORDERING, domain: 'again.example.test', keyAuthorization, certificateId: 'c3', expiresAt: inOneHour() });
     await put('first.thumbprint');
-    const first = await responder.alpnChallengeCertificate('again.example.test');
+    const first = await responder.alpnChallengeCertificate('again.example.test', ORDERING);
     assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(first!.certPem, 'first.thumbprint'), true);
+    assert.equal(await responder.alpnChallengeCertificate('again.example.test', OTHER), undefined, "another tenant's proxy does not present it");
     // The order is retried at once (well within the snapshot's maxAgeMs): new challenge, same domain.
     await store.acmeChallenges.deleteForCertificate('c3');
     await put('second.thumbprint');
-    const second = await responder.alpnChallengeCertificate('again.example.test');
+    const second = await responder.alpnChallengeCertificate('again.example.test', ORDERING);
     assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(second!.certPem, 'second.thumbprint'), true);
     await store.acmeChallenges.deleteForCertificate('c3');
   });
@@ -108,6 +116,7 @@ describe('ACME challenge answers from the store', () => {
     await store.acmeChallenges.put({
       type: 'tls-alpn-01',
       token: 'alpn-tok',
+      tenantId: ORDERING,
       domain: 'tls.example.test',
       keyAuthorization,
       certificateId: 'c3',
@@ -118,18 +127,25 @@ describe('ACME challenge answers from the store', () => {
     const proxyServer = tls.createServer({ cert: served.certificatePem, key: served.privateKeyPem, ALPNProtocols: ['h2', 'http/1.1'] }, (socket) =>
       socket.end('proxy\n'),
     );
-    const acmeServer = createAcmeTlsAlpnServer(responder);
+    // One listener per tenant's proxy, each with the challenge server bound to its tenant.
+    const acmeServer = createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => responder.alpnChallengeCertificate(servername, ORDERING) });
+    const otherAcmeServer = createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => responder.alpnChallengeCertificate(servername, OTHER) });
     const hellos: (ClientHelloInfo | undefined)[] = [];
-    const listener = net.createServer(async (socket) => {
-      const hello = await readClientHello(socket);
-      hellos.push(hello);
-      (hello && isAcmeTlsAlpn(hello) ? acmeServer : proxyServer).emit('connection', socket);
-    });
-    await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+    const listen = async (validations: tls.Server, record: boolean) => {
+      const server = net.createServer(async (socket) => {
+        const hello = await readClientHello(socket);
+        if (record) hellos.push(hello);
+        (hello && isAcmeTlsAlpn(hello) ? validations : proxyServer).emit('connection', socket);
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return server;
+    };
+    const listener = await listen(acmeServer, true);
+    const otherListener = await listen(otherAcmeServer, false);
     const port = (listener.address() as net.AddressInfo).port;
-    const connect = (options: tls.ConnectionOptions) =>
+    const connect = (options: tls.ConnectionOptions, to = port) =>
       new Promise<{ certificate: X509Certificate; alpn: string | false }>((resolve, reject) => {
-        const socket = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false, ...options }, () => {
+        const socket = tls.connect({ host: '127.0.0.1', port: to, rejectUnauthorized: false, ...options }, () => {
           const certificate = socket.getPeerX509Certificate()!;
           const alpn = socket.alpnProtocol ?? false;
           socket.destroy();
@@ -152,8 +168,13 @@ describe('ACME challenge answers from the store', () => {
 
       // No pending challenge for the name: the validation handshake fails, nothing else is shown.
       await assert.rejects(connect({ servername: 'nothing.example.test', ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL] }));
+      // Another tenant's listener: the pending challenge is not its own, the handshake fails too.
+      const otherPort = (otherListener.address() as net.AddressInfo).port;
+      await assert.rejects(connect({ servername: 'tls.example.test', ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL] }, otherPort));
     } finally {
       listener.close();
+      otherListener.close();
+      otherAcmeServer.close();
       acmeServer.close();
       proxyServer.close();
     }

@@ -2,11 +2,16 @@
  * The answers to a CA's validation requests, for every edge node: the ACME service writes each
  * pending challenge to the store (`acme_challenges`), and any node's proxies answer from there.
  *
- * - HTTP-01 (RFC 8555 section 8.3): `challengeResponse(token, host)` gives the key authorization
- *   the proxy returns at `GET /.well-known/acme-challenge/<token>` on port 80.
- * - TLS-ALPN-01 (RFC 8737): `alpnChallengeCertificate(servername)` gives the self-signed
+ * - HTTP-01 (RFC 8555 section 8.3): `challengeResponse(token, host, tenantId)` gives the key
+ *   authorization the proxy returns at `GET /.well-known/acme-challenge/<token>` on port 80.
+ * - TLS-ALPN-01 (RFC 8737): `alpnChallengeCertificate(servername, tenantId)` gives the self-signed
  *   certificate with the critical acmeIdentifier extension (SHA-256 of the key authorization) the
  *   proxy's TLS listener presents to a client that negotiates ALPN `acme-tls/1` (see acme-tls-alpn.ts).
+ *
+ * `tenantId` is the tenant of the proxy that received the validation request: a challenge is
+ * answered only for the tenant that placed the order, so a tenant cannot obtain a certificate for a
+ * name that points at another tenant's proxy (the CA would otherwise take that proxy's answer as
+ * proof of control).
  *
  * Lookups read a snapshot of the live challenges: an HTTP-01 hit may come from a snapshot up to
  * `maxAgeMs` old (a token names one challenge only); a miss waits for a snapshot read after the
@@ -33,10 +38,10 @@ export interface ChallengeCertificate {
 
 /** What an edge node needs to answer ACME validations; `AcmeChallengeResponder` implements it. */
 export interface AcmeChallengeProvider {
-  /** HTTP-01: the key authorization for `token` while its challenge is pending (for `host`, when given). */
-  challengeResponse(token: string, host?: string): Promise<string | undefined>;
-  /** TLS-ALPN-01: the certificate to present for `servername` on an `acme-tls/1` connection. */
-  alpnChallengeCertificate(servername: string): Promise<ChallengeCertificate | undefined>;
+  /** HTTP-01: the key authorization for `token` while `tenantId`'s challenge is pending (for `host`, when given). */
+  challengeResponse(token: string, host: string | undefined, tenantId: string): Promise<string | undefined>;
+  /** TLS-ALPN-01: the certificate to present for `servername` on an `acme-tls/1` connection to a proxy of `tenantId`. */
+  alpnChallengeCertificate(servername: string, tenantId: string): Promise<ChallengeCertificate | undefined>;
 }
 
 /** OID of the acmeIdentifier extension (RFC 8737 section 6.1). */
@@ -59,17 +64,17 @@ export class AcmeChallengeResponder implements AcmeChallengeProvider {
     this.#maxAgeMs = options.maxAgeMs ?? 1000;
   }
 
-  readonly challengeResponse = async (token: string, host?: string): Promise<string | undefined> => {
+  readonly challengeResponse = async (token: string, host: string | undefined, tenantId: string): Promise<string | undefined> => {
     const wanted = host ? normalizeDomain(host) : undefined;
     const match = (challenge: AcmeChallengeRecord) =>
-      challenge.type === 'http-01' && challenge.token === token && (wanted === undefined || challenge.domain === wanted);
+      challenge.type === 'http-01' && challenge.token === token && challenge.tenantId === tenantId && (wanted === undefined || challenge.domain === wanted);
     return (await this.#find(match))?.keyAuthorization;
   };
 
-  readonly alpnChallengeCertificate = async (servername: string): Promise<ChallengeCertificate | undefined> => {
+  readonly alpnChallengeCertificate = async (servername: string, tenantId: string): Promise<ChallengeCertificate | undefined> => {
     const domain = normalizeDomain(servername);
     if (domain === '') return undefined;
-    const challenge = await this.#find((c) => c.type === 'tls-alpn-01' && c.domain === domain, { fresh: true });
+    const challenge = await this.#find((c) => c.type === 'tls-alpn-01' && c.domain === domain && c.tenantId === tenantId, { fresh: true });
     if (!challenge) return undefined;
     const key = `${challenge.keyAuthorization}\0${domain}`;
     let certificate = this.#certificates.get(key);

@@ -12,12 +12,13 @@
  *   if (hello && isAcmeTlsAlpn(hello)) acmeServer.emit('connection', socket);
  *   else proxyTlsServer.emit('connection', socket);
  *
- * where `acmeServer = createAcmeTlsAlpnServer(provider)`. The bytes read stay in the socket
- * (`unshift`), so the TLS server sees the whole handshake.
+ * where `acmeServer = createAcmeTlsAlpnServer(provider)`, with `provider` bound to the tenant of
+ * the listener's proxy. The bytes read stay in the socket (`unshift`), so the TLS server sees the
+ * whole handshake.
  */
 import net from 'node:net';
 import tls from 'node:tls';
-import type { AcmeChallengeProvider } from './acme-challenges.ts';
+import type { ChallengeCertificate } from './acme-challenges.ts';
 import { readPrefix } from '../net/read-prefix.ts';
 
 export const ACME_TLS_ALPN_PROTOCOL = 'acme-tls/1';
@@ -112,12 +113,17 @@ export function readClientHello(socket: net.Socket, timeoutMs = 10_000): Promise
   });
 }
 
+/** The TLS-ALPN-01 challenge certificates one listener may present: those of its proxy's tenant. */
+export interface AlpnChallengeSource {
+  alpnChallengeCertificate(servername: string): Promise<ChallengeCertificate | undefined>;
+}
+
 /**
  * The TLS server for validation connections: it presents the challenge certificate of the SNI
  * name, negotiates `acme-tls/1`, and closes once the handshake is done (RFC 8737: no application
- * data). A name without a pending challenge fails the handshake.
+ * data). A name without a pending challenge (of the source's tenant) fails the handshake.
  */
-export function createAcmeTlsAlpnServer(provider: Pick<AcmeChallengeProvider, 'alpnChallengeCertificate'>, handshakeTimeoutMs = 10_000): tls.Server {
+export function createAcmeTlsAlpnServer(provider: AlpnChallengeSource, handshakeTimeoutMs = 10_000): tls.Server {
   const server = tls.createServer({
     ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL],
     handshakeTimeout: handshakeTimeoutMs,

@@ -17,7 +17,7 @@ import path from 'node:path';
 import { Registry } from 'prom-client';
 import { openStore, type Store } from '../store/index.ts';
 import type { StoredAttributes } from '../store/traffic-configs.ts';
-import { SecretBox } from './secret-box.ts';
+import { SecretBox, acmeAccountKeyBinding, certificateKeyBinding } from './secret-box.ts';
 import { AcmeService, type AcmeLogger } from './acme.ts';
 import { certificateFacts } from './x509.ts';
 import { TestCa } from '../../test/support/pki.ts';
@@ -172,7 +172,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const facts = certificateFacts(new crypto.X509Certificate(leaf.certificatePem));
       await store.certificates.markIssued(
         record.id,
-        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem) },
+        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)) },
         facts,
         new Date(Date.now() - 1000).toISOString(),
       );
@@ -206,7 +206,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     it('registers a new account when the CA says the stored one is deactivated', async () => {
       // An account stored earlier, which the CA now refuses.
       const key = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, email: null, accountUrl: `${ca.directoryUrl}/dead`, sealedPrivateKey: secrets.seal(key) });
+      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/dead`, sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)) });
       ca.refusal = { status: 403, type: 'urn:ietf:params:acme:error:unauthorized', detail: 'Account has been deactivated', retryAfter: '' };
       try {
         const record = await store.certificates.createAcme(tenantId, ['dead.example.test']);
@@ -216,7 +216,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         assert.ok(logger.lines.some((line) => line.message === 'acme: the CA refused the account; registering a new one'));
         assert.ok(ca.requests.includes('POST /order'), 'the order was tried with the stored account');
         assert.ok(ca.requests.includes('POST /acct'), 'then a new account was registered');
-        assert.equal(await store.acmeAccounts.get(ca.directoryUrl), undefined, 'the dead account is forgotten (the new registration was refused too)');
+        assert.equal(await store.acmeAccounts.get(ca.directoryUrl, tenantId), undefined, 'the dead account is forgotten (the new registration was refused too)');
         const now = (await store.certificates.get(tenantId, record.id))!;
         assert.equal(now.status, 'PENDING', 'a refused registration is retried later, not a final failure');
       } finally {
@@ -226,7 +226,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
 
     it('replaces a dead account found while updating its contact e-mail', async () => {
       const key = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, email: null, accountUrl: `${ca.directoryUrl}/old`, sealedPrivateKey: secrets.seal(key) });
+      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/old`, sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)) });
       ca.refusal = { status: 403, type: 'urn:ietf:params:acme:error:unauthorized', detail: 'Account has been deactivated', retryAfter: '' };
       try {
         await store.certificates.createAcme(tenantId, ['contact.example.test']);
@@ -236,7 +236,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         assert.ok(ca.requests.includes('POST /dir/old'), 'the contact update went to the stored account');
         assert.ok(ca.requests.includes('POST /acct'), 'then a new account was registered');
         assert.ok(logger.lines.some((line) => line.message === 'acme: the CA refused the account; registering a new one'));
-        assert.equal(await store.acmeAccounts.get(ca.directoryUrl), undefined);
+        assert.equal(await store.acmeAccounts.get(ca.directoryUrl, tenantId), undefined);
       } finally {
         ca.refusal = { status: 429, type: 'urn:ietf:params:acme:error:rateLimited', detail: 'too many new registrations from this IP', retryAfter: '7200' };
       }
@@ -267,9 +267,58 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01'], 'no proxy yet: HTTP-01 first');
       const config = await store.trafficConfigs.create(tenant, 'httpProxy', { frontend: { ipv4: '127.0.0.62', port: 80 }, backend } as unknown as StoredAttributes);
       assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01']);
-      await store.trafficConfigs.replace(config, { frontend: { ipv4: '127.0.0.62', port: 443, certificateId: record.id }, backend } as unknown as StoredAttributes);
+      // The spec's procedure: PUT on 443 with the certificate while it is still PENDING. Port 80
+      // is still served (the interim attributes) and answers HTTP-01.
+      await store.trafficConfigs.replace(config.tenantId, config, { frontend: { ipv4: '127.0.0.62', port: 443, certificateId: record.id }, backend } as unknown as StoredAttributes);
+      assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01'], 'port 80 still served while the certificate is pending');
+      // Issued: port 80 is given up, and a renewal validates on 443.
+      const leaf = await (await TestCa.create('Choice CA')).issue({ commonName: 'shop.example.test', dnsNames: ['shop.example.test'] });
+      await store.certificates.markIssued(
+        record.id,
+        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)) },
+        certificateFacts(new crypto.X509Certificate(leaf.certificatePem)),
+        new Date(Date.now() + 3600_000).toISOString(),
+      );
+      assert.equal((await store.trafficConfigs.get(tenant, config.id))!.interimAttributes, undefined);
       assert.deepEqual(await acme.challengeTypes(record), ['tls-alpn-01', 'http-01'], 'port 80 gone, the proxy serves this certificate on 443');
       await acme.stop();
+    });
+
+    it('gives up the lease of an order still running when it stops, so a restart takes it up at once', async () => {
+      // A CA that accepts connections and never answers: the order hangs in its first request.
+      const sockets = new Set<net.Socket>();
+      const silent = net.createServer((socket) => {
+        sockets.add(socket);
+        socket.on('error', () => {});
+      });
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      const tenant = (await store.tenants.create('acme-restart')).id;
+      const record = await store.certificates.createAcme(tenant, ['restart.example.test']);
+      const acme = new AcmeService({
+        store,
+        secrets,
+        directoryUrl: `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}/dir`,
+        nodeId: 'stopping-node',
+        requestTimeoutMs: 60_000,
+        scanIntervalMs: 3600_000,
+      });
+      try {
+        acme.start();
+        // Wait (bounded) until the order holds its lease and its first request reached the CA.
+        for (let i = 0; i < 200 && sockets.size === 0; i++) await new Promise((resolve) => setTimeout(resolve, 25));
+        assert.ok(sockets.size > 0, 'the order is running');
+        const now = new Date().toISOString();
+        const later = new Date(Date.now() + 60_000).toISOString();
+        assert.equal(await store.certificates.claimAcme(record.id, 'next-process', later, now), false, 'leased while it runs');
+        await acme.stop(50);
+        assert.equal(await store.certificates.claimAcme(record.id, 'next-process', later, new Date().toISOString()), true, 'free once the service stopped');
+        await store.certificates.releaseAcme(record.id, 'next-process');
+        assert.equal((await store.certificates.get(tenant, record.id))!.status, 'PENDING');
+      } finally {
+        for (const socket of sockets) socket.destroy();
+        await new Promise((resolve) => silent.close(resolve));
+        await store.certificates.markFailed(record.id, 'done with this one');
+      }
     });
   });
 }

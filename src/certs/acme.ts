@@ -5,11 +5,14 @@
  * - Work lives in the store, so any node can do it and a restart loses nothing: a PENDING record
  *   is ordered; an ISSUED record is renewed once `renew_after` passed (30 days after issuance) or
  *   when an operator asks. A lease on the record keeps two nodes from ordering at once.
- * - One ACME account per directory URL, registered once and stored (key sealed). When the CA says
- *   the account is deactivated or unknown, a new one is registered and the attempt repeated.
- * - Challenges go to the store (`acme_challenges`), where every edge node's proxies find them:
- *   HTTP-01 on port 80 while a plain HTTP proxy of the tenant listens there; TLS-ALPN-01 on the TLS
- *   port when port 80 is gone and a proxy serves this certificate.
+ * - One ACME account per tenant (and directory URL), registered on the tenant's first order and
+ *   stored (key sealed): the CA's per-account limits count each tenant's orders apart, so one
+ *   tenant cannot use them up for the others. When the CA says the account is deactivated or
+ *   unknown, a new one is registered and the attempt repeated.
+ * - Challenges go to the store (`acme_challenges`, with the ordering tenant), where every edge
+ *   node's proxies of that tenant find them: HTTP-01 on port 80 while a plain HTTP proxy of the
+ *   tenant listens there; TLS-ALPN-01 on the TLS port when port 80 is gone and a proxy serves this
+ *   certificate.
  * - The key pair is generated here (EC P-256), sealed with the master key, never shown.
  * - Outcome: ISSUED with the chain and its X.509 facts (the same record, so proxies serve a renewed
  *   certificate after the edge reloads; the store revision moves), or FAILED with the CA's reason.
@@ -26,9 +29,9 @@ import tls from 'node:tls';
 import acme from 'acme-client';
 import { Counter, type Registry } from 'prom-client';
 import type { Store } from '../store/index.ts';
-import type { AcmeChallengeType, CertificateRecord } from '../store/certificates.ts';
+import type { AcmeChallengeType, AcmeOrderLimits, CertificateRecord } from '../store/certificates.ts';
 import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
-import type { SecretBox } from './secret-box.ts';
+import { acmeAccountKeyBinding, certificateKeyBinding, type SecretBox } from './secret-box.ts';
 import { certificateFacts, pemBlocks } from './x509.ts';
 import { normalizeDomain } from './acme-challenges.ts';
 
@@ -218,8 +221,9 @@ export class AcmeService {
   readonly #agent: https.Agent | undefined;
   readonly #owner: string;
   readonly #running = new Map<string, Promise<void>>();
-  #account: AccountInUse | undefined;
-  #accountLoading: Promise<AccountInUse> | undefined;
+  /** Accounts in use by tenant id (one per tenant that ordered; tenants are few and operator-made). */
+  readonly #accounts = new Map<string, AccountInUse>();
+  readonly #accountsLoading = new Map<string, Promise<AccountInUse>>();
   #timer: NodeJS.Timeout | undefined;
   #scanning: Promise<void> | undefined;
   #rescan = false;
@@ -284,15 +288,20 @@ export class AcmeService {
 
   /**
    * The operator's "renew now": an ISSUED certificate is renewed at once, a FAILED one ordered
-   * again. Undefined when the tenant has no such service-issued certificate.
+   * again within `limits` (else AcmeOrderRefused). Undefined when the tenant has no such
+   * service-issued certificate.
    */
-  async renewNow(tenantId: string, certificateId: string): Promise<CertificateRecord | undefined> {
-    const record = await this.#o.store.certificates.requestRenewal(tenantId, certificateId);
+  async renewNow(tenantId: string, certificateId: string, limits: AcmeOrderLimits = {}): Promise<CertificateRecord | undefined> {
+    const record = await this.#o.store.certificates.requestRenewal(tenantId, certificateId, limits);
     if (record) this.#kick();
     return record;
   }
 
-  /** Stops scanning; waits up to `graceMs` for running orders (their leases expire if cut). */
+  /**
+   * Stops scanning; waits up to `graceMs` for running orders, then gives up the leases of those
+   * still running, so that the next start (or another node) takes them up at once instead of
+   * after the lease (a restart while PENDING must not hold the order for minutes).
+   */
   async stop(graceMs = 5000): Promise<void> {
     this.#stopped = true;
     clearInterval(this.#timer);
@@ -303,6 +312,7 @@ export class AcmeService {
       new Promise((resolve) => (timer = setTimeout(resolve, graceMs))),
     ]);
     clearTimeout(timer);
+    for (const id of this.#running.keys()) await this.#o.store.certificates.releaseAcme(id, this.#owner).catch(() => {});
     this.#agent?.destroy();
   }
 
@@ -431,16 +441,17 @@ export class AcmeService {
 
   async #attemptWithAccount(record: CertificateRecord) {
     this.#precheck(record);
-    const account = await this.#ensureAccount();
+    const { tenantId } = record;
+    const account = await this.#ensureAccount(tenantId);
     try {
       return await this.#order(record, account);
     } catch (error) {
       if (!(error instanceof AcmeFailure) || error.kind !== 'account') throw error;
       // The CA no longer knows the account (deactivated, or its key revoked): register a new one, once.
-      this.#o.logger?.warn({ accountUrl: account.url, detail: error.message }, 'acme: the CA refused the account; registering a new one');
-      await this.#o.store.acmeAccounts.forget(this.#o.directoryUrl, account.url);
-      if (this.#account?.url === account.url) this.#account = undefined;
-      const fresh = await this.#ensureAccount();
+      this.#o.logger?.warn({ tenantId, accountUrl: account.url, detail: error.message }, 'acme: the CA refused the account; registering a new one');
+      await this.#o.store.acmeAccounts.forget(this.#o.directoryUrl, tenantId, account.url);
+      if (this.#accounts.get(tenantId)?.url === account.url) this.#accounts.delete(tenantId);
+      const fresh = await this.#ensureAccount(tenantId);
       try {
         return await this.#order(record, fresh);
       } catch (again) {
@@ -485,16 +496,19 @@ export class AcmeService {
     });
   }
 
-  /** The stored account of this directory, registered first if there is none. */
-  #ensureAccount(): Promise<AccountInUse> {
-    if (this.#account) return Promise.resolve(this.#account);
-    this.#accountLoading ??= (async () => {
+  /** The tenant's stored account at this directory, registered first if there is none. */
+  #ensureAccount(tenantId: string): Promise<AccountInUse> {
+    const known = this.#accounts.get(tenantId);
+    if (known) return Promise.resolve(known);
+    const loading = this.#accountsLoading.get(tenantId);
+    if (loading) return loading;
+    const load = (async () => {
       try {
         const { store, secrets, directoryUrl, email } = this.#o;
         const contact = email ? [`mailto:${email}`] : [];
-        const stored = await store.acmeAccounts.get(directoryUrl);
+        const stored = await store.acmeAccounts.get(directoryUrl, tenantId);
         if (stored) {
-          const account = { url: stored.accountUrl, keyPem: secrets.open(stored.sealedPrivateKey) };
+          const account = { url: stored.accountUrl, keyPem: secrets.open(stored.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)) };
           let alive = true;
           if ((stored.email ?? null) !== (email ?? null)) {
             const context = this.#context();
@@ -502,17 +516,17 @@ export class AcmeService {
               await callContext.run(context, () =>
                 this.#call(context, 'updating the account contact', () => this.#client(account).updateAccount({ contact })),
               );
-              await store.acmeAccounts.updateEmail(directoryUrl, email ?? null);
+              await store.acmeAccounts.updateEmail(directoryUrl, tenantId, email ?? null);
             } catch (error) {
               if (!(error instanceof AcmeFailure) || error.kind !== 'account') throw error;
               // Dead already: register a new account below.
-              this.#o.logger?.warn({ accountUrl: account.url, detail: error.message }, 'acme: the CA refused the account; registering a new one');
-              await store.acmeAccounts.forget(directoryUrl, account.url);
+              this.#o.logger?.warn({ tenantId, accountUrl: account.url, detail: error.message }, 'acme: the CA refused the account; registering a new one');
+              await store.acmeAccounts.forget(directoryUrl, tenantId, account.url);
               alive = false;
             }
           }
           if (alive) {
-            this.#account = account;
+            this.#accounts.set(tenantId, account);
             return account;
           }
         }
@@ -522,22 +536,36 @@ export class AcmeService {
         await callContext.run(context, () =>
           this.#call(context, 'registering the ACME account', () => client.createAccount({ termsOfServiceAgreed: true, contact })),
         );
-        const kept = await store.acmeAccounts.add({ directoryUrl, email: email ?? null, accountUrl: client.getAccountUrl(), sealedPrivateKey: secrets.seal(keyPem) });
-        this.#o.logger?.info({ directoryUrl, accountUrl: kept.accountUrl }, 'acme: account registered');
-        this.#account = { url: kept.accountUrl, keyPem: secrets.open(kept.sealedPrivateKey) };
-        return this.#account;
+        const kept = await store.acmeAccounts.add({
+          directoryUrl,
+          tenantId,
+          email: email ?? null,
+          accountUrl: client.getAccountUrl(),
+          sealedPrivateKey: secrets.seal(keyPem, acmeAccountKeyBinding(directoryUrl, tenantId)),
+        });
+        this.#o.logger?.info({ directoryUrl, tenantId, accountUrl: kept.accountUrl }, 'acme: account registered');
+        const account = { url: kept.accountUrl, keyPem: secrets.open(kept.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)) };
+        this.#accounts.set(tenantId, account);
+        return account;
       } finally {
-        this.#accountLoading = undefined;
+        this.#accountsLoading.delete(tenantId);
       }
     })();
-    return this.#accountLoading;
+    this.#accountsLoading.set(tenantId, load);
+    return load;
   }
 
-  /** Which challenge to answer, in order of preference, from the tenant's proxies in the store. */
+  /**
+   * Which challenge to answer, in order of preference, from the tenant's proxies in the store. A
+   * proxy PUT with this certificate while it is pending still serves its interim attributes (port
+   * 80, in the spec's procedure): those count as served.
+   */
   async challengeTypes(record: CertificateRecord): Promise<AcmeChallengeType[]> {
     const configs = await this.#o.store.trafficConfigs.list(record.tenantId);
-    const http = configs.filter((config) => config.type === 'httpProxy').map((config) => config.attributes as HttpProxyAttributes);
-    const plainOnPort80 = http.some((attributes) => attributes.frontend.port === this.#o.httpChallengePort && !attributes.frontend.certificateId);
+    const httpConfigs = configs.filter((config) => config.type === 'httpProxy');
+    const http = httpConfigs.map((config) => config.attributes as HttpProxyAttributes);
+    const served = [...http, ...httpConfigs.flatMap((config) => (config.interimAttributes ? [config.interimAttributes as HttpProxyAttributes] : []))];
+    const plainOnPort80 = served.some((attributes) => attributes.frontend.port === this.#o.httpChallengePort && !attributes.frontend.certificateId);
     if (plainOnPort80) return ['http-01', 'tls-alpn-01'];
     const servesThis = http.some((attributes) => attributes.frontend.certificateId === record.id);
     return servesThis ? ['tls-alpn-01', 'http-01'] : ['http-01', 'tls-alpn-01'];
@@ -573,6 +601,7 @@ export class AcmeService {
         await store.acmeChallenges.put({
           type: type as AcmeChallengeType,
           token: (challenge as { token: string }).token,
+          tenantId: record.tenantId,
           domain,
           keyAuthorization,
           certificateId: record.id,
@@ -607,7 +636,7 @@ export class AcmeService {
       const leaf = new X509Certificate(leafPem);
       if (!leaf.checkPrivateKey(crypto.createPrivateKey(keyPem))) throw new AcmeFailure('final', 'the CA returned a certificate for another key');
       return {
-        material: { certificatePem: leaf.toString(), chainPem: intermediates.join(''), sealedPrivateKey: this.#o.secrets.seal(keyPem) },
+        material: { certificatePem: leaf.toString(), chainPem: intermediates.join(''), sealedPrivateKey: this.#o.secrets.seal(keyPem, certificateKeyBinding(record)) },
         facts: certificateFacts(leaf),
       };
     });

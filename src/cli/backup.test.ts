@@ -12,7 +12,7 @@ import path from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { loadSettings, type Settings } from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
-import { SecretBox } from '../certs/secret-box.ts';
+import { SecretBox, certificateKeyBinding } from '../certs/secret-box.ts';
 import { checkCustomerCertificate } from '../certs/x509.ts';
 import { LATEST_MIGRATION } from '../store/migrations.ts';
 import { selfSigned } from '../edge/http/test-support/pki.ts';
@@ -27,6 +27,7 @@ describe('tps backup and tps restore (SQLite)', () => {
   const source = settingsFor(path.join(root, 'live'));
   let store: Store;
   let certificateId: string;
+  let tenantId: string;
   const backupFile = path.join(root, 'backups', 'tps.backup');
 
   before(async () => {
@@ -36,7 +37,10 @@ describe('tps backup and tps restore (SQLite)', () => {
     await store.serviceAccounts.create(tenant.id, 'ci', ['read', 'write']);
     const pem = selfSigned(root, 'www.example.com', { dns: ['www.example.com'] });
     const checked = checkCustomerCertificate({ certificate: pem.certPem, privateKey: pem.keyPem });
-    certificateId = (await store.certificates.createCustomer(tenant.id, { certificatePem: checked.certificatePem, chainPem: checked.chainPem, sealedPrivateKey: box.seal(checked.privateKeyPem) }, checked.facts)).id;
+    certificateId = crypto.randomUUID();
+    const sealedPrivateKey = box.seal(checked.privateKeyPem, certificateKeyBinding({ id: certificateId, tenantId: tenant.id }));
+    await store.certificates.createCustomer(tenant.id, { id: certificateId, certificatePem: checked.certificatePem, chainPem: checked.chainPem, sealedPrivateKey }, checked.facts);
+    tenantId = tenant.id;
     await store.trafficConfigs.create(tenant.id, 'l4Proxy', {
       frontend: { ipv4: '127.0.0.2', port: 2222 },
       backend: { hosts: [{ address: '192.0.2.1', port: 22 }], deliveryMethod: 'LEAST_CONNECTIONS' },
@@ -74,7 +78,7 @@ describe('tps backup and tps restore (SQLite)', () => {
       const certificate = await restored.certificates.get(tenant!.id, certificateId);
       assert.ok(certificate);
       const sealed = (await restored.db.one<{ private_key: string }>('SELECT private_key FROM certificates WHERE id = ?', [certificateId]))!.private_key;
-      assert.match(SecretBox.fromSettings(target).open(sealed), /BEGIN PRIVATE KEY/);
+      assert.match(SecretBox.fromSettings(target).open(sealed, certificateKeyBinding({ id: certificateId, tenantId })), /BEGIN PRIVATE KEY/);
     } finally {
       await restored.close();
     }

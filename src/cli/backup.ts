@@ -13,7 +13,7 @@ import { DatabaseSync, backup as sqliteBackup } from 'node:sqlite';
 import type { Settings } from '../config/settings.ts';
 import { openDb, sqliteFile } from '../store/db.ts';
 import { LATEST_MIGRATION, schemaVersion } from '../store/migrations.ts';
-import { openStore } from '../store/index.ts';
+import { openStore, type Store } from '../store/index.ts';
 import { EDGE_NODE_TIMEOUT_MS } from '../store/edge-status.ts';
 import { SecretBox } from '../certs/secret-box.ts';
 import { CliError } from './output.ts';
@@ -132,20 +132,37 @@ export async function restoreStore(settings: Settings, file: string, options: { 
 
     const target = sqliteFile(settings.dataDir);
     if (fs.existsSync(target)) refuseLiveStore(target, options.force);
-    const keysChecked = checkMasterKey(settings, source);
-
-    fs.mkdirSync(settings.dataDir, { recursive: true, mode: 0o700 });
-    await sqliteBackup(source, target);
     const expected = countRows(source);
-    source.close();
-    // The running nodes of the backed-up service are not this one's; they report again when they start.
-    const restored = new DatabaseSync(target);
-    restored.exec('DELETE FROM edge_status; DELETE FROM edge_nodes;');
-    restored.close();
+
+    // The backup is first copied beside the store and checked there (migrated to this version,
+    // its private keys opened): a refused restore leaves the data directory as it was.
+    fs.mkdirSync(settings.dataDir, { recursive: true, mode: 0o700 });
+    const staging = fs.mkdtempSync(path.join(settings.dataDir, '.restore-'));
+    let keysChecked: number;
+    let restoredVersion: number;
+    try {
+      await sqliteBackup(source, sqliteFile(staging));
+      source.close();
+      const staged = await openStore({ dataDir: staging, databaseUrl: undefined });
+      try {
+        keysChecked = await checkMasterKey(settings, staged);
+        // The running nodes of the backed-up service are not this one's; they report again when they start.
+        await staged.db.run('DELETE FROM edge_status');
+        await staged.db.run('DELETE FROM edge_nodes');
+        restoredVersion = await schemaVersion(staged.db);
+      } finally {
+        await staged.close();
+      }
+      const checked = new DatabaseSync(sqliteFile(staging), { readOnly: true });
+      try {
+        await sqliteBackup(checked, target);
+      } finally {
+        checked.close();
+      }
+    } finally {
+      fs.rmSync(staging, { recursive: true, force: true });
+    }
     fs.chmodSync(target, 0o600);
-    const store = await openStore(settings);
-    const restoredVersion = await schemaVersion(store.db);
-    await store.close();
     const check = new DatabaseSync(target, { readOnly: true });
     const counts = countRows(check);
     check.close();
@@ -193,12 +210,8 @@ function refuseLiveStore(target: string, force: boolean): void {
  * use (TPS_MASTER_KEY, else DATA_DIR/master.key) is missing or is not the one they were sealed with.
  * Returns how many sealed keys were opened.
  */
-function checkMasterKey(settings: Settings, source: DatabaseSync): number {
-  const sealed = [
-    ...(source.prepare('SELECT private_key AS sealed FROM signing_keys').all() as { sealed: string }[]),
-    ...(source.prepare('SELECT private_key AS sealed FROM certificates WHERE private_key IS NOT NULL').all() as { sealed: string }[]),
-    ...(hasTable(source, 'acme_accounts') ? (source.prepare('SELECT private_key AS sealed FROM acme_accounts').all() as { sealed: string }[]) : []),
-  ].map((row) => row.sealed);
+async function checkMasterKey(settings: Settings, staged: Store): Promise<number> {
+  const sealed = await staged.sealedSecrets.withPrefix('');
   if (sealed.length === 0) return 0;
   const keyFile = path.join(settings.dataDir, 'master.key');
   if (!settings.masterKey && !fs.existsSync(keyFile)) {
@@ -208,9 +221,10 @@ function checkMasterKey(settings: Settings, source: DatabaseSync): number {
     );
   }
   const box = SecretBox.fromSettings(settings);
-  const unreadable = sealed.filter((value) => {
+  const unreadable = sealed.filter((secret) => {
     try {
-      box.open(value);
+      // Opens a value bound to its row, and an older unbound one (re-sealed at the next start).
+      box.upgrade(secret.sealed, secret.binding);
       return false;
     } catch {
       return true;

@@ -10,6 +10,7 @@ import { pino } from 'pino';
 import type { Settings } from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { SecretBox } from '../certs/secret-box.ts';
+import { upgradeSealedSecrets } from '../certs/upgrade-sealed-secrets.ts';
 import { AcmeService } from '../certs/acme.ts';
 import { CrlService } from '../certs/crl.ts';
 import { TokenIssuer } from '../auth/token-issuer.ts';
@@ -33,6 +34,7 @@ export interface RunningService {
 export async function serve(settings: Settings, options: { demo?: boolean } = {}): Promise<RunningService> {
   const store = await openStore(settings);
   const secrets = SecretBox.fromSettings(settings);
+  await upgradeSealedSecrets(store, secrets, pino({ level: settings.logLevel }));
   const urls: PublicUrls = { baseUrl: settings.baseUrl ?? '', authUrl: settings.authUrl ?? '' };
   // The URLs may depend on the port the listener gets, so the issuer reads them at each call.
   const tokens = new TokenIssuer(store, secrets, {
@@ -82,6 +84,9 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   urls.authUrl ||= ownUrl;
 
   const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log) : undefined;
+  // Orders resumed at start (PENDING across a restart) validate against this node's proxies: let
+  // them listen first (bounded: a proxy that cannot bind must not hold the certificates back).
+  if (acme && edge && !(await edge.whenApplied(15_000))) app.log.warn({}, 'edge workers not ready after 15 s; starting the ACME service anyway');
   acme?.start();
   crl.start();
   const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
@@ -113,6 +118,7 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   const store = await openStore(settings);
   const secrets = SecretBox.fromSettings(settings);
   const logger = pino({ level: settings.logLevel });
+  await upgradeSealedSecrets(store, secrets, logger);
   const metrics = createMetrics();
   const edge = await startEdge(settings, store, secrets, metrics, logger);
   const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
@@ -150,7 +156,7 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
-    acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),
+    acmeTlsAlpn: challenges.alpnChallengeCertificate,
   });
   await edge.start();
   return edge;

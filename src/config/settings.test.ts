@@ -90,3 +90,37 @@ describe('settings: the API client of tps apply and tps export', () => {
     assert.throws(() => loadApiClientSettings({}, { ...credentials, TPS_API_URL: 'ftp://x' }), /TPS_API_URL \(--api-url\): must be an http\(s\) URL/);
   });
 });
+
+describe('settings: quota of pending service-issued certificate orders', () => {
+  it('defaults to 10 a tenant, and takes an integer from 1', () => {
+    assert.equal(load({}).quotaPendingAcmeOrders, 10);
+    assert.equal(load({ TPS_QUOTA_PENDING_ACME_ORDERS: '3' }).quotaPendingAcmeOrders, 3);
+  });
+
+  it('stops at start on a value that is not a positive integer, naming the variable', () => {
+    for (const value of ['0', '-1', 'many', '2.5']) {
+      assert.throws(
+        () => load({ TPS_QUOTA_PENDING_ACME_ORDERS: value }),
+        (error: Error) => error instanceof SettingsError && /^TPS_QUOTA_PENDING_ACME_ORDERS: must be an integer from 1 to 10000/.test(error.message),
+        value,
+      );
+    }
+  });
+});
+
+describe('settings: per-tenant quotas', () => {
+  it('default to 100 proxies, 100 certificates and 50 CA certificates', () => {
+    const settings = load({});
+    assert.equal(settings.quotaProxies, 100);
+    assert.equal(settings.quotaCertificates, 100);
+    assert.equal(settings.quotaCaCertificates, 50);
+  });
+
+  it('take integers from 0 (no new resource at all) up, and stop the start on anything else', () => {
+    const settings = load({ TPS_QUOTA_PROXIES: '0', TPS_QUOTA_CERTIFICATES: '5000', TPS_QUOTA_CA_CERTIFICATES: '3' });
+    assert.deepEqual([settings.quotaProxies, settings.quotaCertificates, settings.quotaCaCertificates], [0, 5000, 3]);
+    assert.throws(() => load({ TPS_QUOTA_PROXIES: '-1' }), /TPS_QUOTA_PROXIES: must be an integer from 0/);
+    assert.throws(() => load({ TPS_QUOTA_CERTIFICATES: 'lots' }), /TPS_QUOTA_CERTIFICATES: must be an integer/);
+    assert.throws(() => load({ TPS_QUOTA_CA_CERTIFICATES: '1.5' }), /TPS_QUOTA_CA_CERTIFICATES: must be an integer/);
+  });
+});

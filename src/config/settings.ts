@@ -8,6 +8,7 @@ import path from 'node:path';
 import net from 'node:net';
 import { invalidCidrs } from '../edge/client-address/policy.ts';
 import { normalizeIp } from '../net/ip.ts';
+import { DEFAULT_QUOTAS } from '../store/quotas.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -54,6 +55,8 @@ export interface Settings {
   acmeCaBundle: string | undefined;
   /** How often every CA certificate's CRL is fetched again. */
   crlRefreshSeconds: number;
+  /** Service-issued certificate orders a tenant may have PENDING at once (then 409 QUOTA_EXCEEDED). */
+  quotaPendingAcmeOrders: number;
   /** JSON-lines WAF audit log for a SIEM; unset = none. */
   wafAuditLog: string | undefined;
   /** ModSecurity threads per edge worker. */
@@ -80,6 +83,10 @@ export interface Settings {
    * only, X-Forwarded-For names the client (portal sign-in throttling, logs). Empty = the socket peer.
    */
   apiTrustedProxies: string[];
+  /** Per-tenant quotas: proxies, certificates and CA certificates a tenant may hold (409 QUOTA_EXCEEDED past them). */
+  quotaProxies: number;
+  quotaCertificates: number;
+  quotaCaCertificates: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -121,6 +128,10 @@ const ENV: Record<keyof Settings, string> = {
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
+  quotaPendingAcmeOrders: 'TPS_QUOTA_PENDING_ACME_ORDERS',
+  quotaProxies: 'TPS_QUOTA_PROXIES',
+  quotaCertificates: 'TPS_QUOTA_CERTIFICATES',
+  quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -284,6 +295,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeEmail,
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
+    quotaPendingAcmeOrders: integer('quotaPendingAcmeOrders', 10, 1, 10_000),
+    quotaProxies: integer('quotaProxies', DEFAULT_QUOTAS.proxies, 0, 1_000_000),
+    quotaCertificates: integer('quotaCertificates', DEFAULT_QUOTAS.certificates, 0, 1_000_000),
+    quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
   };
 }
 

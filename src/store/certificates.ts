@@ -1,6 +1,8 @@
 import crypto from 'node:crypto';
 import type { Db, Queryable } from './db.ts';
 import { bumpRevision } from './revision.ts';
+import { releaseInterimAttributes } from './traffic-configs.ts';
+import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 
 export type CertificateSource = 'CUSTOMER' | 'ACME';
 export type CertificateStatus = 'PENDING' | 'ISSUED' | 'FAILED';
@@ -45,6 +47,23 @@ export interface AcmeWorkState {
   lastRenewalError: string | null;
   /** An operator asked for a renewal now. */
   renewalRequestedAt: string | null;
+}
+
+/** Bounds on a tenant's service-issued certificates (operator settings). */
+export interface AcmeOrderLimits {
+  /** PENDING orders a tenant may have at once; absent = no limit. */
+  maxPendingOrders?: number;
+}
+
+export type AcmeOrderProblemCode = 'DOMAIN_CLAIMED' | 'QUOTA_EXCEEDED';
+
+/** An order the store refused, with one problem per offending domain (or the quota). Nothing was written. */
+export class AcmeOrderRefused extends Error {
+  readonly problems: { code: AcmeOrderProblemCode; detail: string; pointer: string }[];
+  constructor(problems: { code: AcmeOrderProblemCode; detail: string; pointer: string }[]) {
+    super(problems.map((problem) => problem.detail).join('; '));
+    this.problems = problems;
+  }
 }
 
 interface Row {
@@ -105,16 +124,24 @@ const fromRow = (row: Row): CertificateRecord => ({
 
 export class CertificateRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
+  /** A fresh certificate id: the private key is sealed for its row before the row exists. */
+  static newId(): string {
+    return crypto.randomUUID();
+  }
+
+  /** A customer-uploaded certificate; `material.id` from newId(), the key sealed for that id and tenant. */
   async createCustomer(
     tenantId: string,
-    material: { certificatePem: string; chainPem: string; sealedPrivateKey: string },
+    material: { id: string; certificatePem: string; chainPem: string; sealedPrivateKey: string },
     facts: CertificateFacts,
   ): Promise<CertificateRecord> {
-    return this.#insert({
+    return this.#insert(material.id, {
       tenantId,
       source: 'CUSTOMER',
       status: 'ISSUED',
@@ -127,24 +154,50 @@ export class CertificateRepository {
     });
   }
 
-  /** A service-issued certificate: PENDING until the ACME order completes. */
-  async createAcme(tenantId: string, domains: string[]): Promise<CertificateRecord> {
-    return this.#insert({
-      tenantId,
-      source: 'ACME',
-      status: 'PENDING',
-      statusDetail: null,
-      domains,
-      certificatePem: null,
-      chainPem: null,
-      sealedPrivateKey: null,
-    });
+  /**
+   * A service-issued certificate: PENDING until the ACME order completes. Refused
+   * (`AcmeOrderRefused`, nothing written) when another tenant claims one of the domains, or when
+   * the tenant already has `limits.maxPendingOrders` PENDING orders (no limit when absent).
+   */
+  async createAcme(tenantId: string, domains: string[], limits: AcmeOrderLimits = {}): Promise<CertificateRecord> {
+    return this.#insert(
+      CertificateRepository.newId(),
+      {
+        tenantId,
+        source: 'ACME',
+        status: 'PENDING',
+        statusDetail: null,
+        domains,
+        certificatePem: null,
+        chainPem: null,
+        sealedPrivateKey: null,
+      },
+      async (tx, record) => {
+        await checkAcmeOrder(tx, { tenantId, certificateId: record.id, domains }, limits);
+        for (const domain of new Set(domains)) {
+          await tx.run('INSERT INTO acme_certificate_domains (certificate_id, tenant_id, domain) VALUES (?, ?, ?)', [record.id, tenantId, domain]);
+        }
+      },
+    );
   }
 
-  async #insert(fields: Omit<CertificateRecord, 'id' | 'revision' | 'createdAt' | 'updatedAt'>): Promise<CertificateRecord> {
+  async #insert(
+    id: string,
+    fields: Omit<CertificateRecord, 'id' | 'revision' | 'createdAt' | 'updatedAt'>,
+    alongside?: (tx: Queryable, record: CertificateRecord) => Promise<void>,
+  ): Promise<CertificateRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(
+        tx,
+        fields.tenantId,
+        { limit: this.#quotas.certificates, resource: 'certificates', setting: 'TPS_QUOTA_CERTIFICATES' },
+        countRows('certificates', fields.tenantId),
+      );
       const now = new Date().toISOString();
-      const record: CertificateRecord = { ...fields, id: crypto.randomUUID(), revision: await bumpRevision(tx), createdAt: now, updatedAt: now };
+      // The revision's row lock (after the tenant's, always in that order) puts concurrent writers
+      // one after the other (PostgreSQL too), so the checks of `alongside` see every order
+      // committed before this one.
+      const record: CertificateRecord = { ...fields, id, revision: await bumpRevision(tx), createdAt: now, updatedAt: now };
       await tx.run(
         `INSERT INTO certificates (id, tenant_id, source, status, status_detail, domains, certificate_pem, chain_pem, private_key,
            subject, sans, issuer, not_before, not_after, fingerprint, revision, created_at, updated_at)
@@ -170,6 +223,7 @@ export class CertificateRepository {
           now,
         ],
       );
+      await alongside?.(tx, record);
       return record;
     });
   }
@@ -266,6 +320,9 @@ export class CertificateRepository {
         ],
       );
       if (changed === 0) throw new CertificateGone(id);
+      // Proxies that were PUT with this certificate while it was pending served their previous
+      // configuration meanwhile; from this revision on they serve the one they were given.
+      await releaseInterimAttributes(tx, id);
       const row = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
       return row && fromRow(row);
     }).catch((error: unknown) => {
@@ -302,28 +359,91 @@ export class CertificateRepository {
 
   /**
    * An operator asks for a renewal now: an ISSUED certificate is renewed at once (any backoff is
-   * skipped); a FAILED one goes back to PENDING and is ordered again. Undefined: no such ACME
-   * certificate of the tenant.
+   * skipped); a FAILED one goes back to PENDING and is ordered again, unless that order is refused
+   * like a new one (`AcmeOrderRefused`: another tenant claims a domain meanwhile, or the quota of
+   * pending orders is full). Undefined: no such ACME certificate of the tenant.
    */
-  async requestRenewal(tenantId: string, id: string): Promise<CertificateRecord | undefined> {
+  async requestRenewal(tenantId: string, id: string, limits: AcmeOrderLimits = {}): Promise<CertificateRecord | undefined> {
     return this.db.transaction(async (tx) => {
       const row = await tx.one<Row>("SELECT * FROM certificates WHERE id = ? AND tenant_id = ? AND source = 'ACME'", [id, tenantId]);
       if (!row) return undefined;
       const now = new Date().toISOString();
       if (row.status === 'FAILED') {
+        // Back to PENDING is a new order: the same claims and quota as a new request.
         const revision = await bumpRevision(tx);
+        await checkAcmeOrder(tx, { tenantId, certificateId: id, domains: JSON.parse(row.domains) as string[] }, limits);
         await tx.run(
           `UPDATE certificates SET status = 'PENDING', status_detail = NULL, attempts = 0, next_attempt_at = NULL,
-             revision = ?, updated_at = ? WHERE id = ?`,
-          [revision, now, id],
+             revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?`,
+          [revision, now, id, tenantId],
         );
       } else if (row.status === 'ISSUED') {
-        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ?', [now, now, id]);
+        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ? AND tenant_id = ?', [
+          now,
+          now,
+          id,
+          tenantId,
+        ]);
       }
-      const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
+      const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ? AND tenant_id = ?', [id, tenantId]);
       return updated && fromRow(updated);
     });
   }
+}
+
+/** An ISSUED certificate past its notAfter claims nothing: the name may have changed hands. */
+const LIVE_CLAIM = `c.source = 'ACME' AND (c.status = 'PENDING' OR (c.status = 'ISSUED' AND (c.not_after IS NULL OR c.not_after > ?)))`;
+
+/**
+ * Which of `domains` tenants other than `tenantId` claim: they hold a PENDING or an unexpired
+ * ISSUED service-issued certificate naming it. Customer certificates claim nothing.
+ */
+async function claimedByOthers(tx: Queryable, tenantId: string, domains: readonly string[]): Promise<Set<string>> {
+  const unique = [...new Set(domains)];
+  if (unique.length === 0) return new Set();
+  const rows = await tx.all<{ domain: string }>(
+    `SELECT DISTINCT d.domain FROM acme_certificate_domains d JOIN certificates c ON c.id = d.certificate_id
+     WHERE d.domain IN (${unique.map(() => '?').join(',')}) AND d.tenant_id <> ? AND ${LIVE_CLAIM}`,
+    [...unique, tenantId, new Date().toISOString()],
+  );
+  return new Set(rows.map((row) => row.domain));
+}
+
+/**
+ * The checks of a new (or renewed-after-failure) order, inside its transaction: no domain claimed
+ * by another tenant, and room in the tenant's quota of PENDING orders (`certificateId` itself
+ * not counted). Throws AcmeOrderRefused with every problem found.
+ */
+async function checkAcmeOrder(
+  tx: Queryable,
+  order: { tenantId: string; certificateId: string; domains: readonly string[] },
+  limits: AcmeOrderLimits,
+): Promise<void> {
+  const problems: AcmeOrderRefused['problems'] = [];
+  if (limits.maxPendingOrders !== undefined) {
+    const row = await tx.one<{ pending: number }>(
+      `SELECT COUNT(*) AS pending FROM certificates WHERE tenant_id = ? AND source = 'ACME' AND status = 'PENDING' AND id <> ?`,
+      [order.tenantId, order.certificateId],
+    );
+    const pending = Number(row?.pending ?? 0);
+    if (pending >= limits.maxPendingOrders) {
+      problems.push({
+        code: 'QUOTA_EXCEEDED',
+        detail: `the account has ${pending} service-issued certificate orders pending, the most it may have at once (${limits.maxPendingOrders}); wait until one is ISSUED or FAILED, or delete one`,
+        pointer: '/data',
+      });
+    }
+  }
+  const claimed = await claimedByOthers(tx, order.tenantId, order.domains);
+  order.domains.forEach((domain, index) => {
+    if (!claimed.has(domain)) return;
+    problems.push({
+      code: 'DOMAIN_CLAIMED',
+      detail: `${domain} is claimed by another account, which holds a pending or issued service-issued certificate for it`,
+      pointer: `/data/attributes/domains/${index}`,
+    });
+  });
+  if (problems.length > 0) throw new AcmeOrderRefused(problems);
 }
 
 class CertificateGone extends Error {
@@ -383,12 +503,20 @@ const caFromRow = (row: CaRow): CaCertificateRecord => ({
 
 export class CaCertificateRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
   async create(tenantId: string, entries: CaCertificateEntry[]): Promise<CaCertificateRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(
+        tx,
+        tenantId,
+        { limit: this.#quotas.caCertificates, resource: 'CA certificates', setting: 'TPS_QUOTA_CA_CERTIFICATES' },
+        countRows('ca_certificates', tenantId),
+      );
       const now = new Date().toISOString();
       const record = { id: crypto.randomUUID(), tenantId, entries, createdAt: now, updatedAt: now };
       await tx.run('INSERT INTO ca_certificates (id, tenant_id, entries, created_at, updated_at) VALUES (?, ?, ?, ?, ?)', [
@@ -442,17 +570,31 @@ async function writeCrlStatus(tx: Queryable, id: string, entryIndex: number, sta
   await tx.run('UPDATE ca_certificates SET entries = ? WHERE id = ?', [JSON.stringify(entries), id]);
 }
 
-export type DeleteOutcome = { deleted: true } | { deleted: false; referencedBy: string[] };
+/**
+ * Not deleted, either because the tenant has no such resource (`notFound`, whatever another tenant
+ * holds) or because configurations refer to it: `referencedBy` lists the tenant's own; a reference
+ * from another tenant's configuration (which the API never lets one make) also keeps it, unnamed.
+ */
+export type DeleteOutcome = { deleted: true } | { deleted: false; notFound: true } | { deleted: false; notFound: false; referencedBy: string[] };
 
 async function deleteUnreferenced(db: Db, table: 'certificates' | 'ca_certificates', tenantId: string, id: string): Promise<DeleteOutcome> {
+  const kind = table === 'certificates' ? 'certificate' : 'caCertificate';
   return db.transaction(async (tx) => {
-    const referencedBy = (
-      await tx.all<{ config_id: string }>('SELECT DISTINCT config_id FROM config_references WHERE ref_id = ? ORDER BY config_id', [id])
-    ).map((row) => row.config_id);
-    if (referencedBy.length > 0) return { deleted: false, referencedBy };
+    // Ownership first: another tenant's id is answered exactly as an unknown one.
+    const owned = await tx.one(`SELECT id FROM ${table} WHERE id = ? AND tenant_id = ?`, [id, tenantId]);
+    if (!owned) return { deleted: false, notFound: true };
+    const references = await tx.all<{ config_id: string; tenant_id: string }>(
+      `SELECT DISTINCT r.config_id, c.tenant_id FROM config_references r JOIN traffic_configs c ON c.id = r.config_id
+       WHERE r.ref_kind = ? AND r.ref_id = ? ORDER BY r.config_id`,
+      [kind, id],
+    );
+    if (references.length > 0) {
+      return { deleted: false, notFound: false, referencedBy: references.filter((row) => row.tenant_id === tenantId).map((row) => row.config_id) };
+    }
     const deleted = await tx.run(`DELETE FROM ${table} WHERE id = ? AND tenant_id = ?`, [id, tenantId]);
-    if (deleted > 0) await bumpRevision(tx);
-    return deleted > 0 ? { deleted: true } : { deleted: false, referencedBy: [] };
+    if (deleted === 0) return { deleted: false, notFound: true };
+    await bumpRevision(tx);
+    return { deleted: true };
   });
 }
 
@@ -460,6 +602,7 @@ async function deleteUnreferenced(db: Db, table: 'certificates' | 'ca_certificat
 
 export interface AcmeAccountRecord {
   directoryUrl: string;
+  tenantId: string;
   email: string | null;
   accountUrl: string;
   /** The account key, sealed with the master key. */
@@ -470,6 +613,7 @@ export interface AcmeAccountRecord {
 
 interface AcmeAccountRow {
   directory_url: string;
+  tenant_id: string;
   email: string | null;
   account_url: string;
   private_key: string;
@@ -479,6 +623,7 @@ interface AcmeAccountRow {
 
 const accountFromRow = (row: AcmeAccountRow): AcmeAccountRecord => ({
   directoryUrl: row.directory_url,
+  tenantId: row.tenant_id,
   email: row.email,
   accountUrl: row.account_url,
   sealedPrivateKey: row.private_key,
@@ -486,36 +631,50 @@ const accountFromRow = (row: AcmeAccountRow): AcmeAccountRecord => ({
   updatedAt: row.updated_at,
 });
 
-/** One ACME account per directory URL, shared by every node. */
+/**
+ * One ACME account per tenant and directory URL, shared by every node: the CA's per-account
+ * limits (orders, failed validations, pending authorizations) then count one tenant's orders only.
+ */
 export class AcmeAccountRepository {
   readonly db: Db;
   constructor(db: Db) {
     this.db = db;
   }
 
-  async get(directoryUrl: string): Promise<AcmeAccountRecord | undefined> {
-    const row = await this.db.one<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ?', [directoryUrl]);
+  async get(directoryUrl: string, tenantId: string): Promise<AcmeAccountRecord | undefined> {
+    const row = await this.db.one<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ? AND tenant_id = ?', [directoryUrl, tenantId]);
     return row && accountFromRow(row);
   }
 
-  /** Stores a newly registered account unless another node stored one first; answers the one kept. */
-  async add(account: { directoryUrl: string; email: string | null; accountUrl: string; sealedPrivateKey: string }): Promise<AcmeAccountRecord> {
-    const now = new Date().toISOString();
-    await this.db.run(
-      `INSERT INTO acme_accounts (directory_url, email, account_url, private_key, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-       ON CONFLICT (directory_url) DO NOTHING`,
-      [account.directoryUrl, account.email, account.accountUrl, account.sealedPrivateKey, now, now],
-    );
-    return (await this.get(account.directoryUrl))!;
+  /** Every tenant's account at the directory. */
+  async list(directoryUrl: string): Promise<AcmeAccountRecord[]> {
+    const rows = await this.db.all<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ? ORDER BY created_at, tenant_id', [directoryUrl]);
+    return rows.map(accountFromRow);
   }
 
-  async updateEmail(directoryUrl: string, email: string | null): Promise<void> {
-    await this.db.run('UPDATE acme_accounts SET email = ?, updated_at = ? WHERE directory_url = ?', [email, new Date().toISOString(), directoryUrl]);
+  /** Stores a newly registered account unless another node stored one first; answers the one kept. */
+  async add(account: { directoryUrl: string; tenantId: string; email: string | null; accountUrl: string; sealedPrivateKey: string }): Promise<AcmeAccountRecord> {
+    const now = new Date().toISOString();
+    await this.db.run(
+      `INSERT INTO acme_accounts (directory_url, tenant_id, email, account_url, private_key, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (directory_url, tenant_id) DO NOTHING`,
+      [account.directoryUrl, account.tenantId, account.email, account.accountUrl, account.sealedPrivateKey, now, now],
+    );
+    return (await this.get(account.directoryUrl, account.tenantId))!;
+  }
+
+  async updateEmail(directoryUrl: string, tenantId: string, email: string | null): Promise<void> {
+    await this.db.run('UPDATE acme_accounts SET email = ?, updated_at = ? WHERE directory_url = ? AND tenant_id = ?', [
+      email,
+      new Date().toISOString(),
+      directoryUrl,
+      tenantId,
+    ]);
   }
 
   /** Forgets an account the CA deactivated (only that one: another node may have replaced it already). */
-  async forget(directoryUrl: string, accountUrl: string): Promise<void> {
-    await this.db.run('DELETE FROM acme_accounts WHERE directory_url = ? AND account_url = ?', [directoryUrl, accountUrl]);
+  async forget(directoryUrl: string, tenantId: string, accountUrl: string): Promise<void> {
+    await this.db.run('DELETE FROM acme_accounts WHERE directory_url = ? AND tenant_id = ? AND account_url = ?', [directoryUrl, tenantId, accountUrl]);
   }
 }
 
@@ -524,6 +683,8 @@ export type AcmeChallengeType = 'http-01' | 'tls-alpn-01';
 export interface AcmeChallengeRecord {
   type: AcmeChallengeType;
   token: string;
+  /** The tenant that ordered: only its proxies answer the challenge. */
+  tenantId: string;
   /** The identifier being validated (lower case, no trailing dot). */
   domain: string;
   keyAuthorization: string;
@@ -534,6 +695,7 @@ export interface AcmeChallengeRecord {
 interface ChallengeRow {
   type: string;
   token: string;
+  tenant_id: string;
   domain: string;
   key_authorization: string;
   certificate_id: string;
@@ -543,6 +705,7 @@ interface ChallengeRow {
 const challengeFromRow = (row: ChallengeRow): AcmeChallengeRecord => ({
   type: row.type as AcmeChallengeType,
   token: row.token,
+  tenantId: row.tenant_id,
   domain: row.domain,
   keyAuthorization: row.key_authorization,
   certificateId: row.certificate_id,
@@ -561,10 +724,19 @@ export class AcmeChallengeRepository {
 
   async put(challenge: AcmeChallengeRecord): Promise<void> {
     await this.db.run(
-      `INSERT INTO acme_challenges (type, token, domain, key_authorization, certificate_id, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (type, token) DO UPDATE SET domain = excluded.domain, key_authorization = excluded.key_authorization,
+      `INSERT INTO acme_challenges (type, token, tenant_id, domain, key_authorization, certificate_id, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (type, token) DO UPDATE SET tenant_id = excluded.tenant_id, domain = excluded.domain, key_authorization = excluded.key_authorization,
          certificate_id = excluded.certificate_id, expires_at = excluded.expires_at`,
-      [challenge.type, challenge.token, challenge.domain, challenge.keyAuthorization, challenge.certificateId, challenge.expiresAt, new Date().toISOString()],
+      [
+        challenge.type,
+        challenge.token,
+        challenge.tenantId,
+        challenge.domain,
+        challenge.keyAuthorization,
+        challenge.certificateId,
+        challenge.expiresAt,
+        new Date().toISOString(),
+      ],
     );
   }
 

@@ -31,7 +31,11 @@ export class EdgeStatusRepository {
     await this.db.run('DELETE FROM edge_nodes WHERE node_id = ?', [nodeId]);
   }
 
-  async report(nodeId: string, configId: string, revision: number, state: 'ACTIVE' | 'ERROR', detail: string | null): Promise<void> {
+  /**
+   * What a node serves of a configuration's `revision`: ACTIVE; ERROR (it cannot); PROVISIONING
+   * with a detail (it waits, say for a certificate, and may serve the previous configuration).
+   */
+  async report(nodeId: string, configId: string, revision: number, state: ConfigState, detail: string | null): Promise<void> {
     await this.db.run(
       `INSERT INTO edge_status (node_id, config_id, revision, state, detail, updated_at) VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT (node_id, config_id) DO UPDATE SET revision = excluded.revision, state = excluded.state,
@@ -46,7 +50,8 @@ export class EdgeStatusRepository {
 
   /**
    * ACTIVE once every live edge node serves the configuration's current revision; ERROR as soon
-   * as one node cannot serve it; PROVISIONING otherwise (also while no edge node runs at all).
+   * as one node cannot serve it; PROVISIONING otherwise (also while no edge node runs at all),
+   * with the detail a node gave for waiting, if any.
    */
   async statusOf(configs: readonly TrafficConfigRecord[]): Promise<Map<string, ServedStatus>> {
     const liveSince = Date.now() - EDGE_NODE_TIMEOUT_MS;
@@ -69,7 +74,8 @@ export class EdgeStatusRepository {
       } else if (nodes.length > 0 && nodes.every((node) => current.some((report) => report.node_id === node && report.state === 'ACTIVE'))) {
         result.set(config.id, { status: 'ACTIVE', statusDetail: null });
       } else {
-        result.set(config.id, { status: 'PROVISIONING', statusDetail: null });
+        const waiting = current.find((report) => report.state === 'PROVISIONING' && report.detail !== null);
+        result.set(config.id, { status: 'PROVISIONING', statusDetail: waiting?.detail ?? null });
       }
     }
     return result;

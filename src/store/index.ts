@@ -17,6 +17,8 @@ import { InsightAggregates } from './insight-aggregates.ts';
 import { PortalUserRepository } from './portal-users.ts';
 import { EdgeStatusRepository } from './edge-status.ts';
 import { currentRevision } from './revision.ts';
+import { SealedSecretRepository } from './sealed-secrets.ts';
+import { DEFAULT_QUOTAS } from './quotas.ts';
 
 export interface Store {
   db: Db;
@@ -33,22 +35,37 @@ export interface Store {
   insightAggregates: InsightAggregates;
   portalUsers: PortalUserRepository;
   edgeStatus: EdgeStatusRepository;
+  sealedSecrets: SealedSecretRepository;
   revision(): Promise<number>;
   close(): Promise<void>;
 }
 
+export interface StoreOptions {
+  databaseUrl?: string | undefined;
+  dataDir: string;
+  /** Per-tenant quotas (operator settings TPS_QUOTA_*); absent: DEFAULT_QUOTAS. */
+  quotaProxies?: number | undefined;
+  quotaCertificates?: number | undefined;
+  quotaCaCertificates?: number | undefined;
+}
+
 /** Opens the store and brings its schema up to date. */
-export async function openStore(options: { databaseUrl?: string | undefined; dataDir: string }): Promise<Store> {
+export async function openStore(options: StoreOptions): Promise<Store> {
   const db = await openDb(options);
   await migrate(db);
+  const quotas = {
+    proxies: options.quotaProxies ?? DEFAULT_QUOTAS.proxies,
+    certificates: options.quotaCertificates ?? DEFAULT_QUOTAS.certificates,
+    caCertificates: options.quotaCaCertificates ?? DEFAULT_QUOTAS.caCertificates,
+  };
   return {
     db,
     tenants: new TenantRepository(db),
     serviceAccounts: new ServiceAccountRepository(db),
     signingKeys: new SigningKeyRepository(db),
-    trafficConfigs: new TrafficConfigRepository(db),
-    certificates: new CertificateRepository(db),
-    caCertificates: new CaCertificateRepository(db),
+    trafficConfigs: new TrafficConfigRepository(db, quotas),
+    certificates: new CertificateRepository(db, quotas),
+    caCertificates: new CaCertificateRepository(db, quotas),
     acmeAccounts: new AcmeAccountRepository(db),
     acmeChallenges: new AcmeChallengeRepository(db),
     crlCache: new CrlCacheRepository(db),
@@ -56,6 +73,7 @@ export async function openStore(options: { databaseUrl?: string | undefined; dat
     insightAggregates: new InsightAggregates(db),
     portalUsers: new PortalUserRepository(db),
     edgeStatus: new EdgeStatusRepository(db),
+    sealedSecrets: new SealedSecretRepository(db),
     revision: () => currentRevision(db),
     close: () => db.close(),
   };

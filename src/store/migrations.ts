@@ -292,6 +292,54 @@ const MIGRATIONS: Migration[] = [
         PRIMARY KEY (ca_certificate_id, entry_index))`,
     ],
   },
+  {
+    id: 4,
+    name: 'tenant-scoped acme',
+    statements: (dialect) => [
+      // One ACME account per tenant (and directory): one tenant's orders cannot use up another's
+      // limits at the CA. The account shared by all tenants is left to expire at the CA.
+      `DROP TABLE acme_accounts`,
+      `CREATE TABLE acme_accounts (
+        directory_url TEXT NOT NULL,
+        tenant_id TEXT NOT NULL REFERENCES tenants(id),
+        email TEXT,
+        account_url TEXT NOT NULL,
+        private_key TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (directory_url, tenant_id))`,
+      // A challenge is answered only by proxies of the tenant that ordered. Rows live minutes;
+      // those of running orders are written again by the next attempt.
+      `DELETE FROM acme_challenges`,
+      `ALTER TABLE acme_challenges ADD COLUMN tenant_id TEXT NOT NULL DEFAULT ''`,
+      // The names of service-issued certificates, to find the tenant that claims a domain.
+      `CREATE TABLE acme_certificate_domains (
+        certificate_id TEXT NOT NULL REFERENCES certificates(id) ON DELETE CASCADE,
+        tenant_id TEXT NOT NULL,
+        domain TEXT NOT NULL,
+        PRIMARY KEY (certificate_id, domain))`,
+      `CREATE INDEX acme_certificate_domains_domain ON acme_certificate_domains (domain)`,
+      dialect === 'postgres'
+        ? `INSERT INTO acme_certificate_domains (certificate_id, tenant_id, domain)
+           SELECT DISTINCT c.id, c.tenant_id, d.value FROM certificates c, jsonb_array_elements_text(c.domains::jsonb) AS d(value)
+           WHERE c.source = 'ACME'`
+        : `INSERT OR IGNORE INTO acme_certificate_domains (certificate_id, tenant_id, domain)
+           SELECT c.id, c.tenant_id, d.value FROM certificates c, json_each(c.domains) AS d
+           WHERE c.source = 'ACME'`,
+      // What the edge serves while the certificate a configuration names is not issued yet (the
+      // configuration as it was before the PUT or PATCH that named it); NULL otherwise.
+      `ALTER TABLE traffic_configs ADD COLUMN interim_attributes TEXT`,
+    ],
+  },
+  {
+    id: 5,
+    name: 'front-end binding holders',
+    statements: () => [
+      // JSON {"ip|port|protocol": revision}: since when a configuration claims each of its bindings.
+      // NULL (rows from before): the configuration's own revision stands in (traffic-configs.ts).
+      `ALTER TABLE traffic_configs ADD COLUMN binding_since TEXT`,
+    ],
+  },
 ];
 
 export const LATEST_MIGRATION = MIGRATIONS.at(-1)!.id;

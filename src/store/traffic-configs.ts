@@ -3,6 +3,7 @@ import type { Db, Queryable } from './db.ts';
 import { UniqueViolation } from './db.ts';
 import { ConflictError } from './errors.ts';
 import { bumpRevision } from './revision.ts';
+import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 import type { ProxyType, TrafficConfigAttributes, HttpProxyAttributes, L4ProxyAttributes } from '../api/schemas/traffic-config.ts';
 import { HTTP_PROXY } from '../api/schemas/traffic-config.ts';
 import { canonicalIp } from '../net/ip.ts';
@@ -17,8 +18,20 @@ export interface TrafficConfigRecord {
   attributes: StoredAttributes;
   /** The store revision of the last change: edge nodes report which revision they serve. */
   revision: number;
+  /**
+   * Per front-end binding (`bindingKey`), the store revision since which this configuration has
+   * claimed it: the edge gives a contested binding to the longest holder (edge/runtime/binding-arbiter.ts).
+   */
+  bindingSince: Record<string, number>;
   createdAt: string;
   updatedAt: string;
+  /**
+   * What the edge serves until the certificate `attributes` names is issued: the configuration as
+   * it was served before the PUT or PATCH that named a certificate still PENDING (the spec's
+   * procedure PUTs port 443 as soon as it has the id; port 80 must keep answering the challenge).
+   * Its ports stay assigned to this configuration meanwhile. Absent otherwise.
+   */
+  interimAttributes?: StoredAttributes;
 }
 
 export interface HttpProxyRecord extends TrafficConfigRecord {
@@ -37,19 +50,104 @@ interface Row {
   type: string;
   attributes: string;
   revision: number;
+  binding_since: string | null;
   created_at: string;
   updated_at: string;
+  interim_attributes?: string | null;
 }
 
-const fromRow = (row: Row): TrafficConfigRecord => ({
-  id: row.id,
-  tenantId: row.tenant_id,
-  type: row.type as ProxyType,
-  attributes: JSON.parse(row.attributes) as StoredAttributes,
-  revision: Number(row.revision),
-  createdAt: row.created_at,
-  updatedAt: row.updated_at,
-});
+const fromRow = (row: Row): TrafficConfigRecord => {
+  const type = row.type as ProxyType;
+  const attributes = JSON.parse(row.attributes) as StoredAttributes;
+  const interimAttributes = row.interim_attributes == null ? undefined : (JSON.parse(row.interim_attributes) as StoredAttributes);
+  const revision = Number(row.revision);
+  const previousSince = row.binding_since === null ? {} : (JSON.parse(row.binding_since) as Record<string, number>);
+  return {
+    id: row.id,
+    tenantId: row.tenant_id,
+    type,
+    attributes,
+    revision,
+    bindingSince: withBindingSince({ type, attributes, interimAttributes }, previousSince, revision),
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    ...(interimAttributes !== undefined && { interimAttributes }),
+  };
+};
+
+/** "ip|port|protocol": one front-end binding. */
+export const bindingKey = (binding: { ip: string; port: number; protocol: string }) => `${binding.ip}|${binding.port}|${binding.protocol}`;
+
+/**
+ * The (ip, port, protocol) triples a configuration holds: those of its attributes and, while a
+ * certificate it names is pending, those of the interim attributes the edge serves meanwhile.
+ */
+export function heldBindings(record: Pick<TrafficConfigRecord, 'type' | 'attributes' | 'interimAttributes'>): { ip: string; port: number; protocol: string }[] {
+  const served = record.interimAttributes ? [record.attributes, record.interimAttributes] : [record.attributes];
+  const bindings = new Map(served.flatMap((attributes) => frontendBindings(record.type, attributes)).map((b) => [bindingKey(b), b]));
+  return [...bindings.values()];
+}
+
+/**
+ * The since-revision of each of the configuration's bindings: kept from `previous` where the
+ * binding was already claimed, `revision` for one claimed from this revision on.
+ */
+function withBindingSince(
+  record: Pick<TrafficConfigRecord, 'type' | 'attributes' | 'interimAttributes'>,
+  previous: Record<string, number>,
+  revision: number,
+): Record<string, number> {
+  const since: Record<string, number> = {};
+  for (const binding of heldBindings(record)) {
+    const key = bindingKey(binding);
+    since[key] = previous[key] ?? revision;
+  }
+  return since;
+}
+
+/** The certificate an HTTP proxy's front end serves; undefined for plain HTTP and layer 4. */
+export function frontendCertificateId(type: ProxyType, attributes: StoredAttributes): string | undefined {
+  return type === HTTP_PROXY ? ((attributes as HttpProxyAttributes).frontend.certificateId ?? undefined) : undefined;
+}
+
+async function certificateIssued(tx: Queryable, id: string): Promise<boolean> {
+  const row = await tx.one<{ status: string }>('SELECT status FROM certificates WHERE id = ?', [id]);
+  return row?.status === 'ISSUED';
+}
+
+/**
+ * What the edge serves of a configuration as stored: its attributes once their certificate is
+ * issued (or when they name none), else its interim attributes (absent: nothing can be served).
+ */
+async function servedAttributes(tx: Queryable, record: TrafficConfigRecord): Promise<StoredAttributes | undefined> {
+  const certificateId = frontendCertificateId(record.type, record.attributes);
+  if (certificateId === undefined || (await certificateIssued(tx, certificateId))) return record.attributes;
+  return record.interimAttributes;
+}
+
+/**
+ * The certificate `certificateId` was issued: configurations that named it while it was pending
+ * drop their interim attributes and the ports those held. Runs inside the issuing transaction.
+ */
+export async function releaseInterimAttributes(tx: Queryable, certificateId: string): Promise<void> {
+  const rows = await tx.all<Row>(
+    `SELECT c.* FROM traffic_configs c JOIN config_references r ON r.config_id = c.id
+     WHERE r.ref_id = ? AND c.interim_attributes IS NOT NULL`,
+    [certificateId],
+  );
+  for (const row of rows) {
+    const record = fromRow(row);
+    if (frontendCertificateId(record.type, record.attributes) !== certificateId) continue;
+    delete record.interimAttributes;
+    record.bindingSince = withBindingSince(record, record.bindingSince, record.revision);
+    await tx.run('UPDATE traffic_configs SET interim_attributes = NULL, binding_since = ? WHERE id = ? AND tenant_id = ?', [
+      JSON.stringify(record.bindingSince),
+      record.id,
+      record.tenantId,
+    ]);
+    await rewriteIndexes(tx, record);
+  }
+}
 
 /** The (ip, port, protocol) triples a configuration occupies. */
 export function frontendBindings(type: ProxyType, attributes: StoredAttributes): { ip: string; port: number; protocol: string }[] {
@@ -74,59 +172,93 @@ export function configReferences(type: ProxyType, attributes: StoredAttributes):
 
 export const PORT_IN_USE = 'PORT_IN_USE';
 
+/**
+ * Rows that hang off a configuration (bindings, references, edge status), reached only through a
+ * configuration of the tenant: no statement can touch another tenant's rows, whatever id it gets.
+ */
+const OWNED_CONFIG = 'config_id IN (SELECT id FROM traffic_configs WHERE id = ? AND tenant_id = ?)';
+
 export class TrafficConfigRepository {
   readonly db: Db;
-  constructor(db: Db) {
+  readonly #quotas: TenantQuotas;
+  constructor(db: Db, quotas: TenantQuotas = DEFAULT_QUOTAS) {
     this.db = db;
+    this.#quotas = quotas;
   }
 
   async create(tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
+      await enforceQuota(tx, tenantId, { limit: this.#quotas.proxies, resource: 'proxies', setting: 'TPS_QUOTA_PROXIES' }, countRows('traffic_configs', tenantId));
       const now = new Date().toISOString();
+      const revision = await bumpRevision(tx);
       const record: TrafficConfigRecord = {
         id: crypto.randomUUID(),
         tenantId,
         type,
         attributes,
-        revision: await bumpRevision(tx),
+        revision,
+        bindingSince: withBindingSince({ type, attributes }, {}, revision),
         createdAt: now,
         updatedAt: now,
       };
       await tx.run(
-        'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
-        [record.id, tenantId, type, JSON.stringify(attributes), record.revision, now, now],
+        'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, binding_since, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+        [record.id, tenantId, type, JSON.stringify(attributes), record.revision, JSON.stringify(record.bindingSince), now, now],
       );
-      await this.#writeIndexes(tx, record);
+      await writeIndexes(tx, record);
       return record;
     });
   }
 
-  /** Replaces the attributes of a configuration (PUT, and PATCH after merging). */
-  async replace(current: TrafficConfigRecord, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
+  /**
+   * Replaces the attributes of a configuration of the tenant (PUT, and PATCH after merging).
+   * `current` is what the caller read; the write is scoped by `tenantId` whatever it says. When the
+   * attributes name a front-end certificate that is not issued yet, what the edge served so far
+   * stays served (and its ports assigned) as the interim attributes, until the certificate is issued.
+   */
+  async replace(tenantId: string, current: TrafficConfigRecord, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
+      const revision = await bumpRevision(tx);
+      // Read again inside the transaction (after the revision's lock): what is served now.
+      const row = await tx.one<Row>('SELECT * FROM traffic_configs WHERE id = ? AND tenant_id = ?', [current.id, tenantId]);
+      if (!row) throw new ConflictError('CONCURRENT_DELETE', 'the traffic configuration was deleted meanwhile');
+      const stored = fromRow(row);
+      const wanted = frontendCertificateId(stored.type, attributes);
+      const interim = wanted !== undefined && !(await certificateIssued(tx, wanted)) ? await servedAttributes(tx, stored) : undefined;
       const record: TrafficConfigRecord = {
-        ...current,
+        ...stored,
         attributes,
-        revision: await bumpRevision(tx),
+        revision,
         updatedAt: new Date().toISOString(),
       };
-      const changed = await tx.run(
-        'UPDATE traffic_configs SET attributes = ?, revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?',
-        [JSON.stringify(attributes), record.revision, record.updatedAt, record.id, record.tenantId],
+      delete record.interimAttributes;
+      if (interim !== undefined) record.interimAttributes = interim;
+      record.bindingSince = withBindingSince(record, stored.bindingSince, revision);
+      await tx.run(
+        'UPDATE traffic_configs SET attributes = ?, interim_attributes = ?, revision = ?, binding_since = ?, updated_at = ? WHERE id = ? AND tenant_id = ?',
+        [
+          JSON.stringify(attributes),
+          interim === undefined ? null : JSON.stringify(interim),
+          record.revision,
+          JSON.stringify(record.bindingSince),
+          record.updatedAt,
+          record.id,
+          tenantId,
+        ],
       );
-      if (changed === 0) throw new ConflictError('CONCURRENT_DELETE', 'the traffic configuration was deleted meanwhile');
-      await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [record.id]);
-      await tx.run('DELETE FROM config_references WHERE config_id = ?', [record.id]);
-      await this.#writeIndexes(tx, record);
+      await rewriteIndexes(tx, record);
       return record;
     });
   }
 
+  /** Deletes a configuration of the tenant with its bindings, references and status; false (nothing changed) for any other id. */
   async delete(tenantId: string, id: string): Promise<boolean> {
     return this.db.transaction(async (tx) => {
-      await tx.run('DELETE FROM frontend_bindings WHERE config_id = ?', [id]);
-      await tx.run('DELETE FROM config_references WHERE config_id = ?', [id]);
-      await tx.run('DELETE FROM edge_status WHERE config_id = ?', [id]);
+      const owned = await tx.one('SELECT id FROM traffic_configs WHERE id = ? AND tenant_id = ?', [id, tenantId]);
+      if (!owned) return false;
+      await tx.run(`DELETE FROM frontend_bindings WHERE ${OWNED_CONFIG}`, [id, tenantId]);
+      await tx.run(`DELETE FROM config_references WHERE ${OWNED_CONFIG}`, [id, tenantId]);
+      await tx.run(`DELETE FROM edge_status WHERE ${OWNED_CONFIG}`, [id, tenantId]);
       const deleted = await tx.run('DELETE FROM traffic_configs WHERE id = ? AND tenant_id = ?', [id, tenantId]);
       if (deleted > 0) await bumpRevision(tx);
       return deleted > 0;
@@ -157,27 +289,39 @@ export class TrafficConfigRepository {
     );
     return rows.map((row) => row.config_id);
   }
+}
 
-  async #writeIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
-    for (const binding of frontendBindings(record.type, record.attributes)) {
-      try {
-        await tx.run('INSERT INTO frontend_bindings (ip, port, protocol, config_id) VALUES (?, ?, ?, ?)', [
-          binding.ip,
-          binding.port,
-          binding.protocol,
-          record.id,
-        ]);
-      } catch (error) {
-        if (!(error instanceof UniqueViolation)) throw error;
-        throw new ConflictError(
-          PORT_IN_USE,
-          `port ${binding.port}/${binding.protocol} on ${binding.ip} is already assigned to another proxy`,
-          '/data/attributes/frontend/port',
-        );
-      }
+async function rewriteIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
+  await tx.run(`DELETE FROM frontend_bindings WHERE ${OWNED_CONFIG}`, [record.id, record.tenantId]);
+  await tx.run(`DELETE FROM config_references WHERE ${OWNED_CONFIG}`, [record.id, record.tenantId]);
+  await writeIndexes(tx, record);
+}
+
+/**
+ * The ports a configuration holds and the certificates it refers to: those of its attributes and
+ * of its interim attributes (served meanwhile), each once.
+ */
+async function writeIndexes(tx: Queryable, record: TrafficConfigRecord): Promise<void> {
+  const served = record.interimAttributes ? [record.attributes, record.interimAttributes] : [record.attributes];
+  for (const binding of heldBindings(record)) {
+    try {
+      await tx.run('INSERT INTO frontend_bindings (ip, port, protocol, config_id) VALUES (?, ?, ?, ?)', [
+        binding.ip,
+        binding.port,
+        binding.protocol,
+        record.id,
+      ]);
+    } catch (error) {
+      if (!(error instanceof UniqueViolation)) throw error;
+      throw new ConflictError(
+        PORT_IN_USE,
+        `port ${binding.port}/${binding.protocol} on ${binding.ip} is already assigned to another proxy`,
+        '/data/attributes/frontend/port',
+      );
     }
-    for (const ref of configReferences(record.type, record.attributes)) {
-      await tx.run('INSERT INTO config_references (config_id, ref_kind, ref_id) VALUES (?, ?, ?)', [record.id, ref.kind, ref.id]);
-    }
+  }
+  const references = new Map(served.flatMap((attributes) => configReferences(record.type, attributes)).map((ref) => [`${ref.kind}|${ref.id}`, ref]));
+  for (const ref of references.values()) {
+    await tx.run('INSERT INTO config_references (config_id, ref_kind, ref_id) VALUES (?, ?, ?)', [record.id, ref.kind, ref.id]);
   }
 }

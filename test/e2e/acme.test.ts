@@ -5,7 +5,7 @@
  *
  * `tps serve` runs the ACME service (TPS_ACME_DIRECTORY_URL = Pebble). The HTTP proxy is not wired
  * to the store here, so two minimal stand-ins answer on 127.0.0.61 from the same store the way a
- * proxy does: an HTTP responder for HTTP-01 (the proxy's acme-challenge phase, with
+ * proxy of the test's tenant does: an HTTP responder for HTTP-01 (the proxy's acme-challenge phase, with
  * `AcmeChallengeResponder.challengeResponse`), and a TLS listener that reads the ClientHello and
  * either presents the TLS-ALPN-01 certificate (`createAcmeTlsAlpnServer`) or serves the
  * certificate record as it is in the store at each handshake (what the edge does after a reload).
@@ -25,7 +25,7 @@ import { startPebble, type Pebble } from '../support/pebble.ts';
 import { startTps, createTenant, openStoreOf, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import type { Store } from '../../src/store/index.ts';
-import { SecretBox } from '../../src/certs/secret-box.ts';
+import { SecretBox, acmeAccountKeyBinding, certificateKeyBinding } from '../../src/certs/secret-box.ts';
 import { AcmeChallengeResponder } from '../../src/certs/acme-challenges.ts';
 import { AcmeService } from '../../src/certs/acme.ts';
 import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../src/certs/acme-tls-alpn.ts';
@@ -42,6 +42,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
   let pebble: Pebble;
   let tps: Tps;
   let api: TenantApi;
+  let tenantId: string;
   let store: Store;
   let secrets: SecretBox;
   let pebbleRoot: string;
@@ -72,7 +73,9 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
         TPS_ACME_CA_BUNDLE: caBundle,
       },
     });
-    api = await TenantApi.connect(tps, await createTenant(tps));
+    const credentials = await createTenant(tps);
+    tenantId = credentials.tenantId;
+    api = await TenantApi.connect(tps, credentials);
     store = await openStoreOf(tps);
     secrets = SecretBox.fromSettings({ masterKey: undefined, dataDir: tps.env.TPS_DATA_DIR! });
     const challenges = new AcmeChallengeResponder(store.acmeChallenges);
@@ -82,20 +85,20 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
       const token = /^\/\.well-known\/acme-challenge\/([A-Za-z0-9_-]+)$/.exec(request.url ?? '')?.[1];
       const host = (request.headers.host ?? '').replace(/:\d+$/, '');
       seen.http01.push(host);
-      const keyAuthorization = token ? await challenges.challengeResponse(token, host) : undefined;
+      const keyAuthorization = token ? await challenges.challengeResponse(token, host, tenantId) : undefined;
       response.writeHead(keyAuthorization ? 200 : 404, { 'content-type': 'text/plain' });
       response.end(keyAuthorization ?? 'not found\n');
     });
     await new Promise<void>((resolve) => httpResponder.listen(httpPort, PROXY_IP, resolve));
 
     // The TLS port: validation connections get the challenge certificate, others the stored certificate.
-    acmeTlsServer = createAcmeTlsAlpnServer(challenges);
+    acmeTlsServer = createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => challenges.alpnChallengeCertificate(servername, tenantId) });
     siteTlsServer = tls.createServer({
       SNICallback: (servername, callback) => {
         void (async () => {
           const record = servedCertificateId ? await store.certificates.getAny(servedCertificateId) : undefined;
           if (!record?.certificatePem || !record.sealedPrivateKey) return callback(new Error(`nothing to serve for ${servername}`), undefined);
-          callback(null, tls.createSecureContext({ cert: record.certificatePem + (record.chainPem ?? ''), key: secrets.open(record.sealedPrivateKey) }));
+          callback(null, tls.createSecureContext({ cert: record.certificatePem + (record.chainPem ?? ''), key: secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)) }));
         })().catch((error: Error) => callback(error, undefined));
       },
     });
@@ -160,9 +163,9 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
    * valid one for 1 name in 100, and the service rightly skips an authorization already valid.
    */
   async function deactivateValidAuthorizations(): Promise<string[]> {
-    const account = (await store.acmeAccounts.get(pebble.directoryUrl))!;
+    const account = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
-    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey), accountUrl: account.accountUrl });
+    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)), accountUrl: account.accountUrl });
     // POST-as-GET of the account's orders list (RFC 8555 section 7.1.2.1), which acme-client has no method for.
     const { api: acmeApi } = client as unknown as {
       api: { apiRequest(url: string, payload: null, validStatusCodes: number[]): Promise<{ data: { orders: string[] }; headers: { link?: string } }> };
@@ -266,13 +269,13 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
   });
 
   it('registers a new ACME account when the CA reports the stored one deactivated', async () => {
-    const account = (await store.acmeAccounts.get(pebble.directoryUrl))!;
-    assert.ok(account, 'one account for the directory, stored');
+    const account = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
+    assert.ok(account, "the tenant's account at the directory, stored");
     assert.equal(account.email, 'ops@tps.test');
     assert.ok(!account.sealedPrivateKey.includes('PRIVATE KEY'), 'the account key is sealed');
     // The CA deactivates it (here: its owner does, through the CA).
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
-    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey), accountUrl: account.accountUrl });
+    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)), accountUrl: account.accountUrl });
     const deactivated = await client.updateAccount({ status: 'deactivated' });
     assert.equal(deactivated.status, 'deactivated');
 
@@ -281,7 +284,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     });
     const issued = await waitForCertificate(requested.body.data.id, (attributes) => attributes.status !== 'PENDING');
     assert.equal(issued.status, 'ISSUED', issued.statusDetail);
-    const replacement = (await store.acmeAccounts.get(pebble.directoryUrl))!;
+    const replacement = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
     assert.notEqual(replacement.accountUrl, account.accountUrl, 'a new account replaced the dead one');
     assert.match(tps.output(), /the CA refused the account; registering a new one/);
   });

@@ -15,7 +15,7 @@ import { TenantApi } from '../support/api-client.ts';
 import { freshPostgresDatabase } from '../support/postgres.ts';
 import { waitFor } from '../support/wait.ts';
 import { TestCa } from '../support/pki.ts';
-import { SecretBox } from '../../src/certs/secret-box.ts';
+import { SecretBox, certificateKeyBinding } from '../../src/certs/secret-box.ts';
 import { LATEST_MIGRATION } from '../../src/store/migrations.ts';
 
 const TPS_BIN = path.join(REPO_ROOT, 'bin/tps.js');
@@ -356,8 +356,9 @@ describe('tps backup and tps restore', () => {
     // The certificate's private key still opens with the master key.
     const store = await openStoreOf(restored);
     try {
-      const row = await store.db.one<{ private_key: string }>('SELECT private_key FROM certificates WHERE private_key IS NOT NULL');
-      assert.match(SecretBox.fromSettings({ masterKey: undefined, dataDir }).open(row!.private_key), /BEGIN PRIVATE KEY/);
+      const row = await store.db.one<{ id: string; tenant_id: string; private_key: string }>('SELECT id, tenant_id, private_key FROM certificates WHERE private_key IS NOT NULL');
+      const binding = certificateKeyBinding({ id: row!.id, tenantId: row!.tenant_id });
+      assert.match(SecretBox.fromSettings({ masterKey: undefined, dataDir }).open(row!.private_key, binding), /BEGIN PRIVATE KEY/);
     } finally {
       await store.close();
     }

@@ -162,10 +162,13 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       assert.equal(replaced.status, 200, JSON.stringify(replaced.body));
       const fetched = await api.get(`${CONFIGS}/${configId}`);
       assert.deepEqual(fetched.body.data.attributes.frontend, { ipv4: ip, port: 443, certificateId });
-      const free = await api.call('POST', CONFIGS, {
+      // The certificate is still PENDING: the proxy keeps serving port 80 (where the CA validates)
+      // until it is issued, so port 80 stays this proxy's meanwhile.
+      const held = await api.call('POST', CONFIGS, {
         data: { type: 'httpProxy', attributes: { frontend: { ipv4: ip, port: 80 }, backend } },
       });
-      assert.equal(free.status, 201, 'port 80 was released by the PUT');
+      assert.equal(held.status, 409, 'port 80 is held while the certificate is pending');
+      assert.equal(held.body.errors[0].code, 'PORT_IN_USE');
     });
   });
 }

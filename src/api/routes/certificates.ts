@@ -2,16 +2,24 @@
  * Front-end TLS certificates: customer-uploaded chains (`certificates/pem`) and service-issued ones
  * (`certificates/lets-encrypt`, ordered from the ACME CA in the background). Private keys are
  * sealed with the master key before they are stored and are never returned.
+ *
+ * A service-issued certificate claims its domains for its tenant while it is PENDING or ISSUED
+ * (and unexpired): another tenant's order naming one of them is refused (409 DOMAIN_CLAIMED), as is
+ * an order past the tenant's quota of pending orders (409 QUOTA_EXCEEDED). Uploads neither claim
+ * nor are refused: anyone can make a self-signed certificate for any name, and that must not
+ * block the name's owner from ordering.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Type } from '@sinclair/typebox';
 import type { ApiDeps } from '../server.ts';
-import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, notFound } from '../jsonapi.ts';
+import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, errorObject, notFound } from '../jsonapi.ts';
 import { registerOwnedResourceRoutes } from './owned-resources.ts';
 import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { validateBody } from '../schemas/validator.ts';
 import { CertificateCheckError, checkCustomerCertificate } from '../../certs/x509.ts';
-import type { CertificateRecord } from '../../store/certificates.ts';
+import { AcmeOrderRefused, CertificateRepository, type AcmeOrderLimits, type CertificateRecord } from '../../store/certificates.ts';
+import { normalizeDomain } from '../../certs/acme-challenges.ts';
+import { certificateKeyBinding } from '../../certs/secret-box.ts';
 
 const BASE = '/api/v2/traffic-mgmt/certificates';
 
@@ -51,7 +59,10 @@ export const AcmeCertificateDocument = Type.Object(
               minItems: 1,
               maxItems: 100,
               uniqueItems: true,
-              description: 'DNS names; each must resolve to a front-end IP whose proxy listens on port 80 (HTTP-01).',
+              description:
+                'DNS names; each must resolve to a front-end IP where a proxy of this account answers the challenge (HTTP-01 on port 80, ' +
+                'or TLS-ALPN-01 on the port of a proxy serving this certificate). A name another account holds a PENDING or ISSUED ' +
+                'service-issued certificate for is refused (409 DOMAIN_CLAIMED).',
             }),
           },
           { additionalProperties: false },
@@ -112,9 +123,19 @@ export function toCertificateResource(record: CertificateRecord) {
   };
 }
 
+/** The store refused an order: 409 with one error per claimed domain (and for the quota), counted. */
+function orderRefused(deps: ApiDeps, refusal: AcmeOrderRefused): ApiError {
+  for (const code of new Set(refusal.problems.map((problem) => problem.code))) deps.metrics.acmeOrdersRefused.inc({ reason: code });
+  return ApiError.many(
+    409,
+    refusal.problems.map((problem) => errorObject(409, problem.code, problem.detail, { pointer: problem.pointer })),
+  );
+}
+
 export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): void {
   const tags = ['certificates'];
   const security = [{ bearer: [] }];
+  const orderLimits = (): AcmeOrderLimits => ({ maxPendingOrders: deps.settings.quotaPendingAcmeOrders });
 
   const upload = async (request: FastifyRequest, body: unknown) => {
     const { data } = validateBody(CertificatePemDocument, body);
@@ -126,9 +147,16 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
       if (!(error instanceof CertificateCheckError)) throw error;
       throw new ApiError(422, error.code, error.message, { pointer: `/data/attributes/${error.field}` });
     }
+    const tenantId = request.principal!.tenantId;
+    const id = CertificateRepository.newId();
     const record = await deps.store.certificates.createCustomer(
-      request.principal!.tenantId,
-      { certificatePem: checked.certificatePem, chainPem: checked.chainPem, sealedPrivateKey: deps.secrets.seal(checked.privateKeyPem) },
+      tenantId,
+      {
+        id,
+        certificatePem: checked.certificatePem,
+        chainPem: checked.chainPem,
+        sealedPrivateKey: deps.secrets.seal(checked.privateKeyPem, certificateKeyBinding({ id, tenantId })),
+      },
       checked.facts,
     );
     return { data: toCertificateResource(record) };
@@ -184,16 +212,34 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
         summary: 'Request a certificate from the public ACME certificate authority',
         description:
           'Answers at once with the certificate id and status PENDING; the order runs in the background and the ' +
-          'status turns ISSUED or FAILED (with statusDetail). Renewed automatically every 30 days.',
+          'status turns ISSUED or FAILED (with statusDetail). Renewed automatically every 30 days. ' +
+          'Refused with 409: DOMAIN_CLAIMED (pointer /data/attributes/domains/N) when another account holds a PENDING or ' +
+          'unexpired ISSUED service-issued certificate for a name (uploaded certificates claim nothing); QUOTA_EXCEEDED ' +
+          '(pointer /data) when the account already has TPS_QUOTA_PENDING_ACME_ORDERS orders PENDING. ' +
+          'A proxy may be PUT with the certificate id at once (the procedure of the spec): it keeps serving its previous ' +
+          'configuration (port 80, answering the challenge) until the certificate is ISSUED.',
         body: AcmeCertificateDocument,
-        response: { 201: CertificateDocument, 415: ErrorDocument, 422: ErrorDocument },
+        response: { 201: CertificateDocument, 409: ErrorDocument, 415: ErrorDocument, 422: ErrorDocument },
       },
     },
     async (request, reply) => {
       const { data } = request.body as { data: { attributes: { domains: string[] }; relationships?: { belongsTo: { data: { id: string } } } } };
-      checkAccount(data.relationships, request.principal!.tenantId);
-      const domains = data.attributes.domains.map((domain) => domain.toLowerCase().replace(/\.$/, ''));
-      const record = await deps.store.certificates.createAcme(request.principal!.tenantId, domains);
+      const tenantId = request.principal!.tenantId;
+      checkAccount(data.relationships, tenantId);
+      const domains = data.attributes.domains.map(normalizeDomain);
+      const duplicates = domains.flatMap((domain, index) =>
+        domains.indexOf(domain) === index
+          ? []
+          : [errorObject(422, 'DUPLICATE_DOMAIN', `${domain} is named twice (names are compared without case and trailing dot)`, { pointer: `/data/attributes/domains/${index}` })],
+      );
+      if (duplicates.length > 0) throw ApiError.many(422, duplicates);
+      let record: CertificateRecord;
+      try {
+        record = await deps.store.certificates.createAcme(tenantId, domains, orderLimits());
+      } catch (error) {
+        if (error instanceof AcmeOrderRefused) throw orderRefused(deps, error);
+        throw error;
+      }
       deps.acme?.enqueue(record.id);
       void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${record.id}`);
       return { data: toCertificateResource(record) };
@@ -210,8 +256,8 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
         summary: 'Renew a service-issued certificate now',
         description:
           'An ISSUED service-issued certificate is renewed at once (the renewed certificate replaces it in the same record, ' +
-          'so proxies serve it without a change); a FAILED one is requested again (back to PENDING). ' +
-          'Customer certificates are renewed by uploading a new one (409).',
+          'so proxies serve it without a change); a FAILED one is requested again (back to PENDING), refused like a new ' +
+          'order (409 DOMAIN_CLAIMED, QUOTA_EXCEEDED). Customer certificates are renewed by uploading a new one (409).',
         params: Type.Object({ id: Uuid }),
         response: { 202: CertificateDocument, 404: ErrorDocument, 409: ErrorDocument },
       },
@@ -225,7 +271,13 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
         throw new ApiError(409, 'NOT_SERVICE_ISSUED', `certificate ${id} was uploaded by the customer; renew it by uploading a new one`);
       }
       // Without an ACME service in this process the request waits in the store for the node that runs one.
-      const record = deps.acme ? await deps.acme.renewNow(tenantId, id) : await deps.store.certificates.requestRenewal(tenantId, id);
+      let record: CertificateRecord | undefined;
+      try {
+        record = deps.acme ? await deps.acme.renewNow(tenantId, id, orderLimits()) : await deps.store.certificates.requestRenewal(tenantId, id, orderLimits());
+      } catch (error) {
+        if (error instanceof AcmeOrderRefused) throw orderRefused(deps, error);
+        throw error;
+      }
       if (!record) throw notFound('certificate', id);
       void reply.code(202).type(JSONAPI_MEDIA_TYPE);
       return { data: toCertificateResource(record) };

@@ -22,8 +22,10 @@ export interface OwnedResource<R> {
 
 const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
 
+/** Names the tenant's own configurations only (the store never hands over another tenant's). */
 export function inUse(what: string, id: string, configIds: readonly string[]): ApiError {
-  return new ApiError(409, 'IN_USE', `${what} ${id} is used by the traffic configurations ${configIds.join(', ')}`);
+  const users = configIds.length > 0 ? `the traffic configurations ${configIds.join(', ')}` : 'a traffic configuration';
+  return new ApiError(409, 'IN_USE', `${what} ${id} is used by ${users}`);
 }
 
 export function registerOwnedResourceRoutes<R>(app: FastifyInstance, resource: OwnedResource<R>): void {
@@ -74,7 +76,7 @@ export function registerOwnedResourceRoutes<R>(app: FastifyInstance, resource: O
       const { id } = request.params as { id: string };
       const outcome = await resource.delete(request.principal!.tenantId, id);
       if (!outcome.deleted) {
-        if (outcome.referencedBy.length === 0) throw notFound(name, id);
+        if (outcome.notFound) throw notFound(name, id);
         throw inUse(name, id, outcome.referencedBy);
       }
       void reply.code(204);

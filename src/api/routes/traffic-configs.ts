@@ -102,6 +102,12 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
         tags,
         security,
         summary: 'Replace a proxy whole',
+        description:
+          'A front-end certificateId of a service-issued certificate still PENDING may be given at once (the procedure of ' +
+          'the spec): until it is ISSUED the proxy keeps serving its previous configuration, and holds its ports (port 80 ' +
+          'answers the CA), with status PROVISIONING and statusDetail saying what it waits for; then the new configuration ' +
+          'is served. When the certificate FAILED, the previous configuration stays served and status is ERROR with the ' +
+          "CA's reason in statusDetail. PATCH alike.",
         params: IdParams,
         body: TrafficConfigDocument,
         response: { 200: ResourceDocument, 404: ErrorDocument, 409: ErrorDocument, 422: ErrorDocument },
@@ -115,7 +121,7 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
       checkAccount(data.relationships, tenantId);
       const attributes = withoutReadOnly(data.attributes);
       await checkReferences(deps, tenantId, data.type, attributes);
-      const record = await store.trafficConfigs.replace(current, attributes);
+      const record = await store.trafficConfigs.replace(tenantId, current, attributes);
       void reply.type(JSONAPI_MEDIA_TYPE);
       return { data: (await present([record]))[0] };
     },
@@ -146,7 +152,7 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
       const document = validateBody(TrafficConfigDocument, { data: { type: current.type, attributes: withoutReadOnly(merged) } });
       const attributes = withoutReadOnly(document.data.attributes);
       await checkReferences(deps, tenantId, current.type, attributes);
-      const record = await store.trafficConfigs.replace(current, attributes);
+      const record = await store.trafficConfigs.replace(tenantId, current, attributes);
       void reply.type(JSONAPI_MEDIA_TYPE);
       return { data: (await present([record]))[0] };
     },

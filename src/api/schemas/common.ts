@@ -10,9 +10,11 @@ export const ReadOnlyTimestamps = {
 /**
  * A union that JSON Schema and OpenAPI can discriminate by one property (`oneOf` + `discriminator`):
  * validation errors then come from the branch the discriminator picks, not from every branch.
+ * `type: object` is part of it: Ajv applies the discriminator (and skips the oneOf) on objects only,
+ * so without it null, a string or an array would pass unchecked.
  */
 export function DiscriminatedUnion<T extends TSchema[]>(propertyName: string, schemas: [...T]): TUnion<T> {
-  return Type.Unsafe<Static<TUnion<T>>>({ oneOf: schemas, discriminator: { propertyName } }) as unknown as TUnion<T>;
+  return Type.Unsafe<Static<TUnion<T>>>({ type: 'object', oneOf: schemas, discriminator: { propertyName } }) as unknown as TUnion<T>;
 }
 
 /** A closed set of values as one JSON Schema `enum`, so a wrong value gets one clear error listing the allowed ones. */

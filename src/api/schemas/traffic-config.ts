@@ -111,7 +111,7 @@ export const RuleExclusion = Type.Object(
   {
     ruleIds: Type.Array(Type.Integer({ minimum: 1, maximum: 999999 }), { minItems: 1, uniqueItems: true }),
     pathPrefix: Type.Optional(
-      Type.String({ pattern: '^/', maxLength: 2048, description: 'Only requests whose path starts with this.' }),
+      Type.String({ pattern: '^/', maxLength: 2048, description: 'Only requests whose path is this path or lies under it, by whole segments: /api covers /api and /api/x, not /api-admin.' }),
     ),
     target: Type.Optional(
       Type.String({

@@ -41,6 +41,21 @@ export function validateBody<T extends TSchema>(schema: T, value: unknown): Stat
   return value as Static<T>;
 }
 
+const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/**
+ * The frame every JSON:API request body shares, checked before the route's own schema and before
+ * any handler reads it: an object whose `data` is an object. A body that is not (null, a string,
+ * an array, `{"data": null}`) is a 422 pointing at the part at fault.
+ */
+export function checkDocumentFrame(body: unknown): void {
+  if (!isPlainObject(body)) {
+    throw new ApiError(422, 'INVALID_VALUE', 'the body must be a JSON:API document: an object with a `data` object', { pointer: '/' });
+  }
+  if (!('data' in body)) throw new ApiError(422, 'INVALID_VALUE', '/data is required', { pointer: '/data' });
+  if (!isPlainObject(body.data)) throw new ApiError(422, 'INVALID_VALUE', '/data must be an object (one resource)', { pointer: '/data' });
+}
+
 const DOCUMENT_ONLY = 'x-document-only';
 
 /**

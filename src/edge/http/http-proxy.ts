@@ -103,10 +103,11 @@ export interface HttpProxyDeps {
   reusePort?: boolean;
   /**
    * ACME TLS-ALPN-01 (renewal when no proxy answers port 80 any more): a TLS connection that offers
-   * only `acme-tls/1` gets the challenge certificate of its SNI name instead of the site. Absent =
-   * TLS listeners hand every connection to the site.
+   * only `acme-tls/1` gets the challenge certificate of its SNI name instead of the site, when the
+   * proxy's tenant (`tenantId`) has an order pending for that name. Absent = TLS listeners hand
+   * every connection to the site.
    */
-  acmeTlsAlpn?: { alpnChallengeCertificate(servername: string): Promise<{ certPem: string; keyPem: string } | undefined> };
+  acmeTlsAlpn?: { alpnChallengeCertificate(servername: string, tenantId: string): Promise<{ certPem: string; keyPem: string } | undefined> };
   /**
    * Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL): from their
    * networks only, listeners read PROXY headers and requests' X-Forwarded-For names the client.
@@ -277,7 +278,12 @@ export class HttpProxy {
 
   private async bind(spec: ListenerSpec): Promise<void> {
     const server = spec.secure ? this.createSecureServer() : this.createPlainServer();
-    if (spec.secure && this.deps.acmeTlsAlpn) dispatchAcmeTlsAlpn(server, this.acmeTlsServer ??= createAcmeTlsAlpnServer(this.deps.acmeTlsAlpn));
+    const acmeTlsAlpn = this.deps.acmeTlsAlpn;
+    if (spec.secure && acmeTlsAlpn) {
+      // Bound to this proxy's tenant: another tenant's pending order gets no answer here.
+      this.acmeTlsServer ??= createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => acmeTlsAlpn.alpnChallengeCertificate(servername, this.snapshot.tenantId) });
+      dispatchAcmeTlsAlpn(server, this.acmeTlsServer);
+    }
     // On the wire the PROXY header comes first, before the TLS ClientHello: its reader wraps the rest.
     const clientAddress = this.deps.clientAddress;
     if (clientAddress !== undefined && clientAddress.proxyProtocol !== 'off') acceptProxyHeaders(server, clientAddress, { resume: !spec.secure });

@@ -20,6 +20,12 @@ export interface ConfigEntry {
    * certificate keeps its id but must reach new connections).
    */
   version: string;
+  /**
+   * Set while the configuration's own attributes cannot be served yet (their front-end
+   * certificate is not issued) and its previous ones are served meanwhile: the status to report
+   * once the workers serve them.
+   */
+  interim?: { state: 'PROVISIONING' | 'ERROR'; detail: string };
 }
 
 export type ToWorker =
@@ -36,8 +42,9 @@ export type FromWorker =
   | { kind: 'removed'; id: string }
   | { kind: 'insight'; event: InsightEvent }
   | { kind: 'insight-update'; eventId: string; update: { lastBlockedAt: string; blockedRequests: number; blockedUntil: string } }
-  | { kind: 'acme-lookup'; requestId: number; token: string; host: string }
-  | { kind: 'acme-alpn-lookup'; requestId: number; servername: string }
+  /** Challenge look-ups carry the tenant of the proxy that received the validation request. */
+  | { kind: 'acme-lookup'; requestId: number; token: string; host: string; tenantId: string }
+  | { kind: 'acme-alpn-lookup'; requestId: number; servername: string; tenantId: string }
   | { kind: 'counters'; counters: CounterIncrement[] }
   /** This worker's proxies now look up in that generation of the threat-feed set. */
   | { kind: 'threat-feed-applied'; generation: number }

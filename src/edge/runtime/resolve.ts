@@ -4,7 +4,7 @@
  */
 import crypto from 'node:crypto';
 import type { Store } from '../../store/index.ts';
-import type { SecretBox } from '../../certs/secret-box.ts';
+import { certificateKeyBinding, type SecretBox } from '../../certs/secret-box.ts';
 import type { TrafficConfigRecord } from '../../store/traffic-configs.ts';
 import type { HttpProxyAttributes, L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
@@ -18,10 +18,19 @@ interface Material {
   privateKeyPem: string;
 }
 
+/** A configuration that cannot be served (yet): what its status says meanwhile. */
+export interface Unresolved {
+  id: string;
+  unresolved: string;
+  /** PROVISIONING while it waits for a certificate to be issued; ERROR when it cannot be served. */
+  state: 'PROVISIONING' | 'ERROR';
+}
+
 /**
- * Resolves every configuration. A configuration whose certificate cannot be had yet (an ACME
- * certificate still PENDING) is served without it: plain HTTP is refused for it, so it is skipped
- * and reported by the caller, never served over the wrong scheme.
+ * Resolves every configuration. An HTTP proxy whose front-end certificate is not issued yet (an
+ * ACME certificate PENDING, or FAILED) is never served over the wrong scheme: it serves its interim
+ * attributes (what it served before the PUT that named the certificate; the entry says so in
+ * `interim`), or nothing (Unresolved) when it has none.
  */
 export class ConfigResolver {
   readonly #store: Store;
@@ -36,7 +45,7 @@ export class ConfigResolver {
     this.#crls = crls;
   }
 
-  async resolve(record: TrafficConfigRecord): Promise<ConfigEntry | { id: string; unresolved: string }> {
+  async resolve(record: TrafficConfigRecord): Promise<ConfigEntry | Unresolved> {
     if (record.type === 'l4Proxy') {
       return {
         config: { type: 'l4Proxy', id: record.id, tenantId: record.tenantId, revision: record.revision, attributes: record.attributes as L4ProxyAttributes },
@@ -44,19 +53,44 @@ export class ConfigResolver {
       };
     }
     const attributes = record.attributes as HttpProxyAttributes;
-    const versions = [String(record.revision)];
+    const certificateId = attributes.frontend.certificateId ?? undefined;
+    const waitingFor = certificateId === undefined ? undefined : await this.#store.certificates.getAny(certificateId);
+    if (certificateId === undefined || waitingFor?.status === 'ISSUED') return this.#resolveHttp(record, attributes, [String(record.revision)]);
+
+    const pending = waitingFor?.status === 'PENDING';
+    const why = !waitingFor
+      ? `certificate ${certificateId} does not exist`
+      : pending
+        ? `certificate ${certificateId} is not issued yet (PENDING)`
+        : `certificate ${certificateId} is ${waitingFor.status}${waitingFor.statusDetail ? `: ${waitingFor.statusDetail}` : ''}`;
+    if (!record.interimAttributes) return { id: record.id, unresolved: why, state: pending ? 'PROVISIONING' : 'ERROR' };
+    // The previous configuration stays served (port 80 answering the HTTP-01 challenge, say); the
+    // certificate's revision is part of the version, so its issuance reaches the workers.
+    const versions = [String(record.revision), 'interim', `cert:${certificateId}@${waitingFor?.revision ?? 0}`];
+    const interim = await this.#resolveHttp(record, record.interimAttributes as HttpProxyAttributes, versions);
+    if ('unresolved' in interim) return interim;
+    return {
+      ...interim,
+      interim: pending
+        ? { state: 'PROVISIONING', detail: `${why}; the previous configuration is served until it is` }
+        : { state: 'ERROR', detail: `${why}; the previous configuration is still served` },
+    };
+  }
+
+  async #resolveHttp(record: TrafficConfigRecord, attributes: HttpProxyAttributes, versions: string[]): Promise<ConfigEntry | Unresolved> {
     const resolved: ResolvedHttpProxy = { id: record.id, tenantId: record.tenantId, revision: record.revision, attributes };
+    const unresolved = (detail: string): Unresolved => ({ id: record.id, unresolved: detail, state: 'ERROR' });
 
     if (attributes.frontend.certificateId) {
-      const material = await this.#material(attributes.frontend.certificateId, versions);
-      if (!material) return { id: record.id, unresolved: `certificate ${attributes.frontend.certificateId} is not issued yet` };
+      const material = await this.#material(record.tenantId, attributes.frontend.certificateId, versions);
+      if (!material) return unresolved(`certificate ${attributes.frontend.certificateId} is not issued`);
       resolved.frontendCertificate = material;
     }
     const verification = attributes.frontend.clientCertificateVerification;
     if (verification) {
       resolved.clientVerification = {
         mode: verification.mode,
-        caPems: await this.#caPems(verification.caCertificateIds, versions),
+        caPems: await this.#caPems(record.tenantId, verification.caCertificateIds, versions),
         crlPems: verification.verifyCrl ? await this.#crls(verification.caCertificateIds) : [],
       };
       if (verification.verifyCrl) versions.push(`crl:${digest(resolved.clientVerification.crlPems.join(''))}`);
@@ -64,8 +98,8 @@ export class ConfigResolver {
     const tls = attributes.backend.tlsSettings;
     if (tls) {
       if (tls.clientCertificateId) {
-        const material = await this.#material(tls.clientCertificateId, versions);
-        if (!material) return { id: record.id, unresolved: `certificate ${tls.clientCertificateId} is not available` };
+        const material = await this.#material(record.tenantId, tls.clientCertificateId, versions);
+        if (!material) return unresolved(`certificate ${tls.clientCertificateId} is not available`);
         resolved.originClientCertificate = material;
       }
       const verify = tls.verifyCertificate;
@@ -73,29 +107,30 @@ export class ConfigResolver {
         ? { mode: 'NONE' }
         : verify.mode === 'SYSTEM_TRUSTSTORE'
           ? { mode: 'SYSTEM_TRUSTSTORE' }
-          : { mode: 'CUSTOM_TRUSTSTORE', caPems: await this.#caPems(verify.caCertificateIds ?? [], versions) };
+          : { mode: 'CUSTOM_TRUSTSTORE', caPems: await this.#caPems(record.tenantId, verify.caCertificateIds ?? [], versions) };
     }
     return { config: { type: 'httpProxy', ...resolved }, version: versions.join('/') };
   }
 
-  async #material(certificateId: string, versions: string[]): Promise<Material | undefined> {
-    const record = await this.#store.certificates.getAny(certificateId);
+  /** A certificate of the configuration's own tenant only: another tenant's id is as good as unknown. */
+  async #material(tenantId: string, certificateId: string, versions: string[]): Promise<Material | undefined> {
+    const record = await this.#store.certificates.get(tenantId, certificateId);
     if (!record) return undefined;
     versions.push(`cert:${record.id}@${record.revision}`);
     const cached = this.#materials.get(record.id);
     if (cached && cached.revision === record.revision) return cached.material;
     const material =
       record.status === 'ISSUED' && record.certificatePem && record.sealedPrivateKey
-        ? { certificatePem: record.certificatePem + (record.chainPem ?? ''), privateKeyPem: this.#secrets.open(record.sealedPrivateKey) }
+        ? { certificatePem: record.certificatePem + (record.chainPem ?? ''), privateKeyPem: this.#secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)) }
         : undefined;
     this.#materials.set(record.id, { revision: record.revision, material });
     return material;
   }
 
-  async #caPems(ids: readonly string[], versions: string[]): Promise<string[]> {
+  async #caPems(tenantId: string, ids: readonly string[], versions: string[]): Promise<string[]> {
     const pems: string[] = [];
     for (const id of ids) {
-      const record = await this.#store.caCertificates.getAny(id);
+      const record = await this.#store.caCertificates.get(tenantId, id);
       if (!record) continue;
       versions.push(`ca:${id}@${record.updatedAt}`);
       pems.push(...record.entries.map((entry) => entry.certificate));

@@ -6,6 +6,8 @@
  *   certificate) sends a new snapshot. Workers leave unchanged configurations alone.
  * - Status: a configuration is ACTIVE on this node once every worker serves its current version,
  *   ERROR as soon as one worker cannot (the reason goes to `statusDetail`).
+ * - Bindings: one configuration per front-end (ip, port, protocol), decided here for every worker
+ *   (binding-arbiter.ts); a configuration refused a binding is not handed to the workers at all.
  * - Failure: a worker that dies is started again with the current snapshot; the others keep serving
  *   (they share the ports through SO_REUSEPORT), and nothing is lost: the store has it all.
  */
@@ -17,6 +19,7 @@ import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
 import type { InsightEvent } from '../../insight/event.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
+import { arbitrateBindings } from './binding-arbiter.ts';
 import type { SharedTable } from '../shared-counters/shared-table.ts';
 import { createRateTable } from '../shared-counters/shared-rate-store.ts';
 import { createFloodTable } from '../shared-counters/shared-flood-limiter.ts';
@@ -73,10 +76,10 @@ export interface EdgeOptions {
   /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
   clientAddress?: ClientAddressSettings;
   crls?: CrlSource;
-  /** Answers ACME HTTP-01 challenges (token, host) with the key authorization. */
-  acmeChallenge?: (token: string, host: string) => Promise<string | undefined>;
-  /** The TLS-ALPN-01 challenge certificate of a name, when one is pending. */
-  acmeTlsAlpn?: (servername: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
+  /** Answers ACME HTTP-01 challenges (token, host) of orders placed by `tenantId` (the proxy's tenant) with the key authorization. */
+  acmeChallenge?: (token: string, host: string, tenantId: string) => Promise<string | undefined>;
+  /** The TLS-ALPN-01 challenge certificate of a name, when `tenantId` (the proxy's tenant) has an order pending for it. */
+  acmeTlsAlpn?: (servername: string, tenantId: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
 }
 
 interface WorkerSlot {
@@ -90,7 +93,7 @@ interface WorkerSlot {
 
 interface Published {
   revision: number;
-  state: 'ACTIVE' | 'ERROR';
+  state: 'ACTIVE' | 'PROVISIONING' | 'ERROR';
   detail: string | null;
 }
 
@@ -105,6 +108,8 @@ export class EdgeSupervisor {
   /** Configuration id -> revision, of what the snapshot holds. */
   #revisions = new Map<string, number>();
   #published = new Map<string, Published>();
+  /** Configurations refused a binding at the last reload (logged once per refusal, not per reload). */
+  #bindingRefused = new Set<string>();
   #storeRevision = -1;
   #timers: NodeJS.Timeout[] = [];
   #stopping = false;
@@ -212,6 +217,22 @@ export class EdgeSupervisor {
     await this.#options.store.edgeStatus.leave(this.#options.nodeId).catch(() => {});
   }
 
+  /**
+   * Resolves once every worker has applied the current snapshot (each configuration served or
+   * reported failing), or after `timeoutMs`. `tps serve` starts the ACME service after this: an
+   * order resumed at start must not ask the CA to validate before port 80 listens again.
+   */
+  async whenApplied(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    const applied = () =>
+      this.#entries.every((entry) => this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version));
+    while (!applied()) {
+      if (Date.now() > deadline || this.#stopping) return false;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    return true;
+  }
+
   /** How many workers serve the current version of a configuration. */
   servingWorkers(configId: string): number {
     const entry = this.#entries.find((candidate) => candidate.config.id === configId);
@@ -292,7 +313,7 @@ export class EdgeSupervisor {
         break;
       case 'acme-lookup': {
         const lookup = this.#options.acmeChallenge ?? (async () => undefined);
-        void lookup(message.token, message.host)
+        void lookup(message.token, message.host, message.tenantId)
           .catch(() => undefined)
           .then((keyAuthorization) =>
             slot.worker?.postMessage({ kind: 'acme-answer', requestId: message.requestId, keyAuthorization } satisfies ToWorker),
@@ -301,7 +322,7 @@ export class EdgeSupervisor {
       }
       case 'acme-alpn-lookup': {
         const lookup = this.#options.acmeTlsAlpn ?? (async () => undefined);
-        void lookup(message.servername)
+        void lookup(message.servername, message.tenantId)
           .catch(() => undefined)
           .then((certificate) =>
             slot.worker?.postMessage({ kind: 'acme-alpn-answer', requestId: message.requestId, certificate } satisfies ToWorker),
@@ -339,29 +360,42 @@ export class EdgeSupervisor {
     const records = await store.trafficConfigs.listAll();
     const entries: ConfigEntry[] = [];
     const revisions = new Map<string, number>();
-    const unresolved = new Map<string, { revision: number; detail: string }>();
-    for (const record of records) {
+    const unresolved = new Map<string, Published & { detail: string }>();
+    const { served, refused } = arbitrateBindings(records);
+    for (const [id, detail] of refused) {
+      const record = records.find((candidate) => candidate.id === id)!;
+      revisions.set(id, record.revision);
+      unresolved.set(id, { revision: record.revision, state: 'ERROR', detail });
+      if (!this.#bindingRefused.has(id)) {
+        this.#options.logger.warn({ configId: id, tenantId: record.tenantId, detail }, 'edge refuses a configuration: its front-end binding is served by another');
+      }
+    }
+    this.#bindingRefused = new Set(refused.keys());
+    for (const record of served) {
       revisions.set(record.id, record.revision);
       try {
         const resolved = await this.#resolver.resolve(record);
-        if ('unresolved' in resolved) unresolved.set(record.id, { revision: record.revision, detail: resolved.unresolved });
+        if ('unresolved' in resolved) unresolved.set(record.id, { revision: record.revision, state: resolved.state, detail: resolved.unresolved });
         else entries.push(resolved);
       } catch (error) {
-        unresolved.set(record.id, { revision: record.revision, detail: `cannot be prepared: ${(error as Error).message}` });
+        unresolved.set(record.id, { revision: record.revision, state: 'ERROR', detail: `cannot be prepared: ${(error as Error).message}` });
       }
     }
     this.#storeRevision = revision;
     this.#entries = entries;
     this.#revisions = revisions;
     for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
-    for (const [id, { revision: configRevision, detail }] of unresolved) this.#report(id, { revision: configRevision, state: 'ERROR', detail });
+    for (const [id, status] of unresolved) this.#report(id, status);
     for (const id of this.#published.keys()) {
       if (revisions.has(id)) continue;
       this.#published.delete(id);
       this.#enqueueReport(() => store.edgeStatus.forget(this.#options.nodeId, id));
     }
     this.#options.metrics.edgeConfigs.reset();
-    for (const record of records) this.#options.metrics.edgeConfigs.inc({ type: record.type, state: unresolved.has(record.id) ? 'ERROR' : 'LOADED' });
+    for (const record of records) {
+      const state = refused.has(record.id) ? 'BINDING_REFUSED' : (unresolved.get(record.id)?.state ?? 'LOADED');
+      this.#options.metrics.edgeConfigs.inc({ type: record.type, state });
+    }
   }
 
   /** Combines the workers' reports on one configuration into this node's status for it. */
@@ -373,7 +407,10 @@ export class EdgeSupervisor {
     const current = reports.filter((report) => report?.version === entry.version);
     const failure = current.find((report) => report?.state === 'ERROR');
     if (failure) this.#report(id, { revision, state: 'ERROR', detail: failure.detail });
-    else if (current.length === this.#slots.length) this.#report(id, { revision, state: 'ACTIVE', detail: null });
+    else if (current.length === this.#slots.length) {
+      // Served everywhere; while that is the interim configuration, the status says why.
+      this.#report(id, entry.interim ? { revision, ...entry.interim } : { revision, state: 'ACTIVE', detail: null });
+    }
   }
 
   #report(id: string, status: Published): void {

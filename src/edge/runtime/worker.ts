@@ -176,18 +176,18 @@ const httpDeps: HttpProxyDeps = {
     },
   },
   // Challenges live in the store, which only the supervisor reads.
-  acmeChallenge: (token, host) =>
+  acmeChallenge: (token, host, tenantId) =>
     new Promise((resolve) => {
       const requestId = ++acmeRequests;
       pendingAcme.set(requestId, resolve);
-      send({ kind: 'acme-lookup', requestId, token, host });
+      send({ kind: 'acme-lookup', requestId, token, host, tenantId });
     }),
   acmeTlsAlpn: {
-    alpnChallengeCertificate: (servername) =>
+    alpnChallengeCertificate: (servername, tenantId) =>
       new Promise((resolve) => {
         const requestId = ++acmeRequests;
         pendingAlpn.set(requestId, resolve);
-        send({ kind: 'acme-alpn-lookup', requestId, servername });
+        send({ kind: 'acme-alpn-lookup', requestId, servername, tenantId });
       }),
   },
   metrics: {

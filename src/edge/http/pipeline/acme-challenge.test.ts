@@ -14,7 +14,7 @@ describe('acme challenge phase', () => {
   let origin: TestOrigin;
   let proxy: HttpProxy;
   let url = '';
-  const asked: { token: string; host: string }[] = [];
+  const asked: { token: string; host: string; tenantId: string }[] = [];
 
   before(async () => {
     origin = await startOrigin();
@@ -27,8 +27,8 @@ describe('acme challenge phase', () => {
         },
       }),
       testDeps({
-        acmeChallenge: async (token, host) => {
-          asked.push({ token, host });
+        acmeChallenge: async (token, host, tenantId) => {
+          asked.push({ token, host, tenantId });
           return token === 'tok_EN-123' ? `${token}.thumbprint` : undefined;
         },
       }),
@@ -47,7 +47,7 @@ describe('acme challenge phase', () => {
       assert.equal(res.status, 200);
       assert.equal(res.text, 'tok_EN-123.thumbprint');
     }
-    assert.deepEqual(asked[0], { token: 'tok_EN-123', host: 'shop.example' });
+    assert.deepEqual(asked[0], { token: 'tok_EN-123', host: 'shop.example', tenantId: proxy.config.tenantId }, "asked with the proxy's tenant");
     assert.equal(origin.requests, 0);
     assert.equal((await request(`${url}/`, { localAddress: DE })).status, 403, 'other paths are still fenced');
   });

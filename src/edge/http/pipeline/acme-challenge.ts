@@ -1,8 +1,10 @@
 /**
  * Phase 2, ACME HTTP-01: answers `GET /.well-known/acme-challenge/<token>` from the certificate
  * service's pending challenges, before geo fencing, rate limiting and the WAF (a CA's validation
- * servers come from anywhere and must never be refused). The whole path prefix belongs to this phase
- * once a lookup is wired: an unknown token is 404 here, not a request to the origin.
+ * servers come from anywhere and must never be refused). Only challenges of orders placed by this
+ * proxy's tenant are answered: another tenant's proxy never proves control of a name for it. The
+ * whole path prefix belongs to this phase once a lookup is wired: an unknown token (or another
+ * tenant's) is 404 here, not a request to the origin.
  * Without a lookup (`deps.acmeChallenge` absent) the phase does nothing.
  */
 import type { RequestCtx } from '../ctx.ts';
@@ -10,9 +12,9 @@ import type { Answer, PhaseOutcome, RequestPhase } from './phase.ts';
 
 /**
  * The key authorization for `token` (RFC 8555 section 8.3) while a challenge for `host` (the Host
- * name, port removed) is pending, else undefined.
+ * name, port removed) of an order placed by `tenantId` (the proxy's tenant) is pending, else undefined.
  */
-export type AcmeChallengeLookup = (token: string, host: string) => string | undefined | Promise<string | undefined>;
+export type AcmeChallengeLookup = (token: string, host: string, tenantId: string) => string | undefined | Promise<string | undefined>;
 
 export const ACME_CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
 const TOKEN = /^[A-Za-z0-9_-]{1,256}$/;
@@ -31,7 +33,7 @@ export const acmeChallengePhase: RequestPhase = {
     const host = hostName(ctx.host);
     let keyAuthorization: string | undefined | Promise<string | undefined>;
     try {
-      keyAuthorization = lookup(token, host);
+      keyAuthorization = lookup(token, host, ctx.proxy.tenantId);
     } catch {
       return answer(404, 'not found\n');
     }

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WafSettingsError } from './engine.ts';
-import { normalizedPath, removalsFor, validateExclusion } from './exclusions.ts';
+import { normalizedPath, pathUnderPrefix, removalsFor, validateExclusion } from './exclusions.ts';
 
 test('normalizedPath: what the origin would serve', () => {
   assert.equal(normalizedPath('/'), '/');
@@ -48,4 +48,31 @@ test('validateExclusion refuses what the engine cannot apply', () => {
   ]) {
     assert.throws(() => validateExclusion(bad), WafSettingsError, JSON.stringify(bad));
   }
+});
+
+test('pathPrefix matches whole path segments', () => {
+  for (const prefix of ['/api', '/api/', '/api//', '/./api']) {
+    assert.equal(pathUnderPrefix('/api', prefix), true, `${prefix} covers /api`);
+    assert.equal(pathUnderPrefix('/api/', prefix), true, `${prefix} covers /api/`);
+    assert.equal(pathUnderPrefix('/api/x', prefix), true, `${prefix} covers /api/x`);
+    assert.equal(pathUnderPrefix('/api/x/y', prefix), true, `${prefix} covers /api/x/y`);
+    assert.equal(pathUnderPrefix('/api-admin', prefix), false, `${prefix} does not cover /api-admin`);
+    assert.equal(pathUnderPrefix('/apix/y', prefix), false, `${prefix} does not cover /apix/y`);
+    assert.equal(pathUnderPrefix('/ap', prefix), false, `${prefix} does not cover /ap`);
+    assert.equal(pathUnderPrefix('/', prefix), false, `${prefix} does not cover /`);
+  }
+  assert.equal(pathUnderPrefix('/anything/at/all', '/'), true, '/ covers every path');
+  assert.equal(pathUnderPrefix('/api/v1/users', '/api/v1'), true);
+  assert.equal(pathUnderPrefix('/api/v10', '/api/v1'), false);
+
+  // Through removalsFor, as both engines call it, on the request target as the client sent it.
+  const exclusions = [{ ruleIds: [942100], pathPrefix: '/api' }];
+  const at = (uri: string) => removalsFor({ uri, headers: [] }, exclusions).length > 0;
+  assert.equal(at('/api'), true);
+  assert.equal(at('/api?q=1'), true);
+  assert.equal(at('/api/search?q=1'), true);
+  assert.equal(at('/api-admin/delete?q=1'), false);
+  assert.equal(at('/api%2Dadmin'), false);
+  assert.equal(at('/apiary'), false);
+  assert.equal(at('/api/../api-admin'), false);
 });

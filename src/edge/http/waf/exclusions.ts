@@ -69,6 +69,30 @@ export function normalizedPath(uri: string): string {
   return '/' + out.join('/') + trailing;
 }
 
+/**
+ * Whether a normalized request path lies under an exclusion's `pathPrefix`, segment by segment:
+ * `/api` (or `/api/`) covers `/api`, `/api/` and `/api/x`, never `/api-admin` nor `/apix`. The
+ * prefix is normalized as the path is, so `/api/./` and `/api` are the same prefix.
+ */
+export function pathUnderPrefix(path: string, pathPrefix: string): boolean {
+  return underNormalizedPrefix(path, normalizedPrefix(pathPrefix));
+}
+
+/** The prefix as compared: normalized, without trailing slash ('' for the root). */
+const normalizedPrefix = (pathPrefix: string) => normalizedPath(pathPrefix).replace(/\/+$/, '');
+const underNormalizedPrefix = (path: string, prefix: string) => prefix === '' || path === prefix || path.startsWith(`${prefix}/`);
+
+/** Normalized prefixes by exclusion: a proxy's settings objects live as long as its configuration. */
+const prefixes = new WeakMap<WafRuleExclusion, string>();
+function prefixOf(exclusion: WafRuleExclusion, pathPrefix: string): string {
+  let prefix = prefixes.get(exclusion);
+  if (prefix === undefined) {
+    prefix = normalizedPrefix(pathPrefix);
+    prefixes.set(exclusion, prefix);
+  }
+  return prefix;
+}
+
 /** Removals for this request: the exclusions whose path prefix matches, expanded per rule id. */
 export function removalsFor(request: Pick<WafRequest, 'uri' | 'headers'>, exclusions: readonly WafRuleExclusion[] | undefined): RuleRemoval[] {
   if (!exclusions || exclusions.length === 0) return [];
@@ -77,7 +101,7 @@ export function removalsFor(request: Pick<WafRequest, 'uri' | 'headers'>, exclus
   for (const exclusion of exclusions) {
     if (exclusion.pathPrefix !== undefined) {
       path ??= normalizedPath(request.uri);
-      if (!path.startsWith(exclusion.pathPrefix)) continue;
+      if (!underNormalizedPrefix(path, prefixOf(exclusion, exclusion.pathPrefix))) continue;
     }
     const targets = exclusion.target === undefined ? [undefined] : expandTarget(exclusion.target, request.headers);
     for (const ruleId of exclusion.ruleIds) {
