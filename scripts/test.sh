@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is needed, then runs every test: type check, unit and end-to-end tests over real sockets.
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/setup.sh" --tests
 cd "$TPS_ROOT"
 npx tsc -p .
 # The OWASP CRS regression suite, our WAF conformance yardstick (docs/waf-conformance.md), when present.

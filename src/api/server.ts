@@ -72,8 +72,9 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-csrf-token"]'], censor: '[redacted]' },
     },
     bodyLimit: 1024 * 1024,
-    // The edge's own connections and the API share nothing; trust no forwarding header by default.
-    trustProxy: false,
+    // The edge's own connections and the API share nothing; trust no forwarding header unless the
+    // operator names the reverse proxies in front of the API (TPS_API_TRUSTED_PROXIES).
+    trustProxy: settings.apiTrustedProxies.length > 0 ? settings.apiTrustedProxies : false,
     ajv: { customOptions: {} },
     routerOptions: { ignoreTrailingSlash: true },
     // What the router refuses before any route runs (a malformed or overlong path) is a JSON:API error too.

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadSettings, SettingsError } from './settings.ts';
+import { loadApiClientSettings, loadSettings, SettingsError } from './settings.ts';
 
 /** Settings from these variables only (never the environment of the test run). */
 const load = (env: Record<string, string>, flags: Parameters<typeof loadSettings>[0] = {}) => loadSettings(flags, { TPS_ACME_DIRECTORY_URL: 'off', ...env });
@@ -34,6 +34,14 @@ describe('settings: load balancers in front of the edge', () => {
   });
 });
 
+describe('settings: reverse proxies in front of the API', () => {
+  it('trusts no forwarding header by default, and reads a comma list of CIDRs', () => {
+    assert.deepEqual(load({}).apiTrustedProxies, []);
+    assert.deepEqual(load({ TPS_API_TRUSTED_PROXIES: '127.0.0.1, ::1,10.0.0.0/8' }).apiTrustedProxies, ['127.0.0.1', '::1', '10.0.0.0/8']);
+    assert.throws(() => load({ TPS_API_TRUSTED_PROXIES: 'proxy.example.com' }), /TPS_API_TRUSTED_PROXIES \(--api-trusted-proxies\): .*"proxy\.example\.com"/);
+  });
+});
+
 describe('settings: errors', () => {
   it('name the environment variable, and the flag only where the CLI has one', () => {
     assert.throws(() => load({ TPS_WAF_THREADS: 'many' }), (error: Error) => error instanceof SettingsError && /TPS_WAF_THREADS: must be an integer/.test(error.message));
@@ -54,6 +62,32 @@ describe("settings: the service's own listeners", () => {
     assert.throws(() => load({ TPS_API_LISTEN: '0.0.0.0:8080' }), /TPS_API_LISTEN .*every address/);
     assert.throws(() => load({ TPS_METRICS_LISTEN: '[::]:9464' }), /TPS_METRICS_LISTEN .*every address/);
     assert.throws(() => load({ TPS_METRICS_LISTEN: 'localhost:9464' }), /TPS_METRICS_LISTEN .*ip:port/);
+  });
+});
+
+describe('settings: the API client of tps apply and tps export', () => {
+  const credentials = { TPS_CLIENT_ID: 'id', TPS_CLIENT_SECRET: 'secret' };
+
+  it('calls the service on this host unless told otherwise; the audience and issuer follow TPS_BASE_URL and TPS_AUTH_URL', () => {
+    assert.deepEqual(loadApiClientSettings({}, credentials), {
+      apiUrl: 'http://127.0.0.1:8080',
+      authUrl: 'http://127.0.0.1:8080',
+      audience: 'http://127.0.0.1:8080',
+      clientId: 'id',
+      clientSecret: 'secret',
+    });
+    const behindProxy = loadApiClientSettings({}, { ...credentials, TPS_API_LISTEN: '127.0.0.1:9000', TPS_BASE_URL: 'https://tps.example.com/' });
+    assert.equal(behindProxy.apiUrl, 'http://127.0.0.1:9000');
+    assert.equal(behindProxy.audience, 'https://tps.example.com');
+    const flagged = loadApiClientSettings({ apiUrl: 'https://api.example.com', clientId: 'other' }, { ...credentials, TPS_API_URL: 'http://ignored' });
+    assert.equal(flagged.apiUrl, 'https://api.example.com');
+    assert.equal(flagged.clientId, 'other');
+  });
+
+  it('needs a client id and secret, and an http(s) URL, naming the variable and the flag', () => {
+    assert.throws(() => loadApiClientSettings({}, {}), (error: Error) => error instanceof SettingsError && /^TPS_CLIENT_ID \(--client-id\): is required/.test(error.message));
+    assert.throws(() => loadApiClientSettings({}, { TPS_CLIENT_ID: 'id' }), /TPS_CLIENT_SECRET \(--client-secret\): is required/);
+    assert.throws(() => loadApiClientSettings({}, { ...credentials, TPS_API_URL: 'ftp://x' }), /TPS_API_URL \(--api-url\): must be an http\(s\) URL/);
   });
 });
 

@@ -90,6 +90,11 @@ export interface Settings {
   trustedProxies: string[];
   /** Whether edge listeners read a PROXY protocol header from trusted peers: not at all, when sent, or always. */
   listenerProxyProtocol: 'off' | 'optional' | 'required';
+  /**
+   * CIDRs of the reverse proxies in front of the API listener (TLS for the API): from these peers
+   * only, X-Forwarded-For names the client (portal sign-in throttling, logs). Empty = the socket peer.
+   */
+  apiTrustedProxies: string[];
   /** Per-tenant quotas: proxies, certificates and CA certificates a tenant may hold (409 QUOTA_EXCEEDED past them). */
   quotaProxies: number;
   quotaCertificates: number;
@@ -130,6 +135,7 @@ const ENV: Record<keyof Settings, string> = {
   redisUrl: 'TPS_REDIS_URL',
   trustedProxies: 'TPS_TRUSTED_PROXIES',
   listenerProxyProtocol: 'TPS_LISTENER_PROXY_PROTOCOL',
+  apiTrustedProxies: 'TPS_API_TRUSTED_PROXIES',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -212,6 +218,11 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   const invalidProxies = invalidCidrs(trustedProxies);
   if (invalidProxies.length > 0) {
     fail('trustedProxies', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidProxies.join('", "')}" is not`);
+  }
+  const apiTrustedProxies = (raw('apiTrustedProxies') ?? '').split(',').map((cidr) => cidr.trim()).filter(Boolean);
+  const invalidApiProxies = invalidCidrs(apiTrustedProxies);
+  if (invalidApiProxies.length > 0) {
+    fail('apiTrustedProxies', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidApiProxies.join('", "')}" is not`);
   }
   const listenerProxyProtocol = raw('listenerProxyProtocol') ?? 'off';
   if (listenerProxyProtocol !== 'off' && listenerProxyProtocol !== 'optional' && listenerProxyProtocol !== 'required') {
@@ -307,6 +318,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     redisUrl: redisUrl(),
     trustedProxies,
     listenerProxyProtocol: listenerProxyProtocol as Settings['listenerProxyProtocol'],
+    apiTrustedProxies,
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,
@@ -319,6 +331,63 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     crlFetchTimeoutSeconds: integer('crlFetchTimeoutSeconds', 10, 1, 300),
     originAllowedNetworks,
     originResolver,
+  };
+}
+
+/**
+ * What `tps apply` and `tps export` need: they call the public API as a service account, like any
+ * client, so that every change goes through the API's own checks.
+ */
+export interface ApiClientSettings {
+  /** The API's base URL (where /api/v2 and, unless authUrl says otherwise, /oauth/token are). */
+  apiUrl: string;
+  /** The token issuer's base URL. */
+  authUrl: string;
+  /** The tokens' audience: the service's base address (TPS_BASE_URL of the service). */
+  audience: string;
+  clientId: string;
+  clientSecret: string;
+}
+
+export type ApiClientSettingsInput = Partial<Record<'apiUrl' | 'clientId' | 'clientSecret', string | undefined>>;
+
+/** The environment variable behind each API client setting. */
+export const API_CLIENT_ENV = { apiUrl: 'TPS_API_URL', clientId: 'TPS_CLIENT_ID', clientSecret: 'TPS_CLIENT_SECRET' } as const;
+
+/**
+ * Flags override TPS_API_URL, TPS_CLIENT_ID and TPS_CLIENT_SECRET. Without an API URL the CLI
+ * calls the service on this host (TPS_API_LISTEN, default 127.0.0.1:8080). The audience and the
+ * token issuer follow TPS_BASE_URL and TPS_AUTH_URL when set, as they do for the service itself.
+ */
+export function loadApiClientSettings(flags: ApiClientSettingsInput = {}, env: NodeJS.ProcessEnv = process.env): ApiClientSettings {
+  const read = (value: string | undefined) => (value === undefined || value === '' ? undefined : value);
+  const fail = (name: string, flag: string | undefined, why: string): never => {
+    throw new SettingsError(`${name}${flag ? ` (--${flag})` : ''}: ${why}`);
+  };
+  const httpUrl = (value: string, name: string, flag?: string): string => {
+    try {
+      const parsed = new URL(value);
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new Error();
+    } catch {
+      fail(name, flag, `must be an http(s) URL, got "${value}"`);
+    }
+    return value.replace(/\/+$/, '');
+  };
+  const listen = read(env[ENV.apiListen]);
+  const apiUrlValue = read(flags.apiUrl) ?? read(env[API_CLIENT_ENV.apiUrl]);
+  const apiUrl = apiUrlValue !== undefined ? httpUrl(apiUrlValue, API_CLIENT_ENV.apiUrl, 'api-url') : `http://${listen ?? '127.0.0.1:8080'}`;
+  const baseUrl = read(env[ENV.baseUrl]);
+  const authUrl = read(env[ENV.authUrl]);
+  const clientId = read(flags.clientId) ?? read(env[API_CLIENT_ENV.clientId]);
+  const clientSecret = read(flags.clientSecret) ?? read(env[API_CLIENT_ENV.clientSecret]);
+  if (clientId === undefined) fail(API_CLIENT_ENV.clientId, 'client-id', "is required: the client id of one of the tenant's service accounts (tps service-account create)");
+  if (clientSecret === undefined) fail(API_CLIENT_ENV.clientSecret, 'client-secret', 'is required: the secret of that service account');
+  return {
+    apiUrl,
+    authUrl: authUrl !== undefined ? httpUrl(authUrl, ENV.authUrl) : apiUrl,
+    audience: baseUrl !== undefined ? httpUrl(baseUrl, ENV.baseUrl) : apiUrl,
+    clientId: clientId!,
+    clientSecret: clientSecret!,
   };
 }
 
@@ -336,6 +405,7 @@ const WITH_FLAG: ReadonlySet<keyof Settings> = new Set<keyof Settings>([
   'location',
   'trustedProxies',
   'listenerProxyProtocol',
+  'apiTrustedProxies',
 ]);
 
 /** The environment variable behind each setting, for --help texts and docs. */

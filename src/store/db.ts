@@ -36,10 +36,15 @@ export class UniqueViolation extends Error {
   }
 }
 
+/** The SQLite store's file in a data folder. */
+export function sqliteFile(dataDir: string): string {
+  return path.join(dataDir, 'tps.sqlite');
+}
+
 export async function openDb(options: { databaseUrl?: string | undefined; dataDir: string }): Promise<Db> {
   if (options.databaseUrl) return openPostgres(options.databaseUrl);
   fs.mkdirSync(options.dataDir, { recursive: true });
-  return openSqlite(path.join(options.dataDir, 'tps.sqlite'));
+  return openSqlite(sqliteFile(options.dataDir));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -344,6 +344,16 @@ const MIGRATIONS: Migration[] = [
 
 export const LATEST_MIGRATION = MIGRATIONS.at(-1)!.id;
 
+/** The last migration applied to a store (0: none, an empty database). */
+export async function schemaVersion(db: Queryable): Promise<number> {
+  const table = db.dialect === 'postgres'
+    ? await db.one<{ name: string | null }>("SELECT to_regclass('schema_migrations')::text AS name")
+    : await db.one<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'");
+  if (!table?.name) return 0;
+  const row = await db.one<{ version: number | null }>('SELECT MAX(id) AS version FROM schema_migrations');
+  return Number(row?.version ?? 0);
+}
+
 export async function migrate(db: Db): Promise<void> {
   await db.transaction(async (tx) => {
     if (tx.dialect === 'postgres') {
