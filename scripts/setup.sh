@@ -25,6 +25,7 @@ done
 TPS_DEBIAN_PACKAGES=(
   ca-certificates curl openssl                      # HTTPS to ACME CAs and CRLs; the demo's curl line
   modsecurity-crs                                   # the OWASP CRS rule files the WAF compiles
+  libmodsecurity3                                   # libinjection's SQLi word table is read from it (compiled/libinjection/data.ts)
   libjemalloc2                                      # the allocator tps runs on (src/cli/allocator.ts)
 )
 # npm, to fetch Node.js 24 when the machine has no Node at all.
