@@ -18,7 +18,6 @@ import { createMetrics, type Metrics } from '../metrics.ts';
 import { startMetricsListener, type MetricsListener } from '../metrics-listener.ts';
 import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
-import { crlsFor } from '../certs/crl.ts';
 import type { Scope } from '../store/service-accounts.ts';
 
 export interface RunningService {
@@ -147,8 +146,16 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     wafEngine: settings.wafEngine,
     wafBodyLimits: { request: settings.wafRequestBodyLimit, response: settings.wafResponseBodyLimit, action: settings.wafBodyLimitAction },
     redisUrl: settings.redisUrl,
+    rateLimitClientsPerProxy: settings.rateLimitClientsPerProxy,
+    ipv6SourcePrefix: settings.rateLimitIpv6Prefix,
+    httpConnectionLimits: {
+      maxConnectionsPerSource: settings.httpMaxConnectionsPerSource,
+      maxNewConnectionsPerSecondPerSource: settings.httpMaxNewConnectionsPerSecondPerSource,
+      maxConnections: settings.httpMaxConnections,
+    },
+    udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
-    crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
+    crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),
   });

@@ -181,7 +181,7 @@ describe('HTTP proxy, TLS front end', () => {
   describe('mutual TLS, VERIFY_AND_REJECT with CRL', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], crlPems: [crl] } }));
+      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [crl] } }));
     });
 
     it('accepts a client certificate issued by the configured CA', T, async () => {
@@ -223,7 +223,7 @@ describe('HTTP proxy, TLS front end', () => {
   describe('mutual TLS, VERIFY_AND_FORWARD', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.cert.certPem], crlPems: [crl] } }));
+      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [crl] } }));
     });
 
     const seen = async (client: KeyPair | undefined, headers: http.OutgoingHttpHeaders = {}) => {
@@ -265,7 +265,7 @@ describe('HTTP proxy, TLS front end', () => {
       });
     try {
       assert.equal(await viaAgent(), 200);
-      await proxy.update({ ...config, revision: config.revision + 1, clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], crlPems: [] } });
+      await proxy.update({ ...config, revision: config.revision + 1, clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: false, crlPems: [] } });
       assert.equal(await viaAgent(), 403);
       await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem }));
       assert.equal((await request(`${url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem })).status, 200);

@@ -60,10 +60,10 @@ describe('shared counter table', () => {
   });
 
   it('gives two rate-limit stores on one table (two workers) the same count for a client', () => {
-    const table = createRateTable(1024);
-    const first = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-a', [1000, 60_000]);
-    const second = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-a', [1000, 60_000]);
-    const otherProxy = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-b', [1000]);
+    const table = createRateTable(1024, 2);
+    const first = new SharedRateLimitStore(new SharedTable(table.init), [1000, 60_000]);
+    const second = new SharedRateLimitStore(new SharedTable(table.init), [1000, 60_000]);
+    const otherProxy = new SharedRateLimitStore(createRateTable(1024, 1), [1000]);
     const now = 1_700_000_000_000;
     for (let i = 0; i < 5; i++) first.hit('127.0.0.9', now + i);
     const seen = second.hit('127.0.0.9', now + 10);
@@ -82,8 +82,9 @@ describe('shared flood limiter', () => {
     const table = createFloodTable(1024);
     const settings = { maxConnectionsPerSource: 3, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 5 };
     let now = 1_000_000;
-    const workerA = new SharedFloodLimiter(new SharedTable(table.init), 'p', settings, () => now);
-    const workerB = new SharedFloodLimiter(new SharedTable(table.init), 'p', settings, () => now);
+    const clock = { now: () => now };
+    const workerA = new SharedFloodLimiter(new SharedTable(table.init), settings, clock);
+    const workerB = new SharedFloodLimiter(new SharedTable(table.init), settings, clock);
     const a1 = workerA.acquire('127.0.0.9');
     const b1 = workerB.acquire('127.0.0.9');
     const a2 = workerA.acquire('::ffff:127.0.0.9');
@@ -91,15 +92,16 @@ describe('shared flood limiter', () => {
     assert.equal(typeof b1, 'object');
     assert.equal(typeof a2, 'object');
     assert.equal(workerB.acquire('127.0.0.9'), 'SOURCE_CONNECTIONS', 'the fourth connection from one source, on any worker');
-    workerB.release(b1 as { sourceKey: string });
+    workerB.release(b1 as { sourceKey: string | undefined });
     assert.equal(typeof workerB.acquire('127.0.0.9'), 'object', 'a released slot is free again');
     assert.equal(typeof workerA.acquire('127.0.0.10'), 'object');
     assert.equal(typeof workerB.acquire('127.0.0.11'), 'object');
     assert.equal(workerA.acquire('127.0.0.12'), 'GLOBAL_CONNECTIONS', 'the proxy holds 5 connections in all');
 
     const rate = { maxConnectionsPerSource: 100, maxNewConnectionsPerSecondPerSource: 4, maxConnections: 100 };
-    const rateA = new SharedFloodLimiter(new SharedTable(table.init), 'q', rate, () => now);
-    const rateB = new SharedFloodLimiter(new SharedTable(table.init), 'q', rate, () => now);
+    const otherTable = createFloodTable(1024);
+    const rateA = new SharedFloodLimiter(new SharedTable(otherTable.init), rate, clock);
+    const rateB = new SharedFloodLimiter(new SharedTable(otherTable.init), rate, clock);
     const outcomes = [rateA, rateB, rateA, rateB, rateA, rateB].map((limiter) => {
       const ticket = limiter.acquire('127.0.0.20');
       if (typeof ticket !== 'string') limiter.release(ticket);
