@@ -13,7 +13,7 @@
  * at most `maxIdleSources` of them in least-recently-released order, the oldest forgotten first.
  * An evicted source loses only its rate history, which after a second of silence is zero anyway.
  */
-import { sourceKey } from '../client-address/source-key.ts';
+import { sourceKey } from '../../net/source-key.ts';
 
 export interface FloodLimitSettings {
   maxConnectionsPerSource: number;

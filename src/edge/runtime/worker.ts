@@ -15,7 +15,7 @@ import type { InsightSink } from '../../insight/event.ts';
 import { SharedTable } from '../shared-counters/shared-table.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { FloodLimitSettings } from '../l4/flood-limits.ts';
-import { sourceKey } from '../client-address/source-key.ts';
+import { sourceKey } from '../../net/source-key.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';

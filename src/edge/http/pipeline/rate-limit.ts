@@ -7,7 +7,7 @@
  */
 import type { RequestCtx } from '../ctx.ts';
 import type { RateDecision } from '../rate-limit/limiter.ts';
-import { sourceKey } from '../../client-address/source-key.ts';
+import { sourceKey } from '../../../net/source-key.ts';
 import { recordEpisodeStart } from './events.ts';
 import { pageAnswer } from './respond.ts';
 import type { PhaseOutcome, RequestPhase } from './phase.ts';
