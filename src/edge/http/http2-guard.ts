@@ -142,8 +142,10 @@ export class Http2SessionGuard {
     if (state.ended) return;
     state.ended = true;
     this.#events.onRefused(reason, { remoteAddress: state.session.socket?.remoteAddress, streams: state.opened, premature: state.premature });
-    // destroy sends a GOAWAY with `code` and closes the socket: streams still open are cut.
-    state.session.destroy(undefined, code);
+    // destroy sends a GOAWAY with `code` and closes the socket: streams still open are cut. (The
+    // number form: `destroy(undefined, code)` would take the default NO_ERROR for its first argument.)
+    if (code === http2.constants.NGHTTP2_NO_ERROR) state.session.destroy();
+    else state.session.destroy(code);
   }
 
   #ensureSweeper(): void {
