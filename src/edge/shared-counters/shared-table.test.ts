@@ -112,3 +112,38 @@ describe('shared flood limiter', () => {
     assert.equal(typeof rateB.acquire('127.0.0.20'), 'object', 'admitted again once the source slows down');
   });
 });
+
+describe('per-proxy counter tables', () => {
+  it("keeps one proxy's blocks and counters whatever a flood of sources does to another proxy", async () => {
+    const { ProxyCounterTableSet } = await import('./proxy-tables.ts');
+    const tables = new ProxyCounterTableSet({ rateSlots: 256, floodSlots: 256 });
+    const hour = 3_600_000;
+    const calm = new SharedRateLimitStore(new SharedTable(tables.tablesFor('calm', [hour]).rate!), [hour]);
+    const flooded = new SharedRateLimitStore(new SharedTable(tables.tablesFor('flooded', [hour]).rate!), [hour]);
+    const now = 1_700_000_000_000;
+    calm.block('203.0.113.9', now + 600_000);
+    for (let i = 0; i < 3; i++) calm.hit('198.51.100.1', now);
+    // 100,000 distinct sources on the other proxy (390 times the slots of a share).
+    for (let i = 0; i < 100_000; i++) flooded.hit(`10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`, now + i);
+    assert.equal(calm.hit('203.0.113.9', now + 200_000).blockedUntil, now + 600_000, 'the block holds');
+    assert.equal(calm.hit('198.51.100.1', now + 200_000).estimates[0], 4, 'the counts are intact');
+    assert.ok(flooded.size <= 256);
+  });
+
+  it('gives every worker the same table of a proxy, a new rate table when the periods change, and drops those of removed proxies', async () => {
+    const { ProxyCounterTableSet } = await import('./proxy-tables.ts');
+    const tables = new ProxyCounterTableSet({ rateSlots: 64, floodSlots: 64 });
+    const first = tables.tablesFor('p', [1000]);
+    const again = tables.tablesFor('p', [1000]);
+    assert.equal(again.rate!.buffer, first.rate!.buffer);
+    assert.equal(again.flood.buffer, first.flood.buffer);
+    const changed = tables.tablesFor('p', [1000, 60_000]);
+    assert.notEqual(changed.rate!.buffer, first.rate!.buffer);
+    assert.equal(changed.flood.buffer, first.flood.buffer, 'connection caps keep counting across a rate-limit change');
+    assert.equal(tables.tablesFor('p', undefined).rate, undefined);
+    tables.tablesFor('q', undefined);
+    tables.retainOnly(new Set(['q']));
+    assert.equal(tables.size, 1);
+  });
+});
+
