@@ -145,7 +145,8 @@ export class Http2SessionGuard {
     // destroy sends a GOAWAY with `code` and closes the socket: streams still open are cut. (The
     // number form: `destroy(undefined, code)` would take the default NO_ERROR for its first argument.)
     if (code === http2.constants.NGHTTP2_NO_ERROR) state.session.destroy();
-    else state.session.destroy(code);
+    // Node documents and accepts a number here (the code); its typings only list an Error.
+    else (state.session.destroy as (code: number) => void)(code);
   }
 
   #ensureSweeper(): void {
