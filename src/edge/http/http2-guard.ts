@@ -146,7 +146,7 @@ export class Http2SessionGuard {
     // number form: `destroy(undefined, code)` would take the default NO_ERROR for its first argument.)
     if (code === http2.constants.NGHTTP2_NO_ERROR) state.session.destroy();
     // Node documents and accepts a number here (the code); its typings only list an Error.
-    else (state.session.destroy as (code: number) => void)(code);
+    else (state.session.destroy as unknown as (code: number) => void)(code);
   }
 
   #ensureSweeper(): void {
