@@ -314,19 +314,19 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
         socket.on('close', () => resolve('refused'));
       });
     try {
-      assert.equal(await attempt('127.0.0.40'), 'served');
-      assert.equal(await attempt('127.0.0.40'), 'served');
-      assert.equal(await attempt('127.0.0.40'), 'refused', 'a third connection from one source');
-      assert.equal(await attempt('127.0.0.41'), 'served');
-      assert.equal(await attempt('127.0.0.42'), 'refused', 'a fourth connection to the proxy');
+      assert.equal(await attempt('127.0.1.10'), 'served');
+      assert.equal(await attempt('127.0.1.10'), 'served');
+      assert.equal(await attempt('127.0.1.10'), 'refused', 'a third connection from one source');
+      assert.equal(await attempt('127.0.1.11'), 'served');
+      assert.equal(await attempt('127.0.1.12'), 'refused', 'a fourth connection to the proxy');
       held.shift()!.destroy();
       await new Promise((resolve) => setTimeout(resolve, 50));
-      assert.equal(await attempt('127.0.0.42'), 'served', 'a closed connection frees its place');
+      assert.equal(await attempt('127.0.1.12'), 'served', 'a closed connection frees its place');
       assert.deepEqual(refused, ['HTTP SOURCE_CONNECTIONS', 'HTTP GLOBAL_CONNECTIONS']);
       assert.equal(warnings.length, 2);
       // A live update lowers the caps for the next connections.
       await capped.update(resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1 } } }));
-      assert.equal(await attempt('127.0.0.41'), 'refused', 'the source already holds one');
+      assert.equal(await attempt('127.0.1.11'), 'refused', 'the source already holds one');
     } finally {
       for (const socket of held) socket.destroy();
       await capped.stop();
@@ -339,13 +339,13 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
     const capPort = await freePort(FRONT_IP);
     const capped = new HttpProxy(
       resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1, maxConnections: 100 } } }),
-      testDeps({ clientAddress: new ClientAddressPolicy({ trustedProxies: ['127.0.0.43/32'], listenerProxyProtocol: 'optional' }) }),
+      testDeps({ clientAddress: new ClientAddressPolicy({ trustedProxies: ['127.0.1.13/32'], listenerProxyProtocol: 'optional' }) }),
     );
     await capped.start();
     const held: net.Socket[] = [];
     const attempt = (prefix: string) =>
       new Promise<'served' | 'refused'>((resolve) => {
-        const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress: '127.0.0.43' }, () => socket.write(`${prefix}GET / HTTP/1.1\r\nHost: lb\r\n\r\n`));
+        const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress: '127.0.1.13' }, () => socket.write(`${prefix}GET / HTTP/1.1\r\nHost: lb\r\n\r\n`));
         socket.on('data', (chunk: Buffer) => {
           if (!chunk.toString('latin1').startsWith('HTTP/1.1 200')) return;
           held.push(socket);

@@ -545,7 +545,7 @@ describe('L4Proxy over UDP: the reply budget (anti-amplification)', () => {
     const socket = cleanup.add(createSocket('udp4'), (s) => new Promise<void>((resolve) => s.close(() => resolve())));
     const received: Buffer[] = [];
     socket.on('message', (reply) => received.push(reply));
-    await new Promise<void>((resolve) => socket.bind(0, '127.0.0.31', resolve));
+    await new Promise<void>((resolve) => socket.bind(0, '127.0.1.1', resolve));
     // A "spoofed" client: it sends queries, never anything it was sent.
     for (let i = 0; i < 3; i++) socket.send(Buffer.alloc(50, 0x71), port, FRONT);
     await eventually(() => metrics.repliesDropped.UDP + received.length === 30, 'every reply delivered or dropped');
@@ -564,7 +564,7 @@ describe('L4Proxy over UDP: the reply budget (anti-amplification)', () => {
     const socket = cleanup.add(createSocket('udp4'), (s) => new Promise<void>((resolve) => s.close(() => resolve())));
     const received: Buffer[] = [];
     socket.on('message', (reply) => received.push(reply));
-    await new Promise<void>((resolve) => socket.bind(0, '127.0.0.32', resolve));
+    await new Promise<void>((resolve) => socket.bind(0, '127.0.1.2', resolve));
     const query = Buffer.concat([randomBytes(16), Buffer.alloc(34, 0x71)]);
     socket.send(query, port, FRONT);
     await eventually(() => metrics.repliesDropped.UDP + received.length === 10, 'the first answers');
