@@ -35,8 +35,11 @@ interface EpisodeCounts {
   blockedRequests: number;
   blockedUntil: string;
 }
-/** Sources each proxy tracks for its connection caps (x 48 bytes: 768 KiB a proxy, committed as used). */
-const FLOOD_SLOTS_PER_PROXY = 16_384;
+/**
+ * Sources each proxy tracks for its connection caps (x 48 bytes: 384 KiB a proxy). Past it, the
+ * least recently used source is recycled; the proxy's total stays exact.
+ */
+const FLOOD_SLOTS_PER_PROXY = 8_192;
 
 export interface EdgeLogger {
   info(details: object, message: string): void;

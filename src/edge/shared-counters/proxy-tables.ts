@@ -28,7 +28,7 @@ export interface ProxyTableSizes {
   floodSlots: number;
 }
 
-export const DEFAULT_PROXY_TABLE_SIZES: Readonly<ProxyTableSizes> = Object.freeze({ rateSlots: 16_384, floodSlots: 16_384 });
+export const DEFAULT_PROXY_TABLE_SIZES: Readonly<ProxyTableSizes> = Object.freeze({ rateSlots: 16_384, floodSlots: 8_192 });
 
 /** The supervisor's side: tables by proxy id, kept while the proxy exists. */
 export class ProxyCounterTableSet {
