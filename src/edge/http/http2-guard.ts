@@ -12,8 +12,10 @@
  *   streams of a session have closed with at least half of them premature, or 250 premature resets
  *   came even before that, the session is ended with GOAWAY ENHANCE_YOUR_CALM. Legitimate clients
  *   cancel some streams (a browser leaving a page), never half of hundreds. nghttp2 (Node 20.8+)
- *   also rate-limits RST_STREAM frames itself (1,000 at once, 33 a second); this bound is tighter,
- *   counted and logged.
+ *   also rate-limits RST_STREAM frames itself (1,000 at once, 33 a second) and ends the session with
+ *   its own GOAWAY when a burst read in one go passes that before this count has seen the streams
+ *   close; such a session (at least 100 streams, half of them reset prematurely) is counted and
+ *   logged the same.
  * - **Headers deadline**: a session must open its first stream (complete request headers) within
  *   `headersTimeoutMs`, as an HTTP/1 connection must send its first request head; afterwards a
  *   session with no open stream for `idleTimeoutMs` is closed gracefully. Both count streams, not
@@ -46,6 +48,9 @@ export interface Http2GuardEvents {
   /** A session was ended, or a stream answered 408, for `reason`. */
   onRefused(reason: Http2Refusal, details: { remoteAddress: string | undefined; streams: number; premature: number }): void;
 }
+
+/** A session closed by someone else is put down to rapid reset only with this many streams behind it. */
+const MIN_STREAMS_FOR_BLAME = 100;
 
 interface PendingStream {
   stream: http2.ServerHttp2Stream;
@@ -97,7 +102,15 @@ export class Http2SessionGuard {
     const state = new SessionState(session, performance.now());
     this.#sessions.add(state);
     session.on('stream', (stream: http2.ServerHttp2Stream) => this.#onStream(state, stream));
-    session.once('close', () => this.#sessions.delete(state));
+    session.once('close', () => {
+      this.#sessions.delete(state);
+      // nghttp2's own RST_STREAM limit can end the session first (a burst read in one go, before our
+      // count saw the streams close): the same abuse, counted the same.
+      if (!state.ended && state.closed >= MIN_STREAMS_FOR_BLAME && state.premature * 2 >= state.closed) {
+        state.ended = true;
+        this.#events.onRefused('RAPID_RESET', { remoteAddress: undefined, streams: state.opened, premature: state.premature });
+      }
+    });
     this.#ensureSweeper();
   };
 
