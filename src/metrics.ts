@@ -8,6 +8,10 @@ export interface Metrics {
   /** Service-issued certificate orders the API refused: DOMAIN_CLAIMED, QUOTA_EXCEEDED. */
   acmeOrdersRefused: Counter<'reason'>;
   quotaExceeded: Counter<'resource'>;
+  /** Portal sign-ins refused before their password was checked: throttled, or the hashing queue full. */
+  signInsRefused: Counter<'reason'>;
+  /** API calls refused by the per-minute limits, by who was counted (client, portal-user, address). */
+  apiRateLimited: Counter<'key'>;
 }
 
 export function createMetrics(): Metrics {
@@ -37,6 +41,18 @@ export function createMetrics(): Metrics {
       name: 'tps_api_quota_exceeded_total',
       help: 'Creates refused because the tenant reached a quota (409 QUOTA_EXCEEDED), by resource.',
       labelNames: ['resource'],
+      registers: [registry],
+    }),
+    signInsRefused: new Counter({
+      name: 'tps_portal_sign_ins_refused_total',
+      help: 'Portal sign-ins refused before the password was hashed: THROTTLED (failed attempts per email and IP, or per IP), BUSY (password hashing queue full).',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
+    apiRateLimited: new Counter({
+      name: 'tps_api_rate_limited_total',
+      help: 'API calls answered 429 by the per-minute limits, by what was counted: a service account (client), a portal user, or a client address (calls without a token or session).',
+      labelNames: ['key'],
       registers: [registry],
     }),
   };

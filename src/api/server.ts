@@ -23,8 +23,9 @@ import { registerAccountIpRoutes } from './routes/account-ips.ts';
 import { registerCertificateRoutes } from './routes/certificates.ts';
 import { registerCaCertificateRoutes } from './routes/ca-certificates.ts';
 import { registerInsightRoutes } from './routes/insight.ts';
-import { registerPortalRoutes, portalSessionPrincipal } from './routes/portal.ts';
+import { registerPortalRoutes, portalSessionPrincipal, loadedPortalSession } from './routes/portal.ts';
 import type { SecretBox } from '../certs/secret-box.ts';
+import { sourceKey } from '../net/source-key.ts';
 import type { AcmeService } from '../certs/acme.ts';
 import type { OriginPolicy } from '../edge/net/origin-policy.ts';
 
@@ -166,17 +167,24 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
+  // Every route is limited per minute: a call with a token per service account, a portal call per
+  // signed-in user, and a call with neither (the token endpoint, sign-in, the docs, the portal's
+  // files) per client address, at a lower rate: those are what a stranger can reach.
   await app.register(rateLimit, {
     global: true,
     hook: 'preHandler',
-    max: settings.apiRateLimitPerMinute,
     timeWindow: 60_000,
-    keyGenerator: (request: FastifyRequest) => request.principal?.clientId ?? request.ip,
-    allowList: (request: FastifyRequest) => request.principal === undefined,
-    errorResponseBuilder: (_request, context) =>
-      new ApiError(429, 'TOO_MANY_REQUESTS', `at most ${context.max} API calls per minute per service account`, undefined, {
+    keyGenerator: (request: FastifyRequest) => rateLimitKey(request, settings.rateLimitIpv6Prefix),
+    max: (request: FastifyRequest) => (rateLimitKey(request, settings.rateLimitIpv6Prefix).startsWith('ip:') ? settings.apiUnauthenticatedRateLimitPerMinute : settings.apiRateLimitPerMinute),
+    errorResponseBuilder: (request, context) => {
+      const key = rateLimitKey(request, settings.rateLimitIpv6Prefix);
+      const kind = key.slice(0, key.indexOf(':'));
+      deps.metrics.apiRateLimited.inc({ key: kind });
+      const per = kind === 'client' ? 'per service account' : kind === 'portal-user' ? 'per signed-in user' : 'per client address without a token';
+      return new ApiError(429, 'TOO_MANY_REQUESTS', `at most ${context.max} API calls per minute ${per}`, undefined, {
         'Retry-After': String(Math.max(1, Math.ceil(context.ttl / 1000))),
-      }),
+      });
+    },
   });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
@@ -188,6 +196,15 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   registerInsightRoutes(app, deps);
   registerPortalRoutes(app, deps);
   return app;
+}
+
+/** Who a call counts against: its service account, its portal user, or (neither) its address. */
+function rateLimitKey(request: FastifyRequest, ipv6Prefix: number): string {
+  const principal = request.principal;
+  if (principal !== undefined) return principal.clientId.startsWith('portal-user:') ? principal.clientId : `client:${principal.clientId}`;
+  const session = loadedPortalSession(request);
+  if (session !== undefined) return `portal-user:${session.userId}`;
+  return `ip:${sourceKey(request.ip, ipv6Prefix)}`;
 }
 
 interface ErrorResponse {

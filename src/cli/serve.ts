@@ -20,7 +20,6 @@ import { createMetrics, type Metrics } from '../metrics.ts';
 import { startMetricsListener, type MetricsListener } from '../metrics-listener.ts';
 import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
-import { crlsFor } from '../certs/crl.ts';
 import type { Scope } from '../store/service-accounts.ts';
 import { OriginPolicy, type OriginPolicySettings } from '../edge/net/origin-policy.ts';
 import { OriginGuard } from '../edge/net/origin-guard.ts';
@@ -185,9 +184,17 @@ export async function startEdge(
     wafEngine: settings.wafEngine,
     wafBodyLimits: { request: settings.wafRequestBodyLimit, response: settings.wafResponseBodyLimit, action: settings.wafBodyLimitAction },
     redisUrl: settings.redisUrl,
+    rateLimitClientsPerProxy: settings.rateLimitClientsPerProxy,
+    ipv6SourcePrefix: settings.rateLimitIpv6Prefix,
+    httpConnectionLimits: {
+      maxConnectionsPerSource: settings.httpMaxConnectionsPerSource,
+      maxNewConnectionsPerSecondPerSource: settings.httpMaxNewConnectionsPerSecondPerSource,
+      maxConnections: settings.httpMaxConnections,
+    },
+    udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
-    crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
+    crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: challenges.alpnChallengeCertificate,
   });

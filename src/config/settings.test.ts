@@ -159,3 +159,51 @@ describe('settings: CRL fetches', () => {
     assert.throws(() => load({ TPS_CRL_FETCH_TIMEOUT_SECONDS: '0' }), /TPS_CRL_FETCH_TIMEOUT_SECONDS: must be an integer from 1/);
   });
 });
+
+describe('settings: hostile traffic bounds', () => {
+  it('has defaults for the HTTP connection caps, IPv6 prefixes, counters, UDP budget, password hashes and the unauthenticated API limit', () => {
+    const settings = load({});
+    assert.equal(settings.httpMaxConnectionsPerSource, 256);
+    assert.equal(settings.httpMaxNewConnectionsPerSecondPerSource, 100);
+    assert.equal(settings.httpMaxConnections, 10_000);
+    assert.equal(settings.rateLimitIpv6Prefix, 64);
+    assert.equal(settings.rateLimitClientsPerProxy, 16_384);
+    assert.equal(settings.udpReplyBudgetFactor, 3);
+    assert.equal(settings.passwordHashConcurrency, 2);
+    assert.equal(settings.apiUnauthenticatedRateLimitPerMinute, 300);
+  });
+
+  it('reads each from its variable', () => {
+    const settings = load({
+      TPS_HTTP_MAX_CONNECTIONS_PER_SOURCE: '4',
+      TPS_HTTP_MAX_NEW_CONNECTIONS_PER_SECOND_PER_SOURCE: '5',
+      TPS_HTTP_MAX_CONNECTIONS: '6',
+      TPS_RATE_LIMIT_IPV6_PREFIX: '56',
+      TPS_RATE_LIMIT_CLIENTS_PER_PROXY: '1024',
+      TPS_UDP_REPLY_BUDGET_FACTOR: '10',
+      TPS_PASSWORD_HASH_CONCURRENCY: '1',
+      TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE: '60',
+    });
+    assert.deepEqual(
+      [
+        settings.httpMaxConnectionsPerSource,
+        settings.httpMaxNewConnectionsPerSecondPerSource,
+        settings.httpMaxConnections,
+        settings.rateLimitIpv6Prefix,
+        settings.rateLimitClientsPerProxy,
+        settings.udpReplyBudgetFactor,
+        settings.passwordHashConcurrency,
+        settings.apiUnauthenticatedRateLimitPerMinute,
+      ],
+      [4, 5, 6, 56, 1024, 10, 1, 60],
+    );
+  });
+
+  it('stops at start on a value out of range, naming the variable', () => {
+    assert.throws(() => load({ TPS_RATE_LIMIT_IPV6_PREFIX: '129' }), /TPS_RATE_LIMIT_IPV6_PREFIX: must be an integer from 1 to 128/);
+    assert.throws(() => load({ TPS_HTTP_MAX_CONNECTIONS: '0' }), /TPS_HTTP_MAX_CONNECTIONS: must be an integer/);
+    assert.throws(() => load({ TPS_UDP_REPLY_BUDGET_FACTOR: 'lots' }), /TPS_UDP_REPLY_BUDGET_FACTOR: must be an integer/);
+    assert.throws(() => load({ TPS_PASSWORD_HASH_CONCURRENCY: '0' }), /TPS_PASSWORD_HASH_CONCURRENCY: must be an integer/);
+    assert.throws(() => load({ TPS_RATE_LIMIT_CLIENTS_PER_PROXY: '10' }), /TPS_RATE_LIMIT_CLIENTS_PER_PROXY: must be an integer from 64/);
+  });
+});

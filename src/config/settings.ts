@@ -99,6 +99,24 @@ export interface Settings {
   quotaProxies: number;
   quotaCertificates: number;
   quotaCaCertificates: number;
+  /**
+   * HTTP proxies' connection caps where a proxy sets no `connectionLimits` of its own: open
+   * connections per source, new connections per second per source, open connections of the proxy.
+   * Counted across the node's workers.
+   */
+  httpMaxConnectionsPerSource: number;
+  httpMaxNewConnectionsPerSecondPerSource: number;
+  httpMaxConnections: number;
+  /** IPv6 clients are counted per prefix of this length (rate limits, connection caps): one host gets a whole /64. */
+  rateLimitIpv6Prefix: number;
+  /** Clients each rate-limited proxy keeps counters for, in a share of its own (bounded memory under floods). */
+  rateLimitClientsPerProxy: number;
+  /** UDP: bytes sent back to a client per byte received from it, until it has shown it receives them. */
+  udpReplyBudgetFactor: number;
+  /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
+  passwordHashConcurrency: number;
+  /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
+  apiUnauthenticatedRateLimitPerMinute: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -136,6 +154,14 @@ const ENV: Record<keyof Settings, string> = {
   trustedProxies: 'TPS_TRUSTED_PROXIES',
   listenerProxyProtocol: 'TPS_LISTENER_PROXY_PROTOCOL',
   apiTrustedProxies: 'TPS_API_TRUSTED_PROXIES',
+  httpMaxConnectionsPerSource: 'TPS_HTTP_MAX_CONNECTIONS_PER_SOURCE',
+  httpMaxNewConnectionsPerSecondPerSource: 'TPS_HTTP_MAX_NEW_CONNECTIONS_PER_SECOND_PER_SOURCE',
+  httpMaxConnections: 'TPS_HTTP_MAX_CONNECTIONS',
+  rateLimitIpv6Prefix: 'TPS_RATE_LIMIT_IPV6_PREFIX',
+  rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
+  udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
+  passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
+  apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -319,6 +345,14 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     trustedProxies,
     listenerProxyProtocol: listenerProxyProtocol as Settings['listenerProxyProtocol'],
     apiTrustedProxies,
+    httpMaxConnectionsPerSource: integer('httpMaxConnectionsPerSource', 256, 1, 1_000_000),
+    httpMaxNewConnectionsPerSecondPerSource: integer('httpMaxNewConnectionsPerSecondPerSource', 100, 1, 1_000_000),
+    httpMaxConnections: integer('httpMaxConnections', 10_000, 1, 10_000_000),
+    rateLimitIpv6Prefix: integer('rateLimitIpv6Prefix', 64, 1, 128),
+    rateLimitClientsPerProxy: integer('rateLimitClientsPerProxy', 16_384, 64, 4_194_304),
+    udpReplyBudgetFactor: integer('udpReplyBudgetFactor', 3, 1, 1000),
+    passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
+    apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,

@@ -7,7 +7,7 @@
  */
 import crypto from 'node:crypto';
 import { promisify } from 'node:util';
-import type { Db } from './db.ts';
+import type { Db, Queryable } from './db.ts';
 import { UniqueViolation } from './db.ts';
 import { ConflictError } from './errors.ts';
 
@@ -136,33 +136,52 @@ export class PortalUserRepository {
   }
 
   // ---- sign-in throttling -------------------------------------------------------------------
+  //
+  // An attempt takes its place among the failures before the password is hashed, and keeps it when
+  // the password is wrong: the throttle counts attempts in flight. Checked first and recorded after
+  // the slow hash, a burst of parallel wrong passwords for one email would all pass the check
+  // before any of them was recorded, and all be hashed.
 
   /** Milliseconds until another sign-in may be tried from this IP for this email; 0 when allowed now. */
   async throttled(email: string, ip: string, now = Date.now()): Promise<number> {
-    const since = now - LOGIN_WINDOW_MS;
-    await this.db.run('DELETE FROM portal_login_failures WHERE failed_at < ?', [since]);
-    let wait = 0;
-    for (const [key, max] of [
-      [throttleKey(email, ip), LOGIN_MAX_FAILURES_PER_EMAIL_IP],
-      [throttleKey(null, ip), LOGIN_MAX_FAILURES_PER_IP],
-    ] as const) {
-      const rows = await this.db.all<{ failed_at: number }>(
-        'SELECT failed_at FROM portal_login_failures WHERE throttle_key = ? AND failed_at >= ? ORDER BY failed_at DESC LIMIT ?',
-        [key, since, max],
-      );
-      // Blocked until the oldest of the last `max` failures leaves the window.
-      if (rows.length >= max) wait = Math.max(wait, Number(rows.at(-1)!.failed_at) + LOGIN_WINDOW_MS - now);
-    }
-    return Math.max(0, wait);
+    return throttleWait(this.db, email, ip, now);
+  }
+
+  /**
+   * Takes a sign-in attempt's place in the throttle, or says how long to wait (`wait` > 0) when
+   * there is none. One at a time across API nodes (a lock on PostgreSQL, the write queue on SQLite),
+   * so a burst cannot count the same free places twice. The attempt then ends with
+   * `signInSucceeded`, `signInAbandoned` (it was never checked), or nothing (a failure: the place
+   * stays taken for the window).
+   */
+  async reserveSignIn(email: string, ip: string, now = Date.now()): Promise<{ wait: number; attempt?: SignInAttempt }> {
+    return this.db.transaction(async (tx) => {
+      if (tx.dialect === 'postgres') await tx.run('SELECT pg_advisory_xact_lock(7349003)');
+      const wait = await throttleWait(tx, email, ip, now);
+      if (wait > 0) return { wait };
+      await insertFailure(tx, email, ip, now);
+      return { wait: 0, attempt: { email, ip, at: now } };
+    });
+  }
+
+  /** The attempt's password was right: its place is given back, and the email's failures from this IP are forgotten. */
+  async signInSucceeded(attempt: SignInAttempt): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      await tx.run('DELETE FROM portal_login_failures WHERE throttle_key = ?', [throttleKey(attempt.email, attempt.ip)]);
+      await deleteOne(tx, throttleKey(null, attempt.ip), attempt.at);
+    });
+  }
+
+  /** The attempt was never checked (the hashing queue was full): its places are given back. */
+  async signInAbandoned(attempt: SignInAttempt): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      await deleteOne(tx, throttleKey(attempt.email, attempt.ip), attempt.at);
+      await deleteOne(tx, throttleKey(null, attempt.ip), attempt.at);
+    });
   }
 
   async recordFailure(email: string, ip: string, now = Date.now()): Promise<void> {
-    await this.db.run('INSERT INTO portal_login_failures (throttle_key, failed_at) VALUES (?, ?), (?, ?)', [
-      throttleKey(email, ip),
-      now,
-      throttleKey(null, ip),
-      now,
-    ]);
+    await insertFailure(this.db, email, ip, now);
   }
 
   async clearFailures(email: string, ip: string): Promise<void> {
@@ -220,3 +239,41 @@ export class PortalUserRepository {
 }
 
 const throttleKey = (email: string | null, ip: string) => sha256(`${email === null ? '*' : normalizeEmail(email)}\n${ip}`);
+
+/** A sign-in attempt holding its places in the throttle (see `reserveSignIn`). */
+export interface SignInAttempt {
+  email: string;
+  ip: string;
+  at: number;
+}
+
+async function throttleWait(db: Queryable, email: string, ip: string, now: number): Promise<number> {
+  const since = now - LOGIN_WINDOW_MS;
+  await db.run('DELETE FROM portal_login_failures WHERE failed_at < ?', [since]);
+  let wait = 0;
+  for (const [key, max] of [
+    [throttleKey(email, ip), LOGIN_MAX_FAILURES_PER_EMAIL_IP],
+    [throttleKey(null, ip), LOGIN_MAX_FAILURES_PER_IP],
+  ] as const) {
+    const rows = await db.all<{ failed_at: number }>(
+      'SELECT failed_at FROM portal_login_failures WHERE throttle_key = ? AND failed_at >= ? ORDER BY failed_at DESC LIMIT ?',
+      [key, since, max],
+    );
+    // Blocked until the oldest of the last `max` failures leaves the window (at least a second).
+    if (rows.length >= max) wait = Math.max(wait, Number(rows.at(-1)!.failed_at) + LOGIN_WINDOW_MS - now, 1000);
+  }
+  return Math.max(0, wait);
+}
+
+async function insertFailure(db: Queryable, email: string, ip: string, now: number): Promise<void> {
+  await db.run('INSERT INTO portal_login_failures (throttle_key, failed_at) VALUES (?, ?), (?, ?)', [throttleKey(email, ip), now, throttleKey(null, ip), now]);
+}
+
+/** Deletes one row of `key` at `at` (another attempt of the same millisecond keeps its own). */
+async function deleteOne(db: Queryable, key: string, at: number): Promise<void> {
+  const rowId = db.dialect === 'postgres' ? 'ctid' : 'rowid';
+  await db.run(
+    `DELETE FROM portal_login_failures WHERE ${rowId} IN (SELECT ${rowId} FROM portal_login_failures WHERE throttle_key = ? AND failed_at = ? LIMIT 1)`,
+    [key, at],
+  );
+}

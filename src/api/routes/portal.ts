@@ -6,7 +6,10 @@
  * Sessions: a random 256-bit token in an HTTP-only, SameSite=Strict cookie (Secure, and named
  * with the __Host- prefix, when the base URL is https); only its hash is stored. Every
  * state-changing call made with the session must carry the session's CSRF token in
- * `X-CSRF-Token`. Failed sign-ins are throttled per email and client IP, and per client IP.
+ * `X-CSRF-Token`. Failed sign-ins are throttled per email and client IP, and per client IP: an
+ * attempt takes its place in the throttle before its password is hashed, so a burst of parallel
+ * attempts cannot all be hashed; hashes run a few at a time (TPS_PASSWORD_HASH_CONCURRENCY) with a
+ * short queue, and a sign-in that finds the queue full is answered 503 at once.
  *
  * How the portal calls the public API: the API's auth hook also accepts this session cookie
  * (portalSessionPrincipal below), so the browser never holds a bearer token that script could
@@ -23,6 +26,8 @@ import fastifyStatic from '@fastify/static';
 import { Type, type Static } from '@sinclair/typebox';
 import type { ApiDeps } from '../server.ts';
 import { ApiError, errorObject } from '../jsonapi.ts';
+import { ConcurrencyGate, GateFullError } from '../concurrency-gate.ts';
+import { sourceKey } from '../../net/source-key.ts';
 import { Uuid } from '../schemas/common.ts';
 import type { Principal } from '../../auth/token-issuer.ts';
 import { SCOPES, type Scope } from '../../store/service-accounts.ts';
@@ -63,6 +68,14 @@ function readCookie(request: FastifyRequest, name: string): string | undefined {
 }
 
 const loaded = new WeakMap<FastifyRequest, PortalSession | null>();
+
+/** The session a portal route already looked up for this request (no store call), if any. */
+export function loadedPortalSession(request: FastifyRequest): PortalSession | undefined {
+  return loaded.get(request) ?? undefined;
+}
+
+/** Sign-ins waiting for a hash, per hash that may run at once: a short wait, never a pile-up. */
+const HASH_QUEUE_PER_SLOT = 8;
 
 /** The live session of the request's cookie, looked up once per request. */
 async function sessionOf(deps: ApiDeps, request: FastifyRequest): Promise<PortalSession | undefined> {
@@ -135,6 +148,8 @@ declare module 'fastify' {
 
 export function registerPortalRoutes(app: FastifyInstance, deps: ApiDeps): void {
   const { store } = deps;
+  const concurrency = deps.settings.passwordHashConcurrency;
+  const passwordHashes = new ConcurrencyGate(concurrency, HASH_QUEUE_PER_SLOT * concurrency);
 
   void app.register(async (portal) => {
     // Every portal endpoint but sign-in needs a session; state-changing ones the CSRF token too.
@@ -161,19 +176,29 @@ export function registerPortalRoutes(app: FastifyInstance, deps: ApiDeps): void 
         throw new ApiError(415, 'UNSUPPORTED_MEDIA_TYPE', 'sign in with Content-Type: application/json', { header: 'Content-Type' });
       }
       const { email, password } = request.body as Static<typeof Login>;
-      const wait = await store.portalUsers.throttled(email, request.ip);
-      if (wait > 0) {
+      // The attempt's place in the throttle first: it counts as a failure unless the password is right.
+      // An IPv6 client counts by its prefix, as at the edge: one host has a whole /64 to rotate through.
+      const client = sourceKey(request.ip, deps.settings.rateLimitIpv6Prefix);
+      const { wait, attempt } = await store.portalUsers.reserveSignIn(email, client);
+      if (wait > 0 || attempt === undefined) {
+        deps.metrics.signInsRefused.inc({ reason: 'THROTTLED' });
         const seconds = Math.ceil(wait / 1000);
         throw new ApiError(429, 'TOO_MANY_SIGN_IN_ATTEMPTS', `too many failed sign-ins: try again in ${Math.ceil(seconds / 60)} minutes`, undefined, {
           'Retry-After': String(seconds),
         });
       }
-      const user = await store.portalUsers.authenticate(email, password);
-      if (!user) {
-        await store.portalUsers.recordFailure(email, request.ip);
-        throw new ApiError(401, 'INVALID_CREDENTIALS', 'wrong email or password', { pointer: '/password' });
+      let user: Awaited<ReturnType<typeof store.portalUsers.authenticate>>;
+      try {
+        user = await passwordHashes.run(() => store.portalUsers.authenticate(email, password));
+      } catch (error) {
+        if (!(error instanceof GateFullError)) throw error;
+        await store.portalUsers.signInAbandoned(attempt);
+        deps.metrics.signInsRefused.inc({ reason: 'BUSY' });
+        request.log.warn({ waiting: passwordHashes.waiting }, 'portal sign-in refused: the password hashing queue is full');
+        throw new ApiError(503, 'SIGN_IN_BUSY', 'too many sign-ins at once: try again in a few seconds', undefined, { 'Retry-After': '2' });
       }
-      await store.portalUsers.clearFailures(email, request.ip);
+      if (!user) throw new ApiError(401, 'INVALID_CREDENTIALS', 'wrong email or password', { pointer: '/password' });
+      await store.portalUsers.signInSucceeded(attempt);
       const opened = await store.portalUsers.openSession(user);
       request.log.info({ portalUser: user.id, tenantId: user.tenantId }, 'portal sign-in');
       void reply.header('Set-Cookie', sessionCookie(deps, opened.token, Math.floor((opened.session.expiresAt - Date.now()) / 1000)));

@@ -198,6 +198,22 @@ export const ConnectionLimits = Type.Object(
   },
 );
 
+export const HttpConnectionLimits = Type.Object(
+  {
+    maxConnectionsPerSource: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Connections open at once from one source (default: TPS_HTTP_MAX_CONNECTIONS_PER_SOURCE, 256).' })),
+    maxNewConnectionsPerSecondPerSource: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'New connections per second from one source (default: TPS_HTTP_MAX_NEW_CONNECTIONS_PER_SECOND_PER_SOURCE, 100).' }),
+    ),
+    maxConnections: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000, description: 'Connections open at once to the proxy (default: TPS_HTTP_MAX_CONNECTIONS, 10,000).' })),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'Connection caps, counted across the edge node (a source is an IPv4 address or an IPv6 /64). A connection over a cap is ' +
+      'reset before its TLS handshake and never reaches the origin. Absent (or a cap absent): the operator\'s defaults.',
+  },
+);
+
 const ReadOnlyStatus = {
   status: Type.Optional(
     Enum(['PROVISIONING', 'ACTIVE', 'ERROR'] as const, {
@@ -225,6 +241,7 @@ export const HttpProxyAttributes = Type.Object(
     waf: Type.Optional(Waf),
     rateLimiting: Type.Optional(Nullable(RateLimiting)),
     geoFencing: Type.Optional(Nullable(GeoFencing)),
+    connectionLimits: Type.Optional(Nullable(HttpConnectionLimits)),
     ...ReadOnlyStatus,
   },
   { additionalProperties: false },

@@ -287,5 +287,85 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
       await second.stop();
     }
   });
+
+  it('caps connections per source and in total before parsing a byte, counting and logging each refusal', T, async () => {
+    const capPort = await freePort(FRONT_IP);
+    const refused: string[] = [];
+    const warnings: string[] = [];
+    const capped = new HttpProxy(
+      resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 2, maxConnections: 3 } } }),
+      testDeps({
+        metrics: { connectionRefused: (_proxy, protocol, reason) => refused.push(`${protocol} ${reason}`) },
+        logger: { info() {}, warn: (_details, message) => warnings.push(message), error() {} },
+      }),
+    );
+    await capped.start();
+    const held: net.Socket[] = [];
+    /** A request on a new connection from `localAddress`: the connection is kept open when served. */
+    const attempt = (localAddress: string) =>
+      new Promise<'served' | 'refused'>((resolve) => {
+        const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress }, () => socket.write('GET / HTTP/1.1\r\nHost: cap\r\n\r\n'));
+        socket.on('data', (chunk: Buffer) => {
+          if (!chunk.toString('latin1').startsWith('HTTP/1.1 200')) return;
+          held.push(socket);
+          resolve('served');
+        });
+        socket.on('error', () => {});
+        socket.on('close', () => resolve('refused'));
+      });
+    try {
+      assert.equal(await attempt('127.0.1.10'), 'served');
+      assert.equal(await attempt('127.0.1.10'), 'served');
+      assert.equal(await attempt('127.0.1.10'), 'refused', 'a third connection from one source');
+      assert.equal(await attempt('127.0.1.11'), 'served');
+      assert.equal(await attempt('127.0.1.12'), 'refused', 'a fourth connection to the proxy');
+      held.shift()!.destroy();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(await attempt('127.0.1.12'), 'served', 'a closed connection frees its place');
+      assert.deepEqual(refused, ['HTTP SOURCE_CONNECTIONS', 'HTTP GLOBAL_CONNECTIONS']);
+      assert.equal(warnings.length, 2);
+      // A live update lowers the caps for the next connections.
+      await capped.update(resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1 } } }));
+      assert.equal(await attempt('127.0.1.11'), 'refused', 'the source already holds one');
+    } finally {
+      for (const socket of held) socket.destroy();
+      await capped.stop();
+    }
+  });
+
+  it('counts the clients of a trusted load balancer by its PROXY header, and its own header-less connections towards the total only', T, async () => {
+    const { ClientAddressPolicy } = await import('../client-address/policy.ts');
+    const { encodeProxyV1 } = await import('../l4/proxy-protocol.ts');
+    const capPort = await freePort(FRONT_IP);
+    const capped = new HttpProxy(
+      resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1, maxConnections: 100 } } }),
+      testDeps({ clientAddress: new ClientAddressPolicy({ trustedProxies: ['127.0.1.13/32'], listenerProxyProtocol: 'optional' }) }),
+    );
+    await capped.start();
+    const held: net.Socket[] = [];
+    const attempt = (prefix: string) =>
+      new Promise<'served' | 'refused'>((resolve) => {
+        const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress: '127.0.1.13' }, () => socket.write(`${prefix}GET / HTTP/1.1\r\nHost: lb\r\n\r\n`));
+        socket.on('data', (chunk: Buffer) => {
+          if (!chunk.toString('latin1').startsWith('HTTP/1.1 200')) return;
+          held.push(socket);
+          resolve('served');
+        });
+        socket.on('error', () => {});
+        socket.on('close', () => resolve('refused'));
+      });
+    const header = (client: string) =>
+      encodeProxyV1({ sourceAddress: client, sourcePort: 4000, destinationAddress: FRONT_IP, destinationPort: capPort }).toString('latin1');
+    try {
+      assert.equal(await attempt(''), 'served');
+      assert.equal(await attempt(''), 'served', 'the load balancer itself is not one source');
+      assert.equal(await attempt(header('198.51.100.1')), 'served');
+      assert.equal(await attempt(header('198.51.100.1')), 'refused', 'the client its header names is');
+      assert.equal(await attempt(header('198.51.100.2')), 'served');
+    } finally {
+      for (const socket of held) socket.destroy();
+      await capped.stop();
+    }
+  });
 });
 

@@ -20,7 +20,10 @@ import type { Duplex } from 'node:stream';
 import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { InsightSink } from '../../insight/event.ts';
 import type { ClientAddressPolicy } from '../client-address/policy.ts';
-import { acceptProxyHeaders } from '../client-address/proxy-header.ts';
+import { acceptProxyHeaders, proxiedAddressesOf } from '../client-address/proxy-header.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from '../l4/flood-limits.ts';
+import { unmapIpv4 } from '../../net/ip.ts';
+import { Http2SessionGuard, type Http2Refusal } from './http2-guard.ts';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
 import type { OriginGuard } from '../net/origin-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
@@ -52,8 +55,11 @@ export interface ResolvedHttpProxy {
   attributes: HttpProxyAttributes;
   /** From `frontend.certificateId`: the leaf followed by its intermediates, and the private key. Absent = plain HTTP. */
   frontendCertificate?: { certificatePem: string; privateKeyPem: string };
-  /** From `frontend.clientCertificateVerification`; `crlPems` only when `verifyCrl`. */
-  clientVerification?: { mode: 'VERIFY_AND_REJECT' | 'VERIFY_AND_FORWARD'; caPems: string[]; crlPems: string[] };
+  /**
+   * From `frontend.clientCertificateVerification`. `crlPems`: the CAs' CRLs fetched so far, only with
+   * `verifyCrl`; a CA without one then fails every certificate it issued (see tls.ts).
+   */
+  clientVerification?: { mode: 'VERIFY_AND_REJECT' | 'VERIFY_AND_FORWARD'; caPems: string[]; verifyCrl: boolean; crlPems: string[] };
   /** From `backend.tlsSettings.clientCertificateId`: what the proxy presents to the origin. */
   originClientCertificate?: { certificatePem: string; privateKeyPem: string };
   /** From `backend.tlsSettings.verifyCertificate` (absent with tlsSettings = NONE). */
@@ -66,6 +72,16 @@ export interface HttpProxyLogger {
   warn(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
 }
+
+/** Why a connection or an HTTP/2 session was refused or ended before reaching an origin. */
+export type HttpRefusalReason = FloodRefusal | Http2Refusal;
+
+/** The connection caps of a proxy: `connectionLimits` over the operator's defaults. */
+export const DEFAULT_HTTP_CONNECTION_LIMITS: Readonly<FloodLimitSettings> = Object.freeze({
+  maxConnectionsPerSource: 256,
+  maxNewConnectionsPerSecondPerSource: 100,
+  maxConnections: 10_000,
+});
 
 export interface HttpProxyDeps {
   /** Where APP_DDOS_ATTACK and WAF_EVENT events go. */
@@ -99,6 +115,17 @@ export interface HttpProxyDeps {
     updateIntervalMs?: number;
     /** A shared counter store (Redis) instead of process memory. */
     createStore?: (policy: RateLimitPolicy, proxyId: string) => RateLimitStore;
+    /** IPv6 clients are counted per prefix of this length (src/edge/client-address/source-key.ts). Default 64. */
+    ipv6Prefix?: number;
+  };
+  /**
+   * Connection caps: the operator's defaults (a proxy's `connectionLimits` override them), and the
+   * counter they are kept in (the edge passes one shared by its workers). Absent: the defaults of
+   * `DEFAULT_HTTP_CONNECTION_LIMITS`, counted in this thread.
+   */
+  connectionLimits?: {
+    defaults?: FloodLimitSettings;
+    create?: (proxyId: string, limits: FloodLimitSettings) => FloodAdmission;
   };
   /** How long an origin that refused a connection is skipped. Default 10 s. */
   hostDownForMs?: number;
@@ -199,6 +226,9 @@ export class HttpProxy {
   private snapshot: ProxySnapshot;
   private readonly deps: HttpProxyDeps;
   private readonly limits: HttpLimits;
+  /** Connection caps, checked on every accepted connection before TLS or HTTP parsing. */
+  private readonly admission: FloodAdmission;
+  private readonly http2Guard: Http2SessionGuard;
   private listeners: Listener[] = [];
   private tlsKey: string;
   private started = false;
@@ -211,6 +241,11 @@ export class HttpProxy {
     this.limits = resolveLimits(deps.limits);
     this.snapshot = new ProxySnapshot(config, deps, this.limits, undefined);
     this.tlsKey = frontendTlsKey(config);
+    const limits = connectionLimitsOf(config, deps);
+    this.admission = deps.connectionLimits?.create?.(config.id, limits) ?? new FloodLimiter(limits);
+    this.http2Guard = new Http2SessionGuard(this.limits, {
+      onRefused: (reason, details) => this.refused('HTTP/2', reason, { remoteAddress: details.remoteAddress, streams: details.streams, prematureResets: details.premature }),
+    });
   }
 
   /** The configuration in force. */
@@ -248,6 +283,7 @@ export class HttpProxy {
     const tlsKey = frontendTlsKey(config);
     const tlsOptions = frontendTlsOptions(config);
     this.snapshot = next;
+    this.admission.configure(connectionLimitsOf(config, this.deps));
     void previous.retire(next, this.limits.stopGraceMs);
     if (!this.started) {
       this.tlsKey = tlsKey;
@@ -280,6 +316,7 @@ export class HttpProxy {
     const listeners = this.listeners;
     this.listeners = [];
     await Promise.all(listeners.map((l) => l.close(this.limits.stopGraceMs)));
+    this.http2Guard.stop();
     await this.snapshot.retire(undefined, this.limits.stopGraceMs);
   }
 
@@ -291,6 +328,9 @@ export class HttpProxy {
       this.acmeTlsServer ??= createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => acmeTlsAlpn.alpnChallengeCertificate(servername, this.snapshot.tenantId) });
       dispatchAcmeTlsAlpn(server, this.acmeTlsServer);
     }
+    // The caps count the client, so they come after the PROXY header (which names it) and before
+    // anything that costs: the TLS handshake, the HTTP parser.
+    this.admitConnections(server);
     // On the wire the PROXY header comes first, before the TLS ClientHello: its reader wraps the rest.
     const clientAddress = this.deps.clientAddress;
     if (clientAddress !== undefined && clientAddress.proxyProtocol !== 'off') acceptProxyHeaders(server, clientAddress, { resume: !spec.secure });
@@ -298,6 +338,40 @@ export class HttpProxy {
     const listener = new Listener(spec, server);
     await listener.listen();
     this.listeners.push(listener);
+  }
+
+  /**
+   * Puts the connection caps in front of the server's connection listeners: a connection over a
+   * cap is reset at once (no TLS handshake, no parser), counted and logged. The source is the
+   * client a trusted load balancer's PROXY header names, else the peer; a trusted load balancer's
+   * connection without a header counts towards the proxy's total only (its requests'
+   * X-Forwarded-For name many clients, which the rate limits then count one by one).
+   */
+  private admitConnections(server: FrontServer): void {
+    const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];
+    server.removeAllListeners('connection');
+    const clientAddress = this.deps.clientAddress;
+    server.on('connection', (socket: net.Socket) => {
+      const peer = unmapIpv4(socket.remoteAddress ?? '');
+      const proxied = proxiedAddressesOf(socket);
+      const source = proxied !== undefined ? proxied.sourceAddress : clientAddress?.trusts(peer) ? undefined : peer;
+      const ticket = this.admission.acquire(source);
+      if (typeof ticket === 'string') {
+        socket.on('error', () => {});
+        socket.resetAndDestroy();
+        this.refused('HTTP', ticket, { source: source ?? peer });
+        return;
+      }
+      socket.once('close', () => this.admission.release(ticket));
+      for (const listener of listeners) listener.call(server, socket);
+    });
+  }
+
+  /** Counts and logs (rate-limited by the edge's logger) a connection or session refused for `reason`. */
+  private refused(protocol: 'HTTP' | 'HTTP/2', reason: HttpRefusalReason, details: object): void {
+    const proxyId = this.snapshot.id;
+    this.deps.metrics?.connectionRefused?.(proxyId, protocol, reason);
+    this.deps.logger?.warn({ proxyId, protocol, reason, ...details }, 'http connection refused or ended: over a cap, a deadline or the reset bound');
   }
 
   private createPlainServer(): http.Server {
@@ -318,6 +392,7 @@ export class HttpProxy {
     );
     server.on('upgrade', this.onUpgrade);
     server.on('connect', refuseConnect);
+    server.on('clientError', this.onClientError);
     // Without a 'timeout' listener Node destroys the idle socket, which is what we want.
     server.timeout = limits.idleTimeoutMs;
     return server;
@@ -349,6 +424,8 @@ export class HttpProxy {
     );
     server.on('upgrade', this.onUpgrade);
     server.on('connect', refuseConnect);
+    server.on('clientError', this.onClientError);
+    server.on('session', this.http2Guard.watch);
     // HTTP/2 sessions and HTTP/1 sockets with no traffic for this long are closed.
     server.setTimeout(limits.idleTimeoutMs);
     return server;
@@ -363,6 +440,29 @@ export class HttpProxy {
     runPipeline(ctx);
   };
 
+  /**
+   * An HTTP/1 request Node's parser refused: answered as Node does by default (431 for a head over
+   * the size limit, 408 past `headersTimeoutMs` / `requestTimeoutMs`, else 400), and the two
+   * timeouts counted: they are how slowloris and slow bodies end.
+   */
+  private readonly onClientError = (error: NodeJS.ErrnoException, socket: Duplex): void => {
+    const code = error.code;
+    if (code === 'ERR_HTTP_REQUEST_TIMEOUT') this.refused('HTTP', 'REQUEST_TIMEOUT', { remoteAddress: (socket as net.Socket).remoteAddress });
+    const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+    if (socket.writable && (!inFlight || !inFlight.headersSent)) {
+      socket.write(
+        code === 'HPE_HEADER_OVERFLOW'
+          ? 'HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n'
+          : code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW'
+            ? 'HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\n\r\n'
+            : code === 'ERR_HTTP_REQUEST_TIMEOUT'
+              ? 'HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n'
+              : 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n',
+      );
+    }
+    socket.destroy(error);
+  };
+
   private readonly onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer): void => {
     // Until the tunnel takes over the socket is ours alone: an error on it must not crash the process.
     socket.on('error', () => socket.destroy());
@@ -375,6 +475,11 @@ function applyTls(server: http2.Http2SecureServer, options: FrontendTlsOptions):
   const switches = server as unknown as ClientCertSwitches;
   switches.requestCert = options.requestCert;
   switches.rejectUnauthorized = options.rejectUnauthorized;
+}
+
+/** The proxy's `connectionLimits`, each cap it does not set taken from the operator's defaults. */
+function connectionLimitsOf(config: ResolvedHttpProxy, deps: HttpProxyDeps): FloodLimitSettings {
+  return { ...DEFAULT_HTTP_CONNECTION_LIMITS, ...deps.connectionLimits?.defaults, ...config.attributes.connectionLimits };
 }
 
 function listenerSpecs(config: ResolvedHttpProxy, reusePort: boolean): ListenerSpec[] {

@@ -14,6 +14,7 @@ import tls, { type TLSSocket } from 'node:tls';
 import { Agent } from 'undici';
 import { HttpProxy, type ResolvedHttpProxy } from './http-proxy.ts';
 import { request } from './test-support/client.ts';
+import { rapidReset } from './test-support/rapid-reset.ts';
 import { TestCa, tempDir, type KeyPair } from './test-support/pki.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from './test-support/servers.ts';
 
@@ -181,7 +182,7 @@ describe('HTTP proxy, TLS front end', () => {
   describe('mutual TLS, VERIFY_AND_REJECT with CRL', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], crlPems: [crl] } }));
+      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [crl] } }));
     });
 
     it('accepts a client certificate issued by the configured CA', T, async () => {
@@ -223,7 +224,7 @@ describe('HTTP proxy, TLS front end', () => {
   describe('mutual TLS, VERIFY_AND_FORWARD', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.cert.certPem], crlPems: [crl] } }));
+      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [crl] } }));
     });
 
     const seen = async (client: KeyPair | undefined, headers: http.OutgoingHttpHeaders = {}) => {
@@ -253,6 +254,15 @@ describe('HTTP proxy, TLS front end', () => {
     });
   });
 
+  it('with verifyCrl and no CRL fetched yet, refuses every client certificate (fail closed)', T, async () => {
+    const { url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [] } });
+    await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem, cert: mallory.certPem, key: mallory.keyPem }), 'the revoked one');
+    await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem }), 'and the good one: revocation cannot be checked');
+    const forwarding = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [] } });
+    const res = await request(`${forwarding.url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem });
+    assert.equal((JSON.parse(res.text) as EchoReply).headers['x-client-cert-verified'], 'FAILED:UNABLE_TO_GET_CRL');
+  });
+
   it('turns on VERIFY_AND_REJECT live: connections opened before get 403, new ones need a certificate', T, async () => {
     const { proxy, url, config } = await startProxy({});
     const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: serverCa.cert.certPem });
@@ -265,7 +275,7 @@ describe('HTTP proxy, TLS front end', () => {
       });
     try {
       assert.equal(await viaAgent(), 200);
-      await proxy.update({ ...config, revision: config.revision + 1, clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], crlPems: [] } });
+      await proxy.update({ ...config, revision: config.revision + 1, clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: false, crlPems: [] } });
       assert.equal(await viaAgent(), 403);
       await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem }));
       assert.equal((await request(`${url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem })).status, 200);
@@ -324,5 +334,86 @@ describe('HTTP proxy, TLS front end', () => {
       await proxy.stop();
       await wsOrigin.close();
     }
+  });
+});
+
+describe('HTTP proxy, HTTP/2 bounds', () => {
+  const tmp = tempDir('h2-bounds');
+  let ca: TestCa;
+  let leaf: KeyPair;
+  let origin: TestOrigin;
+  const proxies: HttpProxy[] = [];
+
+  before(async () => {
+    ca = TestCa.create(tmp.dir, 'H2 CA');
+    leaf = ca.issue('proxy.test', { dns: ['proxy.test'], ips: [FRONT_IP] });
+    origin = await startOrigin();
+  });
+  after(async () => {
+    await Promise.all(proxies.map((p) => p.stop()));
+    await origin.close();
+    tmp.remove();
+  });
+
+  async function start(limits: Parameters<typeof testDeps>[0] = {}): Promise<{ url: string; refused: string[] }> {
+    const port = await freePort(FRONT_IP);
+    const refused: string[] = [];
+    const proxy = new HttpProxy(
+      resolvedProxy(port, [origin], { frontendCertificate: { certificatePem: leaf.certPem, privateKeyPem: leaf.keyPem } }),
+      testDeps({ metrics: { connectionRefused: (_proxy, protocol, reason) => refused.push(`${protocol} ${reason}`) }, ...limits }),
+    );
+    await proxy.start();
+    proxies.push(proxy);
+    return { url: `https://${FRONT_IP}:${port}`, refused };
+  }
+
+  const get = (session: http2.ClientHttp2Session, path = '/') =>
+    new Promise<number>((resolve, reject) => {
+      const stream = session.request({ ':path': path });
+      stream.on('response', (headers) => {
+        stream.resume();
+        stream.on('end', () => resolve(Number(headers[':status'])));
+      });
+      stream.on('error', reject);
+      stream.end();
+    });
+
+  it('ends a session whose client opens and resets streams (rapid reset), and serves others meanwhile', T, async () => {
+    const { url, refused } = await start();
+    const { hostname, port } = new URL(url);
+    const attack = await rapidReset({ host: hostname, port: Number(port), ca: ca.cert.certPem, streams: 10_000 });
+    assert.equal(attack.closed, true, 'the session was ended');
+    // The GOAWAY may be overtaken by the reset of a close with the client's frames unread.
+    assert.ok(attack.goawayCode === undefined || attack.goawayCode === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, String(attack.goawayCode));
+    assert.ok(refused.includes('HTTP/2 RAPID_RESET'), JSON.stringify(refused));
+    const other = http2.connect(url, { ca: ca.cert.certPem });
+    try {
+      assert.equal(await get(other), 200, 'another client is served');
+    } finally {
+      other.close();
+    }
+  });
+
+  it('answers 408 to a request whose body does not arrive in time, and ends a session that opens no stream', T, async () => {
+    const { url, refused } = await start({ limits: { requestTimeoutMs: 600, headersTimeoutMs: 600, connectionsCheckingIntervalMs: 100 } });
+    const session = http2.connect(url, { ca: ca.cert.certPem });
+    session.on('error', () => {});
+    try {
+      const status = await new Promise<number>((resolve, reject) => {
+        const stream = session.request({ ':path': '/slow-upload', ':method': 'POST' });
+        stream.write('a');
+        stream.on('response', (headers) => resolve(Number(headers[':status'])));
+        stream.on('error', reject);
+      });
+      assert.equal(status, 408);
+      assert.ok(refused.includes('HTTP/2 REQUEST_TIMEOUT'));
+      assert.equal(await get(session), 200, 'the session itself goes on');
+    } finally {
+      session.close();
+    }
+    const idle = http2.connect(url, { ca: ca.cert.certPem });
+    idle.on('error', () => {});
+    await new Promise<void>((resolve) => idle.once('close', () => resolve()));
+    assert.ok(refused.includes('HTTP/2 HEADERS_TIMEOUT'), JSON.stringify(refused));
   });
 });

@@ -42,12 +42,30 @@ export interface FrontendTlsOptions extends SecureContextOptions {
 }
 
 /**
+ * Stands in for the CRLs of a proxy with `verifyCrl` whose CAs have none yet. Node turns on
+ * OpenSSL's CRL checks only when it is given a CRL; with none, `verifyCrl: true` would check no
+ * revocation at all. This CRL is issued by a name no CA has (its key was thrown away), so it is never
+ * used to judge a certificate: it only turns the checks on, and a certificate whose CA has no CRL
+ * then fails with "unable to get certificate CRL" (fail closed).
+ */
+export const NO_CRL_YET_PLACEHOLDER = `-----BEGIN X509 CRL-----
+MIHyMIGaAgEBMAoGCCqGSM49BAMCMFkxSTBHBgNVBAMMQHRwcyBwbGFjZWhvbGRl
+cjogbm8gQ1JMIGhhcyBiZWVuIGZldGNoZWQgZm9yIHRoaXMgcHJveHkncyBDQSB5
+ZXQxDDAKBgNVBAoMA3RwcxcNMjYxMTI1MTc0MjU3WhgPMjEyNjExMDExNzQyNTda
+oA4wDDAKBgNVHRQEAwIBATAKBggqhkjOPQQDAgNHADBEAiA7LvyfUkeEuOFK20cm
+jowMe9XsAVG/ndRoFiN65xsUjAIgRgAEESds4zUPJkgbEdQ5Wj8DfBEeuai/nuXL
+Cmhnjrs=
+-----END X509 CRL-----
+`;
+
+/**
  * The listener's TLS options for one configuration. mTLS:
  * - VERIFY_AND_REJECT asks for a certificate and lets OpenSSL refuse the handshake when there is none
  *   or it does not verify (untrusted, expired, revoked by a given CRL): the request never exists.
  * - VERIFY_AND_FORWARD asks for one but accepts any; the verdict goes to the origin in headers.
- * With `crl` given, Node turns on OpenSSL's CRL checks for the whole chain: every CA in it must have a
- * CRL among `crlPems`, or its certificates fail with "unable to get certificate CRL" (fail closed).
+ * With `verifyCrl`, OpenSSL's CRL checks are on for the whole chain: every CA in it must have a CRL
+ * among `crlPems`, or its certificates fail with "unable to get certificate CRL" (fail closed), also
+ * while no CRL at all has been fetched (`NO_CRL_YET_PLACEHOLDER`).
  */
 export function frontendTlsOptions(config: ResolvedHttpProxy): FrontendTlsOptions | undefined {
   const certificate = config.frontendCertificate;
@@ -65,7 +83,7 @@ export function frontendTlsOptions(config: ResolvedHttpProxy): FrontendTlsOption
   };
   if (verification !== undefined) {
     options.ca = verification.caPems;
-    if (verification.crlPems.length > 0) options.crl = verification.crlPems;
+    if (verification.verifyCrl) options.crl = [...verification.crlPems, NO_CRL_YET_PLACEHOLDER];
   }
   return options;
 }
@@ -75,7 +93,7 @@ export function frontendTlsKey(config: ResolvedHttpProxy): string {
   const c = config.frontendCertificate;
   if (c === undefined) return '';
   const v = config.clientVerification;
-  return [c.certificatePem, c.privateKeyPem, v?.mode ?? '', ...(v?.caPems ?? []), '--crl--', ...(v?.crlPems ?? [])].join('\0');
+  return [c.certificatePem, c.privateKeyPem, v?.mode ?? '', ...(v?.caPems ?? []), v?.verifyCrl ? '--crl--' : '--no-crl--', ...(v?.crlPems ?? [])].join('\0');
 }
 
 /**

@@ -13,7 +13,7 @@
  * at most `maxIdleSources` of them in least-recently-released order, the oldest forgotten first.
  * An evicted source loses only its rate history, which after a second of silence is zero anyway.
  */
-import { unmapIpv4 } from '../../net/ip.ts';
+import { sourceKey } from '../../net/source-key.ts';
 
 export interface FloodLimitSettings {
   maxConnectionsPerSource: number;
@@ -29,8 +29,12 @@ export type FloodRefusal = 'SOURCE_CONNECTIONS' | 'SOURCE_RATE' | 'GLOBAL_CONNEC
  * edge node, so the caps hold the same with several workers as with one.
  */
 export interface FloodAdmission<Ticket extends object = object> {
-  /** A ticket to `release` exactly once when the connection ends, or the cap that refuses it. */
-  acquire(source: string): Ticket | FloodRefusal;
+  /**
+   * A ticket to `release` exactly once when the connection ends, or the cap that refuses it.
+   * `source` undefined: the connection counts towards the proxy's total only (a trusted load
+   * balancer's connection that names no client: per-source caps on it would cap all its clients).
+   */
+  acquire(source: string | undefined): Ticket | FloodRefusal;
   release(ticket: Ticket): void;
   /** New caps apply to the next `acquire`; open connections are not cut. */
   configure(settings: FloodLimitSettings): void;
@@ -63,6 +67,8 @@ export class SourceSlot {
 }
 
 const WINDOW_MS = 1000;
+/** The source of a ticket that counts towards the total only (not an address, so no source has it). */
+const TOTAL_ONLY = '*';
 export const DEFAULT_MAX_IDLE_SOURCES = 65_536;
 
 export class FloodLimiter implements FloodAdmission<SourceSlot> {
@@ -103,16 +109,21 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
   }
 
   /**
-   * Admits a new connection from `source` (a client IP; IPv4-mapped IPv6 counts as its IPv4), or
-   * says which cap refuses it. An admitted connection must be `release`d exactly once.
+   * Admits a new connection from `source` (a client IP; IPv4-mapped IPv6 counts as its IPv4, other
+   * IPv6 by its /64: src/edge/client-address/source-key.ts), or says which cap refuses it. An
+   * admitted connection must be `release`d exactly once.
    */
-  acquire(source: string): SourceSlot | FloodRefusal {
+  acquire(source: string | undefined): SourceSlot | FloodRefusal {
     const settings = this.settings;
     if (this.open >= settings.maxConnections) {
       this.refused.GLOBAL_CONNECTIONS++;
       return 'GLOBAL_CONNECTIONS';
     }
-    const key = unmapIpv4(source);
+    if (source === undefined) {
+      this.open++;
+      return new SourceSlot(TOTAL_ONLY);
+    }
+    const key = sourceKey(source);
     let slot = this.sources.get(key);
     const now = this.now();
     if (slot !== undefined) {
@@ -140,6 +151,11 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
   }
 
   release(slot: SourceSlot): void {
+    if (slot.source === TOTAL_ONLY) {
+      if (slot.windowStart === 0) this.open--;
+      slot.windowStart = 1; // released: a second release changes nothing
+      return;
+    }
     if (slot.open <= 0) return;
     this.open--;
     if (--slot.open > 0) return;

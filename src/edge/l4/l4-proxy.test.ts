@@ -554,6 +554,72 @@ describe('L4Proxy and the origin policy', () => {
   });
 });
 
+describe('L4Proxy over UDP: the reply budget (anti-amplification)', () => {
+  /**
+   * An origin that answers each datagram with ten replies of 100 bytes, each starting with 16 fresh
+   * random bytes (a token, as QUIC connection IDs or DTLS cookies are), the rest a constant.
+   */
+  async function amplifyingOrigin(cleanup: Cleanup): Promise<{ port: number; tokens: Buffer[] }> {
+    const socket = cleanup.add(createSocket('udp4'), (s) => new Promise<void>((resolve) => s.close(() => resolve())));
+    const tokens: Buffer[] = [];
+    socket.on('message', (_message, rinfo) => {
+      for (let i = 0; i < 10; i++) {
+        const token = randomBytes(16);
+        tokens.push(token);
+        socket.send(Buffer.concat([token, Buffer.alloc(84, 0x61)]), rinfo.port, rinfo.address);
+      }
+    });
+    await new Promise<void>((resolve) => socket.bind(0, '127.0.0.3', resolve));
+    return { port: socket.address().port, tokens };
+  }
+
+  test('sends a client that never shows it receives at most 3x its bytes, drops the rest and counts them', async (cleanup) => {
+    const origin = await amplifyingOrigin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: origin.port }], { protocols: ['UDP'] }), metrics });
+    const socket = cleanup.add(createSocket('udp4'), (s) => new Promise<void>((resolve) => s.close(() => resolve())));
+    const received: Buffer[] = [];
+    socket.on('message', (reply) => received.push(reply));
+    await new Promise<void>((resolve) => socket.bind(0, '127.0.1.1', resolve));
+    // A "spoofed" client: it sends queries, never anything it was sent.
+    for (let i = 0; i < 3; i++) socket.send(Buffer.alloc(50, 0x71), port, FRONT);
+    await eventually(() => metrics.repliesDropped.UDP + received.length === 30, 'every reply delivered or dropped');
+    const bytesIn = 3 * 50;
+    const bytesBack = received.reduce((sum, reply) => sum + reply.length, 0);
+    assert.ok(bytesBack <= 3 * bytesIn, `${bytesBack} bytes back for ${bytesIn} in`);
+    assert.equal(received.length, 4, 'four 100-byte replies fit 450 bytes');
+    assert.equal(metrics.repliesDropped.UDP, 26);
+  });
+
+  test('lifts the budget once the client echoes bytes of a reply; an echo of its own bytes or of a constant run does not', async (cleanup) => {
+    const origin = await amplifyingOrigin(cleanup);
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: origin.port }], { protocols: ['UDP'] }), metrics });
+    const socket = cleanup.add(createSocket('udp4'), (s) => new Promise<void>((resolve) => s.close(() => resolve())));
+    const received: Buffer[] = [];
+    socket.on('message', (reply) => received.push(reply));
+    await new Promise<void>((resolve) => socket.bind(0, '127.0.1.2', resolve));
+    const query = Buffer.concat([randomBytes(16), Buffer.alloc(34, 0x71)]);
+    socket.send(query, port, FRONT);
+    await eventually(() => metrics.repliesDropped.UDP + received.length === 10, 'the first answers');
+    assert.equal(received.length, 1, 'one 100-byte reply fits 150 bytes');
+    // Its own bytes and the replies' constant tail prove nothing.
+    socket.send(Buffer.concat([query.subarray(0, 16), Buffer.alloc(84, 0x61)]), port, FRONT);
+    await eventually(() => metrics.repliesDropped.UDP + received.length === 20, 'the second answers');
+    assert.equal(received.length, 4, 'still within 3x: 400 bytes for 150 + 100');
+    // The token of a reply it received: it receives what it is sent.
+    const token = received.at(-1)!.subarray(0, 16);
+    socket.send(Buffer.concat([Buffer.from('ack:'), token]), port, FRONT);
+    await eventually(() => received.length === 14, 'every answer to the third query');
+    const dropped = metrics.repliesDropped.UDP;
+    socket.send(Buffer.from('more'), port, FRONT);
+    await eventually(() => received.length === 24, 'every answer from now on');
+    assert.equal(metrics.repliesDropped.UDP, dropped);
+  });
+});
+
 describe('L4Proxy lifecycle', () => {
   let echoA: TcpOrigin;
   let echoB: TcpOrigin;

@@ -30,7 +30,7 @@ import type { OriginGuard, ScopedOriginGuard } from '../net/origin-guard.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from './flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute, type TcpTunnelResult } from './tcp.ts';
-import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute, type UdpSessionResult } from './udp.ts';
+import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute, type UdpSessionResult } from './udp.ts';
 
 export type L4Protocol = 'TCP' | 'UDP';
 
@@ -64,6 +64,8 @@ export interface L4Metrics {
   connectionClosed(proxyId: string, protocol: L4Protocol, closed: L4ConnectionClosed): void;
   /** A connect to an origin host failed (or the origin policy refused it): the host is marked down for a while, the next one is tried. */
   originConnectFailed(proxyId: string, protocol: L4Protocol, host: BackendHost, error: Error): void;
+  /** UDP: a reply dropped within an admitted session (REPLY_BUDGET: over the anti-amplification budget). */
+  datagramDropped?(proxyId: string, protocol: L4Protocol, reason: 'REPLY_BUDGET'): void;
 }
 
 /** Something to report operational trouble to (pino's signature fits). */
@@ -95,6 +97,8 @@ export interface L4ProxyOptions {
   hostDownForMs?: number;
   /** UDP sessions per front-end socket (each holds a file descriptor). Default 10,000. */
   maxUdpSessions?: number;
+  /** UDP: bytes sent back per byte received until the client is validated (udp.ts). Default 3 (RFC 9000). */
+  udpReplyBudgetFactor?: number;
   /** Share the ports with other processes or workers doing the same (SO_REUSEPORT). Default false. */
   reusePort?: boolean;
   /** The flood limiter; default a `FloodLimiter` in this thread's memory (the edge passes a shared one). */
@@ -139,6 +143,7 @@ export class L4Proxy {
   private readonly udpSessionIdleMs: number;
   private readonly connectTimeoutMs: number;
   private readonly maxUdpSessions: number;
+  private readonly udpReplyBudgetFactor: number;
   private readonly reusePort: boolean;
   private readonly limiter: FloodAdmission;
   private readonly clientAddress: ClientAddressPolicy | undefined;
@@ -167,6 +172,7 @@ export class L4Proxy {
     this.udpSessionIdleMs = options.udpSessionIdleMs ?? DEFAULT_UDP_SESSION_IDLE_MS;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
+    this.udpReplyBudgetFactor = options.udpReplyBudgetFactor ?? DEFAULT_UDP_REPLY_BUDGET_FACTOR;
     this.reusePort = options.reusePort ?? false;
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
     this.clientAddress = options.clientAddress;
@@ -283,6 +289,7 @@ export class L4Proxy {
       proxyProtocol: attributes.proxyProtocol?.enabled === true,
       sessionIdleMs: this.udpSessionIdleMs,
       guard: this.originGuard,
+      replyBudgetFactor: this.udpReplyBudgetFactor,
     };
   }
 
@@ -349,6 +356,10 @@ export class L4Proxy {
         admit: this.admitUdp,
         route: () => this.udpRoute,
         onSessionLimit: () => this.metrics?.connectionRefused(this.id, 'UDP', 'SESSION_LIMIT'),
+        onReplyOverBudget: (details) => {
+          this.metrics?.datagramDropped?.(this.id, 'UDP', 'REPLY_BUDGET');
+          this.logger?.warn({ proxyId: this.id, ...details }, 'udp reply dropped: over the reply budget of a client that has not shown it receives');
+        },
         onOriginError: (host, error) => this.metrics?.originConnectFailed(this.id, 'UDP', host, error),
         onSessionClose: (slot, result) => {
           this.limiter.release(slot);
@@ -491,6 +502,10 @@ export class L4Counters implements L4Metrics {
   }
   originConnectFailed(_proxyId: string, protocol: L4Protocol): void {
     this.originConnectFailures[protocol]++;
+  }
+  repliesDropped: Record<L4Protocol, number> = { TCP: 0, UDP: 0 };
+  datagramDropped(_proxyId: string, protocol: L4Protocol): void {
+    this.repliesDropped[protocol]++;
   }
 }
 

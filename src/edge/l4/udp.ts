@@ -10,6 +10,31 @@
  *
  * Sessions are bounded (`maxSessions`, each holds a file descriptor); past that, datagrams of new
  * clients are dropped. Admission (threat feed, flood caps) is the proxy's business: `admit`.
+ *
+ * Reply budget (anti-amplification). A UDP source address proves nothing: anyone can send a small
+ * datagram "from" a victim, and a tenant's origin that answers big (DNS, NTP, game status, SSDP)
+ * would then flood the victim through us. As QUIC does (RFC 9000, section 8.1: at most three times
+ * the bytes received until the client's address is validated), a session sends its client at most
+ * `replyBudgetFactor` times the bytes it received from it, until the client has shown it receives
+ * what is sent to it; a reply that does not fit the budget left is dropped whole (and counted).
+ *
+ * What "shown it receives" means for UDP in general, where the relay knows nothing of the protocol:
+ * the client sent back something only a receiver of the replies could know. A datagram of the client
+ * validates the session when it contains 8 bytes in a row that
+ *   - appeared in the first 64 bytes of one of the last two replies delivered to it,
+ *   - had not been sent by the client itself before (an origin that echoes what it is sent, as DNS
+ *     echoes the question, proves nothing), and
+ *   - are not a constant-looking run (at least 6 distinct byte values: zero padding, repeated
+ *     protocol constants are guessable).
+ * This is how UDP protocols with their own address validation work, so they pass the budget after
+ * one round trip: QUIC (the client's packets carry the connection ID the server chose), DTLS
+ * (HelloVerifyRequest cookie), DNS cookies (RFC 7873), WireGuard cookie replies, game-server
+ * challenges. A spoofing sender never sees the replies and cannot guess such bytes. Protocols
+ * without it (plain DNS, NTP, syslog) keep the budget for the whole session: their answers must fit
+ * `factor` times the requests, which TPS_UDP_REPLY_BUDGET_FACTOR can raise for an edge that relays them.
+ * A client whose first 2 KiB were not enough to show it (what it sent is no longer all known) keeps
+ * the budget too. Limits of the rule: an origin whose replies a stranger can predict byte for byte
+ * (a public DNS answer) can be validated by a sender who knows them.
  */
 import { createSocket, type Socket as DatagramSocket, type RemoteInfo, type SocketOptions } from 'node:dgram';
 import { isIPv6 } from 'node:net';
@@ -19,6 +44,18 @@ import { encodeProxyV2 } from './proxy-protocol.ts';
 
 export const DEFAULT_UDP_SESSION_IDLE_MS = 30_000;
 export const DEFAULT_MAX_UDP_SESSIONS = 10_000;
+/** RFC 9000's factor: three times the bytes received, until the client is validated. */
+export const DEFAULT_UDP_REPLY_BUDGET_FACTOR = 3;
+/** Bytes of a delivered reply kept, and replies kept, to recognise an echo of them. */
+const SAMPLE_BYTES = 64;
+const SAMPLES = 2;
+/** An echo: this many bytes in a row, with at least `ECHO_DISTINCT_BYTES` different values. */
+const ECHO_BYTES = 8;
+const ECHO_DISTINCT_BYTES = 6;
+/** The client's first bytes kept to tell its own bytes from the origin's; past them, no validation. */
+const CLIENT_HISTORY_BYTES = 2048;
+/** Bytes of a client datagram searched for an echo (a token sits near the start of a packet). */
+const ECHO_SEARCH_BYTES = 1500;
 /** Datagrams a new session holds while its upstream socket connects; more are dropped. */
 const MAX_PENDING_DATAGRAMS = 64;
 
@@ -30,6 +67,8 @@ export interface UdpRoute {
   sessionIdleMs: number;
   /** The origin policy: a host's address is checked (a name once resolved) before a session uses it. */
   guard: ScopedOriginGuard;
+  /** Bytes sent back per byte received until the client is validated (see the module comment). */
+  replyBudgetFactor: number;
 }
 
 export interface UdpSessionResult {
@@ -47,6 +86,8 @@ export interface UdpRelayHooks<Ticket> {
   route: () => UdpRoute;
   /** A datagram of a new client was dropped because `maxSessions` sessions exist. */
   onSessionLimit?: () => void;
+  /** A reply was dropped: it did not fit the session's reply budget (the client is not validated). */
+  onReplyOverBudget?: (details: { clientAddress: string; clientPort: number; bytes: number; bytesFromClient: number; bytesToClient: number }) => void;
   /** An origin failed, or the origin policy refused it (the datagram that asked for it is dropped). */
   onOriginError?: (host: PooledHost, error: Error) => void;
   /** A session ended; its ticket is handed back. */
@@ -75,7 +116,14 @@ class UdpSession<Ticket> {
   pending: Buffer[] | undefined = [];
   lastActive: number;
   bytesFromClient = 0;
+  /** Bytes delivered to the client (dropped replies not counted). */
   bytesToClient = 0;
+  /** The client has shown it receives the replies: no reply budget any more. */
+  validated = false;
+  /** The start of the last replies delivered (for `validated`); undefined once validated. */
+  replySamples: Buffer[] | undefined = [];
+  /** The client's first bytes (for `validated`); undefined once validated or once it sent more. */
+  clientHistory: Buffer | undefined = Buffer.alloc(0);
 
   constructor(
     key: string,
@@ -164,6 +212,7 @@ export class UdpRelay<Ticket> {
     if (session === undefined) return;
     session.lastActive = performance.now();
     session.bytesFromClient += message.length;
+    if (!session.validated) watchForEcho(session, message);
     if (session.connected) this.sendToOrigin(session, message);
     else if (session.pending !== undefined && session.pending.length < MAX_PENDING_DATAGRAMS) session.pending.push(message);
   };
@@ -224,6 +273,24 @@ export class UdpRelay<Ticket> {
     upstream.on('message', (reply: Buffer) => {
       session.answered = true;
       session.lastActive = performance.now();
+      if (!session.validated) {
+        if (session.bytesToClient + reply.length > session.route.replyBudgetFactor * session.bytesFromClient) {
+          this.hooks.onReplyOverBudget?.({
+            clientAddress: session.clientAddress,
+            clientPort: session.clientPort,
+            bytes: reply.length,
+            bytesFromClient: session.bytesFromClient,
+            bytesToClient: session.bytesToClient,
+          });
+          return;
+        }
+        const samples = session.replySamples;
+        if (samples !== undefined) {
+          // A copy: the reply's buffer belongs to the socket's read.
+          samples.push(Buffer.from(reply.subarray(0, SAMPLE_BYTES)));
+          if (samples.length > SAMPLES) samples.shift();
+        }
+      }
       session.bytesToClient += reply.length;
       this.socket?.send(reply, session.clientPort, session.clientAddress);
     });
@@ -274,4 +341,41 @@ export class UdpRelay<Ticket> {
       this.sweeper = undefined;
     }
   };
+}
+
+/**
+ * Looks for an echo of the replies in a client datagram (see the module comment), before the
+ * datagram joins what the client is known to have sent.
+ */
+function watchForEcho(session: UdpSession<unknown>, message: Buffer): void {
+  const history = session.clientHistory;
+  if (history === undefined) return;
+  const samples = session.replySamples;
+  if (samples !== undefined && samples.length > 0) {
+    const searched = message.length > ECHO_SEARCH_BYTES ? message.subarray(0, ECHO_SEARCH_BYTES) : message;
+    for (const sample of samples) {
+      for (let start = 0; start + ECHO_BYTES <= sample.length; start++) {
+        const run = sample.subarray(start, start + ECHO_BYTES);
+        if (searched.indexOf(run) === -1 || history.indexOf(run) !== -1 || !varied(run)) continue;
+        session.validated = true;
+        session.replySamples = undefined;
+        session.clientHistory = undefined;
+        return;
+      }
+    }
+  }
+  if (history.length + message.length > CLIENT_HISTORY_BYTES) {
+    // What the client sent is no longer all known: an echo could be its own bytes. No validation.
+    session.clientHistory = undefined;
+    session.replySamples = undefined;
+    return;
+  }
+  session.clientHistory = Buffer.concat([history, message]);
+}
+
+/** At least ECHO_DISTINCT_BYTES different byte values: not a guessable constant run. */
+function varied(run: Buffer): boolean {
+  const seen = new Set<number>();
+  for (const byte of run) seen.add(byte);
+  return seen.size >= ECHO_DISTINCT_BYTES;
 }

@@ -7,6 +7,7 @@ import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
 import type { InsightEvent } from '../../insight/event.ts';
 import type { SharedIpSet } from '../l4/ip-set.ts';
+import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 
 export type ResolvedConfig =
   | { type: 'l4Proxy'; id: string; tenantId: string; revision: number; attributes: L4ProxyAttributes }
@@ -26,6 +27,13 @@ export interface ConfigEntry {
    * once the workers serve them.
    */
   interim?: { state: 'PROVISIONING' | 'ERROR'; detail: string };
+  /** This proxy's share of the node's shared counters (connection caps, rate limits), the same for every worker. */
+  counters: ProxyCounterTables;
+  /**
+   * Set when the proxy is served but part of it fails closed until something outside it changes
+   * (client certificates refused while no CRL of a CA has been fetched): the proxy's status detail.
+   */
+  degraded?: string;
 }
 
 export type ToWorker =
@@ -62,4 +70,5 @@ export type EdgeCounterName =
   | 'tps_edge_bytes_total'
   | 'tps_edge_origin_failures_total'
   | 'tps_edge_origin_refused_total'
-  | 'tps_edge_http_requests_total';
+  | 'tps_edge_http_requests_total'
+  | 'tps_edge_dropped_total';

@@ -10,8 +10,19 @@ import type { HttpProxyAttributes, L4ProxyAttributes } from '../../api/schemas/t
 import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
 import type { ConfigEntry } from './messages.ts';
 
-/** Looks up CRLs for CA certificate ids (the certificates service keeps them fresh). */
-export type CrlSource = (caCertificateIds: readonly string[]) => Promise<string[]>;
+/** One CA entry's last good CRL (`crlPem` null while none was fetched), as the certificates service keeps it. */
+export interface CrlRecordView {
+  caCertificateId: string;
+  entryIndex: number;
+  crlPem: string | null;
+  nextUpdate: string | null;
+}
+
+/** Looks up the CRLs of CA certificate ids (the certificates service keeps them fresh). */
+export type CrlSource = (caCertificateIds: readonly string[]) => Promise<CrlRecordView[]>;
+
+/** A resolved configuration, before the supervisor gives it its counter tables. */
+export type ResolvedEntry = Omit<ConfigEntry, 'counters'>;
 
 interface Material {
   certificatePem: string;
@@ -39,13 +50,13 @@ export class ConfigResolver {
   /** Opened keys by certificate id and revision: a key is decrypted once, not on every reload. */
   readonly #materials = new Map<string, { revision: number; material: Material | undefined }>();
 
-  constructor(store: Store, secrets: SecretBox, crls: CrlSource = async () => []) {
+  constructor(store: Store, secrets: SecretBox, crls: CrlSource = (ids) => store.crlCache.list(ids)) {
     this.#store = store;
     this.#secrets = secrets;
     this.#crls = crls;
   }
 
-  async resolve(record: TrafficConfigRecord): Promise<ConfigEntry | Unresolved> {
+  async resolve(record: TrafficConfigRecord, now = Date.now()): Promise<ResolvedEntry | Unresolved> {
     if (record.type === 'l4Proxy') {
       return {
         config: { type: 'l4Proxy', id: record.id, tenantId: record.tenantId, revision: record.revision, attributes: record.attributes as L4ProxyAttributes },
@@ -54,8 +65,8 @@ export class ConfigResolver {
     }
     const attributes = record.attributes as HttpProxyAttributes;
     const certificateId = attributes.frontend.certificateId ?? undefined;
-    const waitingFor = certificateId === undefined ? undefined : await this.#store.certificates.getAny(certificateId);
-    if (certificateId === undefined || waitingFor?.status === 'ISSUED') return this.#resolveHttp(record, attributes, [String(record.revision)]);
+    const waitingFor = certificateId === undefined ? undefined : await this.#store.certificates.get(record.tenantId, certificateId);
+    if (certificateId === undefined || waitingFor?.status === 'ISSUED') return this.#resolveHttp(record, attributes, [String(record.revision)], now);
 
     const pending = waitingFor?.status === 'PENDING';
     const why = !waitingFor
@@ -67,7 +78,7 @@ export class ConfigResolver {
     // The previous configuration stays served (port 80 answering the HTTP-01 challenge, say); the
     // certificate's revision is part of the version, so its issuance reaches the workers.
     const versions = [String(record.revision), 'interim', `cert:${certificateId}@${waitingFor?.revision ?? 0}`];
-    const interim = await this.#resolveHttp(record, record.interimAttributes as HttpProxyAttributes, versions);
+    const interim = await this.#resolveHttp(record, record.interimAttributes as HttpProxyAttributes, versions, now);
     if ('unresolved' in interim) return interim;
     return {
       ...interim,
@@ -77,7 +88,7 @@ export class ConfigResolver {
     };
   }
 
-  async #resolveHttp(record: TrafficConfigRecord, attributes: HttpProxyAttributes, versions: string[]): Promise<ConfigEntry | Unresolved> {
+  async #resolveHttp(record: TrafficConfigRecord, attributes: HttpProxyAttributes, versions: string[], now: number): Promise<ResolvedEntry | Unresolved> {
     const resolved: ResolvedHttpProxy = { id: record.id, tenantId: record.tenantId, revision: record.revision, attributes };
     const unresolved = (detail: string): Unresolved => ({ id: record.id, unresolved: detail, state: 'ERROR' });
 
@@ -87,13 +98,19 @@ export class ConfigResolver {
       resolved.frontendCertificate = material;
     }
     const verification = attributes.frontend.clientCertificateVerification;
+    let degraded: string | undefined;
     if (verification) {
-      resolved.clientVerification = {
-        mode: verification.mode,
-        caPems: await this.#caPems(record.tenantId, verification.caCertificateIds, versions),
-        crlPems: verification.verifyCrl ? await this.#crls(verification.caCertificateIds) : [],
-      };
-      if (verification.verifyCrl) versions.push(`crl:${digest(resolved.clientVerification.crlPems.join(''))}`);
+      const caPems = await this.#caPems(record.tenantId, verification.caCertificateIds, versions);
+      let crlPems: string[] = [];
+      if (verification.verifyCrl) {
+        const coverage = await this.#crlCoverage(record.tenantId, verification.caCertificateIds, now);
+        crlPems = coverage.pems;
+        if (coverage.gaps.length > 0) {
+          degraded = `client certificates of ${coverage.gaps.join('; ')} are refused: verifyCrl needs a current CRL of every CA (fetched from its crlUrl; the CA certificate shows how the fetches go)`;
+        }
+        versions.push(`crl:${digest(crlPems.join(''))}`);
+      }
+      resolved.clientVerification = { mode: verification.mode, caPems, verifyCrl: verification.verifyCrl === true, crlPems };
     }
     const tls = attributes.backend.tlsSettings;
     if (tls) {
@@ -109,7 +126,33 @@ export class ConfigResolver {
           ? { mode: 'SYSTEM_TRUSTSTORE' }
           : { mode: 'CUSTOM_TRUSTSTORE', caPems: await this.#caPems(record.tenantId, verify.caCertificateIds ?? [], versions) };
     }
-    return { config: { type: 'httpProxy', ...resolved }, version: versions.join('/') };
+    return { config: { type: 'httpProxy', ...resolved }, version: versions.join('/'), ...(degraded !== undefined && { degraded }) };
+  }
+
+  /**
+   * The usable CRLs of these CA certificates, and the CA entries without one (described for the
+   * status detail): no crlUrl, none fetched yet, or past its nextUpdate (OpenSSL refuses an expired
+   * CRL too). Fetch errors are not repeated here: their text can say things about the network that
+   * are the operator's business; the CA certificate resource shows the tenant what it may see.
+   */
+  async #crlCoverage(tenantId: string, ids: readonly string[], now: number): Promise<{ pems: string[]; gaps: string[] }> {
+    const rows = await this.#crls(ids);
+    const byEntry = new Map(rows.map((row) => [`${row.caCertificateId}|${row.entryIndex}`, row]));
+    const pems: string[] = [];
+    const gaps: string[] = [];
+    for (const id of ids) {
+      const record = await this.#store.caCertificates.get(tenantId, id);
+      if (!record) continue;
+      for (const [index, entry] of record.entries.entries()) {
+        const name = `CA certificate ${id}${record.entries.length > 1 ? ` entry ${index}` : ''} (${entry.subject})`;
+        const row = byEntry.get(`${id}|${index}`);
+        if (!entry.crlUrl) gaps.push(`${name}: it has no crlUrl`);
+        else if (!row?.crlPem) gaps.push(`${name}: no CRL has been fetched yet`);
+        else if (row.nextUpdate !== null && Date.parse(row.nextUpdate) < now) gaps.push(`${name}: its CRL expired at ${row.nextUpdate}`);
+        if (row?.crlPem) pems.push(row.crlPem);
+      }
+    }
+    return { pems, gaps };
   }
 
   /** A certificate of the configuration's own tenant only: another tenant's id is as good as unknown. */

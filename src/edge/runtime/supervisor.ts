@@ -20,9 +20,7 @@ import type { Metrics } from '../../metrics.ts';
 import type { InsightEvent } from '../../insight/event.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
-import type { SharedTable } from '../shared-counters/shared-table.ts';
-import { createRateTable } from '../shared-counters/shared-rate-store.ts';
-import { createFloodTable } from '../shared-counters/shared-flood-limiter.ts';
+import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
 import type { ClientAddressSettings } from '../client-address/policy.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
@@ -41,8 +39,11 @@ interface EpisodeCounts {
   blockedRequests: number;
   blockedUntil: string;
 }
-/** Per table: 65,536 clients (rate limits: x 264 bytes = 17 MiB; flood caps: x 48 bytes = 3 MiB), whatever the number of proxies or of flooding sources. */
-const DEFAULT_SHARED_COUNTER_SLOTS = 65_536;
+/**
+ * Sources each proxy tracks for its connection caps (x 48 bytes: 384 KiB a proxy). Past it, the
+ * least recently used source is recycled; the proxy's total stays exact.
+ */
+const FLOOD_SLOTS_PER_PROXY = 8_192;
 
 export interface EdgeLogger {
   info(details: object, message: string): void;
@@ -60,8 +61,14 @@ export interface EdgeOptions {
   nodeId: string;
   location: string;
   workers?: number;
-  /** Clients the shared rate-limit table holds across all proxies (bounded memory under floods). */
-  sharedCounterSlots?: number;
+  /** Clients each rate-limited proxy keeps counters for, in its own table (bounded memory under floods). */
+  rateLimitClientsPerProxy?: number;
+  /** IPv6 clients are counted per prefix of this length (rate limits, connection caps). Default 64. */
+  ipv6SourcePrefix?: number;
+  /** HTTP proxies' connection caps where a proxy sets none (TPS_HTTP_MAX_*). */
+  httpConnectionLimits?: { maxConnectionsPerSource: number; maxNewConnectionsPerSecondPerSource: number; maxConnections: number };
+  /** UDP: bytes back per byte in until the client has shown it receives (TPS_UDP_REPLY_BUDGET_FACTOR). */
+  udpReplyBudgetFactor?: number;
   threatFeeds?: string[];
   threatFeedRefreshMs?: number;
   geoOverridesPath?: string | undefined;
@@ -109,8 +116,7 @@ export class EdgeSupervisor {
   readonly #resolver: ConfigResolver;
   readonly #slots: WorkerSlot[];
   readonly #counters: Map<EdgeCounterName, Counter<string>>;
-  readonly #rateTable: SharedTable;
-  readonly #floodTable: SharedTable;
+  readonly #counterTables: ProxyCounterTableSet;
   #entries: ConfigEntry[] = [];
   /** Configuration id -> revision, of what the snapshot holds. */
   #revisions = new Map<string, number>();
@@ -133,8 +139,10 @@ export class EdgeSupervisor {
     this.#options = options;
     this.#resolver = new ConfigResolver(options.store, options.secrets, options.crls);
     const workers = options.workers ?? Math.max(1, os.availableParallelism());
-    this.#rateTable = createRateTable(options.sharedCounterSlots ?? DEFAULT_SHARED_COUNTER_SLOTS);
-    this.#floodTable = createFloodTable(options.sharedCounterSlots ?? DEFAULT_SHARED_COUNTER_SLOTS);
+    this.#counterTables = new ProxyCounterTableSet({
+      floodSlots: FLOOD_SLOTS_PER_PROXY,
+      ...(options.rateLimitClientsPerProxy !== undefined && { rateSlots: options.rateLimitClientsPerProxy }),
+    });
     this.#slots = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, reports: new Map() }));
     if ((options.threatFeeds ?? []).length > 0) {
       this.#threatFeed = new ThreatFeedHost({
@@ -151,7 +159,12 @@ export class EdgeSupervisor {
       (
         [
           ['tps_edge_connections_total', 'Layer 4 connections (TCP) or sessions (UDP) admitted.', ['proxy', 'protocol']],
-          ['tps_edge_refused_total', 'Connections or datagrams refused before reaching an origin, by reason.', ['proxy', 'protocol', 'reason']],
+          [
+            'tps_edge_refused_total',
+            'Connections, HTTP/2 sessions or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse).',
+            ['proxy', 'protocol', 'reason'],
+          ],
+          ['tps_edge_dropped_total', 'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).', ['proxy', 'protocol', 'reason']],
           ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
           ['tps_edge_origin_refused_total', 'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.', ['proxy', 'reason']],
@@ -271,8 +284,10 @@ export class EdgeSupervisor {
       index: slot.index,
       logLevel: o.logLevel ?? 'info',
       nodeId: o.nodeId,
-      rateTable: this.#rateTable.init,
-      floodTable: this.#floodTable.init,
+      ipv6SourcePrefix: o.ipv6SourcePrefix ?? 64,
+      httpConnectionLimits: o.httpConnectionLimits ?? { maxConnectionsPerSource: 256, maxNewConnectionsPerSecondPerSource: 100, maxConnections: 10_000 },
+      udpReplyBudgetFactor: o.udpReplyBudgetFactor ?? 3,
+      rateLimitClientsPerProxy: o.rateLimitClientsPerProxy ?? 16_384,
       location: o.location,
       threatFeed: this.#threatFeed?.current,
       geoOverridesPath: o.geoOverridesPath,
@@ -385,7 +400,7 @@ export class EdgeSupervisor {
       try {
         const resolved = await this.#resolver.resolve(record);
         if ('unresolved' in resolved) unresolved.set(record.id, { revision: record.revision, state: resolved.state, detail: resolved.unresolved });
-        else entries.push(resolved);
+        else entries.push({ ...resolved, counters: this.#counterTables.tablesFor(record.id, ratePeriodsMs(resolved.config)) });
       } catch (error) {
         unresolved.set(record.id, { revision: record.revision, state: 'ERROR', detail: `cannot be prepared: ${(error as Error).message}` });
       }
@@ -393,6 +408,7 @@ export class EdgeSupervisor {
     this.#storeRevision = revision;
     this.#entries = entries;
     this.#revisions = revisions;
+    this.#counterTables.retainOnly(new Set(entries.map((entry) => entry.config.id)));
     for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
     for (const [id, status] of unresolved) this.#report(id, status);
     for (const id of this.#published.keys()) {
@@ -417,8 +433,11 @@ export class EdgeSupervisor {
     const failure = current.find((report) => report?.state === 'ERROR');
     if (failure) this.#report(id, { revision, state: 'ERROR', detail: failure.detail });
     else if (current.length === this.#slots.length) {
-      // Served everywhere; while that is the interim configuration, the status says why.
-      this.#report(id, entry.interim ? { revision, ...entry.interim } : { revision, state: 'ACTIVE', detail: null });
+      // Served everywhere. While that is the interim configuration, or while part of it fails
+      // closed (ConfigEntry.degraded), the status says so and why.
+      if (entry.interim) this.#report(id, { revision, ...entry.interim });
+      else if (entry.degraded) this.#report(id, { revision, state: 'ERROR', detail: entry.degraded });
+      else this.#report(id, { revision, state: 'ACTIVE', detail: null });
     }
   }
 
@@ -514,4 +533,10 @@ export class EdgeSupervisor {
       this.#options.logger.error({ err: error }, 'rate-limit episode could not be updated');
     }
   }
+}
+
+/** The periods (ms) of an HTTP proxy's rate-limit thresholds, in order; undefined without rate limiting. */
+function ratePeriodsMs(config: ConfigEntry['config']): number[] | undefined {
+  if (config.type !== 'httpProxy') return undefined;
+  return config.attributes.rateLimiting?.thresholds.map((threshold) => threshold.periodSeconds * 1000);
 }

@@ -12,7 +12,10 @@ import { ThreatFeed } from '../l4/threat-feed.ts';
 import { HttpProxy, type HttpProxyDeps } from '../http/http-proxy.ts';
 import { sharedGeoLookup } from '../geo/geo-lookup.ts';
 import type { InsightSink } from '../../insight/event.ts';
-import { SharedTable, type SharedTableInit } from '../shared-counters/shared-table.ts';
+import { SharedTable } from '../shared-counters/shared-table.ts';
+import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
+import type { FloodLimitSettings } from '../l4/flood-limits.ts';
+import { sourceKey } from '../../net/source-key.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
@@ -35,10 +38,14 @@ export interface WorkerSettings {
   /** The process's log level: the worker writes the same JSON lines as the main thread. */
   logLevel: string;
   nodeId: string;
-  /** Rate-limit counters shared by all workers of the node. */
-  rateTable: SharedTableInit;
-  /** Layer 4 flood-cap counters shared by all workers of the node. */
-  floodTable: SharedTableInit;
+  /** IPv6 clients are counted per prefix of this length (rate limits, connection caps). */
+  ipv6SourcePrefix: number;
+  /** HTTP proxies' connection caps where a proxy sets no `connectionLimits` of its own. */
+  httpConnectionLimits: FloodLimitSettings;
+  /** UDP: bytes back per byte in until the client has shown it receives. */
+  udpReplyBudgetFactor: number;
+  /** Clients each proxy keeps rate-limit counters for (Redis: keys per proxy). */
+  rateLimitClientsPerProxy: number;
   location: string;
   /** The node's threat-feed set when this worker starts (built once per node, in shared memory); later ones come as messages. */
   threatFeed: ThreatFeedSet | undefined;
@@ -100,11 +107,18 @@ const l4Metrics: L4Metrics = {
     count('tps_edge_bytes_total', { proxy, protocol, direction: 'to_client' }, closed.bytesToClient);
   },
   originConnectFailed: (proxy, protocol) => count('tps_edge_origin_failures_total', { proxy, protocol }),
+  datagramDropped: (proxy, protocol, reason) => count('tps_edge_dropped_total', { proxy, protocol, reason }),
 };
 
 // ----- shared services of this worker -----
-const rateTable = new SharedTable(settings.rateTable);
-const floodTable = new SharedTable(settings.floodTable);
+/** Each proxy's share of the node's shared counters, from the latest snapshot (see ProxyCounterTables). */
+const counterTables = new Map<string, ProxyCounterTables>();
+const countingKey = (address: string): string => sourceKey(address, settings.ipv6SourcePrefix);
+function tablesOf(proxyId: string): ProxyCounterTables {
+  const tables = counterTables.get(proxyId);
+  if (tables === undefined) throw new Error(`no counter tables for proxy ${proxyId}`);
+  return tables;
+}
 // Commands fail fast while Redis is unreachable (the rate-limit phase then lets requests through,
 // and says so in the log). Each change of reachability is logged once.
 const redis = settings.redisUrl ? new Redis(settings.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : undefined;
@@ -184,10 +198,19 @@ const httpDeps: HttpProxyDeps = {
   rateLimit: {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
-      // Scoped by the periods too: changed thresholds start from fresh counters, never misread old ones.
-      const scope = `${proxyId}|${periodsMs.join(',')}`;
-      return redis ? new RedisRateLimitStore(redis, scope, periodsMs) : new SharedRateLimitStore(rateTable, scope, periodsMs);
+      if (redis) {
+        // Scoped by the periods too: changed thresholds start from fresh counters, never misread old ones.
+        return new RedisRateLimitStore(redis, `${proxyId}|${periodsMs.join(',')}`, periodsMs, { maxClients: settings.rateLimitClientsPerProxy });
+      }
+      const table = tablesOf(proxyId).rate;
+      if (table === undefined) throw new Error(`no rate-limit table for proxy ${proxyId}`);
+      return new SharedRateLimitStore(new SharedTable(table), periodsMs);
     },
+    ipv6Prefix: settings.ipv6SourcePrefix,
+  },
+  connectionLimits: {
+    defaults: settings.httpConnectionLimits,
+    create: (proxyId, limits) => new SharedFloodLimiter(new SharedTable(tablesOf(proxyId).flood), limits, { sourceKey: countingKey }),
   },
   // Challenges live in the store, which only the supervisor reads.
   acmeChallenge: (token, host, tenantId) =>
@@ -207,6 +230,7 @@ const httpDeps: HttpProxyDeps = {
   metrics: {
     requestCompleted: (proxy, status, answeredBy) =>
       count('tps_edge_http_requests_total', { proxy, status: String(status), answered_by: answeredBy }),
+    connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
   },
   reusePort: true,
   ...(clientAddress && { clientAddress }),
@@ -230,7 +254,8 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           metrics: l4Metrics,
           reusePort: true,
           logger,
-          createFloodAdmission: (limits) => new SharedFloodLimiter(floodTable, config.id, limits),
+          createFloodAdmission: (limits) => new SharedFloodLimiter(new SharedTable(tablesOf(config.id).flood), limits, { sourceKey: countingKey }),
+          udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
           ...(clientAddress && { clientAddress }),
         })
       : new HttpProxy(config, httpDeps);
@@ -263,12 +288,15 @@ async function applyEntry(entry: ConfigEntry): Promise<void> {
 async function apply(entries: ConfigEntry[]): Promise<void> {
   wanted = entries;
   const ids = new Set(entries.map((entry) => entry.config.id));
+  // Before any proxy starts or updates: a new snapshot may bring a new rate-limit table (new periods).
+  for (const entry of entries) counterTables.set(entry.config.id, entry.counters);
   for (const [id, current] of running) {
     if (ids.has(id)) continue;
     running.delete(id);
     await current.proxy.stop().catch(() => {});
     send({ kind: 'removed', id });
   }
+  for (const id of counterTables.keys()) if (!ids.has(id)) counterTables.delete(id);
   for (const id of failed.keys()) if (!ids.has(id)) failed.delete(id);
   // Released ports first, then the rest: a port moved from one proxy to another is free in time.
   for (const entry of entries) await applyEntry(entry);

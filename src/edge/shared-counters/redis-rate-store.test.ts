@@ -52,4 +52,18 @@ describe('Redis rate-limit store', () => {
     assert.equal((await first.hit('127.0.0.9', now + 20)).blockedUntil, now + 5_000);
     assert.equal((await first.hit('127.0.0.9', now + 6_000)).estimates[0], 1, 'after the block the client starts afresh');
   });
+
+  it("keeps each proxy within its own share: a flood of sources on one proxy leaves another proxy's counters and blocks", async () => {
+    const calm = new RedisRateLimitStore(nodeA, 'calm-proxy', [3_600_000], { maxClients: 100 });
+    const flooded = new RedisRateLimitStore(nodeB, 'flooded-proxy', [3_600_000], { maxClients: 100 });
+    const now = 1_700_000_000_000;
+    await calm.block('203.0.113.9', now + 600_000);
+    for (let i = 0; i < 3; i++) await calm.hit('198.51.100.1', now + i);
+    for (let i = 0; i < 1_000; i++) await flooded.hit(`10.0.${i >> 8}.${i & 255}`, now + 10 + i);
+    assert.equal((await calm.hit('203.0.113.9', now + 5_000)).blockedUntil, now + 600_000, 'the block holds');
+    assert.equal((await calm.hit('198.51.100.1', now + 5_000)).estimates[0], 4, 'the counts are intact');
+    assert.equal(await nodeA.zcard('tps:rl:{flooded-proxy}'), 100, 'the flooded proxy holds its share, no more');
+    const firstSource = await nodeA.exists('tps:rl:{flooded-proxy}:10.0.0.0');
+    assert.equal(firstSource, 0, 'its oldest sources went first');
+  });
 });

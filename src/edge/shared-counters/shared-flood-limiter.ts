@@ -1,14 +1,15 @@
 /**
- * The layer 4 flood caps (`connectionLimits`) counted in the edge node's shared table, so that
+ * Connection caps (`connectionLimits` of layer 4 and HTTP proxies) counted in shared memory, so that
  * "at most N connections from one source" means N across all proxy workers, not N per worker.
  *
  * The same semantics as FloodLimiter (src/edge/l4/flood-limits.ts): open connections per source,
  * new connections per second per source (two one-second windows, Pingora's estimate), and open
- * connections of the whole proxy.
+ * connections of the whole proxy. Each proxy counts in a table of its own (`ProxyCounterTables`):
+ * a flood of sources on one proxy cannot push another proxy's counts out.
  */
 import { SharedTable } from './shared-table.ts';
 import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
-import { unmapIpv4 } from '../../net/ip.ts';
+import { sourceKey as defaultSourceKey } from '../../net/source-key.ts';
 
 /** Payload of a slot: open connections, window start (ms), previous window count, current window count. */
 export const FLOOD_SLOT_WORDS = 4;
@@ -22,24 +23,34 @@ export function createFloodTable(slots: number): SharedTable {
   return SharedTable.create(slots, FLOOD_SLOT_WORDS);
 }
 
-interface SharedTicket {
-  sourceKey: string;
+/** Key of the proxy's total in its table: not an address, so no source can share it. */
+const GLOBAL_KEY = '*';
+
+export interface SharedTicket {
+  /** Undefined when the connection counts towards the proxy's total only (see `acquire`). */
+  sourceKey: string | undefined;
+}
+
+export interface SharedFloodLimiterOptions {
+  /** Clock in ms; tests pass a fake one. */
+  now?: () => number;
+  /** The counting key of a source address (IPv6 by prefix); default `sourceKey` with a /64. */
+  sourceKey?: (address: string) => string;
 }
 
 export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
   readonly #table: SharedTable;
-  readonly #scope: string;
-  readonly #globalKey: string;
   readonly #now: () => number;
+  readonly #sourceKey: (address: string) => string;
   #settings: FloodLimitSettings;
   readonly refused: Record<FloodRefusal, number> = { SOURCE_CONNECTIONS: 0, SOURCE_RATE: 0, GLOBAL_CONNECTIONS: 0 };
 
-  constructor(table: SharedTable, proxyId: string, settings: FloodLimitSettings, now: () => number = Date.now) {
+  /** `table`: the proxy's own (`createFloodTable`), the same in every worker. */
+  constructor(table: SharedTable, settings: FloodLimitSettings, options: SharedFloodLimiterOptions = {}) {
     this.#table = table;
-    this.#scope = `${proxyId}|src|`;
-    this.#globalKey = `${proxyId}|all`;
     this.#settings = { ...settings };
-    this.#now = now;
+    this.#now = options.now ?? Date.now;
+    this.#sourceKey = options.sourceKey ?? ((address) => defaultSourceKey(address));
   }
 
   configure(settings: FloodLimitSettings): void {
@@ -50,11 +61,16 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
     return this.#settings;
   }
 
-  acquire(source: string): SharedTicket | FloodRefusal {
+  /**
+   * Admits a connection from `source`, or says which cap refuses it. `source` undefined: a
+   * connection that names no client of its own (a trusted load balancer's, without a PROXY header)
+   * counts towards the proxy's total only, since per-source caps on it would cap every client behind it.
+   */
+  acquire(source: string | undefined): SharedTicket | FloodRefusal {
     const settings = this.#settings;
     const now = this.#now();
     const seconds = now / 1000;
-    const admittedGlobally = this.#table.update(this.#globalKey, seconds, (words, offset) => {
+    const admittedGlobally = this.#table.update(GLOBAL_KEY, seconds, (words, offset) => {
       if (words[offset + OPEN]! >= settings.maxConnections) return false;
       words[offset + OPEN]! += 1;
       return true;
@@ -63,7 +79,8 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
       this.refused.GLOBAL_CONNECTIONS++;
       return 'GLOBAL_CONNECTIONS';
     }
-    const sourceKey = this.#scope + unmapIpv4(source);
+    if (source === undefined) return { sourceKey: undefined };
+    const sourceKey = this.#sourceKey(source);
     const refusal = this.#table.update(sourceKey, seconds, (words, offset): FloodRefusal | undefined => {
       if (words[offset + OPEN]! >= settings.maxConnectionsPerSource) return 'SOURCE_CONNECTIONS';
       const start = words[offset + WINDOW_START]!;
@@ -94,14 +111,16 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
 
   release(ticket: SharedTicket): void {
     const seconds = this.#now() / 1000;
-    this.#table.update(ticket.sourceKey, seconds, (words, offset) => {
-      if (words[offset + OPEN]! > 0) words[offset + OPEN]! -= 1;
-    });
+    if (ticket.sourceKey !== undefined) {
+      this.#table.update(ticket.sourceKey, seconds, (words, offset) => {
+        if (words[offset + OPEN]! > 0) words[offset + OPEN]! -= 1;
+      });
+    }
     this.#releaseGlobal(seconds);
   }
 
   #releaseGlobal(seconds: number): void {
-    this.#table.update(this.#globalKey, seconds, (words, offset) => {
+    this.#table.update(GLOBAL_KEY, seconds, (words, offset) => {
       if (words[offset + OPEN]! > 0) words[offset + OPEN]! -= 1;
     });
   }

@@ -1,6 +1,10 @@
 /**
- * Rate-limit counters in the edge node's shared table: every worker thread counts a client's
+ * Rate-limit counters in shared memory: every worker thread of the edge node counts a client's
  * requests in the same place, so a threshold of N requests means N whichever worker serves them.
+ *
+ * Each rate-limited proxy has a table of its own (`ProxyCounterTables`, made by the supervisor), so
+ * a flood of sources on one proxy recycles only that proxy's slots: another proxy's counters and
+ * the clients it is blocking stay where they are.
  */
 import type { RateHit, RateLimitStore } from '../http/rate-limit/store.ts';
 import { SharedTable } from './shared-table.ts';
@@ -8,23 +12,24 @@ import { SharedTable } from './shared-table.ts';
 /** Thresholds per proxy that the shared table has room for (the API allows at most 10). */
 export const MAX_PERIODS = 10;
 /** Payload of a slot: block deadline, then per period [window index, previous count, current count]. */
-export const RATE_SLOT_WORDS = 1 + 3 * MAX_PERIODS;
+export const rateSlotWords = (periods: number): number => 1 + 3 * periods;
 
-export function createRateTable(slots: number): SharedTable {
-  return SharedTable.create(slots, RATE_SLOT_WORDS);
+/** A table for a proxy with `periods` thresholds (one table per proxy and set of periods). */
+export function createRateTable(slots: number, periods: number): SharedTable {
+  if (periods < 1 || periods > MAX_PERIODS) throw new Error(`1 to ${MAX_PERIODS} periods`);
+  return SharedTable.create(slots, rateSlotWords(periods));
 }
 
 export class SharedRateLimitStore implements RateLimitStore {
   readonly #table: SharedTable;
   readonly #periodsMs: readonly number[];
-  /** Keys are scoped by proxy: one table serves every proxy of the node. */
-  readonly #scope: string;
   readonly #result: { blockedUntil: number; estimates: Float64Array };
 
-  constructor(table: SharedTable, scope: string, periodsMs: readonly number[]) {
+  /** `table`: the proxy's own, made by `createRateTable` for as many periods. */
+  constructor(table: SharedTable, periodsMs: readonly number[]) {
     if (periodsMs.length === 0 || periodsMs.length > MAX_PERIODS) throw new Error(`1 to ${MAX_PERIODS} periods`);
+    if (table.payloadWords < rateSlotWords(periodsMs.length)) throw new Error(`a table for ${periodsMs.length} periods is needed`);
     this.#table = table;
-    this.#scope = scope;
     this.#periodsMs = periodsMs;
     this.#result = { blockedUntil: 0, estimates: new Float64Array(periodsMs.length) };
   }
@@ -32,7 +37,7 @@ export class SharedRateLimitStore implements RateLimitStore {
   hit(key: string, now: number): RateHit {
     const result = this.#result;
     const periods = this.#periodsMs;
-    this.#table.update(`${this.#scope}|${key}`, now / 1000, (words, offset) => {
+    this.#table.update(key, now / 1000, (words, offset) => {
       result.blockedUntil = words[offset]!;
       if (result.blockedUntil > now) return;
       for (let i = 0; i < periods.length; i++) {
@@ -55,9 +60,10 @@ export class SharedRateLimitStore implements RateLimitStore {
   }
 
   block(key: string, until: number): void {
-    this.#table.update(`${this.#scope}|${key}`, until / 1000, (words, offset) => {
-      words.fill(0, offset, offset + RATE_SLOT_WORDS);
-      words[offset] = until;
+    const words = rateSlotWords(this.#periodsMs.length);
+    this.#table.update(key, until / 1000, (payload, offset) => {
+      payload.fill(0, offset, offset + words);
+      payload[offset] = until;
     });
   }
 

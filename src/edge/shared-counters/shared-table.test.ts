@@ -60,10 +60,10 @@ describe('shared counter table', () => {
   });
 
   it('gives two rate-limit stores on one table (two workers) the same count for a client', () => {
-    const table = createRateTable(1024);
-    const first = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-a', [1000, 60_000]);
-    const second = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-a', [1000, 60_000]);
-    const otherProxy = new SharedRateLimitStore(new SharedTable(table.init), 'proxy-b', [1000]);
+    const table = createRateTable(1024, 2);
+    const first = new SharedRateLimitStore(new SharedTable(table.init), [1000, 60_000]);
+    const second = new SharedRateLimitStore(new SharedTable(table.init), [1000, 60_000]);
+    const otherProxy = new SharedRateLimitStore(createRateTable(1024, 1), [1000]);
     const now = 1_700_000_000_000;
     for (let i = 0; i < 5; i++) first.hit('127.0.0.9', now + i);
     const seen = second.hit('127.0.0.9', now + 10);
@@ -82,8 +82,9 @@ describe('shared flood limiter', () => {
     const table = createFloodTable(1024);
     const settings = { maxConnectionsPerSource: 3, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 5 };
     let now = 1_000_000;
-    const workerA = new SharedFloodLimiter(new SharedTable(table.init), 'p', settings, () => now);
-    const workerB = new SharedFloodLimiter(new SharedTable(table.init), 'p', settings, () => now);
+    const clock = { now: () => now };
+    const workerA = new SharedFloodLimiter(new SharedTable(table.init), settings, clock);
+    const workerB = new SharedFloodLimiter(new SharedTable(table.init), settings, clock);
     const a1 = workerA.acquire('127.0.0.9');
     const b1 = workerB.acquire('127.0.0.9');
     const a2 = workerA.acquire('::ffff:127.0.0.9');
@@ -91,15 +92,16 @@ describe('shared flood limiter', () => {
     assert.equal(typeof b1, 'object');
     assert.equal(typeof a2, 'object');
     assert.equal(workerB.acquire('127.0.0.9'), 'SOURCE_CONNECTIONS', 'the fourth connection from one source, on any worker');
-    workerB.release(b1 as { sourceKey: string });
+    workerB.release(b1 as { sourceKey: string | undefined });
     assert.equal(typeof workerB.acquire('127.0.0.9'), 'object', 'a released slot is free again');
     assert.equal(typeof workerA.acquire('127.0.0.10'), 'object');
     assert.equal(typeof workerB.acquire('127.0.0.11'), 'object');
     assert.equal(workerA.acquire('127.0.0.12'), 'GLOBAL_CONNECTIONS', 'the proxy holds 5 connections in all');
 
     const rate = { maxConnectionsPerSource: 100, maxNewConnectionsPerSecondPerSource: 4, maxConnections: 100 };
-    const rateA = new SharedFloodLimiter(new SharedTable(table.init), 'q', rate, () => now);
-    const rateB = new SharedFloodLimiter(new SharedTable(table.init), 'q', rate, () => now);
+    const otherTable = createFloodTable(1024);
+    const rateA = new SharedFloodLimiter(new SharedTable(otherTable.init), rate, clock);
+    const rateB = new SharedFloodLimiter(new SharedTable(otherTable.init), rate, clock);
     const outcomes = [rateA, rateB, rateA, rateB, rateA, rateB].map((limiter) => {
       const ticket = limiter.acquire('127.0.0.20');
       if (typeof ticket !== 'string') limiter.release(ticket);
@@ -110,3 +112,38 @@ describe('shared flood limiter', () => {
     assert.equal(typeof rateB.acquire('127.0.0.20'), 'object', 'admitted again once the source slows down');
   });
 });
+
+describe('per-proxy counter tables', () => {
+  it("keeps one proxy's blocks and counters whatever a flood of sources does to another proxy", async () => {
+    const { ProxyCounterTableSet } = await import('./proxy-tables.ts');
+    const tables = new ProxyCounterTableSet({ rateSlots: 256, floodSlots: 256 });
+    const hour = 3_600_000;
+    const calm = new SharedRateLimitStore(new SharedTable(tables.tablesFor('calm', [hour]).rate!), [hour]);
+    const flooded = new SharedRateLimitStore(new SharedTable(tables.tablesFor('flooded', [hour]).rate!), [hour]);
+    const now = 1_700_000_000_000;
+    calm.block('203.0.113.9', now + 600_000);
+    for (let i = 0; i < 3; i++) calm.hit('198.51.100.1', now);
+    // 100,000 distinct sources on the other proxy (390 times the slots of a share).
+    for (let i = 0; i < 100_000; i++) flooded.hit(`10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`, now + i);
+    assert.equal(calm.hit('203.0.113.9', now + 200_000).blockedUntil, now + 600_000, 'the block holds');
+    assert.equal(calm.hit('198.51.100.1', now + 200_000).estimates[0], 4, 'the counts are intact');
+    assert.ok(flooded.size <= 256);
+  });
+
+  it('gives every worker the same table of a proxy, a new rate table when the periods change, and drops those of removed proxies', async () => {
+    const { ProxyCounterTableSet } = await import('./proxy-tables.ts');
+    const tables = new ProxyCounterTableSet({ rateSlots: 64, floodSlots: 64 });
+    const first = tables.tablesFor('p', [1000]);
+    const again = tables.tablesFor('p', [1000]);
+    assert.equal(again.rate!.buffer, first.rate!.buffer);
+    assert.equal(again.flood.buffer, first.flood.buffer);
+    const changed = tables.tablesFor('p', [1000, 60_000]);
+    assert.notEqual(changed.rate!.buffer, first.rate!.buffer);
+    assert.equal(changed.flood.buffer, first.flood.buffer, 'connection caps keep counting across a rate-limit change');
+    assert.equal(tables.tablesFor('p', undefined).rate, undefined);
+    tables.tablesFor('q', undefined);
+    tables.retainOnly(new Set(['q']));
+    assert.equal(tables.size, 1);
+  });
+});
+

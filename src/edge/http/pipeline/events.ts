@@ -59,6 +59,11 @@ export interface HttpProxyMetrics {
   requestCompleted?(proxyId: string, status: number, answeredBy: PhaseName | 'none', durationSeconds: number): void;
   /** One attempt to an origin failed (`reason`: error code such as ECONNREFUSED or UND_ERR_HEADERS_TIMEOUT). */
   upstreamFailed?(proxyId: string, host: string, reason: string): void;
+  /**
+   * A connection refused by a cap (SOURCE_CONNECTIONS, SOURCE_RATE, GLOBAL_CONNECTIONS), a request
+   * past its deadline (HEADERS_TIMEOUT, REQUEST_TIMEOUT), or an HTTP/2 session ended (RAPID_RESET).
+   */
+  connectionRefused?(proxyId: string, protocol: 'HTTP' | 'HTTP/2', reason: string): void;
 }
 
 /** Runs once per request, when its response is over (sent, failed or abandoned). */

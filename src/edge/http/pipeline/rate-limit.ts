@@ -1,11 +1,13 @@
 /**
  * Phase 4, rate limit: counts the request against the proxy's thresholds for its client address
- * (the socket peer). Over a threshold, the client is blocked for `blockSeconds`: 429 with
+ * (the socket peer, or what a trusted load balancer says), an IPv6 client by its prefix (a /64 by
+ * default: one host picks any address in it, src/edge/client-address/source-key.ts). Over a threshold, the client is blocked for `blockSeconds`: 429 with
  * Retry-After and the page, whose support id is the episode's (the APP_DDOS_ATTACK event's), so
  * every refused request of one attack points at the same event.
  */
 import type { RequestCtx } from '../ctx.ts';
 import type { RateDecision } from '../rate-limit/limiter.ts';
+import { sourceKey } from '../../../net/source-key.ts';
 import { recordEpisodeStart } from './events.ts';
 import { pageAnswer } from './respond.ts';
 import type { PhaseOutcome, RequestPhase } from './phase.ts';
@@ -15,7 +17,7 @@ export const rateLimitPhase: RequestPhase = {
   run(ctx: RequestCtx): PhaseOutcome | Promise<PhaseOutcome> {
     const limiter = ctx.proxy.rateLimiter;
     if (limiter === undefined) return undefined;
-    const decision = limiter.check(ctx.clientIp);
+    const decision = limiter.check(sourceKey(ctx.clientIp, ctx.proxy.deps.rateLimit?.ipv6Prefix));
     // A shared counter store that cannot answer (Redis down) lets the request through, logged:
     // losing the limit for a while is better than losing the site.
     if (decision instanceof Promise) {

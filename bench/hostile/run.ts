@@ -1,0 +1,317 @@
+/**
+ * Hostile traffic benchmark: a started `tps serve` (edge on) under attack, and a benign client
+ * beside the attack, measured over real sockets on loopback. Prints one table:
+ *
+ *   baseline          no attack: the benign client alone
+ *   waf flood Nx      N x the WAF's capacity (its queue: edge workers x WAF threads x 256) in
+ *                     concurrent POSTs, each a 60 KB form with an SQL injection at its end:
+ *                     attacks delivered to the origin, 403s, 503s, other answers
+ *   slowloris         BENCH_SLOWLORIS (2,000) connections trickling their headers, reconnecting
+ *   h2 rapid reset    HTTP/2 sessions opening and resetting streams as fast as they can,
+ *                     a new session whenever one is ended
+ *
+ * and for each row the benign client's success rate (200s) and p99 latency: one request at a time
+ * on its own keep-alive connection (HTTP/2 for the rapid-reset row, HTTP/1.1 otherwise).
+ *
+ * The service runs with its defaults (connection caps included), so the attack comes from many
+ * loopback addresses as a botnet's would: 64 connections per address, under the default per-source
+ * caps. What the rows show is what the build does; nothing is tuned for the benchmark.
+ *
+ *   node bench/hostile/run.ts
+ *   BENCH_SECONDS=10 BENCH_MULTIPLIERS=1,4,10 BENCH_WORKERS=2 node bench/hostile/run.ts
+ *   BENCH_WAF_CAPACITY=512 ...   (the WAF's capacity in requests, when the build sizes its queue otherwise)
+ *   BENCH_SCENARIOS=baseline,flood,slowloris,rapid-reset ...   (a subset)
+ *
+ * Loopback addresses: 127.0.4.1 front end, 127.0.4.2 origin, 127.0.4.3 benign client, attackers
+ * from 127.0.5.0/24 and 127.0.6.0/24.
+ */
+import http from 'node:http';
+import http2 from 'node:http2';
+import net from 'node:net';
+import os from 'node:os';
+import { startTps, createTenant, type Tps } from '../../test/support/tps.ts';
+import { TenantApi } from '../../test/support/api-client.ts';
+import { TestCa } from '../../test/support/pki.ts';
+import { waitFor } from '../../test/support/wait.ts';
+import { freePort } from '../../src/net/ports.ts';
+import { rapidReset } from '../../src/edge/http/test-support/rapid-reset.ts';
+import { fixed, printTable } from '../support/table.ts';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const WORKERS = Number(process.env.BENCH_WORKERS ?? os.availableParallelism());
+const WAF_THREADS = Number(process.env.BENCH_WAF_THREADS ?? 1);
+/** The compiled engine's queue: 256 requests per WAF thread, per edge worker (compiled-engine.ts). */
+const WAF_CAPACITY = Number(process.env.BENCH_WAF_CAPACITY ?? WORKERS * WAF_THREADS * 256);
+const MULTIPLIERS = (process.env.BENCH_MULTIPLIERS ?? '1,4,10').split(',').map(Number);
+const SLOWLORIS = Number(process.env.BENCH_SLOWLORIS ?? 2_000);
+const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'baseline,flood,slowloris,rapid-reset').split(','));
+const FRONTEND = '127.0.4.1';
+const ORIGIN = '127.0.4.2';
+const BENIGN = '127.0.4.3';
+const CONNECTIONS_PER_ATTACKER = 64;
+const ATTACK_MARKER = "1' UNION SELECT password FROM users--";
+/** 60 KB of form fields, then the injection: inspected whole (under the WAF's body limit). */
+const ATTACK_BODY = `${'field=value&'.repeat(5_000)}q=${encodeURIComponent(ATTACK_MARKER)}`;
+
+interface BenignFigures {
+  requests: number;
+  ok: number;
+  latenciesMs: number[];
+}
+
+interface Row {
+  scenario: string;
+  attack: string;
+  delivered: string;
+  blocked: string;
+  unavailable: string;
+  other: string;
+  benign: BenignFigures;
+}
+
+/** The n-th attacker address: 127.0.5.1..127.0.5.254, then 127.0.6.x. */
+function attackerAddress(n: number): string {
+  return n < 254 ? `127.0.5.${n + 1}` : `127.0.6.${(n - 254) % 254 + 1}`;
+}
+
+function p99(values: number[]): number {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]!;
+}
+
+/** One request at a time on one kept-alive connection until `stop` is set. */
+async function benignHttp1(url: string, stop: { done: boolean }): Promise<BenignFigures> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const figures: BenignFigures = { requests: 0, ok: 0, latenciesMs: [] };
+  try {
+    while (!stop.done) {
+      const started = performance.now();
+      const status = await new Promise<number>((resolve) => {
+        const req = http.get(`${url}/products?page=2`, { agent, localAddress: BENIGN, headers: { 'user-agent': 'Mozilla/5.0', accept: 'text/html' } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.setTimeout(10_000, () => req.destroy());
+        req.on('error', () => resolve(0));
+      });
+      figures.requests++;
+      if (status === 200) figures.ok++;
+      figures.latenciesMs.push(performance.now() - started);
+    }
+  } finally {
+    agent.destroy();
+  }
+  return figures;
+}
+
+async function benignHttp2(url: string, ca: string, stop: { done: boolean }): Promise<BenignFigures> {
+  const figures: BenignFigures = { requests: 0, ok: 0, latenciesMs: [] };
+  let session: http2.ClientHttp2Session | undefined;
+  try {
+    while (!stop.done) {
+      if (session === undefined || session.destroyed || session.closed) {
+        session = http2.connect(url, { ca, servername: 'shop.test', localAddress: BENIGN } as http2.SecureClientSessionOptions);
+        session.on('error', () => {});
+      }
+      const current = session;
+      const started = performance.now();
+      const status = await new Promise<number>((resolve) => {
+        const stream = current.request({ ':path': '/products?page=2', 'user-agent': 'Mozilla/5.0', accept: 'text/html' });
+        stream.setTimeout(10_000, () => stream.close());
+        stream.on('response', (headers) => {
+          stream.resume();
+          stream.on('end', () => resolve(Number(headers[':status'])));
+        });
+        stream.on('error', () => resolve(0));
+        stream.on('close', () => resolve(0));
+        stream.end();
+      });
+      figures.requests++;
+      if (status === 200) figures.ok++;
+      figures.latenciesMs.push(performance.now() - started);
+    }
+  } finally {
+    session?.close();
+  }
+  return figures;
+}
+
+async function main(): Promise<void> {
+  let originRequests = 0;
+  let delivered = 0;
+  const origin = http.createServer((req, res) => {
+    originRequests++;
+    let body = '';
+    req.setEncoding('latin1');
+    req.on('data', (chunk: string) => {
+      // Only the end matters: where the injection sits.
+      body = (body + chunk).slice(-200);
+    });
+    req.on('end', () => {
+      if (body.includes(encodeURIComponent(ATTACK_MARKER))) delivered++;
+      res.setHeader('content-type', 'text/plain');
+      res.end('origin\n');
+    });
+  });
+  origin.keepAliveTimeout = 60_000;
+  await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
+  const originPort = (origin.address() as net.AddressInfo).port;
+
+  const tps: Tps = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: String(WORKERS), TPS_WAF_THREADS: String(WAF_THREADS), TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+  const rows: Row[] = [];
+  try {
+    const api = await TenantApi.connect(tps, await createTenant(tps));
+    const ca = await TestCa.create('Bench CA');
+    const leaf = await ca.issue({ commonName: 'shop.test', dnsNames: ['shop.test'] });
+    const certificate = await api.call('POST', '/api/v2/traffic-mgmt/certificates/pem', {
+      data: { type: 'certificate', attributes: { certificate: leaf.certificatePem, privateKey: leaf.privateKeyPem } },
+    });
+    const create = async (frontend: Record<string, unknown>): Promise<{ url: string; port: number }> => {
+      const port = await freePort(FRONTEND);
+      const created = await api.call('POST', '/api/v2/traffic-mgmt/traffic-configs', {
+        data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port, ...frontend }, backend: { hosts: [{ address: ORIGIN, port: originPort }] }, waf: { mode: 'BLOCKING', paranoiaLevel: 1 } } },
+      });
+      if (created.status !== 201) throw new Error(`proxy not created: ${JSON.stringify(created.body)}`);
+      const id = created.body.data.id as string;
+      await waitFor('ACTIVE', async () => (await api.get(`/api/v2/traffic-mgmt/traffic-configs/${id}`)).body.data.attributes.status === 'ACTIVE', { timeoutMs: 60_000 });
+      return { url: `${frontend.certificateId ? 'https' : 'http'}://${FRONTEND}:${port}`, port };
+    };
+    const plain = await create({});
+    const secure = await create({ certificateId: certificate.body.data.id });
+
+    if (SCENARIOS.has('baseline')) {
+      const stop = { done: false };
+      const benign = benignHttp1(plain.url, stop);
+      await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000));
+      stop.done = true;
+      rows.push({ scenario: 'baseline', attack: 'none', delivered: '-', blocked: '-', unavailable: '-', other: '-', benign: await benign });
+    }
+
+    if (SCENARIOS.has('flood')) {
+      for (const multiplier of MULTIPLIERS) {
+        const concurrency = Math.round(multiplier * WAF_CAPACITY);
+        delivered = 0;
+        const counts = { blocked: 0, unavailable: 0, other: 0 };
+        const stop = { done: false };
+        const agents = Array.from({ length: Math.ceil(concurrency / CONNECTIONS_PER_ATTACKER) }, (_, i) => ({
+          agent: new http.Agent({ keepAlive: true, maxSockets: CONNECTIONS_PER_ATTACKER }),
+          localAddress: attackerAddress(i),
+        }));
+        const attacker = async (index: number): Promise<void> => {
+          const { agent, localAddress } = agents[Math.floor(index / CONNECTIONS_PER_ATTACKER)]!;
+          while (!stop.done) {
+            const status = await new Promise<number>((resolve) => {
+              const req = http.request(
+                `${plain.url}/account/search`,
+                { method: 'POST', agent, localAddress, headers: { 'content-type': 'application/x-www-form-urlencoded', 'user-agent': 'Mozilla/5.0', accept: '*/*' } },
+                (res) => {
+                  res.resume();
+                  res.on('end', () => resolve(res.statusCode ?? 0));
+                },
+              );
+              req.setTimeout(30_000, () => req.destroy());
+              req.on('error', () => resolve(0));
+              req.end(ATTACK_BODY);
+            });
+            if (status === 403) counts.blocked++;
+            else if (status === 503) counts.unavailable++;
+            else if (status !== 200) counts.other++;
+            // A refused connection comes back at once: do not spin on it.
+            if (status === 0) await new Promise((resolve) => setTimeout(resolve, 100));
+          }
+        };
+        const benign = benignHttp1(plain.url, stop);
+        const attackers = Array.from({ length: concurrency }, (_, i) => attacker(i));
+        await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000));
+        stop.done = true;
+        await Promise.all(attackers);
+        for (const { agent } of agents) agent.destroy();
+        rows.push({
+          scenario: `waf flood ${multiplier}x`,
+          attack: `${concurrency} concurrent POSTs`,
+          delivered: String(delivered),
+          blocked: String(counts.blocked),
+          unavailable: String(counts.unavailable),
+          other: String(counts.other),
+          benign: await benign,
+        });
+      }
+    }
+
+    if (SCENARIOS.has('slowloris')) {
+      const stop = { done: false };
+      const sockets = new Set<net.Socket>();
+      let opened = 0;
+      const open = (n: number): void => {
+        if (stop.done) return;
+        opened++;
+        const socket = net.connect({ host: FRONTEND, port: plain.port, localAddress: attackerAddress(Math.floor(n / 50)) }, () => socket.write('GET / HTTP/1.1\r\nHost: shop.test\r\n'));
+        sockets.add(socket);
+        socket.on('error', () => {});
+        // A real slowloris comes straight back when the server lets go.
+        socket.on('close', () => {
+          sockets.delete(socket);
+          setTimeout(() => open(n), 100);
+        });
+      };
+      for (let n = 0; n < SLOWLORIS; n++) {
+        open(n);
+        if (n % 50 === 49) await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const trickle = setInterval(() => {
+        for (const socket of sockets) if (!socket.destroyed) socket.write(`X-${Math.random().toString(36).slice(2, 6)}: a\r\n`);
+      }, 5_000);
+      const benign = benignHttp1(plain.url, stop);
+      await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000));
+      stop.done = true;
+      clearInterval(trickle);
+      const held = sockets.size;
+      for (const socket of sockets) socket.destroy();
+      rows.push({ scenario: 'slowloris', attack: `${SLOWLORIS} conns (${held} open at end, ${opened} opened)`, delivered: '-', blocked: '-', unavailable: '-', other: '-', benign: await benign });
+    }
+
+    if (SCENARIOS.has('rapid-reset')) {
+      const stop = { done: false };
+      let sessions = 0;
+      let ended = 0;
+      let streams = 0;
+      const attacker = async (n: number): Promise<void> => {
+        while (!stop.done) {
+          const result = await rapidReset({ host: FRONTEND, port: secure.port, ca: ca.certificatePem, servername: 'shop.test', streams: 100_000, localAddress: attackerAddress(n), lingerMs: 1_000 });
+          sessions++;
+          streams += result.streamsSent;
+          if (result.closed) ended++;
+        }
+      };
+      const benign = benignHttp2(secure.url, ca.certificatePem, stop);
+      const attackers = Array.from({ length: 4 }, (_, n) => attacker(n));
+      await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000));
+      stop.done = true;
+      await Promise.all(attackers);
+      rows.push({ scenario: 'h2 rapid reset', attack: `4 clients: ${sessions} sessions (${ended} ended by the server), ${streams} streams written`, delivered: '-', blocked: '-', unavailable: '-', other: '-', benign: await benign });
+    }
+  } finally {
+    await tps.stop();
+    origin.close();
+  }
+
+  console.log(`\nbench/hostile: tps serve, ${WORKERS} edge workers, ${WAF_THREADS} WAF thread(s) each, WAF capacity ${WAF_CAPACITY} requests, ${SECONDS} s per row, ${os.availableParallelism()} CPUs (origin, clients and service on the same machine)\n`);
+  printTable(
+    ['scenario', 'attack', 'attacks delivered', '403', '503', 'other', 'benign requests', 'benign ok %', 'benign p99 ms'],
+    rows.map((row) => [
+      row.scenario,
+      row.attack,
+      row.delivered,
+      row.blocked,
+      row.unavailable,
+      row.other,
+      String(row.benign.requests),
+      fixed((100 * row.benign.ok) / row.benign.requests, 1),
+      fixed(p99(row.benign.latenciesMs), 1),
+    ]),
+  );
+  console.log(`\norigin requests in all: ${originRequests}`);
+}
+
+await main();
