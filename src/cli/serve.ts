@@ -20,6 +20,7 @@ import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
 import { crlsFor } from '../certs/crl.ts';
 import type { Scope } from '../store/service-accounts.ts';
+import { InsightWriter } from '../store/insight-writer.ts';
 
 export interface RunningService {
   urls: PublicUrls;
@@ -27,6 +28,8 @@ export interface RunningService {
   metricsUrl: string;
   store: Store;
   edge: EdgeSupervisor | undefined;
+  /** Writes the edge's insight events and runs their retention, on a thread of its own. */
+  insightWriter: InsightWriter;
   close(): Promise<void>;
 }
 
@@ -81,7 +84,9 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   urls.baseUrl ||= ownUrl;
   urls.authUrl ||= ownUrl;
 
-  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log) : undefined;
+  // Retention runs on every node, with or without an edge: events may come from other nodes.
+  const insightWriter = await startInsightWriter(settings, metrics, app.log);
+  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, insightWriter) : undefined;
   acme?.start();
   crl.start();
   const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
@@ -97,9 +102,11 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     metricsUrl: operators.url,
     store,
     edge,
+    insightWriter,
     close: async () => {
       await operators.close();
       await edge?.stop();
+      await insightWriter.close();
       await acme?.stop();
       await crl.stop();
       await app.close();
@@ -114,7 +121,8 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   const secrets = SecretBox.fromSettings(settings);
   const logger = pino({ level: settings.logLevel });
   const metrics = createMetrics();
-  const edge = await startEdge(settings, store, secrets, metrics, logger);
+  const insightWriter = await startInsightWriter(settings, metrics, logger);
+  const edge = await startEdge(settings, store, secrets, metrics, logger, insightWriter);
   const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
   logger.info({ nodeId: settings.nodeId, metricsUrl: operators.url, store: store.db.dialect }, 'tps edge ready');
   return {
@@ -122,12 +130,35 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
     close: async () => {
       await operators.close();
       await edge.stop();
+      await insightWriter.close();
       await store.close();
     },
   };
 }
 
-export async function startEdge(settings: Settings, store: Store, secrets: SecretBox, metrics: Metrics, logger: EdgeLogger): Promise<EdgeSupervisor> {
+function startInsightWriter(settings: Settings, metrics: Metrics, logger: EdgeLogger): Promise<InsightWriter> {
+  return InsightWriter.start({
+    dataDir: settings.dataDir,
+    databaseUrl: settings.databaseUrl,
+    writer: settings.nodeId,
+    limits: {
+      retentionDays: settings.insightRetentionDays,
+      maxBytes: settings.insightMaxBytes,
+      tenantSharePercent: settings.insightTenantSharePercent,
+    },
+    registry: metrics.registry,
+    logger,
+  });
+}
+
+export async function startEdge(
+  settings: Settings,
+  store: Store,
+  secrets: SecretBox,
+  metrics: Metrics,
+  logger: EdgeLogger,
+  insightWriter: InsightWriter,
+): Promise<EdgeSupervisor> {
   const challenges = new AcmeChallengeResponder(store.acmeChallenges);
   const edge = new EdgeSupervisor({
     store,
@@ -151,6 +182,8 @@ export async function startEdge(settings: Settings, store: Store, secrets: Secre
     crls: (caCertificateIds) => crlsFor(store, caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: (servername) => challenges.alpnChallengeCertificate(servername),
+    insightWrites: insightWriter,
+    insightWholeEventsPerMinute: settings.insightWholeEventsPerMinute,
   });
   await edge.start();
   return edge;

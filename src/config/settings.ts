@@ -75,6 +75,14 @@ export interface Settings {
   trustedProxies: string[];
   /** Whether edge listeners read a PROXY protocol header from trusted peers: not at all, when sent, or always. */
   listenerProxyProtocol: 'off' | 'optional' | 'required';
+  /** Insight events of days older than this are removed. */
+  insightRetentionDays: number;
+  /** Estimated bytes all stored insight events may hold; past it the oldest go first. */
+  insightMaxBytes: number;
+  /** The most one tenant's events may hold, in percent of insightMaxBytes. */
+  insightTenantSharePercent: number;
+  /** WAF events kept whole per proxy, source, matched rule set and minute; the rest are counted into sampled events. */
+  insightWholeEventsPerMinute: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -115,6 +123,10 @@ const ENV: Record<keyof Settings, string> = {
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
+  insightRetentionDays: 'TPS_INSIGHT_RETENTION_DAYS',
+  insightMaxBytes: 'TPS_INSIGHT_MAX_BYTES',
+  insightTenantSharePercent: 'TPS_INSIGHT_TENANT_SHARE_PERCENT',
+  insightWholeEventsPerMinute: 'TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -195,6 +207,16 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     fail('listenerProxyProtocol', `"${listenerProxyProtocol}" needs ${ENV.trustedProxies}: the load balancers' networks, the only peers whose PROXY headers are read`);
   }
 
+  // Bytes, or KiB / MiB / GiB with a k, m or g suffix ("512m").
+  const bytes = (key: keyof Settings, fallback: number, min: number): number => {
+    const value = raw(key);
+    if (value === undefined) return fallback;
+    const match = /^(\d+)\s*([kmg])?$/i.exec(value.trim());
+    const n = match ? Number(match[1]) * 1024 ** ' kmg'.indexOf((match[2] ?? ' ').toLowerCase()) : NaN;
+    if (!Number.isSafeInteger(n) || n < min) fail(key, `must be a number of bytes of at least ${min} (k, m or g suffix for KiB, MiB, GiB), got "${value}"`);
+    return n;
+  };
+
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     fail('databaseUrl', 'must start with postgres:// (leave it unset for the embedded SQLite store)');
@@ -272,6 +294,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeEmail,
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
+    insightRetentionDays: integer('insightRetentionDays', 30, 1, 3650),
+    insightMaxBytes: bytes('insightMaxBytes', 1024 ** 3, 1024 ** 2),
+    insightTenantSharePercent: integer('insightTenantSharePercent', 50, 1, 100),
+    insightWholeEventsPerMinute: integer('insightWholeEventsPerMinute', 10, 1, 1_000_000),
   };
 }
 

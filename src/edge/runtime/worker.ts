@@ -12,6 +12,7 @@ import { ThreatFeed } from '../l4/threat-feed.ts';
 import { HttpProxy, type HttpProxyDeps } from '../http/http-proxy.ts';
 import { sharedGeoLookup } from '../geo/geo-lookup.ts';
 import type { InsightSink } from '../../insight/event.ts';
+import { InsightSampler } from '../../insight/sampler.ts';
 import { SharedTable, type SharedTableInit } from '../shared-counters/shared-table.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
@@ -51,6 +52,8 @@ export interface WorkerSettings {
   redisUrl: string | undefined;
   /** Load balancers whose PROXY headers and X-Forwarded-For name the client. */
   clientAddress: ClientAddressSettings;
+  /** WAF events kept whole per proxy, source, matched rule set and minute (the rest: counted into samples). */
+  insightWholeEventsPerMinute: number;
 }
 
 interface Running {
@@ -61,6 +64,10 @@ interface Running {
 
 const RETRY_FAILED_MS = 5_000;
 const COUNTER_FLUSH_MS = 1_000;
+/** How often this worker's sampled events go to the supervisor (which samples the node's workers together). */
+const INSIGHT_SAMPLE_MS = 1_000;
+/** Groups (proxy, source, rule set) this worker's sampler tracks at once. */
+const INSIGHT_SAMPLER_GROUPS = 4_096;
 
 const port = parentPort!;
 const settings = workerData as WorkerSettings;
@@ -81,11 +88,12 @@ function count(name: EdgeCounterName, labels: Record<string, string>, value = 1)
   if (existing) existing.value += value;
   else counters.set(key, { name, labels, value });
 }
-setInterval(() => {
+function flushCounters(): void {
   if (counters.size === 0) return;
   send({ kind: 'counters', counters: [...counters.values()] });
   counters.clear();
-}, COUNTER_FLUSH_MS).unref();
+}
+setInterval(flushCounters, COUNTER_FLUSH_MS).unref();
 
 const l4Metrics: L4Metrics = {
   connectionAccepted: (proxy, protocol) => count('tps_edge_connections_total', { proxy, protocol }),
@@ -117,10 +125,22 @@ redis?.on('ready', () => {
 // Reads no source: the supervisor's feed thread builds each set once for the node (threat-feed-host.ts).
 const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
 const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
+// The first sampling stage: under a flood, one message a second per group instead of one per request.
+const insightSampler = new InsightSampler({ wholePerWindow: settings.insightWholeEventsPerMinute, maxGroups: INSIGHT_SAMPLER_GROUPS });
 const insight: InsightSink = {
-  record: (event) => send({ kind: 'insight', event }),
+  record: (event) => {
+    const outcome = insightSampler.admit(event);
+    if (outcome === 'whole') send({ kind: 'insight', event });
+    else if (outcome === 'counted') count('tps_insight_sampled_requests_total', {});
+    else if (outcome === 'overflow') count('tps_insight_overflow_requests_total', {});
+    else count('tps_insight_dropped_requests_total', {});
+  },
   updateRateLimitEpisode: (eventId, update) => send({ kind: 'insight-update', eventId, update }),
 };
+function sendInsightSamples(): void {
+  for (const event of insightSampler.takeSamples()) send({ kind: 'insight', event });
+}
+setInterval(sendInsightSamples, INSIGHT_SAMPLE_MS).unref();
 
 /**
  * The WAF engine starts with the first HTTP proxy this worker serves (a node of layer 4 proxies
@@ -295,6 +315,8 @@ port.on('message', (message: ToWorker) => {
         redis?.disconnect();
         await Promise.all([...running.values()].map((current) => current.proxy.stop().catch(() => {})));
         running.clear();
+        sendInsightSamples();
+        flushCounters();
         send({ kind: 'stopped' });
         logger.flush();
         process.exit(0);
