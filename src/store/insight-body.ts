@@ -9,13 +9,14 @@
 import type { InsightEvent } from '../insight/event.ts';
 
 /**
- * Bytes a stored event costs beside its JSON: its other columns, the entries of its indexes and
- * its share of the rollup rows. Estimated (docs/benchmarks.md, bench/insight-flood), used for the
- * caps TPS_INSIGHT_MAX_BYTES and the tenant share.
+ * Bytes a stored event costs beside its JSON: its other columns and the entries of its indexes.
+ * With RULE_ROW_BYTES, fitted to the pages the event tables and their indexes take on both stores
+ * (SQLite's dbstat, PostgreSQL's pg_total_relation_size; docs/benchmarks.md); used for the caps
+ * TPS_INSIGHT_MAX_BYTES and TPS_INSIGHT_TENANT_SHARE_PERCENT.
  */
-export const EVENT_ROW_OVERHEAD_BYTES = 600;
+export const EVENT_ROW_OVERHEAD_BYTES = 700;
 /** Bytes of one row of insight_event_rules (a matched rule of a WAF event) with its index entries. */
-export const RULE_ROW_BYTES = 200;
+export const RULE_ROW_BYTES = 400;
 
 export function encodeEventBody(event: InsightEvent): string {
   const request = event.request;

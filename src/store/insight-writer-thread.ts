@@ -30,6 +30,8 @@ const enqueue = (work: () => Promise<void>) => {
 async function maintain(now = Date.now()): Promise<RetentionReport> {
   const report = await enforceInsightRetention(db, settings.limits, now);
   if (report.droppedPartitions > 0) repository.forgetPartitions();
+  // Today's and tomorrow's partitions before their first event: the append path rarely makes one.
+  if (db.dialect === 'postgres') await repository.ensurePartitions([dayOf(new Date(now).toISOString()), dayOf(new Date(now + 86_400_000).toISOString())]);
   return report;
 }
 

@@ -3,7 +3,6 @@
  * (serve, edge or the CLI). Append new migrations; never edit one that has shipped.
  */
 import type { Db, Dialect, Queryable } from './db.ts';
-import { EVENT_ROW_OVERHEAD_BYTES, RULE_ROW_BYTES } from './insight-body.ts';
 
 interface Migration {
   id: number;
@@ -299,6 +298,13 @@ const MIGRATIONS: Migration[] = [
     statements: (dialect) => (dialect === 'postgres' ? insightPartitionsPostgres() : insightBoundsSqlite()),
   },
 ];
+
+/**
+ * The estimated size of an event written before migration 4: its JSON, plus bytes per row and per
+ * rule row (EVENT_ROW_OVERHEAD_BYTES, RULE_ROW_BYTES of insight-body.ts when it was written).
+ */
+const EVENT_ROW_OVERHEAD_BYTES = 700;
+const RULE_ROW_BYTES = 400;
 
 /** Days since 1970-01-01 (UTC) of an ISO 8601 column, in SQL (the events' partition key). */
 const daySql = (dialect: Dialect, column: string) =>
