@@ -88,8 +88,15 @@ interface Pending {
   reject(error: Error): void;
 }
 
+/** A writer thread that died (its store unreachable at start, a crash) is started again after this. */
+const RESTART_DELAY_MS = 1_000;
+
 export class InsightWriter implements InsightWrites {
-  readonly #worker: Worker;
+  #worker: Worker;
+  /** Resolves once the current thread's connection is open (or its start failed). */
+  #ready: Promise<void>;
+  #up = false;
+  readonly #settings: WriterThreadSettings;
   readonly #pending = new Map<number, Pending>();
   #nextId = 0;
   #closed = false;
@@ -103,14 +110,13 @@ export class InsightWriter implements InsightWrites {
 
   private constructor(options: InsightWriterOptions) {
     this.#logger = options.logger;
-    const settings: WriterThreadSettings = {
+    this.#settings = {
       dataDir: options.dataDir,
       databaseUrl: options.databaseUrl,
       writer: options.writer,
       limits: options.limits,
       maintenanceIntervalMs: options.maintenanceIntervalMs ?? 60_000,
     };
-    this.#worker = new Worker(new URL('./insight-writer-thread.ts', import.meta.url), { workerData: settings, name: 'tps-insight-writer' });
     const registers = options.registry ? [options.registry] : undefined;
     this.#metrics = registers && {
       written: new Counter({ name: 'tps_insight_stored_events_total', help: 'Insight events written to the store (whole or sampled).', registers }),
@@ -123,27 +129,51 @@ export class InsightWriter implements InsightWrites {
       storedBytes: new Gauge({ name: 'tps_insight_stored_bytes', help: 'Estimated bytes the stored insight events hold (all tenants), as of the last retention run.', registers }),
       storedEvents: new Gauge({ name: 'tps_insight_stored_events', help: 'Insight events stored (all tenants), as of the last retention run.', registers }),
     };
-    this.#worker.on('message', (message: FromWriterThread) => this.#onMessage(message));
-    this.#worker.on('error', (error) => {
-      this.#logger?.error({ err: error }, 'insight writer thread failed');
-      this.#failAll(error);
-    });
-    this.#worker.on('exit', () => this.#failAll(new Error('the insight writer thread stopped')));
+    [this.#worker, this.#ready] = this.#spawn();
   }
 
-  /** Starts the thread; resolves once its connection to the store is open. */
+  #spawn(): [Worker, Promise<void>] {
+    const worker = new Worker(new URL('./insight-writer-thread.ts', import.meta.url), { workerData: this.#settings, name: 'tps-insight-writer' });
+    let started: () => void = () => {};
+    let failed: (error: Error) => void = () => {};
+    const ready = new Promise<void>((resolve, reject) => {
+      started = resolve;
+      failed = reject;
+    });
+    ready.catch(() => undefined);
+    worker.on('message', (message: FromWriterThread) => {
+      if (message.kind === 'ready') {
+        this.#up = true;
+        started();
+      } else {
+        this.#onMessage(message);
+      }
+    });
+    worker.on('error', (error) => {
+      this.#logger?.error({ err: error }, 'insight writer thread failed');
+      failed(error);
+    });
+    worker.on('exit', () => {
+      this.#up = false;
+      failed(new Error('the insight writer thread stopped'));
+      this.#failAll(new Error('the insight writer thread stopped'));
+      if (this.#closed) return;
+      setTimeout(() => {
+        if (!this.#closed) [this.#worker, this.#ready] = this.#spawn();
+      }, RESTART_DELAY_MS).unref();
+    });
+    return [worker, ready];
+  }
+
+  /** Starts the thread; resolves once its connection to the store is open (rejects when it cannot open it). */
   static async start(options: InsightWriterOptions): Promise<InsightWriter> {
     const writer = new InsightWriter(options);
-    await new Promise<void>((resolve, reject) => {
-      const onMessage = (message: FromWriterThread) => {
-        if (message.kind !== 'ready') return;
-        writer.#worker.off('message', onMessage);
-        writer.#worker.off('error', reject);
-        resolve();
-      };
-      writer.#worker.on('message', onMessage);
-      writer.#worker.once('error', reject);
-    });
+    try {
+      await writer.#ready;
+    } catch (error) {
+      await writer.close();
+      throw error;
+    }
     return writer;
   }
 
@@ -161,13 +191,15 @@ export class InsightWriter implements InsightWrites {
 
   async close(): Promise<void> {
     if (this.#closed) return;
-    await this.#call({ kind: 'close' }).catch(() => undefined);
+    if (this.#up) await this.#call({ kind: 'close' }).catch(() => undefined);
     this.#closed = true;
     await this.#worker.terminate();
   }
 
   #call(message: { kind: 'write'; events: readonly InsightEvent[]; updates: readonly EpisodeUpdate[] } | { kind: 'maintain'; now?: number } | { kind: 'close' }) {
-    if (this.#closed) return Promise.reject(new Error('the insight writer is closed'));
+    if (this.#closed) return Promise.reject(new InsightWriteError('the insight writer is closed', 0));
+    // While the thread is (re)starting, writes fail at once: the edge keeps them in its backlog.
+    if (!this.#up) return Promise.reject(new InsightWriteError('the insight writer thread is not running', 0));
     const id = ++this.#nextId;
     return new Promise<FromWriterThread & { kind: 'done' }>((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });

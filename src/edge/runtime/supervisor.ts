@@ -15,10 +15,8 @@ import { Counter, Gauge } from 'prom-client';
 import type { Store } from '../../store/index.ts';
 import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
-import type { AppDdosAttackEvent, InsightEvent } from '../../insight/event.ts';
-import { InsightSampler, type SamplerOutcome } from '../../insight/sampler.ts';
-import { directInsightWrites, InsightWriteError, type InsightWrites } from '../../store/insight-writer.ts';
-import type { EpisodeUpdate } from '../../store/insight-events.ts';
+import { directInsightWrites, type InsightWrites } from '../../store/insight-writer.ts';
+import { InsightIngest, type EpisodeCounts } from './insight-ingest.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
 import type { SharedTable } from '../shared-counters/shared-table.ts';
 import { createRateTable } from '../shared-counters/shared-rate-store.ts';
@@ -34,24 +32,7 @@ const HEARTBEAT_MS = 5_000;
 const INSIGHT_FLUSH_MS = 200;
 const RESTART_DELAY_MS = 200;
 const EPISODE_MEMORY_MS = 10 * 60_000;
-/**
- * Insight ingestion, bounded: events waiting for the store (past it, WAF events are counted into
- * sampled events instead, never held), events per write, how often the node's sampled events go
- * out, and the groups the node's sampler tracks (src/insight/sampler.ts).
- */
-const INSIGHT_BACKLOG_LIMIT = 10_000;
-const INSIGHT_WRITE_BATCH = 500;
-const INSIGHT_SAMPLE_PERIOD_MS = 10_000;
-const INSIGHT_SAMPLER_GROUPS = 10_000;
-/** Rate-limit episodes whose counters wait to be written (one entry per episode, the latest counts). */
-const EPISODE_UPDATES_LIMIT = 65_536;
-const INSIGHT_LOG_EVERY_MS = 10_000;
 
-interface EpisodeCounts {
-  lastBlockedAt: string;
-  blockedRequests: number;
-  blockedUntil: string;
-}
 /** Per table: 65,536 clients (rate limits: x 264 bytes = 17 MiB; flood caps: x 48 bytes = 3 MiB), whatever the number of proxies or of flooding sources. */
 const DEFAULT_SHARED_COUNTER_SLOTS = 65_536;
 
@@ -128,19 +109,8 @@ export class EdgeSupervisor {
   #timers: NodeJS.Timeout[] = [];
   #stopping = false;
   #reloading: Promise<void> | undefined;
-  readonly #insightWrites: InsightWrites;
-  /** The node's second sampling stage: each worker samples its own requests first (worker.ts). */
-  readonly #sampler: InsightSampler;
-  /** Events waiting for the store, oldest first (at most INSIGHT_BACKLOG_LIMIT). */
-  #backlog: InsightEvent[] = [];
-  /** The APP_DDOS_ATTACK events of the backlog by id: an episode update changes them in place. */
-  readonly #backlogEpisodes = new Map<string, AppDdosAttackEvent>();
-  /** Episode counters for events already handed to the store (written after them, in order). */
-  #episodeUpdates = new Map<string, EpisodeCounts>();
-  #writing: Promise<boolean> | undefined;
-  #lastSampleAt = Date.now();
-  #lastInsightLog = 0;
-  readonly #insightMetrics: { shed: Counter<string>; writeFailures: Counter<string> };
+  /** The node's insight: its sampling stage (each worker samples its own requests first), backlog and writes. */
+  readonly #insight: InsightIngest;
   #episodeCounts = new Map<string, { touchedAt: number; perWorker: Map<number, EpisodeCounts> }>();
   #reportQueue: Promise<void> = Promise.resolve();
   /** Reads and builds the node's threat feed off every serving loop; absent without sources. */
@@ -153,8 +123,6 @@ export class EdgeSupervisor {
     this.#rateTable = createRateTable(options.sharedCounterSlots ?? DEFAULT_SHARED_COUNTER_SLOTS);
     this.#floodTable = createFloodTable(options.sharedCounterSlots ?? DEFAULT_SHARED_COUNTER_SLOTS);
     this.#slots = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, reports: new Map() }));
-    this.#insightWrites = options.insightWrites ?? directInsightWrites(options.store.insightEvents);
-    this.#sampler = new InsightSampler({ wholePerWindow: options.insightWholeEventsPerMinute ?? 10, maxGroups: INSIGHT_SAMPLER_GROUPS });
     if ((options.threatFeeds ?? []).length > 0) {
       this.#threatFeed = new ThreatFeedHost({
         sources: options.threatFeeds ?? [],
@@ -188,27 +156,17 @@ export class EdgeSupervisor {
         ] as const
       ).map(([name, help, labelNames]) => [name, new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] })]),
     );
-    const registers = [options.metrics.registry];
-    const backlog = () => this.#backlog.length;
-    new Gauge({
-      name: 'tps_insight_backlog_events',
-      help: `Insight events waiting to be written to the store (at most ${INSIGHT_BACKLOG_LIMIT}; past it, WAF events are counted into sampled events).`,
-      registers,
-      collect() {
-        this.set(backlog());
-      },
+    this.#insight = new InsightIngest({
+      writes: options.insightWrites ?? directInsightWrites(options.store.insightEvents),
+      wholePerWindow: options.insightWholeEventsPerMinute ?? 10,
+      registry: options.metrics.registry,
+      count: (name, requests) => this.#counters.get(name)?.inc(requests),
+      logger: options.logger,
     });
-    this.#insightMetrics = {
-      shed: new Counter({
-        name: 'tps_insight_backlog_shed_total',
-        help: 'WAF events counted into a sampled event instead of kept whole because the backlog to the store was full.',
-        registers,
-      }),
-      writeFailures: new Counter({ name: 'tps_insight_write_failures_total', help: 'Insight writes to the store that failed (retried).', registers }),
-    };
     const feed = this.#threatFeed;
     if (feed !== undefined) {
       // Read at scrape time from the feed thread's last report: an operator alerts on a source that fails.
+      const registers = [options.metrics.registry];
       new Gauge({
         name: 'tps_edge_threat_feed_prefixes',
         help: 'Disjoint prefixes in the threat-feed set the workers use.',
@@ -247,7 +205,7 @@ export class EdgeSupervisor {
     this.#timers.push(
       setInterval(() => void this.#poll(), POLL_MS),
       setInterval(() => void this.#heartbeat(), HEARTBEAT_MS),
-      setInterval(() => void this.#flushInsight(), INSIGHT_FLUSH_MS),
+      setInterval(() => void this.#insight.flush(), INSIGHT_FLUSH_MS),
     );
   }
 
@@ -266,7 +224,7 @@ export class EdgeSupervisor {
         clearTimeout(timeout);
       }),
     );
-    await this.#drainInsight();
+    await this.#insight.drain();
     await this.#reportQueue;
     await this.#options.store.edgeStatus.leave(this.#options.nodeId).catch(() => {});
   }
@@ -345,10 +303,10 @@ export class EdgeSupervisor {
         slot.reports.delete(message.id);
         break;
       case 'insight':
-        this.#admitInsight(message.event);
+        this.#insight.admit(message.event);
         break;
       case 'insight-update':
-        this.#updateEpisode(message.eventId, this.#combineEpisodeCounts(slot.index, message.eventId, message.update));
+        this.#insight.updateEpisode(message.eventId, this.#combineEpisodeCounts(slot.index, message.eventId, message.update));
         break;
       case 'acme-lookup': {
         const lookup = this.#options.acmeChallenge ?? (async () => undefined);
@@ -459,111 +417,6 @@ export class EdgeSupervisor {
     }
   }
 
-  /** An event from a worker: kept whole (into the backlog) or counted into the node's sample of its group. */
-  #admitInsight(event: InsightEvent): void {
-    const outcome = this.#sampler.admit(event);
-    if (outcome === 'whole') {
-      this.#enqueueInsight(event);
-      return;
-    }
-    // A worker's sample was counted in the worker already (unless it is lost here).
-    const workerSample = event.type === 'WAF_EVENT' && event.requestCount !== undefined;
-    if (!workerSample) this.#countSampled(outcome);
-    else if (outcome === 'dropped') this.#countSampled(outcome, event.requestCount);
-  }
-
-  #countSampled(outcome: SamplerOutcome, requests = 1): void {
-    if (outcome === 'counted') this.#counters.get('tps_insight_sampled_requests_total')?.inc(requests);
-    else if (outcome === 'overflow') this.#counters.get('tps_insight_overflow_requests_total')?.inc(requests);
-    else if (outcome === 'dropped') this.#counters.get('tps_insight_dropped_requests_total')?.inc(requests);
-  }
-
-  /**
-   * Into the backlog, while it has room. Past it a WAF event is counted into its group's sample
-   * (the dashboards' numbers stay whole, memory does not grow); an APP_DDOS_ATTACK event (one per
-   * client and episode, bounded by the rate-limit table) may take a second backlog's worth.
-   */
-  #enqueueInsight(event: InsightEvent, front = false): void {
-    const room = event.type === 'WAF_EVENT' ? INSIGHT_BACKLOG_LIMIT : 2 * INSIGHT_BACKLOG_LIMIT;
-    if (this.#backlog.length >= room) {
-      if (event.type === 'WAF_EVENT') {
-        this.#insightMetrics.shed.inc();
-        const outcome = this.#sampler.count(event);
-        if (outcome === 'dropped') this.#countSampled(outcome, event.requestCount ?? 1);
-      } else {
-        this.#countSampled('dropped');
-      }
-      this.#logInsight({ backlog: this.#backlog.length }, 'insight backlog full: WAF events are counted into sampled events');
-      return;
-    }
-    if (front) this.#backlog.unshift(event);
-    else this.#backlog.push(event);
-    if (event.type === 'APP_DDOS_ATTACK') this.#backlogEpisodes.set(event.id, event);
-  }
-
-  /** Writes what waits, one batch at a time (never two writes at once: events keep their order). */
-  async #flushInsight(final = false): Promise<void> {
-    if (this.#writing) return;
-    const now = Date.now();
-    if (final || now - this.#lastSampleAt >= INSIGHT_SAMPLE_PERIOD_MS) {
-      this.#lastSampleAt = now;
-      const room = final ? Number.POSITIVE_INFINITY : INSIGHT_BACKLOG_LIMIT - this.#backlog.length;
-      for (const sample of this.#sampler.takeSamples(now, Math.max(0, room))) {
-        this.#backlog.push(sample);
-      }
-    }
-    if (this.#backlog.length === 0 && this.#episodeUpdates.size === 0) return;
-    const batch = this.#backlog.splice(0, INSIGHT_WRITE_BATCH);
-    for (const event of batch) if (event.type === 'APP_DDOS_ATTACK') this.#backlogEpisodes.delete(event.id);
-    const updates: EpisodeUpdate[] = [...this.#episodeUpdates].map(([eventId, update]) => ({ eventId, update }));
-    this.#episodeUpdates = new Map();
-    this.#writing = this.#writeInsight(batch, updates);
-    let written = false;
-    try {
-      written = await this.#writing;
-    } finally {
-      this.#writing = undefined;
-    }
-    // A flood's backlog goes out batch after batch, not one batch per tick.
-    if (written && !final && this.#backlog.length >= INSIGHT_WRITE_BATCH) setImmediate(() => void this.#flushInsight());
-  }
-
-  async #writeInsight(batch: InsightEvent[], updates: EpisodeUpdate[]): Promise<boolean> {
-    try {
-      await this.#insightWrites.write(batch, updates);
-      return true;
-    } catch (error) {
-      this.#insightMetrics.writeFailures.inc();
-      // Back to the front, in order; what no longer fits is counted into sampled events.
-      const written = error instanceof InsightWriteError ? error.written : 0;
-      const unwritten = batch.slice(written);
-      for (let index = unwritten.length - 1; index >= 0; index--) this.#enqueueInsight(unwritten[index]!, true);
-      for (const { eventId, update } of updates) {
-        if (!this.#episodeUpdates.has(eventId)) this.#episodeUpdates.set(eventId, update);
-      }
-      this.#logInsight({ err: error, events: unwritten.length }, 'insight events could not be stored; will retry');
-      return false;
-    }
-  }
-
-  /** Writes everything that waits (stopping): samples included, until done or the store fails. */
-  async #drainInsight(): Promise<void> {
-    await this.#writing;
-    for (let failures = 0; failures < 3; ) {
-      const before = this.#backlog.length;
-      await this.#flushInsight(true);
-      if (this.#backlog.length === 0 && this.#episodeUpdates.size === 0) return;
-      if (this.#backlog.length >= before) failures++;
-    }
-  }
-
-  #logInsight(details: object, message: string): void {
-    const now = Date.now();
-    if (now - this.#lastInsightLog < INSIGHT_LOG_EVERY_MS) return;
-    this.#lastInsightLog = now;
-    this.#options.logger.error(details, message);
-  }
-
   /**
    * Each worker counts the requests it refused in an episode; the event shows their sum. Episodes
    * are forgotten here some minutes after their last update (bounded memory).
@@ -588,17 +441,5 @@ export class EdgeSupervisor {
     };
   }
 
-  #updateEpisode(eventId: string, update: EpisodeCounts): void {
-    const waiting = this.#backlogEpisodes.get(eventId);
-    if (waiting) {
-      Object.assign(waiting.rateLimit, update);
-      return;
-    }
-    // Handed to the store already (or being written): the update follows it in the next write.
-    if (this.#episodeUpdates.size >= EPISODE_UPDATES_LIMIT && !this.#episodeUpdates.has(eventId)) {
-      this.#logInsight({ eventId }, 'too many rate-limit episode updates waiting for the store: this one is not written');
-      return;
-    }
-    this.#episodeUpdates.set(eventId, update);
-  }
+
 }
