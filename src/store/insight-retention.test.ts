@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { openStore, type Store } from './index.ts';
 import { enforceInsightRetention, tenantTargets, tenantUsage } from './insight-retention.ts';
+import { InsightEventRepository } from './insight-events.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 import { wafEvent, rateLimitEvent } from '../../test/support/events.ts';
 import type { InsightEvent } from '../insight/event.ts';
@@ -73,7 +74,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const old = eventsAt(tenantId, NOW - 40 * DAY, 30);
       const edge = eventsAt(tenantId, NOW - 29 * DAY, 10);
       const recent = eventsAt(tenantId, NOW - DAY, 20);
-      for (const batch of [old, edge, recent]) await store.insightEvents.append(batch);
+      // The recent ones as an edge node writes them: into its own row of insight_usage.
+      const node = new InsightEventRepository(store.db, { writer: 'node-x' });
+      for (const batch of [old, edge]) await store.insightEvents.append(batch);
+      await node.append(recent);
       const report = await enforceInsightRetention(store.db, { retentionDays: 30, maxBytes: 1024 ** 3, tenantSharePercent: 100 }, NOW);
       assert.equal(report.expired, 30);
       assert.equal(report.evicted, 0);
@@ -91,6 +95,8 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const recentRollups = await store.db.one<{ n: number }>('SELECT COUNT(*) AS n FROM insight_minutes WHERE tenant_id = ?', [tenantId]);
       assert.ok(Number(recentRollups!.n) > 0, 'the days kept keep their rollups');
       await assertUsageExact(store);
+      const writers = await store.db.all<{ writer: string }>('SELECT DISTINCT writer FROM insight_usage');
+      assert.deepEqual(writers.map((row) => row.writer), [''], "the nodes' rows are folded into one per tenant");
       // A day partition dropped is made again when an event of that day arrives.
       const late = eventsAt(tenantId, NOW - 40 * DAY, 1);
       store.insightEvents.forgetPartitions();

@@ -158,6 +158,12 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
         await storeOfTps.close();
       }
 
+      // The attribute is in the OpenAPI document, beside the spec's fields.
+      const openapi = (await (await fetch(`${tps.url}/openapi.json`)).json()) as { paths: Record<string, { get: { responses: Record<string, unknown> } }> };
+      const exported = JSON.stringify(openapi.paths[EVENTS].get.responses['200']);
+      assert.match(exported, /"requestCount":\{[^}]*"type":"integer"/);
+      assert.match(exported, /"supportId":/);
+
       const metrics = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
       const value = (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(metrics)?.[1] ?? NaN);
       assert.ok(value('tps_insight_sampled_requests_total') >= blocked - stored.length, metrics.split('\n').filter((line) => line.startsWith('tps_insight')).join('\n'));
