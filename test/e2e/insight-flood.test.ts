@@ -160,7 +160,7 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
 
       // The attribute is in the OpenAPI document, beside the spec's fields.
       const openapi = (await (await fetch(`${tps.url}/openapi.json`)).json()) as { paths: Record<string, { get: { responses: Record<string, unknown> } }> };
-      const exported = JSON.stringify(openapi.paths[EVENTS].get.responses['200']);
+      const exported = JSON.stringify(openapi.paths[EVENTS]!.get.responses['200']);
       assert.match(exported, /"requestCount":\{[^}]*"type":"integer"/);
       assert.match(exported, /"supportId":/);
 
