@@ -10,6 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import { openStore, type Store } from './index.ts';
 import { InsightWriter } from './insight-writer.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
@@ -83,6 +84,31 @@ for (const kind of ['sqlite', 'postgres'] as const) {
           order[name],
           `${name}'s events in the order it wrote them`,
         );
+      }
+    });
+
+    it('holds back events behind a write still running in this database, not in another one', { skip: kind !== 'postgres' }, async () => {
+      const tenantId = crypto.randomUUID();
+      const running = async (url: string) => {
+        const client = new pg.Client(url);
+        await client.connect();
+        await client.query('BEGIN');
+        await client.query('SELECT pg_current_xact_id()');
+        return client;
+      };
+      const elsewhere = await running(await freshPostgresDatabase());
+      const here = await running(databaseUrl!);
+      try {
+        const first = [wafEvent(tenantId, CONFIG), wafEvent(tenantId, CONFIG)];
+        // `here` began before these were written: a reader must not pass them until it ends.
+        await store.insightEvents.append(first);
+        assert.deepEqual(await store.insightEvents.page({ tenantId, size: 10 }), [], 'held back by the older transaction of this database');
+        await here.query('ROLLBACK');
+        assert.deepEqual(await store.insightEvents.page({ tenantId, size: 10 }), first, 'the transaction of another database holds nothing back');
+      } finally {
+        await here.end();
+        await elsewhere.query('ROLLBACK');
+        await elsewhere.end();
       }
     });
 

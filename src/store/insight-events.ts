@@ -17,8 +17,22 @@ const ROWS_PER_INSERT = 64;
  * How long an export page waits for writes still running on PostgreSQL before it answers with
  * the events of finished transactions only (the rest come with the next page).
  */
-const SETTLE_WAIT_MS = 1_000;
+const SETTLE_WAIT_MS = 2_000;
 const SETTLE_POLL_MS = 20;
+
+/**
+ * PostgreSQL: the oldest transaction still running that could be writing events (a CTE named
+ * `frontier`). The snapshot's running transactions, less those of backends connected to another
+ * database (a backend never writes another database's tables; xids are cluster-wide, and other
+ * databases' transactions would otherwise hold the export back). A transaction whose backend is
+ * not listed (finished since the snapshot, or not visible) counts: the frontier errs on the safe side.
+ */
+const SETTLED_FRONTIER = `WITH frontier AS (SELECT COALESCE(
+  (SELECT MIN(CAST(CAST(x AS TEXT) AS BIGINT)) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+   WHERE CAST(CAST(x AS TEXT) AS BIGINT) % 4294967296 NOT IN (
+     SELECT CAST(CAST(backend_xid AS TEXT) AS BIGINT) FROM pg_stat_activity
+     WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database())),
+  CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS TEXT) AS BIGINT)) AS xid)`;
 
 export class InsightEventRepository {
   readonly db: Db;
@@ -142,10 +156,10 @@ export class InsightEventRepository {
    *
    * SQLite: seq order (one writer at a time draws and commits its numbers in order). PostgreSQL:
    * (xid, seq) order, returning only rows whose transaction is older than every transaction still
-   * running (the snapshot's xmin): a transaction that commits later always has a larger xid than
-   * every row already returned, so a reader paging by cursor sees every event exactly once. While
-   * older transactions run, the page waits for them (up to SETTLE_WAIT_MS), then answers the
-   * finished part.
+   * running in this database (SETTLED_FRONTIER; the snapshot's xmin, less other databases'): a
+   * transaction that commits later always has a larger xid than every row already returned, so a
+   * reader paging by cursor sees every event exactly once. While older transactions run, the page
+   * waits for them (up to SETTLE_WAIT_MS), then answers the finished part.
    */
   async page(query: { tenantId: string; type?: InsightEventType | undefined; after?: string | undefined; size: number }): Promise<InsightEvent[]> {
     const postgres = this.db.dialect === 'postgres';
@@ -172,8 +186,8 @@ export class InsightEventRepository {
     let upTo: { xid: number; seq: number } | undefined;
     for (;;) {
       const rows = await this.db.all<{ body: string; xid: number; seq: number; settled: boolean }>(
-        `SELECT body, xid, seq, xid < CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT) AS settled FROM insight_events
-         WHERE tenant_id = ?${typeClause} AND (xid, seq) > (?, ?)${upTo ? ' AND (xid, seq) <= (?, ?)' : ''} ORDER BY xid, seq LIMIT ?`,
+        `${SETTLED_FRONTIER} SELECT body, e.xid, seq, e.xid < frontier.xid AS settled FROM insight_events e, frontier
+         WHERE tenant_id = ?${typeClause} AND (e.xid, seq) > (?, ?)${upTo ? ' AND (e.xid, seq) <= (?, ?)' : ''} ORDER BY e.xid, seq LIMIT ?`,
         [query.tenantId, ...typeParam, after.xid, after.seq, ...(upTo ? [upTo.xid, upTo.seq] : []), query.size],
       );
       const unsettled = rows.findIndex((row) => !row.settled);
