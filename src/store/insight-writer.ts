@@ -29,7 +29,7 @@ export class InsightWriteError extends Error {
   }
 }
 
-/** Events per transaction: a transaction holds SQLite's write lock, which the API's writes wait for. */
+/** Events (or episode updates) per transaction: a transaction holds SQLite's write lock, which the API's writes wait for. */
 export const WRITE_CHUNK = 100;
 
 /** Writes in the calling thread (tests, tools): the same chunks and errors as the writer thread. */
@@ -44,7 +44,10 @@ export async function writeInChunks(repository: InsightEventRepository, events: 
       await repository.append(events.slice(written, written + WRITE_CHUNK));
     }
     written = events.length;
-    await repository.updateEpisodes(updates);
+    // Updates are idempotent (the latest counters): after a failure they are all sent again.
+    for (let offset = 0; offset < updates.length; offset += WRITE_CHUNK) {
+      await repository.updateEpisodes(updates.slice(offset, offset + WRITE_CHUNK));
+    }
   } catch (error) {
     throw new InsightWriteError((error as Error).message, Math.min(written, events.length));
   }
