@@ -25,6 +25,7 @@ import { OriginPolicy, type OriginPolicySettings } from '../edge/net/origin-poli
 import { OriginGuard } from '../edge/net/origin-guard.ts';
 import { createOriginResolver } from '../edge/net/origin-resolver.ts';
 import { originPolicySettings, ownHosts } from './own-listeners.ts';
+import { InsightWriter } from '../store/insight-writer.ts';
 
 export interface RunningService {
   urls: PublicUrls;
@@ -32,6 +33,8 @@ export interface RunningService {
   metricsUrl: string;
   store: Store;
   edge: EdgeSupervisor | undefined;
+  /** Writes the edge's insight events and runs their retention, on a thread of its own. */
+  insightWriter: InsightWriter;
   close(): Promise<void>;
 }
 
@@ -105,7 +108,9 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     maxBytes: settings.crlMaxBytes,
     registry: metrics.registry,
   });
-  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings) : undefined;
+  // Retention runs on every node, with or without an edge: events may come from other nodes.
+  const insightWriter = await startInsightWriter(settings, metrics, app.log);
+  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings, insightWriter) : undefined;
   // Orders resumed at start (PENDING across a restart) validate against this node's proxies: let
   // them listen first (bounded: a proxy that cannot bind must not hold the certificates back).
   if (acme && edge && !(await edge.whenApplied(15_000))) app.log.warn({}, 'edge workers not ready after 15 s; starting the ACME service anyway');
@@ -123,9 +128,11 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     metricsUrl: operators.url,
     store,
     edge,
+    insightWriter,
     close: async () => {
       await operators.close();
       await edge?.stop();
+      await insightWriter.close();
       await acme?.stop();
       await crl.stop();
       await app.close();
@@ -142,19 +149,36 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   await upgradeSealedSecrets(store, secrets, logger);
   const metrics = createMetrics();
   const hosts = await ownHosts(settings);
+  const insightWriter = await startInsightWriter(settings, metrics, logger);
   const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
   // This node runs no API; TPS_API_LISTEN names where the cluster's API listens, refused as an origin too.
   const policySettings = originPolicySettings(settings, hosts, [settings.apiListen, operators.address]);
-  const edge = await startEdge(settings, store, secrets, metrics, logger, policySettings);
+  const edge = await startEdge(settings, store, secrets, metrics, logger, policySettings, insightWriter);
   logger.info({ nodeId: settings.nodeId, metricsUrl: operators.url, store: store.db.dialect }, 'tps edge ready');
   return {
     metricsUrl: operators.url,
     close: async () => {
       await operators.close();
       await edge.stop();
+      await insightWriter.close();
       await store.close();
     },
   };
+}
+
+function startInsightWriter(settings: Settings, metrics: Metrics, logger: EdgeLogger): Promise<InsightWriter> {
+  return InsightWriter.start({
+    dataDir: settings.dataDir,
+    databaseUrl: settings.databaseUrl,
+    writer: settings.nodeId,
+    limits: {
+      retentionDays: settings.insightRetentionDays,
+      maxBytes: settings.insightMaxBytes,
+      tenantSharePercent: settings.insightTenantSharePercent,
+    },
+    registry: metrics.registry,
+    logger,
+  });
 }
 
 export async function startEdge(
@@ -164,6 +188,7 @@ export async function startEdge(
   metrics: Metrics,
   logger: EdgeLogger,
   originPolicy: OriginPolicySettings,
+  insightWriter: InsightWriter,
 ): Promise<EdgeSupervisor> {
   const challenges = new AcmeChallengeResponder(store.acmeChallenges);
   const edge = new EdgeSupervisor({
@@ -197,6 +222,8 @@ export async function startEdge(
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),
     acmeChallenge: challenges.challengeResponse,
     acmeTlsAlpn: challenges.alpnChallengeCertificate,
+    insightWrites: insightWriter,
+    insightWholeEventsPerMinute: settings.insightWholeEventsPerMinute,
   });
   await edge.start();
   return edge;

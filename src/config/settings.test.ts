@@ -207,3 +207,28 @@ describe('settings: hostile traffic bounds', () => {
     assert.throws(() => load({ TPS_RATE_LIMIT_CLIENTS_PER_PROXY: '10' }), /TPS_RATE_LIMIT_CLIENTS_PER_PROXY: must be an integer from 64/);
   });
 });
+
+describe('settings: insight under a flood', () => {
+  it('keeps 30 days, 1 GiB, half of it per tenant and 10 whole events per group and minute by default', () => {
+    const settings = load({});
+    assert.equal(settings.insightRetentionDays, 30);
+    assert.equal(settings.insightMaxBytes, 1024 ** 3);
+    assert.equal(settings.insightTenantSharePercent, 50);
+    assert.equal(settings.insightWholeEventsPerMinute, 10);
+  });
+
+  it('reads bytes plain or with a k, m or g suffix', () => {
+    assert.equal(load({ TPS_INSIGHT_MAX_BYTES: '5000000' }).insightMaxBytes, 5_000_000);
+    assert.equal(load({ TPS_INSIGHT_MAX_BYTES: '512m' }).insightMaxBytes, 512 * 1024 ** 2);
+    assert.equal(load({ TPS_INSIGHT_MAX_BYTES: '20G' }).insightMaxBytes, 20 * 1024 ** 3);
+    assert.equal(load({ TPS_INSIGHT_MAX_BYTES: '2048k' }).insightMaxBytes, 2 * 1024 ** 2);
+  });
+
+  it('stops at start on a bad value, naming the variable', () => {
+    assert.throws(() => load({ TPS_INSIGHT_RETENTION_DAYS: '0' }), /TPS_INSIGHT_RETENTION_DAYS: must be an integer from 1/);
+    assert.throws(() => load({ TPS_INSIGHT_MAX_BYTES: '1.5g' }), /TPS_INSIGHT_MAX_BYTES: must be a number of bytes/);
+    assert.throws(() => load({ TPS_INSIGHT_MAX_BYTES: '100' }), /TPS_INSIGHT_MAX_BYTES: .*at least 1048576/);
+    assert.throws(() => load({ TPS_INSIGHT_TENANT_SHARE_PERCENT: '101' }), /TPS_INSIGHT_TENANT_SHARE_PERCENT: must be an integer from 1 to 100/);
+    assert.throws(() => load({ TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE: 'all' }), /TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE: must be an integer/);
+  });
+});

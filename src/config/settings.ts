@@ -117,6 +117,14 @@ export interface Settings {
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
   apiUnauthenticatedRateLimitPerMinute: number;
+  /** Insight events of days older than this are removed. */
+  insightRetentionDays: number;
+  /** Estimated bytes all stored insight events may hold; past it the oldest go first. */
+  insightMaxBytes: number;
+  /** The most one tenant's events may hold, in percent of insightMaxBytes. */
+  insightTenantSharePercent: number;
+  /** WAF events kept whole per proxy, source, matched rule set and minute; the rest are counted into sampled events. */
+  insightWholeEventsPerMinute: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -174,6 +182,10 @@ const ENV: Record<keyof Settings, string> = {
   crlFetchTimeoutSeconds: 'TPS_CRL_FETCH_TIMEOUT_SECONDS',
   originAllowedNetworks: 'TPS_ORIGIN_ALLOWED_NETWORKS',
   originResolver: 'TPS_ORIGIN_RESOLVER',
+  insightRetentionDays: 'TPS_INSIGHT_RETENTION_DAYS',
+  insightMaxBytes: 'TPS_INSIGHT_MAX_BYTES',
+  insightTenantSharePercent: 'TPS_INSIGHT_TENANT_SHARE_PERCENT',
+  insightWholeEventsPerMinute: 'TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -270,6 +282,15 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   if (invalidServers.length > 0) {
     fail('originResolver', `must be a comma list of DNS servers as ip, ip:port or [ipv6]:port, "${invalidServers.join('", "')}" is not`);
   }
+  // Bytes, or KiB / MiB / GiB with a k, m or g suffix ("512m").
+  const bytes = (key: keyof Settings, fallback: number, min: number): number => {
+    const value = raw(key);
+    if (value === undefined) return fallback;
+    const match = /^(\d+)\s*([kmg])?$/i.exec(value.trim());
+    const n = match ? Number(match[1]) * 1024 ** ' kmg'.indexOf((match[2] ?? ' ').toLowerCase()) : NaN;
+    if (!Number.isSafeInteger(n) || n < min) fail(key, `must be a number of bytes of at least ${min} (k, m or g suffix for KiB, MiB, GiB), got "${value}"`);
+    return n;
+  };
 
   const databaseUrl = raw('databaseUrl');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
@@ -365,6 +386,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     crlFetchTimeoutSeconds: integer('crlFetchTimeoutSeconds', 10, 1, 300),
     originAllowedNetworks,
     originResolver,
+    insightRetentionDays: integer('insightRetentionDays', 30, 1, 3650),
+    insightMaxBytes: bytes('insightMaxBytes', 1024 ** 3, 1024 ** 2),
+    insightTenantSharePercent: integer('insightTenantSharePercent', 50, 1, 100),
+    insightWholeEventsPerMinute: integer('insightWholeEventsPerMinute', 10, 1, 1_000_000),
   };
 }
 

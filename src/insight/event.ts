@@ -48,6 +48,12 @@ export interface WafEvent extends InsightEventBase {
   type: 'WAF_EVENT';
   action: 'BLOCKED' | 'LOGGED';
   rules: MatchedRule[];
+  /**
+   * How many requests this event stands for; absent means 1. Under a flood only the first events of
+   * each proxy, source and matched rule set in a minute are kept whole: the requests after them are
+   * counted into a sampled event, one of those requests, carrying their number (src/insight/sampler.ts).
+   */
+  requestCount?: number;
 }
 
 /** The rate limiter started blocking a client: one event per client and episode, never per request. */

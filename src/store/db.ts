@@ -41,8 +41,9 @@ export function sqliteFile(dataDir: string): string {
   return path.join(dataDir, 'tps.sqlite');
 }
 
-export async function openDb(options: { databaseUrl?: string | undefined; dataDir: string }): Promise<Db> {
-  if (options.databaseUrl) return openPostgres(options.databaseUrl);
+
+export async function openDb(options: { databaseUrl?: string | undefined; dataDir: string; poolSize?: number }): Promise<Db> {
+  if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 10);
   fs.mkdirSync(options.dataDir, { recursive: true });
   return openSqlite(sqliteFile(options.dataDir));
 }
@@ -157,8 +158,8 @@ function postgresQueryable(client: pg.Pool | pg.PoolClient): Queryable {
   };
 }
 
-async function openPostgres(url: string): Promise<Db> {
-  const pool = new pg.Pool({ connectionString: url, max: 10 });
+async function openPostgres(url: string, poolSize: number): Promise<Db> {
+  const pool = new pg.Pool({ connectionString: url, max: poolSize });
   // A broken idle connection must not crash the process; the pool replaces it.
   pool.on('error', () => {});
   await pool.query('SELECT 1');

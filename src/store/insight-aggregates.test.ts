@@ -10,6 +10,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openStore, type Store } from './index.ts';
+import { openDb } from './db.ts';
+import { migrate } from './migrations.ts';
 import { dashboardRange, type InsightFilter, type TopDimension } from './insight-aggregates.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 import { wafEvent, rateLimitEvent } from '../../test/support/events.ts';
@@ -166,40 +168,46 @@ for (const kind of ['sqlite', 'postgres'] as const) {
   });
 }
 
-for (const kind of ['sqlite', 'postgres'] as const) describe(`migration 2 backfills events stored before it (${kind})`, () => {
-  it('builds rule rows and rollups from existing events', async () => {
-    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-agg-'));
-    const databaseUrl = kind === 'postgres' ? await freshPostgresDatabase() : undefined;
+for (const kind of ['sqlite', 'postgres'] as const) describe(`migrations backfill events stored before them (${kind})`, () => {
+  it('builds rule rows, rollups, sizes and (PostgreSQL) day partitions from existing events, in their order', async () => {
+    const dirs = [fs.mkdtempSync(path.join(os.tmpdir(), 'tps-agg-')), fs.mkdtempSync(path.join(os.tmpdir(), 'tps-agg-'))];
+    const urls = kind === 'postgres' ? [await freshPostgresDatabase(), await freshPostgresDatabase()] : [undefined, undefined];
     try {
       const tenantId = crypto.randomUUID();
       const configId = crypto.randomUUID();
       const start = Math.floor(Date.UTC(2026, 0, 5, 9, 17, 23) / 1000);
       const events = seedEvents(tenantId, [configId], start, 200);
-      let store = await openStore({ dataDir, databaseUrl });
-      await store.insightEvents.append(events);
-      const before = await store.insightAggregates.dashboard(
-        { tenantId, type: 'WAF_EVENT', from: start - HOUR, to: start + 61 * HOUR },
-        dashboardRange(start - HOUR, start + 61 * HOUR),
-        50,
-      );
-      // Forget the derived rows and migration 2, as on a store written before it existed.
-      for (const table of ['insight_event_rules', 'insight_minutes', 'insight_hourly_keys', 'insight_daily_keys', 'portal_login_failures', 'portal_sessions', 'portal_users']) {
-        await store.db.run(`DROP TABLE ${table}`);
+      // The reference: the same events appended by today's code.
+      const reference = await openStore({ dataDir: dirs[0]!, databaseUrl: urls[0] });
+      await reference.insightEvents.append(events);
+      // A store of the first schema, its events written as the code of that time did.
+      const old = await openDb({ dataDir: dirs[1]!, databaseUrl: urls[1] });
+      await migrate(old, { upTo: 1 });
+      for (const event of events) {
+        await old.run(
+          `INSERT INTO insight_events (id, tenant_id, config_id, type, action, occurred_at, source_ip, country_code, path, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          [event.id, event.tenantId, event.trafficConfigId, event.type, event.action, event.timestamp, event.source.ip, event.source.countryCode, event.request.path, JSON.stringify(event)],
+        );
       }
-      await store.db.run('DROP INDEX insight_events_time');
-      await store.db.run('DROP INDEX insight_events_config_time');
-      await store.db.run('DELETE FROM schema_migrations WHERE id = 2');
-      await store.close();
-      store = await openStore({ dataDir, databaseUrl });
-      const after = await store.insightAggregates.dashboard(
-        { tenantId, type: 'WAF_EVENT', from: start - HOUR, to: start + 61 * HOUR },
-        dashboardRange(start - HOUR, start + 61 * HOUR),
-        50,
+      await old.close();
+      const store = await openStore({ dataDir: dirs[1]!, databaseUrl: urls[1] });
+      const range = { tenantId, type: 'WAF_EVENT' as const, from: start - HOUR, to: start + 61 * HOUR };
+      assert.deepEqual(
+        await store.insightAggregates.dashboard(range, dashboardRange(range.from, range.to), 50),
+        await reference.insightAggregates.dashboard(range, dashboardRange(range.from, range.to), 50),
       );
-      assert.deepEqual(after, before);
+      assert.deepEqual(await store.insightEvents.page({ tenantId, size: 1000 }), events, 'every event, in its order');
+      const usage = async (s: Store) => (await s.db.one<{ events: number }>('SELECT SUM(events) AS events FROM insight_usage'))!.events;
+      assert.equal(Number(await usage(store)), 200);
+      assert.equal(Number(await usage(reference)), 200);
+      // New events go after the old ones.
+      const later = wafEvent(tenantId, configId);
+      await store.insightEvents.append([later]);
+      assert.deepEqual((await store.insightEvents.page({ tenantId, after: events.at(-1)!.id, size: 10 })).map((event) => event.id), [later.id]);
       await store.close();
+      await reference.close();
     } finally {
-      fs.rmSync(dataDir, { recursive: true, force: true });
+      for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -3,9 +3,13 @@
  * PostgreSQL, one SQL code path) so that a tenant with a million events gets its charts from a few
  * thousand rows, never from a scan of every event.
  *
+ * Every number counts requests: an event counts for the requests it stands for (`requestCount`,
+ * more than one for a sampled event under a flood, src/insight/sampler.ts), so the dashboards show
+ * every request blocked or logged, however few of them are stored whole.
+ *
  * Rollups are kept up to date by every append, in the same transaction as the events:
- * - insight_minutes: events per (tenant, proxy, type, action, minute): charts and totals;
- * - insight_hourly_keys and insight_daily_keys: events per (tenant, proxy, type, action, hour or
+ * - insight_minutes: requests per (tenant, proxy, type, action, minute): charts and totals;
+ * - insight_hourly_keys and insight_daily_keys: requests per (tenant, proxy, type, action, hour or
  *   day, dimension, key) for the dimensions source IP, country, path and WAF rule: the top lists.
  * A range is first aligned to whole minutes (and to the chart's step at its start). Top lists add
  * the whole days inside the range (daily rollup), the whole hours around them (hourly rollup) and
@@ -14,6 +18,8 @@
  */
 import type { Db, Queryable, SqlValue } from './db.ts';
 import type { InsightEvent, InsightEventType } from '../insight/event.ts';
+import { requestsOf } from '../insight/sampler.ts';
+import { dayOf, decodeEventBody } from './insight-body.ts';
 
 export type TopDimension = 'rule' | 'ip' | 'country' | 'path';
 
@@ -108,10 +114,11 @@ export async function recordInsightAggregates(tx: Queryable, appended: readonly 
   const minutes = new Map<string, SqlValue[]>();
   const keys = KEY_LEVELS.map(() => new Map<string, SqlValue[]>());
   const rules: SqlValue[][] = [];
+  let weight = 1;
   const count = (map: Map<string, SqlValue[]>, row: SqlValue[]) => {
     const id = JSON.stringify(row.slice(0, -1));
     const existing = map.get(id);
-    if (existing) existing[existing.length - 1] = Number(existing.at(-1)) + 1;
+    if (existing) existing[existing.length - 1] = Number(existing.at(-1)) + weight;
     else map.set(id, row);
   };
   for (const { seq, event } of appended) {
@@ -120,10 +127,11 @@ export async function recordInsightAggregates(tx: Queryable, appended: readonly 
     const seconds = Math.floor(millis / 1000);
     const configId = event.trafficConfigId ?? '';
     const base = [event.tenantId, configId, event.type, event.action];
-    count(minutes, [...base, Math.floor(seconds / 60) * 60, 1]);
+    weight = requestsOf(event);
+    count(minutes, [...base, Math.floor(seconds / 60) * 60, weight]);
     // The label (a rule's name) is written with the first event of the bucket and kept.
     const key = (dim: string, value: string, label: string | null = null) =>
-      KEY_LEVELS.forEach((level, index) => count(keys[index]!, [...base, Math.floor(seconds / level.seconds) * level.seconds, dim, value, label, 1]));
+      KEY_LEVELS.forEach((level, index) => count(keys[index]!, [...base, Math.floor(seconds / level.seconds) * level.seconds, dim, value, label, weight]));
     key('ip', event.source?.ip ?? '');
     key('country', event.source?.countryCode ?? '');
     key('path', pathKey(event.request?.path));
@@ -132,13 +140,13 @@ export async function recordInsightAggregates(tx: Queryable, appended: readonly 
     for (const rule of event.rules ?? []) {
       if (!Number.isInteger(rule.modSecId) || seen.has(rule.modSecId)) continue;
       seen.add(rule.modSecId);
-      rules.push([seq, event.tenantId, configId, event.action, event.timestamp, rule.modSecId, rule.name ?? '']);
+      rules.push([seq, event.tenantId, configId, event.action, event.timestamp, dayOf(event.timestamp), weight, rule.modSecId, rule.name ?? '']);
       key('rule', String(rule.modSecId), rule.name ?? '');
     }
   }
   await insertMany(
     tx,
-    'INSERT INTO insight_event_rules (event_seq, tenant_id, config_id, action, occurred_at, rule_id, rule_name) VALUES',
+    'INSERT INTO insight_event_rules (event_seq, tenant_id, config_id, action, occurred_at, occurred_day, requests, rule_id, rule_name) VALUES',
     '',
     rules,
   );
@@ -146,16 +154,24 @@ export async function recordInsightAggregates(tx: Queryable, appended: readonly 
     tx,
     'INSERT INTO insight_minutes (tenant_id, config_id, type, action, minute_s, events) VALUES',
     ' ON CONFLICT (tenant_id, type, minute_s, config_id, action) DO UPDATE SET events = insight_minutes.events + excluded.events',
-    [...minutes.values()],
+    sortedRows(minutes),
   );
   for (const [index, level] of KEY_LEVELS.entries()) {
     await insertMany(
       tx,
       `INSERT INTO ${level.table} (tenant_id, config_id, type, action, ${level.column}, dim, dim_key, label, events) VALUES`,
       ` ON CONFLICT (tenant_id, dim, type, ${level.column}, config_id, action, dim_key) DO UPDATE SET events = ${level.table}.events + excluded.events`,
-      [...keys[index]!.values()],
+      sortedRows(keys[index]!),
     );
   }
+}
+
+/**
+ * Rollup rows in the order of their keys: edge nodes appending at once update shared rollup rows
+ * in the same order, so they wait for one another but never deadlock.
+ */
+function sortedRows(map: Map<string, SqlValue[]>): SqlValue[][] {
+  return [...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, row]) => row);
 }
 
 /** Multi-row INSERTs of at most 64 rows each (so that few distinct statements are prepared). */
@@ -297,13 +313,13 @@ export class InsightAggregates {
     for (const [start, end] of raw) {
       if (dimension === 'rule') {
         parts.push(
-          `SELECT CAST(rule_id AS TEXT) AS k, rule_name AS l, CASE WHEN action = 'BLOCKED' THEN 1 ELSE 0 END AS b, 1 AS n
+          `SELECT CAST(rule_id AS TEXT) AS k, rule_name AS l, CASE WHEN action = 'BLOCKED' THEN requests ELSE 0 END AS b, requests AS n
            FROM insight_event_rules WHERE tenant_id = ? AND occurred_at >= ? AND occurred_at < ?${config}`,
         );
         params.push(filter.tenantId, start, end, ...configParam);
       } else {
         parts.push(
-          `SELECT ${RAW_KEY[dimension]} AS k, NULL AS l, CASE WHEN action = 'BLOCKED' THEN 1 ELSE 0 END AS b, 1 AS n
+          `SELECT ${RAW_KEY[dimension]} AS k, NULL AS l, CASE WHEN action = 'BLOCKED' THEN requests ELSE 0 END AS b, requests AS n
            FROM insight_events WHERE tenant_id = ? AND type = ? AND occurred_at >= ? AND occurred_at < ?${config}`,
         );
         params.push(filter.tenantId, filter.type, start, end, ...configParam);
@@ -341,7 +357,7 @@ export class InsightAggregates {
     const page = rows.slice(0, query.size);
     const last = page.at(-1);
     return {
-      events: page.map((row) => JSON.parse(row.body) as InsightEvent),
+      events: page.map((row) => decodeEventBody(row.body)),
       next: rows.length > query.size && last ? encodeCursor(last.occurred_at, Number(last.seq)) : null,
     };
   }
@@ -349,7 +365,7 @@ export class InsightAggregates {
   /** One event of the tenant. */
   async event(tenantId: string, id: string): Promise<InsightEvent | undefined> {
     const row = await this.db.one<{ body: string }>('SELECT body FROM insight_events WHERE id = ? AND tenant_id = ?', [id, tenantId]);
-    return row && (JSON.parse(row.body) as InsightEvent);
+    return row && decodeEventBody(row.body);
   }
 }
 

@@ -340,7 +340,132 @@ const MIGRATIONS: Migration[] = [
       `ALTER TABLE traffic_configs ADD COLUMN binding_since TEXT`,
     ],
   },
+  {
+    id: 6,
+    name: 'insight under a flood: weights, sizes, partitions, several writers',
+    statements: (dialect) => (dialect === 'postgres' ? insightPartitionsPostgres() : insightBoundsSqlite()),
+  },
 ];
+
+/**
+ * The estimated size of an event written before migration 4: its JSON, plus bytes per row and per
+ * rule row (EVENT_ROW_OVERHEAD_BYTES, RULE_ROW_BYTES of insight-body.ts when it was written).
+ */
+const EVENT_ROW_OVERHEAD_BYTES = 700;
+const RULE_ROW_BYTES = 400;
+
+/** Days since 1970-01-01 (UTC) of an ISO 8601 column, in SQL (the events' partition key). */
+const daySql = (dialect: Dialect, column: string) =>
+  dialect === 'sqlite'
+    ? `(CAST(strftime('%s', ${column}) AS INTEGER) / 86400)`
+    : `CAST(FLOOR(EXTRACT(EPOCH FROM CAST(${column} AS TIMESTAMPTZ)) / 86400) AS INTEGER)`;
+
+/**
+ * Bytes each tenant's events hold, per writer (an edge node adds to its own row, so several nodes
+ * never wait on one another's counter; the retention work folds the rows together).
+ */
+const usageTable = `CREATE TABLE insight_usage (
+  tenant_id TEXT NOT NULL,
+  writer TEXT NOT NULL,
+  events BIGINT NOT NULL,
+  bytes BIGINT NOT NULL,
+  PRIMARY KEY (tenant_id, writer))`;
+const usageBackfill = `INSERT INTO insight_usage (tenant_id, writer, events, bytes)
+  SELECT tenant_id, '', COUNT(*), SUM(stored_bytes) FROM insight_events GROUP BY tenant_id`;
+
+/** SQLite: one writer at a time, so seq is the arrival order as it is; events gain a weight and a size. */
+function insightBoundsSqlite(): string[] {
+  return [
+    `ALTER TABLE insight_events ADD COLUMN requests INTEGER NOT NULL DEFAULT 1`,
+    `ALTER TABLE insight_events ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0`,
+    `ALTER TABLE insight_events ADD COLUMN occurred_day INTEGER NOT NULL DEFAULT 0`,
+    `ALTER TABLE insight_event_rules ADD COLUMN requests INTEGER NOT NULL DEFAULT 1`,
+    `ALTER TABLE insight_event_rules ADD COLUMN occurred_day INTEGER NOT NULL DEFAULT 0`,
+    `UPDATE insight_events SET occurred_day = ${daySql('sqlite', 'occurred_at')},
+       stored_bytes = LENGTH(CAST(body AS BLOB)) + ${EVENT_ROW_OVERHEAD_BYTES}
+         + ${RULE_ROW_BYTES} * (SELECT COUNT(*) FROM insight_event_rules r WHERE r.event_seq = insight_events.seq)`,
+    `UPDATE insight_event_rules SET occurred_day = ${daySql('sqlite', 'occurred_at')}`,
+    // Retention by age across tenants.
+    `CREATE INDEX insight_events_day ON insight_events (occurred_day)`,
+    usageTable,
+    usageBackfill,
+  ];
+}
+
+/**
+ * PostgreSQL: events and their rule rows partitioned by day (retention drops whole partitions), and
+ * each row records the transaction that wrote it (xid), so several edge nodes append at once
+ * without a lock: readers return rows of finished transactions only, in (xid, seq) order
+ * (insight-events.ts). The rows before this migration are copied over in their order.
+ */
+function insightPartitionsPostgres(): string[] {
+  return [
+    `CREATE SEQUENCE insight_event_seq`,
+    `SELECT setval('insight_event_seq', COALESCE((SELECT MAX(seq) FROM insight_events), 0) + 1, false)`,
+    `ALTER TABLE insight_events RENAME TO insight_events_unpartitioned`,
+    `ALTER TABLE insight_event_rules RENAME TO insight_event_rules_unpartitioned`,
+    `CREATE TABLE insight_events (
+      seq BIGINT NOT NULL DEFAULT nextval('insight_event_seq'),
+      xid BIGINT NOT NULL DEFAULT CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT),
+      id TEXT NOT NULL,
+      tenant_id TEXT NOT NULL,
+      config_id TEXT,
+      type TEXT NOT NULL,
+      action TEXT NOT NULL,
+      occurred_at TEXT NOT NULL,
+      occurred_day INTEGER NOT NULL,
+      source_ip TEXT,
+      country_code TEXT,
+      path TEXT,
+      requests INTEGER NOT NULL DEFAULT 1,
+      stored_bytes INTEGER NOT NULL,
+      body TEXT NOT NULL) PARTITION BY RANGE (occurred_day)`,
+    `CREATE TABLE insight_event_rules (
+      event_seq BIGINT NOT NULL,
+      tenant_id TEXT NOT NULL,
+      config_id TEXT,
+      action TEXT NOT NULL,
+      occurred_at TEXT NOT NULL,
+      occurred_day INTEGER NOT NULL,
+      requests INTEGER NOT NULL DEFAULT 1,
+      rule_id INTEGER NOT NULL,
+      rule_name TEXT NOT NULL,
+      PRIMARY KEY (event_seq, rule_id, occurred_day)) PARTITION BY RANGE (occurred_day)`,
+    `DO $$
+     DECLARE day INTEGER;
+     BEGIN
+       FOR day IN SELECT DISTINCT ${daySql('postgres', 'occurred_at')} FROM insight_events_unpartitioned LOOP
+         EXECUTE format('CREATE TABLE insight_events_d%s PARTITION OF insight_events FOR VALUES FROM (%s) TO (%s)', day, day, day + 1);
+         EXECUTE format('CREATE TABLE insight_event_rules_d%s PARTITION OF insight_event_rules FOR VALUES FROM (%s) TO (%s)', day, day, day + 1);
+       END LOOP;
+     END $$`,
+    `INSERT INTO insight_events (seq, id, tenant_id, config_id, type, action, occurred_at, occurred_day, source_ip, country_code, path, stored_bytes, body)
+     SELECT e.seq, e.id, e.tenant_id, e.config_id, e.type, e.action, e.occurred_at, ${daySql('postgres', 'e.occurred_at')}, e.source_ip,
+            e.country_code, e.path,
+            OCTET_LENGTH(e.body) + ${EVENT_ROW_OVERHEAD_BYTES}
+              + ${RULE_ROW_BYTES} * (SELECT COUNT(*) FROM insight_event_rules_unpartitioned r WHERE r.event_seq = e.seq),
+            e.body
+     FROM insight_events_unpartitioned e ORDER BY e.seq`,
+    `INSERT INTO insight_event_rules (event_seq, tenant_id, config_id, action, occurred_at, occurred_day, rule_id, rule_name)
+     SELECT r.event_seq, r.tenant_id, r.config_id, r.action, r.occurred_at, ${daySql('postgres', 'r.occurred_at')}, r.rule_id, r.rule_name
+     FROM insight_event_rules_unpartitioned r`,
+    `DROP TABLE insight_event_rules_unpartitioned`,
+    `DROP TABLE insight_events_unpartitioned`,
+    // The export: a tenant's events in (xid, seq) order, all types or one.
+    `CREATE INDEX insight_events_tenant_xid ON insight_events (tenant_id, xid, seq)`,
+    `CREATE INDEX insight_events_tenant_type_xid ON insight_events (tenant_id, type, xid, seq)`,
+    // A cursor's event, an episode update; eviction, oldest first.
+    `CREATE INDEX insight_events_id ON insight_events (id)`,
+    `CREATE INDEX insight_events_tenant_seq ON insight_events (tenant_id, seq)`,
+    // Dashboards, as before.
+    `CREATE INDEX insight_events_time ON insight_events (tenant_id, type, occurred_at, seq)`,
+    `CREATE INDEX insight_events_config_time ON insight_events (tenant_id, config_id, type, occurred_at, seq)`,
+    `CREATE INDEX insight_event_rules_time ON insight_event_rules (tenant_id, occurred_at)`,
+    `CREATE INDEX insight_event_rules_rule ON insight_event_rules (tenant_id, rule_id, occurred_at)`,
+    usageTable,
+    usageBackfill,
+  ];
+}
 
 export const LATEST_MIGRATION = MIGRATIONS.at(-1)!.id;
 
@@ -354,7 +479,8 @@ export async function schemaVersion(db: Queryable): Promise<number> {
   return Number(row?.version ?? 0);
 }
 
-export async function migrate(db: Db): Promise<void> {
+/** Brings the schema up to date (`upTo`: only up to that migration, for tests of stores written before the rest). */
+export async function migrate(db: Db, options: { upTo?: number } = {}): Promise<void> {
   await db.transaction(async (tx) => {
     if (tx.dialect === 'postgres') {
       // Several nodes may start at once: one migrates, the others wait here and then find it done.
@@ -365,7 +491,7 @@ export async function migrate(db: Db): Promise<void> {
     );
     const applied = new Set((await tx.all<{ id: number }>('SELECT id FROM schema_migrations')).map((row) => Number(row.id)));
     for (const migration of MIGRATIONS) {
-      if (applied.has(migration.id)) continue;
+      if (applied.has(migration.id) || migration.id > (options.upTo ?? Number.POSITIVE_INFINITY)) continue;
       await applyMigration(tx, migration);
     }
   });

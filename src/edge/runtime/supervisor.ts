@@ -17,7 +17,8 @@ import { Counter, Gauge } from 'prom-client';
 import type { Store } from '../../store/index.ts';
 import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
-import type { InsightEvent } from '../../insight/event.ts';
+import { directInsightWrites, type InsightWrites } from '../../store/insight-writer.ts';
+import { InsightIngest, type EpisodeCounts } from './insight-ingest.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
@@ -34,11 +35,6 @@ const INSIGHT_FLUSH_MS = 200;
 const RESTART_DELAY_MS = 200;
 const EPISODE_MEMORY_MS = 10 * 60_000;
 
-interface EpisodeCounts {
-  lastBlockedAt: string;
-  blockedRequests: number;
-  blockedUntil: string;
-}
 /**
  * Sources each proxy tracks for its connection caps (x 48 bytes: 384 KiB a proxy). Past it, the
  * least recently used source is recycled; the proxy's total stays exact.
@@ -94,6 +90,10 @@ export interface EdgeOptions {
   acmeChallenge?: (token: string, host: string, tenantId: string) => Promise<string | undefined>;
   /** The TLS-ALPN-01 challenge certificate of a name, when `tenantId` (the proxy's tenant) has an order pending for it. */
   acmeTlsAlpn?: (servername: string, tenantId: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
+  /** Where insight events are written (the insight writer thread); default: the store, from this thread. */
+  insightWrites?: InsightWrites;
+  /** WAF events kept whole per proxy, source, matched rule set and minute (TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE). */
+  insightWholeEventsPerMinute?: number;
 }
 
 interface WorkerSlot {
@@ -127,9 +127,8 @@ export class EdgeSupervisor {
   #timers: NodeJS.Timeout[] = [];
   #stopping = false;
   #reloading: Promise<void> | undefined;
-  #insightBuffer: InsightEvent[] = [];
-  /** Batches taken from the buffer and not yet stored (an episode update waits for its event's). */
-  readonly #appending = new Set<{ batch: InsightEvent[]; done: Promise<void> }>();
+  /** The node's insight: its sampling stage (each worker samples its own requests first), backlog and writes. */
+  readonly #insight: InsightIngest;
   #episodeCounts = new Map<string, { touchedAt: number; perWorker: Map<number, EpisodeCounts> }>();
   #reportQueue: Promise<void> = Promise.resolve();
   /** Reads and builds the node's threat feed off every serving loop; absent without sources. */
@@ -169,9 +168,27 @@ export class EdgeSupervisor {
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
           ['tps_edge_origin_refused_total', 'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.', ['proxy', 'reason']],
           ['tps_edge_http_requests_total', 'HTTP requests by status and by the phase that answered.', ['proxy', 'status', 'answered_by']],
+          [
+            'tps_insight_sampled_requests_total',
+            'WAF requests counted into a sampled event (their number is in its requestCount) instead of stored as events of their own.',
+            [],
+          ],
+          [
+            'tps_insight_overflow_requests_total',
+            "WAF requests counted into a proxy-wide sampled event because the sampler's groups (source, rule set) were full: their source and rules are not kept.",
+            [],
+          ],
+          ['tps_insight_dropped_requests_total', 'WAF requests neither stored nor counted: the sampler had no room at all (a long store outage).', []],
         ] as const
       ).map(([name, help, labelNames]) => [name, new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] })]),
     );
+    this.#insight = new InsightIngest({
+      writes: options.insightWrites ?? directInsightWrites(options.store.insightEvents),
+      wholePerWindow: options.insightWholeEventsPerMinute ?? 10,
+      registry: options.metrics.registry,
+      count: (name, requests) => this.#counters.get(name)?.inc(requests),
+      logger: options.logger,
+    });
     const feed = this.#threatFeed;
     if (feed !== undefined) {
       // Read at scrape time from the feed thread's last report: an operator alerts on a source that fails.
@@ -214,7 +231,7 @@ export class EdgeSupervisor {
     this.#timers.push(
       setInterval(() => void this.#poll(), POLL_MS),
       setInterval(() => void this.#heartbeat(), HEARTBEAT_MS),
-      setInterval(() => void this.#flushInsight(), INSIGHT_FLUSH_MS),
+      setInterval(() => void this.#insight.flush(), INSIGHT_FLUSH_MS),
     );
   }
 
@@ -233,7 +250,7 @@ export class EdgeSupervisor {
         clearTimeout(timeout);
       }),
     );
-    await this.#flushInsight();
+    await this.#insight.drain();
     await this.#reportQueue;
     await this.#options.store.edgeStatus.leave(this.#options.nodeId).catch(() => {});
   }
@@ -299,6 +316,7 @@ export class EdgeSupervisor {
       redisUrl: o.redisUrl,
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
       origins: o.origins,
+      insightWholeEventsPerMinute: o.insightWholeEventsPerMinute ?? 10,
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;
@@ -330,10 +348,10 @@ export class EdgeSupervisor {
         slot.reports.delete(message.id);
         break;
       case 'insight':
-        this.#insightBuffer.push(message.event);
+        this.#insight.admit(message.event);
         break;
       case 'insight-update':
-        void this.#updateEpisode(message.eventId, this.#combineEpisodeCounts(slot.index, message.eventId, message.update));
+        this.#insight.updateEpisode(message.eventId, this.#combineEpisodeCounts(slot.index, message.eventId, message.update));
         break;
       case 'acme-lookup': {
         const lookup = this.#options.acmeChallenge ?? (async () => undefined);
@@ -464,29 +482,6 @@ export class EdgeSupervisor {
     }
   }
 
-  async #flushInsight(): Promise<void> {
-    if (this.#insightBuffer.length === 0) return;
-    const batch = this.#insightBuffer;
-    this.#insightBuffer = [];
-    const appending = { batch, done: this.#append(batch) };
-    this.#appending.add(appending);
-    try {
-      await appending.done;
-    } finally {
-      this.#appending.delete(appending);
-    }
-  }
-
-  async #append(batch: InsightEvent[]): Promise<void> {
-    try {
-      await this.#options.store.insightEvents.append(batch);
-    } catch (error) {
-      // Put them back: a store outage must not lose events (bounded, so a long outage cannot exhaust memory).
-      this.#insightBuffer = [...batch, ...this.#insightBuffer].slice(-100_000);
-      this.#options.logger.error({ err: error, events: batch.length }, 'insight events could not be stored; will retry');
-    }
-  }
-
   /**
    * Each worker counts the requests it refused in an episode; the event shows their sum. Episodes
    * are forgotten here some minutes after their last update (bounded memory).
@@ -511,28 +506,7 @@ export class EdgeSupervisor {
     };
   }
 
-  async #updateEpisode(eventId: string, update: EpisodeCounts): Promise<void> {
-    for (;;) {
-      const buffered = this.#insightBuffer.find((event) => event.id === eventId);
-      if (buffered?.type === 'APP_DDOS_ATTACK') {
-        Object.assign(buffered.rateLimit, update);
-        return;
-      }
-      // while its batch is being stored the event is neither buffered nor stored yet: wait for the
-      // append, which either stores it or puts it back in the buffer (else this update is lost)
-      const appending = [...this.#appending].find((a) => a.batch.some((event) => event.id === eventId));
-      if (appending === undefined) break;
-      await appending.done;
-    }
-    try {
-      const stored = await this.#options.store.insightEvents.get(eventId);
-      if (stored?.type !== 'APP_DDOS_ATTACK') return;
-      Object.assign(stored.rateLimit, update);
-      await this.#options.store.insightEvents.update(stored);
-    } catch (error) {
-      this.#options.logger.error({ err: error }, 'rate-limit episode could not be updated');
-    }
-  }
+
 }
 
 /** The periods (ms) of an HTTP proxy's rate-limit thresholds, in order; undefined without rate limiting. */

@@ -12,6 +12,7 @@ import { ThreatFeed } from '../l4/threat-feed.ts';
 import { HttpProxy, type HttpProxyDeps } from '../http/http-proxy.ts';
 import { sharedGeoLookup } from '../geo/geo-lookup.ts';
 import type { InsightSink } from '../../insight/event.ts';
+import { InsightSampler } from '../../insight/sampler.ts';
 import { SharedTable } from '../shared-counters/shared-table.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { FloodLimitSettings } from '../l4/flood-limits.ts';
@@ -63,6 +64,8 @@ export interface WorkerSettings {
   clientAddress: ClientAddressSettings;
   /** Where proxies may connect (origin-policy.ts), and the DNS servers that resolve origin names (empty: the system's). */
   origins: { policy: OriginPolicySettings; resolverServers: string[] };
+  /** WAF events kept whole per proxy, source, matched rule set and minute (the rest: counted into samples). */
+  insightWholeEventsPerMinute: number;
 }
 
 interface Running {
@@ -73,6 +76,10 @@ interface Running {
 
 const RETRY_FAILED_MS = 5_000;
 const COUNTER_FLUSH_MS = 1_000;
+/** How often this worker's sampled events go to the supervisor (which samples the node's workers together). */
+const INSIGHT_SAMPLE_MS = 1_000;
+/** Groups (proxy, source, rule set) this worker's sampler tracks at once. */
+const INSIGHT_SAMPLER_GROUPS = 4_096;
 
 const port = parentPort!;
 const settings = workerData as WorkerSettings;
@@ -93,11 +100,12 @@ function count(name: EdgeCounterName, labels: Record<string, string>, value = 1)
   if (existing) existing.value += value;
   else counters.set(key, { name, labels, value });
 }
-setInterval(() => {
+function flushCounters(): void {
   if (counters.size === 0) return;
   send({ kind: 'counters', counters: [...counters.values()] });
   counters.clear();
-}, COUNTER_FLUSH_MS).unref();
+}
+setInterval(flushCounters, COUNTER_FLUSH_MS).unref();
 
 const l4Metrics: L4Metrics = {
   connectionAccepted: (proxy, protocol) => count('tps_edge_connections_total', { proxy, protocol }),
@@ -144,10 +152,22 @@ const originGuard = new OriginGuard(new OriginPolicy(settings.origins.policy), c
     'origin refused by the origin policy',
   );
 });
+// The first sampling stage: under a flood, one message a second per group instead of one per request.
+const insightSampler = new InsightSampler({ wholePerWindow: settings.insightWholeEventsPerMinute, maxGroups: INSIGHT_SAMPLER_GROUPS });
 const insight: InsightSink = {
-  record: (event) => send({ kind: 'insight', event }),
+  record: (event) => {
+    const outcome = insightSampler.admit(event);
+    if (outcome === 'whole') send({ kind: 'insight', event });
+    else if (outcome === 'counted') count('tps_insight_sampled_requests_total', {});
+    else if (outcome === 'overflow') count('tps_insight_overflow_requests_total', {});
+    else count('tps_insight_dropped_requests_total', {});
+  },
   updateRateLimitEpisode: (eventId, update) => send({ kind: 'insight-update', eventId, update }),
 };
+function sendInsightSamples(): void {
+  for (const event of insightSampler.takeSamples()) send({ kind: 'insight', event });
+}
+setInterval(sendInsightSamples, INSIGHT_SAMPLE_MS).unref();
 
 /**
  * The WAF engine starts with the first HTTP proxy this worker serves (a node of layer 4 proxies
@@ -338,6 +358,8 @@ port.on('message', (message: ToWorker) => {
         redis?.disconnect();
         await Promise.all([...running.values()].map((current) => current.proxy.stop().catch(() => {})));
         running.clear();
+        sendInsightSamples();
+        flushCounters();
         send({ kind: 'stopped' });
         logger.flush();
         process.exit(0);

@@ -126,6 +126,8 @@ export interface EventResource {
     destinationIp: string;
     source: { countryCode: string; ip: string; port: number };
     request: { method: string; path: string; headers: string[]; messageHeader: string; statusCode: number };
+    /** WAF events: the requests this event stands for (more than 1: a sampled event under a flood). */
+    requestCount?: number;
     rateLimit?: {
       threshold: { requests: number; periodSeconds: number };
       observedRequests: number;

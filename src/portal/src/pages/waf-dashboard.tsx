@@ -172,7 +172,15 @@ function EventList(props: { filters: Filters; query: URLSearchParams; range: Ret
                   onClick={() => navigate(withFilters(`${BASE}/events/${event.id}`, props.query, {}))}
                 >
                   <td class="nowrap small">{a.timestamp.replace('T', ' ').slice(0, 19)}</td>
-                  <td>{a.action === 'BLOCKED' ? <Badge tone="red">blocked</Badge> : <Badge tone="amber">logged</Badge>}</td>
+                  <td class="nowrap">
+                    {a.action === 'BLOCKED' ? <Badge tone="red">blocked</Badge> : <Badge tone="amber">logged</Badge>}
+                    {(a.requestCount ?? 1) > 1 && (
+                      <span class="small" title="A sampled event: it stands for this many requests" data-testid="request-count">
+                        {' '}
+                        ×{formatNumber(a.requestCount!)}
+                      </span>
+                    )}
+                  </td>
                   <td class="nowrap">
                     <CountryTag code={a.source.countryCode} /> <code>{a.source.ip}</code>
                   </td>
@@ -224,6 +232,15 @@ export function EventBody(props: { event: EventResource }) {
         <dd>{a.action === 'BLOCKED' ? <Badge tone="red">blocked</Badge> : <Badge tone="amber">logged only</Badge>}</dd>
         <dt>Time</dt>
         <dd>{formatTime(a.timestamp)}</dd>
+        {(a.requestCount ?? 1) > 1 && (
+          <>
+            <dt>Requests</dt>
+            <dd>
+              {formatNumber(a.requestCount!)}: a sample of the requests from this source that matched these rules in this minute, after
+              the first ones stored whole
+            </dd>
+          </>
+        )}
         <dt>Request</dt>
         <dd>
           <span class="method">{a.request.method}</span> <code class="path">{a.request.path}</code> → {a.request.statusCode}
