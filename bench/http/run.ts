@@ -70,7 +70,7 @@ async function main(): Promise<void> {
         attributes: {
           frontend: { ipv4: TPS_IP, port: tpsPort },
           backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
-          waf: { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] },
+          waf: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
         },
       },
       {

@@ -44,7 +44,7 @@ const proxies = args.listen.map(
         attributes: {
           frontend: { ipv4: l.ip, port: l.port },
           backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
-          waf: { mode: 'BLOCKING', paranoiaLevel: l.paranoiaLevel, logMatchedData: false, ruleExclusions: [] },
+          waf: { mode: 'BLOCKING', paranoiaLevel: l.paranoiaLevel, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
         },
       },
       deps,

@@ -48,6 +48,8 @@ export interface WafEvent extends InsightEventBase {
   type: 'WAF_EVENT';
   action: 'BLOCKED' | 'LOGGED';
   rules: MatchedRule[];
+  /** True when the request body was longer than the WAF inspects and only its first part was inspected (`waf.bodyLimitAction` PROCESS_PARTIAL). */
+  bodyTruncated?: boolean;
 }
 
 /** The rate limiter started blocking a client: one event per client and episode, never per request. */

@@ -223,7 +223,7 @@ export function resolvedProxy(
         deliveryMethod: 'LEAST_CONNECTIONS',
         ...attributes.backend,
       },
-      waf: attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] },
+      waf: attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
     },
   };
 }
