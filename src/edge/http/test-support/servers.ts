@@ -168,6 +168,8 @@ function websocketEcho(req: http.IncomingMessage, socket: net.Socket, head: Buff
     }
   };
   socket.on('data', onData);
+  // The proxy gone, the connection goes too (the server's sockets would stay half-open).
+  socket.on('end', () => socket.end());
   socket.on('error', () => socket.destroy());
   if (head.length > 0) onData(Buffer.alloc(0));
 }
