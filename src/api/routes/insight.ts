@@ -54,6 +54,13 @@ const EventResource = Type.Object({
       statusCode: Type.Integer(),
     }),
     rateLimit: Type.Optional(Type.Unknown({ description: 'APP_DDOS_ATTACK only: threshold, observed and blocked requests, episode times.' })),
+    bodyTruncated: Type.Optional(
+      Type.Boolean({
+        description:
+          'WAF_EVENT only, present when true: the request body was longer than the WAF inspects (waf.requestBodyLimit) and only ' +
+          'its first part was inspected, the rest passed uninspected (waf.bodyLimitAction PROCESS_PARTIAL). An extension of the spec.',
+      }),
+    ),
   }),
   relationships: Type.Object({
     belongsTo: Type.Object({ data: Type.Object({ type: Type.Literal('TENANT'), id: Uuid }) }),
@@ -75,6 +82,7 @@ export function toEventResource(event: InsightEvent) {
       source: event.source,
       request: event.request,
       ...(event.type === 'APP_DDOS_ATTACK' && { rateLimit: event.rateLimit }),
+      ...(event.type === 'WAF_EVENT' && event.bodyTruncated === true && { bodyTruncated: true }),
     },
     relationships: {
       belongsTo: { data: { type: 'TENANT' as const, id: event.tenantId } },

@@ -23,7 +23,7 @@
 import type { MatchedRule } from '../../../insight/event.ts';
 import type { RequestCtx } from '../ctx.ts';
 import type { WafSettings } from '../snapshot.ts';
-import { pageAnswer } from './respond.ts';
+import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome, RequestPhase } from './phase.ts';
 
 export interface WafRequestHead {
@@ -209,12 +209,6 @@ export function applyVerdict(ctx: RequestCtx, verdict: WafVerdict, phase: 'waf' 
   if (verdict.action !== 'block') return undefined;
   if (verdict.supportId !== undefined) ctx.supportId = verdict.supportId;
   return pageAnswer(ctx, phase, 'waf', { ...(verdict.status !== undefined ? { status: verdict.status } : {}), close: bodyUnread(ctx) });
-}
-
-/** Part of the request body was not read (the connection must close after our answer). */
-function bodyUnread(ctx: RequestCtx): boolean {
-  const body = ctx.body;
-  return body === 'stream' || (body !== null && body.rest !== null);
 }
 
 /**
