@@ -71,7 +71,7 @@ async function main(): Promise<void> {
         attributes: {
           frontend: { ipv4: TPS_IP, port: tpsPort },
           backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
-          waf: { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] },
+          waf: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
           // wrk is one source opening all its connections at once; nginx has no caps either.
           connectionLimits: { maxConnectionsPerSource: 1_000_000, maxNewConnectionsPerSecondPerSource: 1_000_000, maxConnections: 1_000_000 },
         },

@@ -47,7 +47,7 @@ const proxies = args.listen.map(
         attributes: {
           frontend: { ipv4: l.ip, port: l.port },
           backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
-          waf: { mode: 'BLOCKING', paranoiaLevel: l.paranoiaLevel, logMatchedData: false, ruleExclusions: [] },
+          waf: { mode: 'BLOCKING', paranoiaLevel: l.paranoiaLevel, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
           // wrk is one source opening all its connections at once; nginx has no caps either.
           connectionLimits: { maxConnectionsPerSource: 1_000_000, maxNewConnectionsPerSecondPerSource: 1_000_000, maxConnections: 1_000_000 },
         },

@@ -1,5 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import os from 'node:os';
 import { loadApiClientSettings, loadSettings, SettingsError } from './settings.ts';
 
 /** Settings from these variables only (never the environment of the test run). */
@@ -230,5 +231,28 @@ describe('settings: insight under a flood', () => {
     assert.throws(() => load({ TPS_INSIGHT_MAX_BYTES: '100' }), /TPS_INSIGHT_MAX_BYTES: .*at least 1048576/);
     assert.throws(() => load({ TPS_INSIGHT_TENANT_SHARE_PERCENT: '101' }), /TPS_INSIGHT_TENANT_SHARE_PERCENT: must be an integer from 1 to 100/);
     assert.throws(() => load({ TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE: 'all' }), /TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE: must be an integer/);
+  });
+});
+
+describe('settings: the WAF', () => {
+  it('follows ModSecurity-recommended body limits by default: 128 KiB inspected, longer refused, uploads up to 1 MiB', () => {
+    const settings = load({});
+    assert.equal(settings.wafRequestBodyLimit, 131072);
+    assert.equal(settings.wafBodyLimitAction, 'REJECT');
+    assert.equal(settings.wafMultipartBodyLimit, 1024 * 1024);
+    assert.equal(load({ TPS_WAF_BODY_LIMIT_ACTION: 'PROCESS_PARTIAL' }).wafBodyLimitAction, 'PROCESS_PARTIAL');
+    assert.throws(() => load({ TPS_WAF_BODY_LIMIT_ACTION: 'partial' }), /TPS_WAF_BODY_LIMIT_ACTION: must be PROCESS_PARTIAL or REJECT/);
+    assert.throws(() => load({ TPS_WAF_MULTIPART_BODY_LIMIT: '-1' }), /TPS_WAF_MULTIPART_BODY_LIMIT: must be an integer/);
+  });
+
+  it('sizes the WAF threads from the cores shared out among the edge workers, and its queue per thread', () => {
+    const cores = os.availableParallelism();
+    assert.equal(load({ TPS_EDGE_WORKERS: '1' }).wafThreads, cores);
+    assert.equal(load({ TPS_EDGE_WORKERS: String(cores) }).wafThreads, 1);
+    assert.equal(load({ TPS_EDGE_WORKERS: String(cores * 4) }).wafThreads, 1);
+    assert.equal(load({ TPS_WAF_THREADS: '3' }).wafThreads, 3);
+    assert.equal(load({}).wafQueueLength, 64);
+    assert.equal(load({ TPS_WAF_QUEUE_LENGTH: '0' }).wafQueueLength, 0);
+    assert.throws(() => load({ TPS_WAF_QUEUE_LENGTH: 'lots' }), /TPS_WAF_QUEUE_LENGTH: must be an integer/);
   });
 });

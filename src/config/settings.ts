@@ -71,15 +71,19 @@ export interface Settings {
   originResolver: string[];
   /** JSON-lines WAF audit log for a SIEM; unset = none. */
   wafAuditLog: string | undefined;
-  /** ModSecurity threads per edge worker. */
+  /** WAF engine threads per edge worker (default: the cores shared out among the edge workers). */
   wafThreads: number;
-  /** The WAF engine: `modsecurity` (the reference, default) or `compiled` (ours, issue 6). */
+  /** Requests that may wait for a WAF engine thread, per thread; past it they are shed per client (waf.failMode). */
+  wafQueueLength: number;
+  /** The WAF engine: `compiled` (ours, default) or `modsecurity` (the reference). */
   wafEngine: 'modsecurity' | 'compiled';
-  /** Request body bytes the WAF inspects. */
+  /** Request body bytes the WAF inspects: the default of proxies' `waf.requestBodyLimit`. */
   wafRequestBodyLimit: number;
+  /** A multipart/form-data body (file uploads) may be this long, inspected whole. */
+  wafMultipartBodyLimit: number;
   /** Text-like response body bytes the WAF inspects (0: response headers only). */
   wafResponseBodyLimit: number;
-  /** Past the request body limit: inspect the first part and let the rest through, or refuse (413). */
+  /** Past the request body limit: refuse (413) or inspect the first part and let the rest through; the default of `waf.bodyLimitAction`. */
   wafBodyLimitAction: 'PROCESS_PARTIAL' | 'REJECT';
   /** redis://...: rate-limit counters shared by several edge nodes; unset = shared by this node's workers only. */
   redisUrl: string | undefined;
@@ -154,8 +158,10 @@ const ENV: Record<keyof Settings, string> = {
   geoMmdbPath: 'TPS_GEO_MMDB',
   wafAuditLog: 'TPS_WAF_AUDIT_LOG',
   wafThreads: 'TPS_WAF_THREADS',
+  wafQueueLength: 'TPS_WAF_QUEUE_LENGTH',
   wafEngine: 'TPS_WAF_ENGINE',
   wafRequestBodyLimit: 'TPS_WAF_REQUEST_BODY_LIMIT',
+  wafMultipartBodyLimit: 'TPS_WAF_MULTIPART_BODY_LIMIT',
   wafResponseBodyLimit: 'TPS_WAF_RESPONSE_BODY_LIMIT',
   wafBodyLimitAction: 'TPS_WAF_BODY_LIMIT_ACTION',
   redisUrl: 'TPS_REDIS_URL',
@@ -241,7 +247,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   };
 
   const bodyLimitAction = (): Settings['wafBodyLimitAction'] => {
-    const value = raw('wafBodyLimitAction') ?? 'PROCESS_PARTIAL';
+    const value = raw('wafBodyLimitAction') ?? 'REJECT';
     if (value !== 'PROCESS_PARTIAL' && value !== 'REJECT') fail('wafBodyLimitAction', `must be PROCESS_PARTIAL or REJECT, got "${value}"`);
     return value as Settings['wafBodyLimitAction'];
   };
@@ -332,6 +338,12 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     fail('masterKey', 'must be the base64 of 32 random bytes (openssl rand -base64 32)');
   }
 
+  const edgeWorkers = integer('edgeWorkers', Math.max(1, os.availableParallelism()), 1, 256);
+  // The WAF's threads come from the cores, shared out among the edge workers (each has its own engine).
+  const wafThreads = integer('wafThreads', Math.max(1, Math.ceil(os.availableParallelism() / edgeWorkers)), 1, 64);
+  const wafRequestBodyLimit = integer('wafRequestBodyLimit', 128 * 1024, 0, 64 * 1024 * 1024);
+  const wafMultipartBodyLimit = integer('wafMultipartBodyLimit', 1024 * 1024, 0, 64 * 1024 * 1024);
+
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
 
@@ -351,15 +363,17 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     logLevel: raw('logLevel') ?? 'info',
     edge: /^(true|1|on)$/.test(edge),
     nodeId: raw('nodeId') ?? `${os.hostname()}-${process.pid}`,
-    edgeWorkers: integer('edgeWorkers', Math.max(1, os.availableParallelism()), 1, 256),
+    edgeWorkers,
     threatFeeds: (raw('threatFeeds') ?? '').split(',').map((source) => source.trim()).filter(Boolean),
     threatFeedRefreshSeconds: integer('threatFeedRefreshSeconds', 3600, 10, 7 * 24 * 3600),
     geoOverridesPath: existingFile('geoOverridesPath'),
     geoMmdbPath: existingFile('geoMmdbPath'),
     wafAuditLog: raw('wafAuditLog') === undefined ? undefined : path.resolve(raw('wafAuditLog')!),
-    wafThreads: integer('wafThreads', 1, 1, 64),
+    wafThreads,
+    wafQueueLength: integer('wafQueueLength', 64, 0, 100_000),
     wafEngine: wafEngine(),
-    wafRequestBodyLimit: integer('wafRequestBodyLimit', 128 * 1024, 0, 64 * 1024 * 1024),
+    wafRequestBodyLimit,
+    wafMultipartBodyLimit,
     wafResponseBodyLimit: integer('wafResponseBodyLimit', 64 * 1024, 0, 64 * 1024 * 1024),
     wafBodyLimitAction: bodyLimitAction(),
     redisUrl: redisUrl(),

@@ -54,6 +54,8 @@ export interface WafEvent extends InsightEventBase {
    * counted into a sampled event, one of those requests, carrying their number (src/insight/sampler.ts).
    */
   requestCount?: number;
+  /** True when the request body was longer than the WAF inspects and only its first part was inspected (`waf.bodyLimitAction` PROCESS_PARTIAL). */
+  bodyTruncated?: boolean;
 }
 
 /** The rate limiter started blocking a client: one event per client and episode, never per request. */

@@ -107,7 +107,7 @@ export class SocketTarget implements ConformanceTarget {
     const attributes: HttpProxyAttributes = {
       frontend: { ipv4: PROXY_IP, port },
       backend: { hosts: [{ address: ORIGIN_IP, port: (origin.address() as net.AddressInfo).port }], deliveryMethod: 'LEAST_CONNECTIONS' },
-      waf: { mode: 'LOGGING', paranoiaLevel: CRS_REGRESSION_SETTINGS.paranoiaLevel, logMatchedData: false, ruleExclusions: [] },
+      waf: { mode: 'LOGGING', paranoiaLevel: CRS_REGRESSION_SETTINGS.paranoiaLevel, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
     };
     const proxy = new HttpProxy(
       { id: '00000000-0000-4000-8000-000000000001', tenantId: '00000000-0000-4000-8000-000000000002', revision: 1, attributes },

@@ -103,7 +103,7 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const fetched = await api.get(`${CONFIGS}/${created.body.data.id}`);
       assert.equal(fetched.body.data.attributes.frontend.certificateId, certificateId);
-      assert.deepEqual(fetched.body.data.attributes.waf, { mode: 'LOGGING', paranoiaLevel: 2, logMatchedData: false, ruleExclusions: [] });
+      assert.deepEqual(fetched.body.data.attributes.waf, { mode: 'LOGGING', paranoiaLevel: 2, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] });
       const listed = await api.get('/api/v2/traffic-mgmt/certificates');
       assert.deepEqual(listed.body.data.map((certificate: any) => certificate.id), [certificateId]);
 

@@ -83,7 +83,7 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
 
       const good = await api.call('PATCH', `${CONFIGS}/${id}`, { data: { type: 'httpProxy', attributes: { waf: { paranoiaLevel: 3 } } } });
       assert.equal(good.status, 200);
-      assert.deepEqual(good.body.data.attributes.waf, { mode: 'BLOCKING', paranoiaLevel: 3, logMatchedData: false, ruleExclusions: [] });
+      assert.deepEqual(good.body.data.attributes.waf, { mode: 'BLOCKING', paranoiaLevel: 3, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] });
       const removed = await api.call('PATCH', `${CONFIGS}/${id}`, {
         data: { type: 'httpProxy', attributes: { rateLimiting: { thresholds: [{ requests: 5, periodSeconds: 1 }], blockSeconds: 1 } } },
       });

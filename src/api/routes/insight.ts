@@ -64,6 +64,13 @@ const EventResource = Type.Object({
           'The requestCount of the exported events adds up to the requests blocked or logged. An extension of the spec.',
       }),
     ),
+    bodyTruncated: Type.Optional(
+      Type.Boolean({
+        description:
+          'WAF_EVENT only, present when true: the request body was longer than the WAF inspects (waf.requestBodyLimit) and only ' +
+          'its first part was inspected, the rest passed uninspected (waf.bodyLimitAction PROCESS_PARTIAL). An extension of the spec.',
+      }),
+    ),
   }),
   relationships: Type.Object({
     belongsTo: Type.Object({ data: Type.Object({ type: Type.Literal('TENANT'), id: Uuid }) }),
@@ -86,6 +93,7 @@ export function toEventResource(event: InsightEvent) {
       request: event.request,
       ...(event.type === 'APP_DDOS_ATTACK' && { rateLimit: event.rateLimit }),
       ...(event.type === 'WAF_EVENT' && { requestCount: event.requestCount ?? 1 }),
+      ...(event.type === 'WAF_EVENT' && event.bodyTruncated === true && { bodyTruncated: true }),
     },
     relationships: {
       belongsTo: { data: { type: 'TENANT' as const, id: event.tenantId } },

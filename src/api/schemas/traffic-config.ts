@@ -126,6 +126,12 @@ export const RuleExclusion = Type.Object(
   { additionalProperties: false },
 );
 
+/**
+ * The largest `waf.requestBodyLimit` a proxy may ask for: the WAF's CPU per request grows with the
+ * bytes it inspects, and its threads are shared by every proxy of the node.
+ */
+export const MAX_WAF_REQUEST_BODY_LIMIT = 1024 * 1024;
+
 export const Waf = Type.Object(
   {
     mode: Enum(['BLOCKING', 'LOGGING'] as const, { default: 'BLOCKING' }),
@@ -142,6 +148,29 @@ export const Waf = Type.Object(
       description: 'Put the matched request data into insight events. Off: it may hold passwords or tokens.',
     }),
     ruleExclusions: Type.Array(RuleExclusion, { default: [], maxItems: 500 }),
+    failMode: Enum(['CLOSED', 'OPEN'] as const, {
+      default: 'CLOSED',
+      description:
+        'A request the WAF cannot inspect in time (its queue is full, its engine failed). CLOSED: answered 503 with the block ' +
+        'page and its support id. OPEN: passed to the origin uninspected (counted in tps_edge_waf_uninspected_total and logged).',
+    }),
+    requestBodyLimit: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_WAF_REQUEST_BODY_LIMIT,
+        description:
+          'Request body bytes the WAF inspects (ModSecurity SecRequestBodyNoFilesLimit). A multipart/form-data upload may be ' +
+          "longer, up to the operator's multipart limit. Absent: the operator's default (TPS_WAF_REQUEST_BODY_LIMIT, 131072).",
+      }),
+    ),
+    bodyLimitAction: Type.Optional(
+      Enum(['REJECT', 'PROCESS_PARTIAL'] as const, {
+        description:
+          'A request body longer than requestBodyLimit. REJECT: 413 and a WAF_EVENT, nothing reaches the origin. ' +
+          'PROCESS_PARTIAL: the first requestBodyLimit bytes are inspected, the rest passes uninspected, and a WAF_EVENT ' +
+          "says bodyTruncated. Absent: the operator's default (TPS_WAF_BODY_LIMIT_ACTION, REJECT).",
+      }),
+    ),
   },
   { additionalProperties: false, default: {}, description: 'The WAF is on for every HTTP proxy: BLOCKING at paranoia 1 unless set.' },
 );

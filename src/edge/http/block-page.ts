@@ -1,6 +1,7 @@
 /**
  * The pages the proxy answers with itself: blocked (403 geo fence, WAF, client certificate),
- * rate-limited (429), too large (413) and origin failures (502, 504). Small, plain HTML with no
+ * rate-limited (429), too large (413), not inspected in time (503, WAF failMode CLOSED) and origin
+ * failures (502, 504). Small, plain HTML with no
  * external asset, so they render anywhere and cost nothing to serve under attack. Each shows the
  * support id: the same 32-hex id as the insight event (or access-log line) of that request, so a
  * visitor can quote it and the customer can find the event.
@@ -12,6 +13,7 @@ export type PageKind =
   | 'client-certificate'
   | 'rate-limit'
   | 'body-too-large'
+  | 'waf-unavailable'
   | 'bad-gateway'
   | 'gateway-timeout';
 
@@ -46,6 +48,11 @@ const PAGES: Record<PageKind, PageText> = {
     status: 413,
     title: 'Request too large',
     message: 'The request body is larger than this site accepts.',
+  },
+  'waf-unavailable': {
+    status: 503,
+    title: 'Service unavailable',
+    message: 'The security rules of this site could not check this request in time. Please try again in a moment.',
   },
   'bad-gateway': {
     status: 502,

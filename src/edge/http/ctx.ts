@@ -102,6 +102,8 @@ export class RequestCtx {
   upstreamError: string | undefined = undefined;
   /** WAF matches to record as insight events once the final status is known. */
   wafEvents: WafEventDraft[] | undefined = undefined;
+  /** The WAF hook gave a verdict on the request (it may keep an exchange until the request is over). */
+  wafInspected = false;
   /** The origin exchange in flight, told when the client goes away so it stops the origin request. */
   upstreamCall: { clientClosed(): void } | undefined = undefined;
   /** Set once the events phase ran. */

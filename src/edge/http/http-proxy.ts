@@ -31,6 +31,7 @@ import { resolveLimits, type HttpLimits } from './limits.ts';
 import type { AcmeChallengeLookup } from './pipeline/acme-challenge.ts';
 import { finishRequest, type AccessLogEntry, type HttpProxyMetrics } from './pipeline/events.ts';
 import { runPipeline } from './pipeline/index.ts';
+import { isWebSocketUpgrade } from './pipeline/upgrade.ts';
 import type { WafHook } from './pipeline/waf.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
 import type { RateLimitStore } from './rate-limit/store.ts';
@@ -387,6 +388,7 @@ export class HttpProxy {
         // A request without Content-Length or Transfer-Encoding has no body (RFC 9112 6.3); Node then
         // skips the body stream's life cycle, about 2 us per request in bench/http.
         optimizeEmptyRequests: true,
+        shouldUpgradeCallback: isWebSocketUpgrade,
       },
       this.onRequest,
     );
@@ -422,6 +424,8 @@ export class HttpProxy {
       },
       this.onRequest,
     );
+    // Node's HTTP/1 fallback reads the server's property (Http2SecureServer takes no such option).
+    (server as unknown as { shouldUpgradeCallback: typeof isWebSocketUpgrade }).shouldUpgradeCallback = isWebSocketUpgrade;
     server.on('upgrade', this.onUpgrade);
     server.on('connect', refuseConnect);
     server.on('clientError', this.onClientError);
@@ -466,6 +470,12 @@ export class HttpProxy {
   private readonly onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer): void => {
     // Until the tunnel takes over the socket is ours alone: an error on it must not crash the process.
     socket.on('error', () => socket.destroy());
+    // Only WebSocket handshakes come here (shouldUpgradeCallback); should another ever come, it is
+    // refused rather than piped.
+    if (!isWebSocketUpgrade(req)) {
+      socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+      return;
+    }
     runPipeline(new RequestCtx(this.snapshot, req, undefined, { socket, head }));
   };
 }

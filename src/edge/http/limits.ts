@@ -43,7 +43,7 @@ export interface HttpLimits {
    * origin default (5 s) so the origin does not close a connection the proxy is about to reuse. Default 4 s.
    */
   upstreamKeepAliveTimeoutMs: number;
-  /** Idle time after which a proxied WebSocket (or other upgraded) connection is closed. Default 600 s. */
+  /** Idle time after which a proxied WebSocket connection is closed. Default 600 s. */
   upgradeIdleTimeoutMs: number;
   /** On stop or rebind: how long open requests may finish before their connections are cut. Default 5 s. */
   stopGraceMs: number;

@@ -36,6 +36,13 @@ export class ProxySnapshot {
   readonly rateLimitKey: string;
   readonly origins: OriginSet;
   readonly waf: WafSettings;
+  /**
+   * Request bodies and the WAF, resolved from `waf.requestBodyLimit` / `waf.bodyLimitAction` or the
+   * hook's defaults (the operator's): bytes inspected, bytes of a multipart/form-data upload
+   * inspected (never less than `limit`), and whether a longer body is refused. Never above the
+   * proxy's hard `maxBodySize`.
+   */
+  readonly wafBody: { readonly limit: number; readonly multipartLimit: number; readonly reject: boolean };
   /** The events phase must run when the response ends (access log or metrics wired). */
   readonly observeEnd: boolean;
 
@@ -78,7 +85,14 @@ export class ProxySnapshot {
         ? previous.origins
         : new OriginSet(config, limits, deps.originGuard, previous?.origins, deps.hostDownForMs);
 
-    this.waf = attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] };
+    this.waf = attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] };
+    const hook = deps.waf;
+    const limit = Math.min(this.waf.requestBodyLimit ?? hook?.requestBodyLimit ?? 0, limits.maxBodySize);
+    this.wafBody = {
+      limit,
+      multipartLimit: Math.min(Math.max(limit, hook?.multipartBodyLimit ?? 0), limits.maxBodySize),
+      reject: (this.waf.bodyLimitAction ?? hook?.bodyLimitAction ?? 'REJECT') === 'REJECT',
+    };
     this.observeEnd = deps.accessLog !== undefined || deps.metrics !== undefined;
   }
 

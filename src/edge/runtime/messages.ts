@@ -74,4 +74,19 @@ export type EdgeCounterName =
   | 'tps_edge_dropped_total'
   | 'tps_insight_sampled_requests_total'
   | 'tps_insight_overflow_requests_total'
-  | 'tps_insight_dropped_requests_total';
+  | 'tps_insight_dropped_requests_total'
+  | 'tps_edge_waf_uninspected_total'
+  | 'tps_edge_waf_body_over_limit_total'
+  | 'tps_edge_waf_exchanges_total';
+
+/** Body bytes the WAF inspects (operator settings): the proxies' defaults, multipart/form-data uploads, responses. */
+export interface WafBodyLimits {
+  /** Default of `waf.requestBodyLimit` (TPS_WAF_REQUEST_BODY_LIMIT). */
+  request: number;
+  /** A multipart/form-data body, inspected whole up to this (TPS_WAF_MULTIPART_BODY_LIMIT). */
+  multipart: number;
+  /** Text-like response bodies (TPS_WAF_RESPONSE_BODY_LIMIT). */
+  response: number;
+  /** Default of `waf.bodyLimitAction` (TPS_WAF_BODY_LIMIT_ACTION). */
+  action: 'PROCESS_PARTIAL' | 'REJECT';
+}

@@ -22,7 +22,8 @@ import { InsightIngest, type EpisodeCounts } from './insight-ingest.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
-import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
+import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
+import { DEFAULT_QUEUE_PER_WORKER } from '../http/waf/fair-admission.ts';
 import type { ClientAddressSettings } from '../client-address/policy.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
@@ -72,9 +73,11 @@ export interface EdgeOptions {
   wafAuditLogPath?: string | undefined;
   /** WAF engine threads per proxy worker (the WAF runs off the workers' event loops). */
   wafThreads?: number;
+  /** Requests that may wait for a WAF thread, per thread. */
+  wafQueueLength?: number;
   wafEngine?: 'modsecurity' | 'compiled';
   /** Body bytes the WAF inspects, and what happens to a longer request body. */
-  wafBodyLimits?: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
+  wafBodyLimits?: WafBodyLimits;
   /** redis://... for rate-limit counters shared with other edge nodes. */
   redisUrl?: string | undefined;
   /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
@@ -179,6 +182,21 @@ export class EdgeSupervisor {
             [],
           ],
           ['tps_insight_dropped_requests_total', 'WAF requests neither stored nor counted: the sampler had no room at all (a long store outage).', []],
+          [
+            'tps_edge_waf_uninspected_total',
+            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, unavailable, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
+            ['proxy', 'side', 'reason', 'outcome'],
+          ],
+          [
+            'tps_edge_waf_body_over_limit_total',
+            'Request bodies longer than the WAF inspects, by what was done: REJECT (413) or PROCESS_PARTIAL (first part inspected, the rest passed).',
+            ['proxy', 'action'],
+          ],
+          [
+            'tps_edge_waf_exchanges_total',
+            'WAF exchanges (a request kept for its response) opened, and ended: inspected (response side), abandoned (request over first), expired (TTL: a leak).',
+            ['event'],
+          ],
         ] as const
       ).map(([name, help, labelNames]) => [name, new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] })]),
     );
@@ -311,8 +329,9 @@ export class EdgeSupervisor {
       geoMmdbPath: o.geoMmdbPath,
       wafAuditLogPath: o.wafAuditLogPath,
       wafThreads: o.wafThreads ?? 1,
+      wafQueueLength: o.wafQueueLength ?? DEFAULT_QUEUE_PER_WORKER,
       wafEngine: o.wafEngine ?? 'compiled',
-      wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, response: 64 * 1024, action: 'PROCESS_PARTIAL' },
+      wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, multipart: 1024 * 1024, response: 64 * 1024, action: 'REJECT' },
       redisUrl: o.redisUrl,
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
       origins: o.origins,

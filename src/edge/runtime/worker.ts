@@ -26,11 +26,12 @@ import { WafAuditLog } from '../http/waf/audit-log.ts';
 import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
 import { createCompiledEngine } from '../http/waf/compiled/compiled-engine.ts';
 import type { WafEngine } from '../http/waf/engine.ts';
+import { MAX_WAF_REQUEST_BODY_LIMIT } from '../../api/schemas/traffic-config.ts';
 import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
 import { OriginPolicy, type OriginPolicySettings } from '../net/origin-policy.ts';
 import { OriginGuard } from '../net/origin-guard.ts';
 import { createOriginResolver } from '../net/origin-resolver.ts';
-import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker } from './messages.ts';
+import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import type { ThreatFeedSet } from './threat-feed-host.ts';
 import { createWorkerLogger } from './worker-logger.ts';
 
@@ -56,8 +57,11 @@ export interface WorkerSettings {
   wafAuditLogPath: string | undefined;
   /** Threads of the WAF engine in this worker. */
   wafThreads: number;
+  /** Requests that may wait for a WAF thread, per thread (then they are shed per client). */
+  wafQueueLength: number;
   wafEngine: 'modsecurity' | 'compiled';
-  wafBodyLimits: { request: number; response: number; action: 'PROCESS_PARTIAL' | 'REJECT' };
+  /** Defaults of proxies' `waf.requestBodyLimit` and `waf.bodyLimitAction`, the multipart/form-data limit, the response limit. */
+  wafBodyLimits: WafBodyLimits;
   /** Rate-limit counters in Redis (several edge nodes) instead of this node's shared memory. */
   redisUrl: string | undefined;
   /** Load balancers whose PROXY headers and X-Forwarded-For name the client. */
@@ -186,16 +190,36 @@ const lazyWafEngine: WafEngine = {
   },
 };
 function startWafEngine(): Promise<ExchangingEngine> {
-  // The engine inspects what the proxy hands it: the same limits on both sides.
+  // The proxy applies each proxy's body limit before the engine sees a body: the engine's own limit
+  // is the largest any proxy may have, so that it never cuts what it is handed.
+  const body = settings.wafBodyLimits;
   const limits = {
-    requestBodyLimit: Math.max(1, settings.wafBodyLimits.request),
-    responseBodyLimit: Math.max(1, settings.wafBodyLimits.response),
-    responseBodyAccess: settings.wafBodyLimits.response > 0,
+    requestBodyLimit: Math.max(1, body.request, body.multipart, MAX_WAF_REQUEST_BODY_LIMIT),
+    responseBodyLimit: Math.max(1, body.response),
+    responseBodyAccess: body.response > 0,
   };
-  return settings.wafEngine === 'compiled'
-    ? createCompiledEngine({ workers: settings.wafThreads, ...limits })
-    : createModSecurityEngine({ workers: settings.wafThreads, ...limits });
+  const pool = { workers: settings.wafThreads, queueLength: settings.wafQueueLength * settings.wafThreads };
+  return settings.wafEngine === 'compiled' ? createCompiledEngine({ ...pool, ...limits }) : createModSecurityEngine({ ...pool, ...limits });
 }
+const wafHook = createWafHook(lazyWafEngine, {
+  requestBodyLimit: settings.wafBodyLimits.request,
+  multipartBodyLimit: settings.wafBodyLimits.multipart,
+  responseBodyLimit: settings.wafBodyLimits.response,
+  bodyLimitAction: settings.wafBodyLimits.action,
+  ...(settings.wafAuditLogPath && { auditLog: new WafAuditLog(settings.wafAuditLogPath) }),
+});
+// How the WAF's exchanges ended, with the other counters: `opened` running ahead of the others for
+// long, or any `expired`, is a request whose end did not reach the WAF.
+const reportedExchanges = { opened: 0, inspected: 0, abandoned: 0, expired: 0 };
+setInterval(() => {
+  const now = wafHook.exchangeCounts;
+  for (const event of ['opened', 'inspected', 'abandoned', 'expired'] as const) {
+    const delta = now[event] - reportedExchanges[event];
+    if (delta === 0) continue;
+    reportedExchanges[event] = now[event];
+    count('tps_edge_waf_exchanges_total', { event }, delta);
+  }
+}, COUNTER_FLUSH_MS).unref();
 
 let acmeRequests = 0;
 const pendingAcme = new Map<number, (keyAuthorization: string | undefined) => void>();
@@ -209,12 +233,7 @@ const httpDeps: HttpProxyDeps = {
   location: settings.location,
   logger,
   originGuard,
-  waf: createWafHook(lazyWafEngine, {
-    requestBodyLimit: settings.wafBodyLimits.request,
-    responseBodyLimit: settings.wafBodyLimits.response,
-    bodyLimitAction: settings.wafBodyLimits.action,
-    ...(settings.wafAuditLogPath && { auditLog: new WafAuditLog(settings.wafAuditLogPath) }),
-  }),
+  waf: wafHook,
   rateLimit: {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
@@ -251,6 +270,8 @@ const httpDeps: HttpProxyDeps = {
     requestCompleted: (proxy, status, answeredBy) =>
       count('tps_edge_http_requests_total', { proxy, status: String(status), answered_by: answeredBy }),
     connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
+    wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),
+    wafBodyOverLimit: (proxy, action) => count('tps_edge_waf_body_over_limit_total', { proxy, action }),
   },
   reusePort: true,
   ...(clientAddress && { clientAddress }),

@@ -1,6 +1,7 @@
 /**
- * Last phase: what a finished request leaves behind. One access-log entry per request (when an
- * access log is wired), metrics, and the insight events: WAF_EVENT (recorded here, once the final
+ * Last phase: what a finished request leaves behind. The end of its WAF exchange (if the response
+ * side did not end it), one access-log entry per request (when an access log is wired), metrics,
+ * and the insight events: WAF_EVENT (recorded here, once the final
  * status is known) and APP_DDOS_ATTACK (recorded when a rate-limit episode starts, then updated by
  * the limiter while it lasts: one event per client and episode, never one per request).
  */
@@ -11,7 +12,7 @@ import type { RequestCtx } from '../ctx.ts';
 import type { HttpProxyDeps } from '../http-proxy.ts';
 import type { RateEpisode } from '../rate-limit/limiter.ts';
 import type { PhaseName } from './phase.ts';
-import type { WafEventDraft } from './waf.ts';
+import type { WafEventDraft, WafFailureReason } from './waf.ts';
 
 /** One line of the access log (the caller writes it, typically as one JSON object per line). */
 export interface AccessLogEntry {
@@ -64,6 +65,13 @@ export interface HttpProxyMetrics {
    * past its deadline (HEADERS_TIMEOUT, REQUEST_TIMEOUT), or an HTTP/2 session ended (RAPID_RESET).
    */
   connectionRefused?(proxyId: string, protocol: 'HTTP' | 'HTTP/2', reason: string): void;
+  /**
+   * The WAF gave no verdict on a request or response (`reason`: its engine overloaded, its thread
+   * gone, an error); `outcome` is what the proxy's `waf.failMode` did: refused (503) or passed uninspected.
+   */
+  wafUninspected?(proxyId: string, side: 'request' | 'response', reason: WafFailureReason, outcome: 'refused' | 'passed'): void;
+  /** A request body longer than the WAF inspects: refused (REJECT) or inspected in part (PROCESS_PARTIAL, or LOGGING mode). */
+  wafBodyOverLimit?(proxyId: string, action: 'REJECT' | 'PROCESS_PARTIAL'): void;
 }
 
 /** Runs once per request, when its response is over (sent, failed or abandoned). */
@@ -71,6 +79,9 @@ export function finishRequest(ctx: RequestCtx): void {
   if (ctx.finished) return;
   ctx.finished = true;
   const deps = ctx.proxy.deps;
+  // Whatever ended the request (response sent, client gone, origin failed, upgrade closed), the
+  // WAF keeps nothing of it past this point.
+  if (ctx.wafInspected) deps.waf?.endExchange?.(ctx.supportId);
   if (ctx.wafEvents !== undefined) {
     for (const draft of ctx.wafEvents) recordWafEvent(ctx, draft);
   }
@@ -176,6 +187,7 @@ function recordWafEvent(ctx: RequestCtx, draft: WafEventDraft): void {
     type: 'WAF_EVENT',
     action: draft.action,
     rules: draft.rules,
+    ...(draft.bodyTruncated === true && { bodyTruncated: true }),
   };
   record(ctx.proxy.deps, event);
 }

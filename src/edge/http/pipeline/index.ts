@@ -33,7 +33,8 @@ export function runPipeline(ctx: RequestCtx, from = 0): void {
     if (outcome === undefined) continue;
     if (outcome instanceof Promise) {
       outcome.then(
-        (answer) => (answer === undefined ? runPipeline(ctx, i + 1) : respond(ctx, answer)),
+        // A client that left while a phase waited is not served (nor its request sent on).
+        (answer) => (ctx.finished ? undefined : answer === undefined ? runPipeline(ctx, i + 1) : respond(ctx, answer)),
         (err: unknown) => internalError(ctx, err, phase.name),
       );
       return;

@@ -3,6 +3,7 @@
  * request (which has no response object).
  */
 import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import { renderPage, pageStatus, type PageKind } from '../block-page.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { finishRequest } from './events.ts';
@@ -27,6 +28,34 @@ export function pageAnswer(
   };
 }
 
+/** How long a connection whose request body we did not read keeps dropping what the client still sends, after our answer. */
+const LINGER_MS = 5_000;
+
+/** Part of the request body was not read (the connection closes after our answer). */
+export function bodyUnread(ctx: RequestCtx): boolean {
+  const body = ctx.body;
+  return body === 'stream' || (body !== null && body.rest !== null);
+}
+
+/**
+ * A lingering close (nginx's lingering_close): closing a socket with unread data resets the
+ * connection, and a client still sending its body then often loses our answer (a 413 seen as a
+ * "connection reset"). So once the answer is out, the proxy ends its side and keeps reading and
+ * dropping what arrives, until the client closes its side or for at most LINGER_MS.
+ */
+function lingerBeforeClosing(socket: Socket | null | undefined): void {
+  if (socket === null || socket === undefined || socket.destroyed) return;
+  // Node's HTTP server calls destroySoon on the socket of a response with Connection: close.
+  socket.destroySoon = function (this: Socket): void {
+    if (this.writable) this.end();
+    const timer = setTimeout(() => this.destroy(), LINGER_MS);
+    timer.unref();
+    this.once('end', () => this.destroy());
+    this.once('close', () => clearTimeout(timer));
+    this.resume();
+  };
+}
+
 export function respond(ctx: RequestCtx, answer: Answer): void {
   ctx.answeredBy = answer.phase;
   ctx.statusCode = answer.status;
@@ -41,7 +70,10 @@ export function respond(ctx: RequestCtx, answer: Answer): void {
     // A request body we did not read is not worth reading now (Node would read and discard it to
     // keep the connection): close instead. HTTP/2 has no connection-level headers; there the request
     // stream is simply reset when unread.
-    if ((answer.close || ctx.body === 'stream') && !ctx.http2) headers.push('connection', 'close');
+    if ((answer.close || ctx.body === 'stream') && !ctx.http2) {
+      headers.push('connection', 'close');
+      if (bodyUnread(ctx)) lingerBeforeClosing(ctx.req.socket);
+    }
     res.writeHead(answer.status, headers);
     // The events phase runs from the response's 'close' (see HttpProxy), as for proxied responses.
     res.end(answer.body);

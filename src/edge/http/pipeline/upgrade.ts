@@ -1,19 +1,38 @@
 /**
- * Phase 6 for upgrade requests (WebSocket, or any HTTP/1.1 `Connection: upgrade`): after the request
- * phases let it through, the proxy opens its own connection to an origin, writes the request head
- * (with the forwarded headers) and then pipes raw bytes both ways: the origin's 101 (or refusal)
- * and every frame after it pass through untouched. No keep-alive pool: the connection belongs to
- * this client until either side closes it or it stays idle for `upgradeIdleTimeoutMs`.
+ * Phase 6 for WebSocket upgrade requests (`isWebSocketUpgrade`: the only upgrade the proxy takes;
+ * any other `Upgrade` is a plain request, see http-proxy.ts). After the request phases let it
+ * through, the proxy opens its own connection to an origin and sends the handshake (with the
+ * forwarded headers). The connection becomes a byte pipe only once the origin answers 101 with
+ * `Upgrade: websocket`: until then nothing more of the client's bytes goes to the origin. Any other
+ * answer is relayed to the client as it is, and both connections are closed: a request the client
+ * sent after a refused upgrade is never read, so nothing reaches the origin past the phases.
+ * No keep-alive pool: the connection belongs to this client until either side closes it or it stays
+ * idle for `upgradeIdleTimeoutMs`.
  *
  * A host that cannot be connected (or that the origin policy refuses) is marked down and the next
  * one tried, as for other requests.
  */
+import http from 'node:http';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../../balance/index.ts';
-import type { RequestCtx } from '../ctx.ts';
+import type { ClientRequest as ProxiedRequest, RequestCtx } from '../ctx.ts';
 import { originRequestHeaders } from '../headers.ts';
 import { finishRequest } from './events.ts';
 import { pageAnswer, respond } from './respond.ts';
+
+/** Headers of the origin's refusal not relayed: its framing is ours (the connection closes after the body). */
+const NOT_RELAYED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']);
+
+/**
+ * A WebSocket handshake (RFC 6455 4.1): an HTTP/1.1 GET whose Upgrade header is the one token
+ * `websocket` (any case). Node hands only these to the proxy's 'upgrade' listener.
+ */
+export function isWebSocketUpgrade(req: ProxiedRequest | http.IncomingMessage): boolean {
+  if (req.method !== 'GET' || req.httpVersion !== '1.1') return false;
+  const upgrade = req.headers.upgrade;
+  return typeof upgrade === 'string' && upgrade.trim().toLowerCase() === 'websocket';
+}
 
 export function tunnelToOrigin(ctx: RequestCtx): void {
   new UpgradeTunnel(ctx).attempt();
@@ -50,7 +69,7 @@ class UpgradeTunnel {
     origin.once(origins.tls !== undefined ? 'secureConnect' : 'connect', () => {
       connected = true;
       origin.off('timeout', onConnectTimeout);
-      this.pipe(host, origin);
+      this.handshake(host, origin);
     });
     origin.on('error', (err: NodeJS.ErrnoException) => {
       if (connected) return;
@@ -76,13 +95,16 @@ class UpgradeTunnel {
     });
   }
 
-  private pipe(host: PooledHost, origin: net.Socket): void {
+  /** Sends the handshake; pipes only after the origin's 101, else relays its answer and closes. */
+  private handshake(host: PooledHost, origin: net.Socket): void {
     const ctx = this.ctx;
     const client = ctx.upgradeSocket!;
     const pool = ctx.proxy.origins.hostPool;
+    const limits = ctx.proxy.limits;
     if (host.downUntil !== 0) pool.markUp(host);
     pool.begin(host);
     let closed = false;
+    let answered = false;
     const close = (): void => {
       if (closed) return;
       closed = true;
@@ -91,27 +113,90 @@ class UpgradeTunnel {
       origin.destroy();
       finishRequest(ctx);
     };
-    const idle = ctx.proxy.limits.upgradeIdleTimeoutMs;
-    origin.setTimeout(idle, close);
-    if (client instanceof net.Socket) client.setTimeout(idle, close);
-    origin.on('error', close).on('close', close);
+    const failed = (kind: 'bad-gateway' | 'gateway-timeout', code: string): void => {
+      if (closed) return;
+      if (answered) return close();
+      closed = true;
+      ctx.upstreamError = code;
+      ctx.proxy.deps.metrics?.upstreamFailed?.(ctx.proxy.id, `${host.address}:${host.port}`, code);
+      pool.end(host);
+      origin.destroy();
+      respond(ctx, pageAnswer(ctx, 'upstream', kind));
+    };
     client.on('error', close).on('close', close);
+    if (client instanceof net.Socket) client.setTimeout(limits.upgradeIdleTimeoutMs, close);
+    // Until the origin's answer head: its headers timeout; then the idle timeout.
+    const headersTimeout = (): void => failed('gateway-timeout', 'ETIMEDOUT');
+    origin.setTimeout(limits.upstreamHeadersTimeoutMs, headersTimeout);
 
     const req = ctx.req;
-    let head = `${req.method} ${req.url} HTTP/1.1\r\n`;
-    const headers = originRequestHeaders(ctx, true);
-    for (let i = 0; i + 1 < headers.length; i += 2) head += `${headers[i]}: ${headers[i + 1]}\r\n`;
-    origin.write(head + '\r\n', 'latin1');
-    if (ctx.upgradeHead !== undefined && ctx.upgradeHead.length > 0) origin.write(ctx.upgradeHead);
-    origin.once('data', (chunk: Buffer) => {
-      // Only for the log: the status of the origin's answer (101 when the upgrade was accepted).
-      const match = /^HTTP\/1\.[01] (\d{3})/.exec(chunk.subarray(0, 16).toString('latin1'));
-      ctx.answeredBy = 'upstream';
-      ctx.statusCode = match ? Number(match[1]) : 0;
+    const request = http.request({
+      createConnection: () => origin,
+      method: 'GET',
+      path: req.url ?? '/',
+      setHost: false,
+      headers: originRequestHeaders(ctx, true),
     });
-    origin.pipe(client);
-    client.pipe(origin);
+    request.on('error', (err: NodeJS.ErrnoException) => failed('bad-gateway', err.code ?? err.name));
+    request.on('upgrade', (res: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (closed) return;
+      if (res.statusCode !== 101 || (res.headers.upgrade ?? '').trim().toLowerCase() !== 'websocket') {
+        // An origin that switches to anything but the WebSocket it was asked for gets no pipe.
+        return failed('bad-gateway', 'BAD_UPGRADE');
+      }
+      answered = true;
+      ctx.answeredBy = 'upstream';
+      ctx.statusCode = 101;
+      client.write(responseHead(res, res.rawHeaders));
+      if (head.length > 0) client.write(head);
+      origin.off('timeout', headersTimeout);
+      origin.setTimeout(limits.upgradeIdleTimeoutMs, close);
+      socket.on('error', close).on('close', close);
+      if (ctx.upgradeHead !== undefined && ctx.upgradeHead.length > 0) socket.write(ctx.upgradeHead);
+      // A WebSocket ends with its closing frames; a side that ends its half of the connection ends
+      // the tunnel once the other side has taken what was in flight (no half-open tunnels).
+      socket.once('end', () => client.end(close));
+      client.once('end', () => socket.end(close));
+      socket.pipe(client);
+      client.pipe(socket);
+    });
+    request.on('response', (res: http.IncomingMessage) => {
+      if (closed) return;
+      // Refused (or anything but 101): relayed whole, then the connection ends. What the client
+      // sent after its handshake is never read.
+      answered = true;
+      ctx.answeredBy = 'upstream';
+      ctx.statusCode = res.statusCode ?? 0;
+      const relayed: string[] = [];
+      for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) {
+        if (!NOT_RELAYED.has(res.rawHeaders[i]!.toLowerCase())) relayed.push(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
+      }
+      relayed.push('Connection', 'close');
+      client.write(responseHead(res, relayed));
+      res.on('data', (chunk: Buffer) => {
+        if (!client.write(chunk)) {
+          res.pause();
+          client.once('drain', () => res.resume());
+        }
+      });
+      res.on('end', () => {
+        if (closed) return;
+        closed = true;
+        pool.end(host);
+        origin.destroy();
+        client.end();
+        finishRequest(ctx);
+      });
+      res.on('error', close);
+    });
+    request.end();
   }
+}
+
+function responseHead(res: http.IncomingMessage, headers: readonly string[]): string {
+  let head = `HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ''}\r\n`;
+  for (let i = 0; i + 1 < headers.length; i += 2) head += `${headers[i]}: ${headers[i + 1]}\r\n`;
+  return head + '\r\n';
 }
 
 function hostName(host: string): string {

@@ -27,7 +27,8 @@ import { clientResponseHeaders, originRequestHeaders } from '../headers.ts';
 import { BAD_RESPONSE, CONNECT_TIMEOUT, HEADERS_TIMEOUT, type OriginHandler } from '../origin-client.ts';
 import { isConnectFailure } from '../origins.ts';
 import { respond, pageAnswer } from './respond.ts';
-import { BodyTooLargeError, applyVerdict, failOpen, isTextLike, wafRequestHead, type WafVerdict } from './waf.ts';
+import type { Answer } from './phase.ts';
+import { BodyTooLargeError, applyVerdict, cannotInspect, isTextLike, wafRequestHead, type WafVerdict } from './waf.ts';
 
 /** Methods RFC 9110 section 9.2.2 calls idempotent: safe to send twice. */
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
@@ -307,16 +308,14 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
         bodyTruncated: body !== null && (!held.ended || body.length > limit),
       });
     } catch (err) {
-      failOpen(ctx, err);
-      return this.releaseHeld();
+      // Answer after undici has taken our "pause" from the callback that is still running.
+      queueMicrotask(() => this.noResponseVerdict(err));
+      return;
     }
     if (verdict instanceof Promise) {
       verdict.then(
         (v) => this.afterResponseVerdict(v),
-        (err) => {
-          failOpen(ctx, err);
-          this.releaseHeld();
-        },
+        (err: unknown) => this.noResponseVerdict(err),
       );
     } else {
       // Answer after undici has taken our "pause" from the callback that is still running.
@@ -326,7 +325,16 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
 
   private afterResponseVerdict(verdict: WafVerdict): void {
     if (this.clientGone) return;
-    const answer = applyVerdict(this.ctx, verdict, 'waf-response');
+    this.replaceOrRelease(applyVerdict(this.ctx, verdict, 'waf-response'));
+  }
+
+  /** The response side gave no verdict: the proxy's failMode says whether the response goes out. */
+  private noResponseVerdict(err: unknown): void {
+    if (this.clientGone) return;
+    this.replaceOrRelease(cannotInspect(this.ctx, err, 'waf-response'));
+  }
+
+  private replaceOrRelease(answer: Answer | undefined): void {
     if (answer === undefined) return this.releaseHeld();
     const wasOver = this.over;
     this.over = true;

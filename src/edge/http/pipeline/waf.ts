@@ -3,21 +3,28 @@
  * the slot the WAF engine plugs into (`deps.waf`); without a hook both sides do nothing and the
  * request body is streamed to the origin untouched.
  *
- * Request side: the hook sees the request head and up to `requestBodyLimit` bytes of body (buffered
- * here; the rest, if any, still streams to the origin after the verdict). It answers `continue`
- * (optionally with an event to log, LOGGING mode) or `block` (403 page with the support id).
+ * Request side: the hook sees the request head and the body, read here up to the proxy's body
+ * limit (`waf.requestBodyLimit`; a multipart/form-data upload up to the hook's
+ * `multipartBodyLimit`). It answers `continue` (optionally with an event to log, LOGGING mode) or
+ * `block` (403 page with the support id).
+ * A body longer than the limit is never passed on uninspected unless the proxy says so: with
+ * `waf.bodyLimitAction` REJECT (the default) it is refused with 413 and a WAF_EVENT naming the body
+ * limit, without reading more of it; with PROCESS_PARTIAL (or in LOGGING mode, which refuses
+ * nothing) the hook sees its first `limit` bytes, the rest streams to the origin after the verdict,
+ * and a WAF_EVENT says `bodyTruncated` (LOGGED when the rules had nothing to say).
  * Response side (optional `inspectResponse`): the hook sees the origin's status and headers, and up to
  * `responseBodyLimit` bytes of a text-like body, before anything is sent to the client, so a block can
  * still replace the response with a clean page.
  *
- * A hook that throws or rejects lets the request through (fail open) and is logged: a broken rule
- * engine must not take every site behind the proxy down with it.
+ * A hook that throws or rejects (its engine overloaded, its thread dead, a bug) follows the proxy's
+ * `waf.failMode`: CLOSED (default) answers 503 with the page and the support id, OPEN lets the
+ * request through uninspected. Either way it is counted (`wafUninspected`) and logged (rate-limited).
  */
 import type { MatchedRule } from '../../../insight/event.ts';
 import type { RequestCtx } from '../ctx.ts';
 import type { WafSettings } from '../snapshot.ts';
-import { pageAnswer } from './respond.ts';
-import type { Answer, PhaseOutcome, RequestPhase } from './phase.ts';
+import { bodyUnread, pageAnswer } from './respond.ts';
+import type { Answer, PhaseName, PhaseOutcome, RequestPhase } from './phase.ts';
 
 export interface WafRequestHead {
   proxyId: string;
@@ -57,6 +64,8 @@ export interface WafResponseInput {
 export interface WafEventDraft {
   action: 'BLOCKED' | 'LOGGED';
   rules: MatchedRule[];
+  /** The request body was longer than the WAF inspects: its verdict covers the first part only. */
+  bodyTruncated?: boolean;
 }
 
 export type WafVerdict =
@@ -71,12 +80,18 @@ export type WafVerdict =
     };
 
 export interface WafHook {
-  /** Body bytes the request side wants; 0 = head only. */
+  /** Body bytes the request side inspects for proxies that do not set `waf.requestBodyLimit`; 0 = head only. */
   readonly requestBodyLimit: number;
+  /** A multipart/form-data body (file uploads) may be this long and is inspected whole; default `requestBodyLimit`. */
+  readonly multipartBodyLimit?: number;
+  /** For proxies that do not set `waf.bodyLimitAction`; default REJECT. */
+  readonly bodyLimitAction?: 'REJECT' | 'PROCESS_PARTIAL';
   inspectRequest(input: WafRequestInput): WafVerdict | Promise<WafVerdict>;
   /** Body bytes the response side wants; 0 or absent = head only. */
   readonly responseBodyLimit?: number;
   inspectResponse?(input: WafResponseInput): WafVerdict | Promise<WafVerdict>;
+  /** The request is over: forget what the hook keeps for its response (nothing when already done). */
+  endExchange?(supportId: string): void;
 }
 
 export class BodyTooLargeError extends Error {
@@ -86,23 +101,38 @@ export class BodyTooLargeError extends Error {
   }
 }
 
+/**
+ * The rule id a WAF_EVENT names for a request body longer than the WAF inspects (no engine rule
+ * matches it: the proxy decides). In tps's own range, beside the engine settings' 2000xx rules.
+ */
+export const BODY_LIMIT_RULE_ID = 200100;
+
+/** Why a hook could not give a verdict: its engine's queue is full, its thread is gone, or anything else. */
+export type WafFailureReason = 'overloaded' | 'unavailable' | 'error';
+
 export const wafPhase: RequestPhase = {
   name: 'waf',
   run(ctx: RequestCtx): PhaseOutcome | Promise<PhaseOutcome> {
     const waf = ctx.proxy.deps.waf;
     if (waf === undefined) return undefined;
-    if (ctx.body === 'stream' && waf.requestBodyLimit > 0) return inspectWithBody(ctx, waf);
-    return inspect(ctx, waf, null, ctx.body === 'stream');
+    if (ctx.body === 'stream') return inspectWithBody(ctx, waf);
+    return inspect(ctx, waf, null, -1);
   },
 };
 
 async function inspectWithBody(ctx: RequestCtx, waf: WafHook): Promise<PhaseOutcome> {
+  const policy = ctx.proxy.wafBody;
+  const limit = isMultipart(ctx) ? policy.multipartLimit : policy.limit;
+  const refuse = policy.reject && ctx.proxy.waf.mode !== 'LOGGING';
+  // A declared length says it all: refused before a byte of the body is read.
+  if (refuse && ctx.declaredLength > limit) return refuseBody(ctx, limit);
   const iterator = (ctx.req as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   const chunks: Buffer[] = [];
   let length = 0;
   let rest: AsyncIterator<Buffer> | null = iterator;
   try {
-    while (length < waf.requestBodyLimit) {
+    // One byte past the limit is enough to know the body is longer.
+    while (length <= limit) {
       const next = await iterator.next();
       if (next.done) {
         rest = null;
@@ -116,19 +146,60 @@ async function inspectWithBody(ctx: RequestCtx, waf: WafHook): Promise<PhaseOutc
     // The client went away while sending its body: nothing to inspect, nobody to answer.
     return { phase: 'waf', status: 400, headers: [], body: '', close: true };
   }
+  const over = length > limit;
+  if (over && refuse) return refuseBody(ctx, limit);
   ctx.body = { chunks, length, rest };
   const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, length);
-  return inspect(ctx, waf, body.subarray(0, waf.requestBodyLimit), rest !== null || length > waf.requestBodyLimit);
+  if (over) ctx.proxy.deps.metrics?.wafBodyOverLimit?.(ctx.proxy.id, 'PROCESS_PARTIAL');
+  return inspect(ctx, waf, over ? body.subarray(0, limit) : body, over ? limit : -1);
 }
 
-function inspect(ctx: RequestCtx, waf: WafHook, body: Buffer | null, truncated: boolean): PhaseOutcome | Promise<PhaseOutcome> {
+function isMultipart(ctx: RequestCtx): boolean {
+  const type = ctx.req.headers['content-type'];
+  return type !== undefined && /^\s*multipart\/form-data\s*;/i.test(type);
+}
+
+/** 413 with the page and a WAF_EVENT naming the limit; the rest of the body is never read. */
+function refuseBody(ctx: RequestCtx, limit: number): Answer {
+  ctx.proxy.deps.metrics?.wafBodyOverLimit?.(ctx.proxy.id, 'REJECT');
+  (ctx.wafEvents ??= []).push({ action: 'BLOCKED', rules: [bodyLimitRule(ctx, limit, true)] });
+  return pageAnswer(ctx, 'waf', 'body-too-large', { close: true });
+}
+
+function bodyLimitRule(ctx: RequestCtx, limit: number, refused: boolean): MatchedRule {
+  return {
+    modSecId: BODY_LIMIT_RULE_ID,
+    name: refused ? 'Request body larger than the WAF inspects: refused' : 'Request body larger than the WAF inspects: only its first part inspected',
+    matchedData: ctx.proxy.waf.logMatchedData ? { status: 'ENABLED', value: `limit ${limit} bytes` } : { status: 'DISABLED', value: null },
+    matchedVariable: 'REQUEST_BODY',
+  };
+}
+
+/** `truncatedAt`: the body limit the body was cut at, -1 when the hook sees it whole. */
+function inspect(ctx: RequestCtx, waf: WafHook, body: Buffer | null, truncatedAt: number): PhaseOutcome | Promise<PhaseOutcome> {
   let verdict: WafVerdict | Promise<WafVerdict>;
   try {
-    verdict = waf.inspectRequest({ ...wafRequestHead(ctx), body, bodyTruncated: truncated });
+    verdict = waf.inspectRequest({ ...wafRequestHead(ctx), body, bodyTruncated: truncatedAt >= 0 });
   } catch (err) {
-    return failOpen(ctx, err);
+    return cannotInspect(ctx, err, 'waf');
   }
-  if (verdict instanceof Promise) return verdict.then((v) => applyVerdict(ctx, v, 'waf'), (err) => failOpen(ctx, err));
+  if (verdict instanceof Promise) {
+    return verdict.then(
+      (v) => afterRequestVerdict(ctx, waf, v, truncatedAt),
+      (err: unknown) => cannotInspect(ctx, err, 'waf'),
+    );
+  }
+  return afterRequestVerdict(ctx, waf, verdict, truncatedAt);
+}
+
+function afterRequestVerdict(ctx: RequestCtx, waf: WafHook, verdict: WafVerdict, truncatedAt: number): PhaseOutcome {
+  ctx.wafInspected = true;
+  // The client left while the WAF was at work: the events phase has run, the exchange ends here.
+  if (ctx.finished) waf.endExchange?.(ctx.supportId);
+  if (truncatedAt >= 0) {
+    if (verdict.event !== undefined) verdict.event.bodyTruncated = true;
+    else (ctx.wafEvents ??= []).push({ action: 'LOGGED', rules: [bodyLimitRule(ctx, truncatedAt, false)], bodyTruncated: true });
+  }
   return applyVerdict(ctx, verdict, 'waf');
 }
 
@@ -137,12 +208,40 @@ export function applyVerdict(ctx: RequestCtx, verdict: WafVerdict, phase: 'waf' 
   if (verdict.event !== undefined) (ctx.wafEvents ??= []).push(verdict.event);
   if (verdict.action !== 'block') return undefined;
   if (verdict.supportId !== undefined) ctx.supportId = verdict.supportId;
-  return pageAnswer(ctx, phase, 'waf', { ...(verdict.status !== undefined ? { status: verdict.status } : {}), close: ctx.body === 'stream' });
+  return pageAnswer(ctx, phase, 'waf', { ...(verdict.status !== undefined ? { status: verdict.status } : {}), close: bodyUnread(ctx) });
 }
 
-export function failOpen(ctx: RequestCtx, err: unknown): undefined {
-  ctx.proxy.deps.logger?.error({ err, proxyId: ctx.proxy.id, supportId: ctx.supportId }, 'WAF hook failed; request let through');
-  return undefined;
+/**
+ * The hook gave no verdict (`err`): the proxy's `waf.failMode` decides. CLOSED: 503 with the page
+ * and the support id. OPEN: through uninspected. Counted and logged either way.
+ */
+export function cannotInspect(ctx: RequestCtx, err: unknown, phase: Extract<PhaseName, 'waf' | 'waf-response'>): Answer | undefined {
+  const reason = failureReason(err);
+  const open = ctx.proxy.waf.failMode === 'OPEN';
+  const side = phase === 'waf' ? 'request' : 'response';
+  const deps = ctx.proxy.deps;
+  deps.metrics?.wafUninspected?.(ctx.proxy.id, side, reason, open ? 'passed' : 'refused');
+  const details = {
+    proxyId: ctx.proxy.id,
+    supportId: ctx.supportId,
+    clientIp: ctx.clientIp,
+    side,
+    reason,
+    ...(reason === 'error' ? { err } : { detail: err instanceof Error ? err.message : String(err) }),
+  };
+  if (open) {
+    deps.logger?.warn(details, 'WAF could not inspect: let through uninspected (waf.failMode OPEN)');
+    return undefined;
+  }
+  deps.logger?.warn(details, 'WAF could not inspect: refused with 503 (waf.failMode CLOSED)');
+  return pageAnswer(ctx, phase, 'waf-unavailable', { headers: ['retry-after', '5'], close: bodyUnread(ctx) });
+}
+
+function failureReason(err: unknown): WafFailureReason {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === 'ERR_WAF_OVERLOADED') return 'overloaded';
+  if (code === 'ERR_WAF_UNAVAILABLE') return 'unavailable';
+  return 'error';
 }
 
 export function wafRequestHead(ctx: RequestCtx): WafRequestHead {

@@ -169,6 +169,8 @@ function websocketEcho(req: http.IncomingMessage, socket: net.Socket, head: Buff
     }
   };
   socket.on('data', onData);
+  // The proxy gone, the connection goes too (the server's sockets would stay half-open).
+  socket.on('end', () => socket.end());
   socket.on('error', () => socket.destroy());
   if (head.length > 0) onData(Buffer.alloc(0));
 }
@@ -228,7 +230,7 @@ export function resolvedProxy(
         deliveryMethod: 'LEAST_CONNECTIONS',
         ...attributes.backend,
       },
-      waf: attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] },
+      waf: attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
     },
   };
 }

@@ -215,6 +215,21 @@ test('the worker pool answers concurrent requests, each caller its own verdict (
   assert.equal(engine.pending, 0);
 });
 
+test('past its queue the pool sheds the flooding client, not the others (fair admission, as the compiled engine)', async () => {
+  const small = await createModSecurityEngine({ workers: 1, inFlightPerWorker: 2, queueLength: 4 });
+  try {
+    const outcome = (request: WafRequest) => small.inspectRequest(request, PL1).then(() => 'inspected', (e: Error) => e.name);
+    const flood = Array.from({ length: 40 }, () => outcome(get('/flood', { clientIp: '198.51.100.7' })));
+    const benign = Array.from({ length: 3 }, (_, i) => outcome(get('/page', { clientIp: `203.0.113.${i + 1}` })));
+    const flooded = await Promise.all(flood);
+    assert.deepEqual(await Promise.all(benign), ['inspected', 'inspected', 'inspected']);
+    assert.equal(flooded.filter((r) => r === 'inspected').length, 3);
+    assert.ok(flooded.filter((r) => r !== 'inspected').every((r) => r === 'WafOverloadedError'));
+  } finally {
+    await small.close();
+  }
+});
+
 test('bad settings are refused before any work', async () => {
   await assert.rejects(engine.inspectRequest(get('/'), { paranoiaLevel: 5 }), WafSettingsError);
   await assert.rejects(

@@ -11,16 +11,18 @@
  * automata, the non-locked collection reads), so memory is workers x one CRS whatever the number of
  * proxies.
  *
- * Scheduling: a request goes to the worker with the fewest requests in flight; an exchange's
- * response goes to the worker that holds its transaction. More than `maxQueue` requests in flight
- * are refused at once with WafOverloadedError (the proxy chooses fail-open or fail-closed) rather
- * than queueing without bound. A worker that dies fails its requests with WafUnavailableError and
- * is replaced.
+ * Scheduling: requests are admitted fairly (fair-admission.ts): `inFlightPerWorker` per worker at
+ * once, `queueLength` more waiting, shed per client with WafOverloadedError past that or after
+ * `maxQueueWaitMs` (the proxy applies its `waf.failMode`) rather than queueing without bound. An
+ * admitted request goes to the worker with the fewest requests in flight; an exchange's response
+ * goes to the worker that holds its transaction, without a second admission. A worker that dies
+ * fails its requests with WafUnavailableError and is replaced.
  */
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { WafEngine, WafExchange, WafRequest, WafResponse, WafSettings, WafVerdict } from './engine.ts';
-import { WafOverloadedError, WafSettingsError, WafUnavailableError } from './engine.ts';
+import { WafSettingsError, WafUnavailableError } from './engine.ts';
+import { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_MAX_QUEUE_WAIT_MS, DEFAULT_QUEUE_PER_WORKER, FairAdmission } from './fair-admission.ts';
 import type { ModSecurityRulesOptions } from './modsecurity-config.ts';
 import { resolvedLimits } from './modsecurity-config.ts';
 import { checkSettings } from './modsecurity-inspect.ts';
@@ -29,8 +31,12 @@ import type { ToWorker, WorkerData } from './modsecurity-worker.ts';
 export interface ModSecurityEngineOptions extends ModSecurityRulesOptions {
   /** Worker threads; default min(available CPUs, 4). */
   readonly workers?: number;
-  /** Requests in flight across the pool before WafOverloadedError; default 256 per worker. */
-  readonly maxQueue?: number;
+  /** Requests handed to each worker at once; default 8. */
+  readonly inFlightPerWorker?: number;
+  /** Requests waiting for a worker, all clients together, before they are shed per client; default 64 per worker. */
+  readonly queueLength?: number;
+  /** Longest wait for a worker before a request is shed; default 1000 ms. */
+  readonly maxQueueWaitMs?: number;
   /** An exchange whose response never comes is closed after this long; default 120 s. */
   readonly exchangeTimeoutMs?: number;
 }
@@ -158,7 +164,7 @@ export class ModSecurityEngine implements WafEngine {
   readonly workerCount: number;
   private readonly workers: PoolWorker[] = [];
   private readonly data: WorkerData;
-  private readonly maxQueue: number;
+  private readonly admission: FairAdmission;
   private readonly limits: { request: number; response: number };
   private inFlight = 0;
   private closed = false;
@@ -170,8 +176,12 @@ export class ModSecurityEngine implements WafEngine {
     const workers = options.workers ?? Math.min(availableParallelism(), 4);
     if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new RangeError('workers must be 1-64');
     this.workerCount = workers;
-    this.maxQueue = options.maxQueue ?? 256 * workers;
-    const { workers: _w, maxQueue: _q, exchangeTimeoutMs, ...rules } = options;
+    this.admission = new FairAdmission({
+      slots: (options.inFlightPerWorker ?? DEFAULT_IN_FLIGHT_PER_WORKER) * workers,
+      queueLength: options.queueLength ?? DEFAULT_QUEUE_PER_WORKER * workers,
+      maxWaitMs: options.maxQueueWaitMs ?? DEFAULT_MAX_QUEUE_WAIT_MS,
+    });
+    const { workers: _w, inFlightPerWorker: _i, queueLength: _q, maxQueueWaitMs: _m, exchangeTimeoutMs, ...rules } = options;
     this.data = { options: rules, exchangeTimeoutMs: exchangeTimeoutMs ?? 120_000 };
     for (let i = 0; i < workers; i++) this.workers.push(this.spawn());
   }
@@ -188,14 +198,13 @@ export class ModSecurityEngine implements WafEngine {
 
   async inspectRequest(request: WafRequest, settings: WafSettings): Promise<WafVerdict> {
     checkSettings(settings);
-    const { verdict } = await this.run(this.pick(), { type: 'request', request: this.clipRequest(request), settings, keepOpen: false });
+    const { verdict } = await this.admitted(request, settings, false);
     return verdict;
   }
 
   async beginExchange(request: WafRequest, settings: WafSettings): Promise<WafExchange> {
     checkSettings(settings);
-    const worker = this.pick();
-    const { verdict, exchange } = await this.run(worker, { type: 'request', request: this.clipRequest(request), settings, keepOpen: true });
+    const { verdict, exchange, worker } = await this.admitted(request, settings, true);
     let done = exchange === undefined;
     const generation = worker.generation;
     return {
@@ -225,6 +234,7 @@ export class ModSecurityEngine implements WafEngine {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.admission.close(new WafUnavailableError('WAF engine closed'));
     const workers = this.workers.splice(0);
     for (const w of workers) w.failAll(new WafUnavailableError('WAF engine closed'));
     await Promise.all(workers.map((w) => w.terminate()));
@@ -254,14 +264,29 @@ export class ModSecurityEngine implements WafEngine {
     return best;
   }
 
+  /** A request's run once fair admission gave it a place (see the module comment). */
+  private async admitted(
+    request: WafRequest,
+    settings: WafSettings,
+    keepOpen: boolean,
+  ): Promise<{ verdict: WafVerdict; exchange?: number | undefined; worker: PoolWorker }> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    const waiting = this.admission.enter(request.clientIp);
+    if (waiting !== undefined) await waiting;
+    try {
+      const worker = this.pick();
+      const result = await this.run(worker, { type: 'request', request: this.clipRequest(request), settings, keepOpen });
+      return { ...result, worker };
+    } finally {
+      this.admission.leave();
+    }
+  }
+
   private async run(
     worker: PoolWorker,
     message: Call,
   ): Promise<{ verdict: WafVerdict; exchange?: number | undefined }> {
     if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    if (this.inFlight >= this.maxQueue) {
-      throw new WafOverloadedError(`WAF engine overloaded: ${this.inFlight} requests in flight`);
-    }
     this.inFlight++;
     try {
       return await worker.call(message);

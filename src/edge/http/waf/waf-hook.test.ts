@@ -1,6 +1,7 @@
 /**
  * The bridge from the proxy's WAF phase to an engine: verdicts become block / continue with the
- * spec's WAF_EVENT rules, and a request body past the limit follows the configured policy.
+ * spec's WAF_EVENT rules, the body-limit defaults it hands the proxies, and exchanges that end
+ * with their request (response side, or the request over first) rather than by the TTL.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -32,7 +33,7 @@ function input(body: string, settings: Partial<WafRequestInput['settings']> = {}
   return {
     proxyId: 'p',
     tenantId: 't',
-    settings: { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [], ...settings },
+    settings: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [], ...settings },
     supportId: '0123456789abcdef0123456789abcdef',
     client: { ip: '127.0.0.1', port: 40000 },
     server: { ip: '127.0.0.2', port: 80 },
@@ -67,17 +68,55 @@ describe('WAF hook', () => {
     assert.deepEqual(verdict.event?.rules[0]?.matchedData, { status: 'ENABLED', value: "1' or 1=1" });
   });
 
-  it('inspects the first part of a body past the limit by default (ProcessPartial)', async () => {
-    const seen: WafRequest[] = [];
-    const hook = createWafHook(fakeEngine(seen), { requestBodyLimit: 8 });
-    assert.equal((await hook.inspectRequest(input('q=benign', {}, true))).action, 'continue');
-    assert.equal(seen.length, 1, 'the engine saw the part within the limit');
+  it('hands the proxies ModSecurity-style defaults: REJECT, a multipart limit never below the body limit', () => {
+    const hook = createWafHook(fakeEngine([]));
+    assert.equal(hook.requestBodyLimit, 128 * 1024);
+    assert.equal(hook.bodyLimitAction, 'REJECT');
+    assert.equal(hook.multipartBodyLimit, 1024 * 1024);
+    assert.equal(createWafHook(fakeEngine([]), { requestBodyLimit: 2 * 1024 * 1024 }).multipartBodyLimit, 2 * 1024 * 1024);
   });
 
-  it('refuses a body past the limit with 413 when the policy is REJECT, without asking the engine', async () => {
-    const seen: WafRequest[] = [];
-    const hook = createWafHook(fakeEngine(seen), { requestBodyLimit: 8, bodyLimitAction: 'REJECT' });
-    assert.deepEqual(await hook.inspectRequest(input('q=benign', {}, true)), { action: 'block', status: 413 });
-    assert.equal(seen.length, 0);
+  it('ends an exchange with its response, or with its request when the response never comes', async () => {
+    let ended = 0;
+    const engine: WafEngine = {
+      ...fakeEngine([]),
+      async beginExchange(request) {
+        return {
+          requestVerdict: await fakeEngine([]).inspectRequest(request, { paranoiaLevel: 1 }),
+          inspectResponse: async () => ({ matchedRules: [] }),
+          end: () => void ended++,
+        };
+      },
+    };
+    const hook = createWafHook(engine);
+    const first = input('q=benign');
+    const second = { ...input('q=benign'), supportId: 'ffffffffffffffffffffffffffffffff' };
+    await hook.inspectRequest(first);
+    await hook.inspectRequest(second);
+    assert.equal(hook.openExchanges, 2);
+    await hook.inspectResponse({ request: first, statusCode: 200, headers: [], body: null, bodyTruncated: false });
+    hook.endExchange(second.supportId);
+    hook.endExchange(second.supportId);
+    assert.equal(hook.openExchanges, 0);
+    assert.equal(ended, 2);
+    assert.deepEqual({ ...hook.exchangeCounts }, { opened: 2, inspected: 1, abandoned: 1, expired: 0 });
+    // A blocked request keeps no exchange at all.
+    await hook.inspectRequest(input('q=attack'));
+    assert.equal(hook.openExchanges, 0);
+    assert.equal(hook.exchangeCounts.opened, 2);
+  });
+
+  it('counts an exchange the TTL had to end as expired', async () => {
+    const engine: WafEngine = {
+      ...fakeEngine([]),
+      async beginExchange(request) {
+        return { requestVerdict: await fakeEngine([]).inspectRequest(request, { paranoiaLevel: 1 }), inspectResponse: async () => ({ matchedRules: [] }), end: () => {} };
+      },
+    };
+    const hook = createWafHook(engine, { exchangeTtlMs: 5 });
+    await hook.inspectRequest(input('q=benign'));
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    assert.equal(hook.openExchanges, 0);
+    assert.equal(hook.exchangeCounts.expired, 1);
   });
 });

@@ -10,7 +10,12 @@
  * - Matched data may hold passwords or tokens: it leaves the engine only with `waf.logMatchedData`.
  * - Response side: the engine's transaction is kept from the request to the response (an exchange),
  *   so response rules see the request too. A response that the engine would interrupt is replaced
- *   by the block page before any byte reaches the client.
+ *   by the block page before any byte reaches the client. An exchange lives as long as its request:
+ *   the response side ends it, and so does the end of a request that never got that far
+ *   (`endExchange`: client gone, origin failed, our own page, upgrade). The TTL only catches what
+ *   those would miss; `exchangeCounts` says how each one ended.
+ * - Body limits are the proxy's (pipeline/waf.ts): the options here are the defaults of proxies
+ *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafSettings as EngineSettings, WafVerdict as EngineVerdict } from './engine.ts';
 import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../pipeline/waf.ts';
@@ -18,8 +23,10 @@ import type { MatchedRule } from '../../../insight/event.ts';
 import type { WafAuditLog } from './audit-log.ts';
 
 export interface WafHookOptions {
-  /** Request body bytes inspected (the rest streams on uninspected). Default 128 KiB. */
+  /** Request body bytes inspected, for proxies that do not set `waf.requestBodyLimit`. Default 128 KiB. */
   requestBodyLimit?: number;
+  /** A multipart/form-data body may be this long and is inspected whole. Default 1 MiB. */
+  multipartBodyLimit?: number;
   /** Text-like response body bytes inspected; 0 = response headers only. Default 64 KiB. */
   responseBodyLimit?: number;
   /** One JSON line per request with any matched rule. */
@@ -27,11 +34,30 @@ export interface WafHookOptions {
   /** How long a request's engine transaction waits for its response before it is ended. Default 120 s. */
   exchangeTtlMs?: number;
   /**
-   * A request body longer than `requestBodyLimit`: PROCESS_PARTIAL (default) inspects its first
-   * `requestBodyLimit` bytes and lets the rest stream on uninspected, as ModSecurity's
-   * ProcessPartial; REJECT refuses the request with 413 before the origin sees it.
+   * A request body longer than the limit, for proxies that do not set `waf.bodyLimitAction`: REJECT
+   * (default) refuses it with 413 before the origin sees it; PROCESS_PARTIAL inspects its first part
+   * and lets the rest stream on uninspected, as ModSecurity's ProcessPartial.
    */
   bodyLimitAction?: 'PROCESS_PARTIAL' | 'REJECT';
+}
+
+/** How the hook's exchanges ended, since it was made: a leak shows as `expired` (the TTL), or as `opened` running ahead of the rest. */
+export interface WafExchangeCounts {
+  opened: number;
+  /** Ended by the response side. */
+  inspected: number;
+  /** Ended with the request, without a response inspection. */
+  abandoned: number;
+  /** Ended by the TTL. */
+  expired: number;
+}
+
+export interface WafEngineHook extends WafHook {
+  inspectResponse(input: WafResponseInput): Promise<WafVerdict>;
+  endExchange(supportId: string): void;
+  /** Exchanges open now. */
+  readonly openExchanges: number;
+  readonly exchangeCounts: Readonly<WafExchangeCounts>;
 }
 
 interface OpenExchange {
@@ -41,17 +67,20 @@ interface OpenExchange {
   timer: NodeJS.Timeout;
 }
 
-export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): WafHook {
+export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): WafEngineHook {
   const exchanges = new Map<string, OpenExchange>();
   const ttlMs = options.exchangeTtlMs ?? 120_000;
   const auditLog = options.auditLog;
   const responseBodyLimit = options.responseBodyLimit ?? 64 * 1024;
+  const requestBodyLimit = options.requestBodyLimit ?? 128 * 1024;
+  const counts: WafExchangeCounts = { opened: 0, inspected: 0, abandoned: 0, expired: 0 };
 
-  const end = (supportId: string) => {
+  const end = (supportId: string, how: 'inspected' | 'abandoned' | 'expired') => {
     const open = exchanges.get(supportId);
     if (!open) return;
     exchanges.delete(supportId);
     clearTimeout(open.timer);
+    counts[how]++;
     open.exchange.end();
   };
 
@@ -73,11 +102,20 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
   };
 
   return {
-    requestBodyLimit: options.requestBodyLimit ?? 128 * 1024,
+    requestBodyLimit,
+    multipartBodyLimit: Math.max(requestBodyLimit, options.multipartBodyLimit ?? 1024 * 1024),
+    bodyLimitAction: options.bodyLimitAction ?? 'REJECT',
     responseBodyLimit,
+    get openExchanges() {
+      return exchanges.size;
+    },
+    exchangeCounts: counts,
+
+    endExchange(supportId: string): void {
+      end(supportId, 'abandoned');
+    },
 
     async inspectRequest(input: WafRequestInput): Promise<WafVerdict> {
-      if (input.bodyTruncated && options.bodyLimitAction === 'REJECT') return { action: 'block', status: 413 };
       const request = toEngineRequest(input, input.body);
       const settings = engineSettings(input.settings);
       let verdict: EngineVerdict;
@@ -87,8 +125,9 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
         if (verdict.interrupt && input.settings.mode === 'BLOCKING') {
           exchange.end();
         } else {
-          const timer = setTimeout(() => end(input.supportId), ttlMs);
+          const timer = setTimeout(() => end(input.supportId, 'expired'), ttlMs);
           timer.unref();
+          counts.opened++;
           exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, timer });
         }
       } else {
@@ -116,7 +155,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
         const fresh = { ...verdict, matchedRules: verdict.matchedRules.filter((rule) => !seen.has(rule.id)) };
         return toProxyVerdict(fresh, input.request.settings);
       } finally {
-        end(input.request.supportId);
+        end(input.request.supportId, 'inspected');
       }
     },
   };

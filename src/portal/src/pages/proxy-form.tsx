@@ -36,7 +36,7 @@ function defaults(type: ProxyType, keep?: Attrs, ip?: string): Attrs {
   const frontend = { ipv4: keep?.frontend?.ipv4 ?? ip, ipv6: keep?.frontend?.ipv6, port: keep?.frontend?.port ?? (type === 'httpProxy' ? 80 : undefined) };
   const hosts = keep?.backend?.hosts ?? [{ address: '', port: type === 'httpProxy' ? 80 : undefined }];
   return type === 'httpProxy'
-    ? { frontend, backend: { hosts, deliveryMethod: 'LEAST_CONNECTIONS' }, waf: { mode: 'BLOCKING', paranoiaLevel: 1, logMatchedData: false, ruleExclusions: [] } }
+    ? { frontend, backend: { hosts, deliveryMethod: 'LEAST_CONNECTIONS' }, waf: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] } }
     : { frontend, backend: { hosts, deliveryMethod: 'LEAST_CONNECTIONS' }, protocols: ['TCP'], proxyProtocol: { enabled: false, version: 1 }, threatIntelligence: { enabled: true } };
 }
 
@@ -436,6 +436,24 @@ function HttpProtection(props: { attrs: Attrs; set: (path: (string | number)[], 
           </Field>
           <Field label="Anomaly threshold" pointer={`${P}/waf/anomalyThreshold`} board={board} hint="Score at which a request is blocked (default 5).">
             <NumberInput value={waf.anomalyThreshold} onChange={(value) => set(['waf', 'anomalyThreshold'], value)} name="anomalyThreshold" placeholder="5" />
+          </Field>
+        </div>
+        <div class="row">
+          <Field label="When the WAF cannot keep up" pointer={`${P}/waf/failMode`} board={board} hint="Overload or engine failure.">
+            <Select value={waf.failMode ?? 'CLOSED'} onChange={(value) => set(['waf', 'failMode'], value)} name="wafFailMode">
+              <option value="CLOSED">Refuse the request (503)</option>
+              <option value="OPEN">Let it through uninspected (counted, logged)</option>
+            </Select>
+          </Field>
+          <Field label="Request body inspected (bytes)" pointer={`${P}/waf/requestBodyLimit`} board={board} hint="Empty: the operator's default (131072). Uploads may be longer.">
+            <NumberInput value={waf.requestBodyLimit} onChange={(value) => set(['waf', 'requestBodyLimit'], value)} name="requestBodyLimit" placeholder="131072" />
+          </Field>
+          <Field label="Longer bodies" pointer={`${P}/waf/bodyLimitAction`} board={board}>
+            <Select value={waf.bodyLimitAction ?? ''} onChange={(value) => set(['waf', 'bodyLimitAction'], value === '' ? undefined : value)} name="bodyLimitAction">
+              <option value="">Operator's default</option>
+              <option value="REJECT">Refuse them (413)</option>
+              <option value="PROCESS_PARTIAL">Inspect the first part, pass the rest</option>
+            </Select>
           </Field>
         </div>
         <Check

@@ -131,7 +131,8 @@ test('compiled engine (worker pool): a request past its time budget loses its wo
 });
 
 test('compiled engine (worker pool): time queued behind other requests does not count against the budget', { timeout: 60_000 }, async () => {
-  const pool = await createCompiledEngine({ workers: 1, requestBudgetMs: 250 });
+  // Room for all 200 in the queue, for as long as they take: this is about the budget, not shedding.
+  const pool = await createCompiledEngine({ workers: 1, requestBudgetMs: 250, queueLength: 200, maxQueueWaitMs: 60_000 });
   try {
     const items = Array.from({ length: 40 }, (_, i) => ({ id: i, name: `Product ${i}`, tags: ['new', 'sale'], stock: { count: i } }));
     const body = Buffer.from(JSON.stringify({ items }));
@@ -181,4 +182,18 @@ test('compiled engine: a transaction holds nothing once its last verdict is out 
   assert.equal(open.tx.txStore.size, 0);
   assert.equal(open.tx.messages.length, 0);
   assert.throws(() => open.tx.args.push(open.tx.args[0]!), TypeError);
+});
+
+test('compiled engine (worker pool): past its queue it sheds the flooding client, not the others', { timeout: 60_000 }, async () => {
+  const pool = await createCompiledEngine({ workers: 1, inFlightPerWorker: 2, queueLength: 4 });
+  try {
+    const flood = Array.from({ length: 40 }, () => pool.inspectRequest({ ...get('/flood'), clientIp: '198.51.100.7' }, { paranoiaLevel: 1 }).then(() => 'inspected', (e: Error) => e.name));
+    const benign = Array.from({ length: 3 }, (_, i) => pool.inspectRequest({ ...get('/page'), clientIp: `203.0.113.${i + 1}` }, { paranoiaLevel: 1 }).then(() => 'inspected', (e: Error) => e.name));
+    const flooded = await Promise.all(flood);
+    assert.deepEqual(await Promise.all(benign), ['inspected', 'inspected', 'inspected']);
+    assert.equal(flooded.filter((r) => r === 'inspected').length, 2 + 4 - 3, 'the flooder keeps the slots and what the others left of the queue');
+    assert.ok(flooded.filter((r) => r !== 'inspected').every((r) => r === 'WafOverloadedError'));
+  } finally {
+    await pool.close();
+  }
 });

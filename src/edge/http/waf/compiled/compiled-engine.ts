@@ -13,14 +13,18 @@
  *   backtracking (regex/runtime.ts).
  * - in a worker pool (`workers: N`): each worker holds its own compiled copy (closures cannot
  *   cross isolates) and a request that runs past `requestBudgetMs` of wall time has its worker
- *   terminated and replaced; the request fails with WafUnavailableError (the proxy chooses
- *   fail-open or fail-closed). That budget is what bounds patterns the linear engine cannot take.
+ *   terminated and replaced; the request fails with WafUnavailableError (the proxy applies its
+ *   `waf.failMode`). That budget is what bounds patterns the linear engine cannot take.
  *   It counts a request's own run (`RunWatch`), not its wait behind other requests: under load a
  *   queue of slow-but-sound requests is no reason to kill a worker.
+ *   Requests reach the workers through fair admission (fair-admission.ts): `inFlightPerWorker`
+ *   each at once, `queueLength` more waiting, shed per client (WafOverloadedError) past that or
+ *   after `maxQueueWaitMs`. An exchange's response is not admitted again: its request was.
  */
 import { Worker } from 'node:worker_threads';
 import type { WafEngine, WafExchange, WafRequest, WafResponse, WafSettings, WafVerdict } from '../engine.ts';
-import { WafOverloadedError, WafUnavailableError } from '../engine.ts';
+import { WafUnavailableError } from '../engine.ts';
+import { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_MAX_QUEUE_WAIT_MS, DEFAULT_QUEUE_PER_WORKER, FairAdmission } from '../fair-admission.ts';
 import { checkSettings } from '../modsecurity-inspect.ts';
 import { resolvedLimits } from '../modsecurity-config.ts';
 import { batchedMessages } from '../batched-messages.ts';
@@ -31,8 +35,12 @@ import type { CompiledRuleSet } from './program.ts';
 export interface CompiledEngineOptions extends CompiledRulesOptions {
   /** 0 (default): run in the calling thread. N > 0: a pool of N worker threads. */
   readonly workers?: number;
-  /** Worker mode: requests in flight before WafOverloadedError; default 256 per worker. */
-  readonly maxQueue?: number;
+  /** Worker mode: requests handed to each worker at once; default 8. */
+  readonly inFlightPerWorker?: number;
+  /** Worker mode: requests waiting for a worker, all clients together, before they are shed per client; default 64 per worker. */
+  readonly queueLength?: number;
+  /** Worker mode: longest wait for a worker before a request is shed; default 1000 ms. */
+  readonly maxQueueWaitMs?: number;
   /** Worker mode: wall-clock budget of one request's run (queueing excluded) before its worker is replaced; default 250 ms. */
   readonly requestBudgetMs?: number;
   /** An exchange whose response never comes is dropped after this long; default 120 s. */
@@ -53,7 +61,7 @@ export function sharedRuleSet(options: CompiledRulesOptions = {}): CompiledRuleS
 }
 
 function rulesOptions(options: CompiledEngineOptions): CompiledRulesOptions {
-  const { workers: _w, maxQueue: _q, requestBudgetMs: _b, exchangeTimeoutMs: _e, ...rules } = options;
+  const { workers: _w, inFlightPerWorker: _i, queueLength: _q, maxQueueWaitMs: _m, requestBudgetMs: _b, exchangeTimeoutMs: _e, ...rules } = options;
   return rules;
 }
 
@@ -87,7 +95,7 @@ export class CompiledEngine implements WafEngine {
     if (this.closed) throw new WafUnavailableError('WAF engine closed');
     checkSettings(settings);
     if (this.inspector) return this.inspector.inspectRequest(request, settings, false).verdict;
-    return (await this.pool!.call({ type: 'request', request, settings, keepOpen: false })).verdict;
+    return (await this.pool!.request({ type: 'request', request, settings, keepOpen: false })).verdict;
   }
 
   /** Synchronous inspection (in-process mode only): for benchmarks and tests. */
@@ -118,14 +126,14 @@ export class CompiledEngine implements WafEngine {
       };
     }
     const pool = this.pool!;
-    const { verdict, exchange, worker } = await pool.call({ type: 'request', request, settings, keepOpen: true });
+    const { verdict, exchange, worker } = await pool.request({ type: 'request', request, settings, keepOpen: true });
     let done = exchange === undefined;
     return {
       requestVerdict: verdict,
       inspectResponse: async (response: WafResponse): Promise<WafVerdict> => {
         if (done || exchange === undefined) return { matchedRules: [] };
         done = true;
-        return (await pool.call({ type: 'response', exchange, response }, worker)).verdict;
+        return (await pool.response({ type: 'response', exchange, response }, worker)).verdict;
       },
       end: (): void => {
         if (done || exchange === undefined) return;
@@ -306,13 +314,16 @@ class PoolWorker {
 class WorkerPool {
   private readonly workers: PoolWorker[] = [];
   private readonly data: object;
-  private readonly maxQueue: number;
   private readonly budgetMs: number;
-  private inFlight = 0;
+  private readonly admission: FairAdmission;
   private closed = false;
 
   constructor(options: CompiledEngineOptions, count: number) {
-    this.maxQueue = options.maxQueue ?? 256 * count;
+    this.admission = new FairAdmission({
+      slots: (options.inFlightPerWorker ?? DEFAULT_IN_FLIGHT_PER_WORKER) * count,
+      queueLength: options.queueLength ?? DEFAULT_QUEUE_PER_WORKER * count,
+      maxWaitMs: options.maxQueueWaitMs ?? DEFAULT_MAX_QUEUE_WAIT_MS,
+    });
     this.budgetMs = options.requestBudgetMs ?? 250;
     this.data = { options: rulesOptions(options), exchangeTimeoutMs: options.exchangeTimeoutMs ?? 120_000 };
     for (let i = 0; i < count; i++) this.workers.push(this.spawn());
@@ -329,21 +340,27 @@ class WorkerPool {
     await Promise.all(this.workers.map((w) => w.ready));
   }
 
-  async call(message: Call, worker?: PoolWorker): Promise<{ verdict: WafVerdict; exchange?: number | undefined; worker: PoolWorker }> {
+  /** A request: admitted fairly, then run by the least busy worker. */
+  async request(message: Extract<Call, { type: 'request' }>): Promise<{ verdict: WafVerdict; exchange?: number | undefined; worker: PoolWorker }> {
     if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    if (this.inFlight >= this.maxQueue) throw new WafOverloadedError(`WAF engine overloaded: ${this.inFlight} requests in flight`);
-    let w = worker;
-    if (w === undefined) {
-      for (const c of this.workers) if (!c.dead && (w === undefined || c.pending.size < w.pending.size)) w = c;
-    }
-    if (w === undefined || w.dead) throw new WafUnavailableError('the compiled WAF worker of this exchange is gone');
-    this.inFlight++;
+    const admitted = this.admission.enter(message.request.clientIp);
+    if (admitted !== undefined) await admitted;
     try {
+      let w: PoolWorker | undefined;
+      for (const c of this.workers) if (!c.dead && (w === undefined || c.pending.size < w.pending.size)) w = c;
+      if (this.closed || w === undefined) throw new WafUnavailableError('WAF engine closed');
       const r = await w.call(message);
       return { ...r, worker: w };
     } finally {
-      this.inFlight--;
+      this.admission.leave();
     }
+  }
+
+  /** An exchange's response: on the worker that holds its transaction. */
+  async response(message: Extract<Call, { type: 'response' }>, worker: PoolWorker): Promise<{ verdict: WafVerdict }> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    if (worker.dead) throw new WafUnavailableError('the compiled WAF worker of this exchange is gone');
+    return worker.call(message);
   }
 
   send(worker: PoolWorker, message: ToCompiledWorker): void {
@@ -352,6 +369,7 @@ class WorkerPool {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.admission.close(new WafUnavailableError('WAF engine closed'));
     const all = this.workers.splice(0);
     for (const w of all) w.failAll(new WafUnavailableError('WAF engine closed'));
     await Promise.all(all.map((w) => w.worker.terminate()));
