@@ -108,6 +108,8 @@ export class SocketTarget implements ConformanceTarget {
       frontend: { ipv4: PROXY_IP, port },
       backend: { hosts: [{ address: ORIGIN_IP, port: (origin.address() as net.AddressInfo).port }], deliveryMethod: 'LEAST_CONNECTIONS' },
       waf: { mode: 'LOGGING', paranoiaLevel: CRS_REGRESSION_SETTINGS.paranoiaLevel, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
+      // The runner is one source opening a connection per stage, faster than a client's fair share.
+      connectionLimits: { maxConnectionsPerSource: 1_000_000, maxNewConnectionsPerSecondPerSource: 1_000_000, maxConnections: 1_000_000 },
     };
     const proxy = new HttpProxy(
       { id: '00000000-0000-4000-8000-000000000001', tenantId: '00000000-0000-4000-8000-000000000002', revision: 1, attributes },

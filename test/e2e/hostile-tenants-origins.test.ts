@@ -153,8 +153,9 @@ describe('hostile tenants: where the service connects on their behalf', () => {
         TPS_REDIS_URL: `redis://${REDIS_IP}:${REDIS_PORT}`,
         TPS_ORIGIN_ALLOWED_NETWORKS: ALLOWED_NETWORKS,
         TPS_ORIGIN_RESOLVER: dns.server,
-        // A POST body larger than this streams to the origin through the undici pool.
+        // A POST body larger than this, inspected in part, streams to the origin through the undici pool.
         TPS_WAF_REQUEST_BODY_LIMIT: '1024',
+        TPS_WAF_BODY_LIMIT_ACTION: 'PROCESS_PARTIAL',
       },
     });
     apiPort = portOf(tps.url);
