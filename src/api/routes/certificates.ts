@@ -125,7 +125,11 @@ export function toCertificateResource(record: CertificateRecord) {
 
 /** The store refused an order: 409 with one error per claimed domain (and for the quota), counted. */
 function orderRefused(deps: ApiDeps, refusal: AcmeOrderRefused): ApiError {
-  for (const code of new Set(refusal.problems.map((problem) => problem.code))) deps.metrics.acmeOrdersRefused.inc({ reason: code });
+  for (const code of new Set(refusal.problems.map((problem) => problem.code))) {
+    deps.metrics.acmeOrdersRefused.inc({ reason: code });
+    // Every quota refusal is in one counter, whatever the resource.
+    if (code === 'QUOTA_EXCEEDED') deps.metrics.quotaExceeded.inc({ resource: 'pending ACME orders' });
+  }
   return ApiError.many(
     409,
     refusal.problems.map((problem) => errorObject(409, problem.code, problem.detail, { pointer: problem.pointer })),
