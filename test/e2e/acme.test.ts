@@ -67,6 +67,8 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
 
     tps = await startTps({
       env: {
+        // Origins (and CRL servers) run on loopback, which the origin policy refuses unless allowed.
+        TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
         TPS_FRONTEND_IPS: PROXY_IP,
         TPS_ACME_DIRECTORY_URL: pebble.directoryUrl,
         TPS_ACME_EMAIL: 'ops@tps.test',
@@ -327,7 +329,8 @@ describe('CA certificates: the CRL of an upload is fetched and shown in the reso
     crlServer = http.createServer((_request, response) => response.end(crlBody));
     await new Promise<void>((resolve) => crlServer.listen(0, '127.0.0.1', resolve));
     // No ACME service in this one ("off"): nothing leaves the machine.
-    tps = await startTps({ env: { TPS_ACME_DIRECTORY_URL: 'off' } });
+    // The CRL server runs on loopback, which the origin policy refuses unless allowed.
+    tps = await startTps({ env: { TPS_ACME_DIRECTORY_URL: 'off', TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     api = await TenantApi.connect(tps, await createTenant(tps));
   });
   after(async () => {

@@ -106,6 +106,8 @@ describe('HTTP proxies from the API', () => {
     originPort = (origin.address() as { port: number }).port;
     tps = await startTps({
       env: {
+        // Origins (and CRL servers) run on loopback, which the origin policy refuses unless allowed.
+        TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
         TPS_EDGE: 'true',
         TPS_EDGE_WORKERS: '2',
         TPS_FRONTEND_IPS: FRONTEND,
@@ -355,7 +357,7 @@ describe('the compiled WAF engine behind the proxy (TPS_WAF_ENGINE=compiled)', (
   before(async () => {
     origin = http.createServer((_request, response) => response.end('origin'));
     await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
-    tps = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND, TPS_WAF_ENGINE: 'compiled' } });
+    tps = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND, TPS_WAF_ENGINE: 'compiled', TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
   });
   after(async () => {
     await tps.stop();

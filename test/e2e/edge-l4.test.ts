@@ -60,6 +60,8 @@ describe('layer 4 proxies from the API', () => {
     fs.writeFileSync(path.join(feedDir, 'feed.txt'), `# test feed\n${LISTED_CLIENT}/32 ; a listed client\n`);
     tps = await startTps({
       env: {
+        // Origins (and CRL servers) run on loopback, which the origin policy refuses unless allowed.
+        TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
         TPS_EDGE: 'true',
         TPS_EDGE_WORKERS: '2',
         TPS_FRONTEND_IPS: `${FRONTEND},127.0.0.32`,

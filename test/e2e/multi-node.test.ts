@@ -41,7 +41,7 @@ describe('two edge nodes sharing a store and Redis', () => {
     redis = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(redisPort), '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
     origin = http.createServer((_request, response) => response.end('origin'));
     await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
-    const env = { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND, TPS_REDIS_URL: `redis://127.0.0.1:${redisPort}` };
+    const env = { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND, TPS_REDIS_URL: `redis://127.0.0.1:${redisPort}`, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' };
     tps = await startTps({ env });
     secondNode = spawn(process.execPath, [path.join(REPO_ROOT, 'bin/tps.js'), 'edge'], {
       env: { ...process.env, ...tps.env, TPS_NODE_ID: 'second-node' },

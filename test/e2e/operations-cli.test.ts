@@ -122,7 +122,7 @@ describe('tps apply and tps export', () => {
 
   before(async () => {
     fs.mkdirSync(folder, { recursive: true });
-    server = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND } });
+    server = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     account = await createTenant(server);
     api = await TenantApi.connect(server, account);
     env = clientEnv(server, account);
@@ -285,7 +285,7 @@ describe('tps backup and tps restore', () => {
   const backupFile = path.join(work, 'backups', 'tps.backup');
 
   before(async () => {
-    server = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND } });
+    server = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     account = await createTenant(server);
     const ca = await TestCa.create('Backup CA');
     const leaf = await ca.issue({ commonName: 'backup.example.com', dnsNames: ['backup.example.com'] });
@@ -340,7 +340,7 @@ describe('tps backup and tps restore', () => {
     assert.equal(restore.body.counts.trafficConfigs, 1);
     assert.equal(restore.body.privateKeysChecked, 2, 'the token signing key and the certificate key open');
 
-    restored = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND, TPS_DATA_DIR: dataDir } });
+    restored = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND, TPS_DATA_DIR: dataDir, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     // The same tenants and service accounts: the old credentials get a token from the restored service.
     assert.deepEqual(await restored.cli('tenant', 'list'), await server.cli('tenant', 'list'));
     assert.deepEqual(
@@ -382,7 +382,7 @@ describe('tps status', () => {
   let server: Tps;
 
   before(async () => {
-    server = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: '127.0.44.3' } });
+    server = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: '127.0.44.3', TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
   });
   after(() => server.stop());
 

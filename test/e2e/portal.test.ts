@@ -93,7 +93,7 @@ describe('portal (headless Chromium against tps serve)', () => {
 
   before(async () => {
     ensurePortalBuilt();
-    tps = await startTps({ env: { TPS_EDGE: 'true' } });
+    tps = await startTps({ env: { TPS_EDGE: 'true', TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     tenantA = await createTenant(tps);
     tenantB = await createTenant(tps);
     apiA = await TenantApi.connect(tps, tenantA);

@@ -16,7 +16,7 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
     let api: TenantApi;
 
     before(async () => {
-      tps = await startTps({ store });
+      tps = await startTps({ store, env: { TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
       api = await TenantApi.connect(tps, await createTenant(tps));
     });
     after(() => tps.stop());

@@ -40,7 +40,7 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
     let other: TenantApi;
 
     before(async () => {
-      tps = await startTps({ store });
+      tps = await startTps({ store, env: { TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
       api = await TenantApi.connect(tps, await createTenant(tps));
       other = await TenantApi.connect(tps, await createTenant(tps));
     });
@@ -100,7 +100,7 @@ describe('request errors', () => {
   let other: TenantApi;
 
   before(async () => {
-    tps = await startTps();
+    tps = await startTps({ env: { TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     api = await TenantApi.connect(tps, await createTenant(tps));
     other = await TenantApi.connect(tps, await createTenant(tps));
   });

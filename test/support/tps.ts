@@ -47,9 +47,6 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
     TPS_EDGE: 'false',
     // Never a public CA from the tests: the ACME tests start Pebble and set their own directory.
     TPS_ACME_DIRECTORY_URL: 'off',
-    // The tests' origins and CRL distribution points run on loopback, which the origin policy
-    // refuses by default; the service's own listeners stay refused (tests of the policy set their own).
-    TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
     ...(store === 'postgres' && { TPS_DATABASE_URL: await freshPostgresDatabase() }),
     ...options.env,
   };
