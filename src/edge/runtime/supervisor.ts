@@ -214,6 +214,7 @@ export class EdgeSupervisor {
             ['proxy', 'answered_by', 'status_class'],
           ],
           ['tps_edge_waf_rule_matches_total', 'WAF rule matches by rule id (requests and responses; a rule counted once per verdict), whether or not the request was blocked.', ['rule']],
+          ['tps_edge_waf_audit_log_lines_total', 'WAF audit-log records (TPS_WAF_AUDIT_LOG) by outcome: written, dropped (the buffer was full or the file failed).', ['outcome']],
           ['tps_edge_access_log_lines_total', 'Access-log lines by outcome: written, dropped (the buffer was full: the disk could not keep up; or a write failed), sampled (left out, TPS_ACCESS_LOG_SAMPLE).', ['outcome']],
           [
             'tps_insight_sampled_requests_total',

@@ -224,12 +224,24 @@ function startWafEngine(): Promise<ExchangingEngine> {
   const pool = { workers: settings.wafThreads, queueLength: settings.wafQueueLength * settings.wafThreads };
   return settings.wafEngine === 'compiled' ? createCompiledEngine({ ...pool, ...limits }) : createModSecurityEngine({ ...pool, ...limits });
 }
+const wafAuditLog = settings.wafAuditLogPath ? new WafAuditLog(settings.wafAuditLogPath) : undefined;
+const reportedAudit = { written: 0, dropped: 0 };
+if (wafAuditLog !== undefined) {
+  setInterval(() => {
+    for (const outcome of ['written', 'dropped'] as const) {
+      const delta = wafAuditLog[outcome] - reportedAudit[outcome];
+      if (delta === 0) continue;
+      reportedAudit[outcome] = wafAuditLog[outcome];
+      count('tps_edge_waf_audit_log_lines_total', { outcome }, delta);
+    }
+  }, COUNTER_FLUSH_MS).unref();
+}
 const wafHook = createWafHook(lazyWafEngine, {
   requestBodyLimit: settings.wafBodyLimits.request,
   multipartBodyLimit: settings.wafBodyLimits.multipart,
   responseBodyLimit: settings.wafBodyLimits.response,
   bodyLimitAction: settings.wafBodyLimits.action,
-  ...(settings.wafAuditLogPath && { auditLog: new WafAuditLog(settings.wafAuditLogPath) }),
+  ...(wafAuditLog && { auditLog: wafAuditLog }),
   // Per rule id, never per proxy or client: the series are bounded by the rule set.
   onRulesMatched: (rules) => {
     for (const rule of rules) count('tps_edge_waf_rule_matches_total', { rule: String(rule.id) });
