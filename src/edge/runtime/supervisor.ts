@@ -171,6 +171,8 @@ export class EdgeSupervisor {
   /** Per configuration: the version the workers should serve, since when (ms), and whether all of them have applied it. */
   #applying = new Map<string, { version: string; since: number; applied: boolean }>();
   #lastReloadAt = 0;
+  /** When a worker last exited or was started: its configurations get the grace again (the others serve meanwhile). */
+  #workersChangedAt = 0;
   readonly #applySeconds: Histogram<string>;
   /** Not-after (ms) of certificates by PEM, for the expiry gauge (only those in use are kept). */
   #notAfter = new Map<string, number>();
@@ -430,6 +432,7 @@ export class EdgeSupervisor {
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;
+    this.#workersChangedAt = Date.now();
     slot.reports.clear();
     delete slot.threatFeedGeneration;
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
@@ -437,6 +440,7 @@ export class EdgeSupervisor {
     worker.on('exit', (code) => {
       if (slot.worker !== worker) return;
       slot.worker = undefined;
+      this.#workersChangedAt = Date.now();
       if (this.#stopping) return;
       o.logger.warn({ worker: slot.index, code }, 'edge worker exited; starting it again');
       setTimeout(() => {
@@ -609,7 +613,7 @@ export class EdgeSupervisor {
       let problem: EdgeHealth['notServed'][number] | undefined;
       if (failure !== undefined) problem = { id, state: 'ERROR', detail: failure.detail ?? 'cannot be served' };
       else if (!reports.every((report) => report?.version === entry.version && report.state === 'ACTIVE')) {
-        const since = this.#applying.get(id)?.since ?? now;
+        const since = Math.max(this.#applying.get(id)?.since ?? now, this.#workersChangedAt);
         if (now - since > APPLY_GRACE_MS) {
           const serving = reports.filter((report) => report?.version === entry.version).length;
           problem = { id, state: 'APPLYING', detail: `served by ${serving} of ${this.#slots.length} workers for ${Math.round((now - since) / 1000)} s` };
