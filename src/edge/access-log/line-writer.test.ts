@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { LineWriter } from './line-writer.ts';
 import { AccessLog } from './access-log.ts';
 import type { AccessLogEntry } from '../http/pipeline/events.ts';
@@ -34,6 +35,17 @@ describe('line writer', () => {
     const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n');
     assert.equal(lines.length, 4000);
     for (const line of lines) assert.match(line, /^(a\d+-x{200}|b\d+-y{200})$/);
+  });
+
+  it('writes to standard output (a pipe here) in whole lines', () => {
+    const script = `import { LineWriter } from ${JSON.stringify(new URL('./line-writer.ts', import.meta.url).href)};
+      const writer = new LineWriter('stdout');
+      for (let i = 0; i < 3000; i++) writer.write(JSON.stringify({ i, pad: 'p'.repeat(100) }));
+      await writer.close();`;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
+    const lines = out.trimEnd().split('\n');
+    assert.equal(lines.length, 3000);
+    assert.deepEqual(lines.map((line) => (JSON.parse(line) as { i: number }).i), Array.from({ length: 3000 }, (_, i) => i));
   });
 
   it('drops and counts lines past its buffer instead of growing', async () => {

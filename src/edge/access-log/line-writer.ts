@@ -46,7 +46,7 @@ export class LineWriter {
   readonly #timer: NodeJS.Timeout;
   #drained: (() => void)[] = [];
 
-  /** `destination`: `stdout`, or a file path (opened for appending now, its folder made; throws when it cannot be). */
+  /** `destination`: `stdout`, or a file path (opened for appending here, its folder made; throws when it cannot be). */
   constructor(destination: string, options: LineWriterOptions = {}) {
     this.#maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024;
     this.#onError = options.onError;

@@ -104,7 +104,7 @@ export class RequestCtx {
   originAnswered = false;
   /** performance.now() of the first origin connection attempt; -1 before. */
   upstreamStartedAt = -1;
-  /** performance.now() when the origin's response head arrived (or its last attempt failed); -1 before. */
+  /** performance.now() when the origin's response head arrived; -1 before (and when none did: the end of the request counts). */
   upstreamAnsweredAt = -1;
   /** Request body bytes received from the client (read for the WAF, or streamed on). */
   bytesIn = 0;

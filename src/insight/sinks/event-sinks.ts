@@ -62,7 +62,7 @@ export interface EventSinksOptions {
 export class EventSinks {
   readonly #sinks: Sink[];
 
-  /** Opens every sink (a file sink's file now: a file that cannot be opened throws). */
+  /** Opens every sink (a file sink opens its file at once: one that cannot be opened throws). */
   constructor(addresses: readonly SinkAddress[], options: EventSinksOptions) {
     const registers = [options.registry];
     const sent = new Counter({ name: 'tps_event_sink_sent_total', help: 'Insight events handed to an event sink (TPS_EVENT_SINKS): written to its connection, datagram or file.', labelNames: ['sink'], registers });
