@@ -105,7 +105,10 @@ export async function startDemo(options: DemoOptions): Promise<RunningDemo> {
     );
   } catch (error) {
     options.logger.warn({ err: error }, 'demo proxy not made');
-    lines.push(`  The demo proxy could not be made: ${(error as Error).message}`, '');
+    const message = (error as Error).message;
+    lines.push(`  The demo proxy could not be made: ${message}`);
+    if (message.includes('ORIGIN_NOT_ALLOWED')) lines.push('  Its origin is on loopback: start with TPS_ORIGIN_ALLOWED_NETWORKS=127.0.0.0/8 (scripts/demo.sh does).');
+    lines.push('');
   }
   print(lines.join('\n') + '\n');
   return {
