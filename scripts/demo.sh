@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is needed, then runs the service on the embedded SQLite store (./data) with a demo
-# tenant: it prints a tenant id, a client id and secret, and a ready curl line for the token endpoint.
+# tenant and a demo origin behind a protected HTTP proxy: it prints curl lines for a request that
+# passes, an attack the WAF blocks and a burst the rate limit stops, where the portal shows them, a
+# tenant id, a client id and secret, and a ready curl line for the token endpoint.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$TPS_ROOT"

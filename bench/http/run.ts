@@ -13,14 +13,20 @@
  * Installs nginx and wrk from Debian when absent (as root), with a policy-rc.d that keeps the
  * package from starting nginx on port 80. Only loopback addresses are used.
  *
+ * BENCH_ACCESS_LOG=1 adds a fourth target, `tps+log`: the same proxy with the access log on (every
+ * request a JSON line in a file, TPS_ACCESS_LOG's writer), measured in the same rounds, and prints
+ * what the log costs (goal: under 10 % of req/s).
+ *
  *   node bench/http/run.ts
  *   BENCH_SECONDS=6 BENCH_ROUNDS=3 BENCH_CONNECTIONS=64 node bench/http/run.ts
+ *   BENCH_ACCESS_LOG=1 node bench/http/run.ts
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
-import { HttpProxy } from '../../src/edge/http/http-proxy.ts';
+import { HttpProxy, type HttpProxyDeps, type ResolvedHttpProxy } from '../../src/edge/http/http-proxy.ts';
+import { AccessLog } from '../../src/edge/access-log/access-log.ts';
 import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
 import { processCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
@@ -32,6 +38,7 @@ import { runWrk, type WrkResult } from '../support/wrk.ts';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const ACCESS_LOG = process.env.BENCH_ACCESS_LOG === '1';
 const WARMUP_SECONDS = 2;
 const ORIGIN_IP = '127.0.0.60';
 const NGINX_IP = '127.0.0.61';
@@ -48,8 +55,11 @@ async function main(): Promise<void> {
   const originAddress = `${ORIGIN_IP}:${await freePort(ORIGIN_IP)}`;
   const nginxAddress = `${NGINX_IP}:${await freePort(NGINX_IP)}`;
   const tpsPort = await freePort(TPS_IP);
+  const loggingPort = await freePort(TPS_IP);
   const children: NginxProcess[] = [];
   let proxy: HttpProxy | undefined;
+  let loggingProxy: HttpProxy | undefined;
+  let accessLog: AccessLog | undefined;
   try {
     const originConf = writeNginxConf({ dir, name: 'origin', servers: [{ listen: originAddress, location: originLocation(BODY) }] });
     children.push(await startNginx(originConf, dir, [originAddress]));
@@ -63,33 +73,38 @@ async function main(): Promise<void> {
     children.push(nginxProxy);
     const nginxWorker = nginxProxy.workerPids()[0]!;
     const [originHost, originPort] = splitAddress(originAddress);
-    proxy = new HttpProxy(
-      {
-        id: '00000000-0000-4000-8000-00000000be01',
-        tenantId: '00000000-0000-4000-8000-00000000be00',
-        revision: 1,
-        attributes: {
-          frontend: { ipv4: TPS_IP, port: tpsPort },
-          backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
-          waf: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
-          // wrk is one source opening all its connections at once; nginx has no caps either.
-          connectionLimits: { maxConnectionsPerSource: 1_000_000, maxNewConnectionsPerSecondPerSource: 1_000_000, maxConnections: 1_000_000 },
-        },
+    const config = (port: number): ResolvedHttpProxy => ({
+      id: '00000000-0000-4000-8000-00000000be01',
+      tenantId: '00000000-0000-4000-8000-00000000be00',
+      revision: 1,
+      attributes: {
+        frontend: { ipv4: TPS_IP, port },
+        backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
+        waf: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
+        // wrk is one source opening all its connections at once; nginx has no caps either.
+        connectionLimits: { maxConnectionsPerSource: 1_000_000, maxNewConnectionsPerSecondPerSource: 1_000_000, maxConnections: 1_000_000 },
       },
-      {
-        insight: { record() {}, updateRateLimitEpisode() {} },
-        geo: loadGeoLookup({ withoutMmdb: true }),
-        location: 'BEN',
-        // The benchmark's origin runs on loopback, which the product's origin policy refuses by default.
-        originGuard: permissiveOriginGuard(),
-      },
-    );
+    });
+    const deps: HttpProxyDeps = {
+      insight: { record() {}, updateRateLimitEpisode() {} },
+      geo: loadGeoLookup({ withoutMmdb: true }),
+      location: 'BEN',
+      // The benchmark's origin runs on loopback, which the product's origin policy refuses by default.
+      originGuard: permissiveOriginGuard(),
+    };
+    proxy = new HttpProxy(config(tpsPort), deps);
     await proxy.start();
+    if (ACCESS_LOG) {
+      accessLog = new AccessLog({ destination: path.join(dir, 'access.log'), sample: 1 });
+      loggingProxy = new HttpProxy(config(loggingPort), { ...deps, accessLog: accessLog.http });
+      await loggingProxy.start();
+    }
 
     const targets = [
       { name: 'direct', url: `http://${originAddress}/`, cpu: undefined as undefined | (() => number) },
       { name: 'nginx', url: `http://${nginxAddress}/`, cpu: () => processCpuSeconds(nginxWorker) },
       { name: 'tps', url: `http://${TPS_IP}:${tpsPort}/`, cpu: () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; } },
+      ...(ACCESS_LOG ? [{ name: 'tps+log', url: `http://${TPS_IP}:${loggingPort}/`, cpu: () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; } }] : []),
     ];
     const results = new Map<string, (WrkResult & { cpuUsPerRequest: number })[]>();
     for (const target of targets) {
@@ -104,7 +119,7 @@ async function main(): Promise<void> {
         const cpuUsPerRequest = (cpu * 1e6) / r.requests;
         results.get(target.name)!.push({ ...r, cpuUsPerRequest });
         console.log(
-          `round ${round} ${target.name.padEnd(6)} ${r.rps.toFixed(0).padStart(7)} req/s  p50 ${r.p50Ms.toFixed(2)} ms  p99 ${r.p99Ms.toFixed(2)} ms` +
+          `round ${round} ${target.name.padEnd(7)} ${r.rps.toFixed(0).padStart(7)} req/s  p50 ${r.p50Ms.toFixed(2)} ms  p99 ${r.p99Ms.toFixed(2)} ms` +
             (Number.isFinite(cpuUsPerRequest) ? `  ${cpuUsPerRequest.toFixed(1)} us CPU/req` : '') +
             (r.errors ? `  (${r.errors})` : ''),
         );
@@ -129,9 +144,21 @@ async function main(): Promise<void> {
     );
     const tps = summary.find((s) => s.name === 'tps')!;
     console.log(`\ngoal: tps >= 0.5x nginx req/s -> ${(tps.rps / nginx.rps).toFixed(2)}x ${tps.rps >= 0.5 * nginx.rps ? 'MET' : 'NOT MET'}`);
+    const logged = summary.find((s) => s.name === 'tps+log');
+    if (logged !== undefined && accessLog !== undefined) {
+      await accessLog.flush();
+      const { written, dropped } = accessLog.counts;
+      const ratioLogged = logged.rps / tps.rps;
+      console.log(
+        `access log: tps+log / tps req/s ${ratioLogged.toFixed(3)} (goal >= 0.90: ${ratioLogged >= 0.9 ? 'MET' : 'NOT MET'}), ` +
+          `CPU ${fixed(logged.cpu, 1)} vs ${fixed(tps.cpu, 1)} us/req; ${written} lines written, ${dropped} dropped`,
+      );
+    }
     console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
   } finally {
     await proxy?.stop();
+    await loggingProxy?.stop();
+    await accessLog?.close();
     await Promise.all(children.map((child) => child.stop()));
     fs.rmSync(dir, { recursive: true, force: true });
   }

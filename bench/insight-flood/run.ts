@@ -3,7 +3,7 @@
  * (and, on PostgreSQL, a second edge node, `tps edge`, on the same store and port), with wrk.
  * Per store it prints:
  *
- *   blocked          requests the WAF blocked (403, as the nodes' tps_edge_http_requests_total count them)
+ *   blocked          requests the WAF blocked (as the nodes' tps_edge_http_requests_total{answered_by="waf",status_class="4xx"} count them)
  *   events           insight events stored, and the requests their requestCount adds up to
  *   B/event          pages the event tables and their indexes hold per stored event (SQLite's dbstat,
  *                    PostgreSQL's pg_total_relation_size), and the store's own estimate (stored_bytes)
@@ -75,12 +75,12 @@ function percentile(values: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
-/** Requests the WAF answered 403, from a node's /metrics (its workers report once a second). */
+/** Requests the WAF answered with a 4xx (403 blocks, in this benchmark), from a node's /metrics (its workers report once a second). */
 async function blockedOn(metricsUrl: string, proxyId: string): Promise<number> {
   const text = await (await fetch(`${metricsUrl}/metrics`)).text();
   let sum = 0;
   for (const line of text.split('\n')) {
-    if (!line.startsWith('tps_edge_http_requests_total{') || !line.includes(`proxy="${proxyId}"`) || !line.includes('status="403"')) continue;
+    if (!line.startsWith('tps_edge_http_requests_total{') || !line.includes(`proxy="${proxyId}"`) || !line.includes('answered_by="waf"') || !line.includes('status_class="4xx"')) continue;
     sum += Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return sum;

@@ -23,6 +23,8 @@
  *   BENCH_PARANOIA=1 BENCH_REQUESTS=get,post node bench/waf/run.ts     (a subset)
  *   BENCH_WAF_THREADS=2 ...                                           (our WAF engine threads; default BENCH_CORES)
  *   BENCH_ENGINE=compiled ...                                         (our side with the compiled engine, issue 6)
+ *   BENCH_ACCESS_LOG=1 ...                                            (a third side, tps+log: ours with the access log
+ *                                                                      on, every request a line in a file; prints its cost)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -48,6 +50,7 @@ const WARMUP_SECONDS = 1;
 const PARANOIA_LEVELS = (process.env.BENCH_PARANOIA ?? '1,4').split(',').map(Number) as (1 | 2 | 3 | 4)[];
 const REQUESTS = (process.env.BENCH_REQUESTS ?? 'get,post,attack').split(',');
 const ENGINE = process.env.BENCH_ENGINE === 'compiled' ? 'compiled' : 'modsecurity';
+const ACCESS_LOG = process.env.BENCH_ACCESS_LOG === '1';
 const ORIGIN_IP = '127.0.0.70';
 const NGINX_IP = '127.0.0.71';
 const TPS_IP = '127.0.0.72';
@@ -83,7 +86,7 @@ interface Scenario {
 }
 
 interface Side {
-  name: 'nginx' | 'tps';
+  name: 'nginx' | 'tps' | 'tps+log';
   ports: Map<number, number>;
   /** CPU seconds of the whole side. */
   cpu(): number;
@@ -176,10 +179,13 @@ async function main(): Promise<void> {
   const originAddress = `${ORIGIN_IP}:${await freePort(ORIGIN_IP)}`;
   const nginxPorts = new Map<number, number>();
   const tpsPorts = new Map<number, number>();
+  const loggingPorts = new Map<number, number>();
   for (const level of PARANOIA_LEVELS) {
     nginxPorts.set(level, await freePort(NGINX_IP));
     tpsPorts.set(level, await freePort(TPS_IP));
+    if (ACCESS_LOG) loggingPorts.set(level, await freePort(TPS_IP));
   }
+  const accessLogFile = path.join(dir, 'access.log');
   const scriptPath = path.join(dir, 'post.lua');
   fs.writeFileSync(
     scriptPath,
@@ -196,6 +202,7 @@ async function main(): Promise<void> {
 
   const nginxes: NginxProcess[] = [];
   let tps: ChildProcess | undefined;
+  let logging: ChildProcess | undefined;
   try {
     const originConf = writeNginxConf({ dir, name: 'origin', servers: [{ listen: originAddress, location: originLocation(BODY) }] });
     nginxes.push(await startNginx(originConf, dir, [originAddress], loadCpus ? { cpus: loadCpus } : {}));
@@ -223,6 +230,19 @@ async function main(): Promise<void> {
     );
     const tpsPid = tps.pid!;
     const tpsMalloc = mallocOf(tpsPid);
+    if (ACCESS_LOG) {
+      logging = await startTps(
+        {
+          workers: wafThreads,
+          engine: ENGINE,
+          origin: originAddress,
+          listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: loggingPorts.get(level)!, paranoiaLevel: level })),
+          accessLog: accessLogFile,
+        },
+        sutCpus,
+      );
+    }
+    const loggingPid = logging?.pid;
 
     const sides: Side[] = [
       {
@@ -245,6 +265,9 @@ async function main(): Promise<void> {
           return parts;
         },
       },
+      ...(loggingPid === undefined
+        ? []
+        : [{ name: 'tps+log' as const, ports: loggingPorts, cpu: () => treeCpuSeconds(loggingPid), parts: () => ({}) }]),
     ];
     const ip = (side: Side) => (side.name === 'nginx' ? NGINX_IP : TPS_IP);
     const url = (side: Side, level: number, scenario: Scenario) => `http://${ip(side)}:${side.ports.get(level)}${scenario.path}`;
@@ -361,8 +384,36 @@ async function main(): Promise<void> {
       '  on a core shared with other work, req/s favours the side with more runnable threads (ours: event loop + WAF engine threads);\n' +
         '  CPU per request is the comparison that does not depend on the share each side gets',
     );
+    if (ACCESS_LOG) {
+      const logRows: string[][] = [];
+      const logRatios: number[] = [];
+      for (const level of PARANOIA_LEVELS) {
+        for (const scenario of scenarios) {
+          const t = results.get(key(level, scenario, sides[1]!))!;
+          const l = results.get(key(level, scenario, sides[2]!))!;
+          const tRps = median(t.map((r) => r.rps));
+          const lRps = median(l.map((r) => r.rps));
+          logRatios.push(lRps / tRps);
+          logRows.push([
+            `PL${level}`,
+            scenario.name,
+            tRps.toFixed(0),
+            lRps.toFixed(0),
+            ratio(lRps, tRps),
+            median(t.map((r) => r.cpuUsPerRequest)).toFixed(0),
+            median(l.map((r) => r.cpuUsPerRequest)).toFixed(0),
+          ]);
+        }
+      }
+      const lines = fs.existsSync(accessLogFile) ? fs.readFileSync(accessLogFile, 'utf8').split('\n').length - 1 : 0;
+      console.log(`\nthe access log (every request one JSON line in a file), in the same rounds: ${lines} lines written`);
+      printTable(['PL', 'request', 'tps req/s', 'tps+log req/s', 'log/no log', 'tps CPU us/req', 'tps+log CPU us/req'], logRows);
+      const logMean = geomean(logRatios);
+      console.log(`goal: the access log costs under 10 % of req/s -> ${logMean.toFixed(3)}x ${logMean >= 0.9 ? 'MET' : 'NOT MET'} (geometric mean)`);
+    }
     console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
   } finally {
+    if (logging) await stopChild(logging);
     if (tps) {
       const ended = await stopChild(tps);
       if (ended !== 'code 0') console.log(`note: our proxy process ended with ${ended} while shutting down (see bench/waf/README.md)`);

@@ -14,6 +14,7 @@ import { createCompiledEngine } from '../../src/edge/http/waf/compiled/compiled-
 import { createWafHook } from '../../src/edge/http/waf/waf-hook.ts';
 import { splitAddress } from '../support/net.ts';
 import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
+import { AccessLog } from '../../src/edge/access-log/access-log.ts';
 
 export interface TpsProxyArgs {
   /** WAF engine worker threads (the compiled engine: 0 = in the proxy's own thread). */
@@ -23,12 +24,16 @@ export interface TpsProxyArgs {
   /** The origin, "ip:port". */
   origin: string;
   listen: { ip: string; port: number; paranoiaLevel: 1 | 2 | 3 | 4 }[];
+  /** A file: every request written to it as an access-log line (TPS_ACCESS_LOG's writer); absent = no access log. */
+  accessLog?: string;
 }
 
 const args = JSON.parse(process.argv[2] ?? '') as TpsProxyArgs;
 const engine =
   args.engine === 'compiled' ? await createCompiledEngine({ workers: args.workers }) : await createModSecurityEngine({ workers: args.workers });
+const accessLog = args.accessLog === undefined ? undefined : new AccessLog({ destination: args.accessLog, sample: 1 });
 const deps = {
+  ...(accessLog && { accessLog: accessLog.http }),
   insight: { record() {}, updateRateLimitEpisode() {} },
   geo: loadGeoLookup({ withoutMmdb: true }),
   location: 'BEN',
@@ -63,6 +68,7 @@ process.on('SIGTERM', () => {
   stopping = true;
   void Promise.all(proxies.map((p) => p.stop()))
     .then(() => engine.close())
+    .then(() => accessLog?.close())
     .finally(() => process.exit(0));
 });
 process.stdout.write(`ready ${args.workers}\n`);

@@ -4,7 +4,7 @@
  * operators' listener (TPS_METRICS_LISTEN).
  */
 import fs from 'node:fs';
-import crypto from 'node:crypto';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { Counter } from 'prom-client';
@@ -20,12 +20,15 @@ import { createMetrics, type Metrics } from '../metrics.ts';
 import { startMetricsListener, type MetricsListener } from '../metrics-listener.ts';
 import { EdgeSupervisor, type EdgeLogger } from '../edge/runtime/supervisor.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
-import type { Scope } from '../store/service-accounts.ts';
 import { OriginPolicy, type OriginPolicySettings } from '../edge/net/origin-policy.ts';
 import { OriginGuard } from '../edge/net/origin-guard.ts';
 import { createOriginResolver } from '../edge/net/origin-resolver.ts';
 import { originPolicySettings, ownHosts } from './own-listeners.ts';
 import { InsightWriter } from '../store/insight-writer.ts';
+import { EventSinks } from '../insight/sinks/event-sinks.ts';
+import { SettingsError } from '../config/settings.ts';
+import type { HealthReport } from '../metrics-listener.ts';
+import { startDemo } from './demo.ts';
 
 export interface RunningService {
   urls: PublicUrls;
@@ -88,7 +91,8 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
       registry: metrics.registry,
     });
   }
-  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
+  let edge: EdgeSupervisor | undefined;
+  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => nodeHealth(store, edge) });
   await app.listen({ host: settings.apiListen.host, port: settings.apiListen.port });
 
   const address = app.server.address() as AddressInfo;
@@ -110,7 +114,7 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   });
   // Retention runs on every node, with or without an edge: events may come from other nodes.
   const insightWriter = await startInsightWriter(settings, metrics, app.log);
-  const edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings, insightWriter) : undefined;
+  edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings, insightWriter) : undefined;
   // Orders resumed at start (PENDING across a restart) validate against this node's proxies: let
   // them listen first (bounded: a proxy that cannot bind must not hold the certificates back).
   if (acme && edge && !(await edge.whenApplied(15_000))) app.log.warn({}, 'edge workers not ready after 15 s; starting the ACME service anyway');
@@ -121,7 +125,7 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     { apiUrl: ownUrl, metricsUrl: operators.url, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect, edge: settings.edge },
     'tps ready',
   );
-  if (options.demo) await printDemo(store, urls);
+  const demo = options.demo ? await startDemo({ store, app, urls, settings, edge, logger: app.log }) : undefined;
 
   return {
     urls,
@@ -132,6 +136,7 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     close: async () => {
       await operators.close();
       await edge?.stop();
+      await demo?.close();
       await insightWriter.close();
       await acme?.stop();
       await crl.stop();
@@ -150,16 +155,17 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   const metrics = createMetrics();
   const hosts = await ownHosts(settings);
   const insightWriter = await startInsightWriter(settings, metrics, logger);
-  const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => storeHealth(store) });
+  let edge: EdgeSupervisor | undefined;
+  const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => nodeHealth(store, edge) });
   // This node runs no API; TPS_API_LISTEN names where the cluster's API listens, refused as an origin too.
   const policySettings = originPolicySettings(settings, hosts, [settings.apiListen, operators.address]);
-  const edge = await startEdge(settings, store, secrets, metrics, logger, policySettings, insightWriter);
+  edge = await startEdge(settings, store, secrets, metrics, logger, policySettings, insightWriter);
   logger.info({ nodeId: settings.nodeId, metricsUrl: operators.url, store: store.db.dialect }, 'tps edge ready');
   return {
     metricsUrl: operators.url,
     close: async () => {
       await operators.close();
-      await edge.stop();
+      await edge?.stop();
       await insightWriter.close();
       await store.close();
     },
@@ -191,6 +197,23 @@ export async function startEdge(
   insightWriter: InsightWriter,
 ): Promise<EdgeSupervisor> {
   const challenges = new AcmeChallengeResponder(store.acmeChallenges);
+  // The access log's file is opened by every worker: a path that cannot be written stops the start here, named.
+  if (settings.accessLog !== undefined && settings.accessLog !== 'stdout') {
+    try {
+      fs.mkdirSync(path.dirname(settings.accessLog), { recursive: true });
+      fs.closeSync(fs.openSync(settings.accessLog, 'a', 0o640));
+    } catch (error) {
+      throw new SettingsError(`TPS_ACCESS_LOG: cannot write "${settings.accessLog}": ${(error as Error).message}`);
+    }
+  }
+  let eventSinks: EventSinks | undefined;
+  if (settings.eventSinks.length > 0) {
+    try {
+      eventSinks = new EventSinks(settings.eventSinks, { registry: metrics.registry, logger, nodeId: settings.nodeId });
+    } catch (error) {
+      throw new SettingsError(`TPS_EVENT_SINKS: ${(error as Error).message}`);
+    }
+  }
   const edge = new EdgeSupervisor({
     store,
     secrets,
@@ -230,6 +253,8 @@ export async function startEdge(
     acmeTlsAlpn: challenges.alpnChallengeCertificate,
     insightWrites: insightWriter,
     insightWholeEventsPerMinute: settings.insightWholeEventsPerMinute,
+    ...(settings.accessLog !== undefined && { accessLog: { destination: settings.accessLog, sample: settings.accessLogSample } }),
+    ...(eventSinks && { eventSinks }),
   });
   await edge.start();
   return edge;
@@ -252,48 +277,24 @@ function originGuardFor(policy: OriginPolicy, settings: Settings, logger: EdgeLo
   });
 }
 
-/** The node is healthy while its store answers. */
-async function storeHealth(store: Store): Promise<{ ok: boolean; store: string }> {
+/**
+ * The node is healthy while its store answers and its edge (when it runs one) serves every
+ * configuration it holds in every worker; warnings (a threat feed enabled without a source) do
+ * not make it unhealthy. Cheap: one `SELECT 1` and the supervisor's memory.
+ */
+async function nodeHealth(store: Store, edge: EdgeSupervisor | undefined): Promise<HealthReport> {
+  let storeOk = true;
   try {
     await store.db.one('SELECT 1 AS ok');
-    return { ok: true, store: 'ok' };
   } catch {
-    return { ok: false, store: 'unreachable' };
+    storeOk = false;
   }
-}
-
-/** Seeds a demo tenant with a fresh service account and prints how to get a token. */
-async function printDemo(store: Store, urls: PublicUrls): Promise<void> {
-  const tenant = (await store.tenants.findByName('demo')) ?? (await store.tenants.create('demo'));
-  const scopes: Scope[] = ['read', 'write', 'insight'];
-  const account = await store.serviceAccounts.create(tenant.id, 'demo', scopes);
-  // A portal user too, with a fresh password each start (the store keeps only its hash).
-  const password = crypto.randomBytes(12).toString('base64url');
-  const email = `demo-${crypto.randomBytes(3).toString('hex')}@example.com`;
-  await store.portalUsers.create(tenant.id, email, password);
-  const body = JSON.stringify({
-    client_id: account.clientId,
-    client_secret: account.clientSecret,
-    grant_type: 'client_credentials',
-    audience: urls.baseUrl,
-  });
-  process.stdout.write(
-    [
-      '',
-      '  Traffic protection service: demo',
-      `  API and docs     ${urls.baseUrl}/docs`,
-      `  portal           ${urls.baseUrl}/portal   (${email} / ${password})`,
-      `  tenant id        ${tenant.id}`,
-      `  client id        ${account.clientId}`,
-      `  client secret    ${account.clientSecret}   (shown once)`,
-      '',
-      '  Get an access token:',
-      `  curl -s -X POST ${urls.authUrl}/oauth/token -H 'Content-Type: application/json' -d '${body}'`,
-      '',
-      '  Then list the front-end IPs:',
-      `  curl -s ${urls.baseUrl}/api/v1/traffic-mgmt/accounts/${tenant.id}/ips -H "Authorization: Bearer $TOKEN"`,
-      '',
-      '',
-    ].join('\n'),
-  );
+  const report: HealthReport = { ok: storeOk, store: storeOk ? 'ok' : 'unreachable' };
+  if (edge !== undefined) {
+    const health = edge.health();
+    report.ok = storeOk && health.ok;
+    report.edge = { configurations: health.configurations, notServed: health.notServed, notServedCount: health.notServedCount };
+    if (health.warnings.length > 0) report.warnings = health.warnings;
+  }
+  return report;
 }

@@ -256,3 +256,29 @@ describe('settings: the WAF', () => {
     assert.throws(() => load({ TPS_WAF_QUEUE_LENGTH: 'lots' }), /TPS_WAF_QUEUE_LENGTH: must be an integer/);
   });
 });
+
+describe('settings: access log and event sinks', () => {
+  it('writes no access log and ships no events by default', () => {
+    const settings = load({});
+    assert.equal(settings.accessLog, undefined);
+    assert.equal(settings.accessLogSample, 1);
+    assert.deepEqual(settings.eventSinks, []);
+  });
+
+  it('takes stdout or a file path (made absolute), and a sampling of one line in N', () => {
+    assert.equal(load({ TPS_ACCESS_LOG: 'stdout' }).accessLog, 'stdout');
+    assert.equal(load({ TPS_ACCESS_LOG: 'off' }).accessLog, undefined);
+    assert.equal(load({ TPS_ACCESS_LOG: 'logs/access.log' }).accessLog, `${process.cwd()}/logs/access.log`);
+    assert.equal(load({ TPS_ACCESS_LOG_SAMPLE: '100' }).accessLogSample, 100);
+    assert.throws(() => load({ TPS_ACCESS_LOG: os.tmpdir() }), /TPS_ACCESS_LOG: .*is a folder/);
+    assert.throws(() => load({ TPS_ACCESS_LOG_SAMPLE: '0.5' }), /TPS_ACCESS_LOG_SAMPLE: must be an integer from 1/);
+  });
+
+  it('reads the event sinks and stops at start on a bad one, naming the variable', () => {
+    assert.deepEqual(
+      load({ TPS_EVENT_SINKS: 'syslog+udp://127.0.0.1:514,file:///var/log/tps/events.jsonl' }).eventSinks.map((sink) => sink.label),
+      ['syslog+udp://127.0.0.1:514', 'file:///var/log/tps/events.jsonl'],
+    );
+    assert.throws(() => load({ TPS_EVENT_SINKS: 'syslog+udp://127.0.0.1:514,http://siem.example.com' }), (error: Error) => error instanceof SettingsError && /^TPS_EVENT_SINKS: "http:\/\/siem\.example\.com": must start with/.test(error.message));
+  });
+});

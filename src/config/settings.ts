@@ -10,6 +10,7 @@ import { invalidCidrs } from '../edge/client-address/policy.ts';
 import { normalizeIp } from '../net/ip.ts';
 import { DEFAULT_QUOTAS } from '../store/quotas.ts';
 import { invalidResolverServers } from '../edge/net/origin-resolver.ts';
+import { parseSinkAddresses, SinkAddressError, type SinkAddress } from '../insight/sinks/sink-address.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -129,6 +130,12 @@ export interface Settings {
   insightTenantSharePercent: number;
   /** WAF events kept whole per proxy, source, matched rule set and minute; the rest are counted into sampled events. */
   insightWholeEventsPerMinute: number;
+  /** One JSON line per request and layer 4 connection: `stdout` or a file's absolute path; undefined = no access log. */
+  accessLog: string | undefined;
+  /** Normal requests (the origin's 1xx-3xx) and connections are written one in this many; the rest always. */
+  accessLogSample: number;
+  /** Where every stored insight event is also sent: syslog over UDP or TCP, JSON-lines files. */
+  eventSinks: SinkAddress[];
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -192,6 +199,9 @@ const ENV: Record<keyof Settings, string> = {
   insightMaxBytes: 'TPS_INSIGHT_MAX_BYTES',
   insightTenantSharePercent: 'TPS_INSIGHT_TENANT_SHARE_PERCENT',
   insightWholeEventsPerMinute: 'TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE',
+  accessLog: 'TPS_ACCESS_LOG',
+  accessLogSample: 'TPS_ACCESS_LOG_SAMPLE',
+  eventSinks: 'TPS_EVENT_SINKS',
 };
 
 export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv = process.env): Settings {
@@ -344,6 +354,23 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   const wafRequestBodyLimit = integer('wafRequestBodyLimit', 128 * 1024, 0, 64 * 1024 * 1024);
   const wafMultipartBodyLimit = integer('wafMultipartBodyLimit', 1024 * 1024, 0, 64 * 1024 * 1024);
 
+  const accessLog = (): string | undefined => {
+    const value = raw('accessLog');
+    if (value === undefined || value === 'off') return undefined;
+    if (value === 'stdout') return 'stdout';
+    const resolved = path.resolve(value);
+    if (fs.existsSync(resolved) && fs.statSync(resolved).isDirectory()) fail('accessLog', `"${value}" is a folder: give stdout or a file path`);
+    return resolved;
+  };
+  const eventSinks = (): SinkAddress[] => {
+    try {
+      return parseSinkAddresses(raw('eventSinks') ?? '');
+    } catch (error) {
+      if (error instanceof SinkAddressError) fail('eventSinks', error.message);
+      throw error;
+    }
+  };
+
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
 
@@ -404,6 +431,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     insightMaxBytes: bytes('insightMaxBytes', 1024 ** 3, 1024 ** 2),
     insightTenantSharePercent: integer('insightTenantSharePercent', 50, 1, 100),
     insightWholeEventsPerMinute: integer('insightWholeEventsPerMinute', 10, 1, 1_000_000),
+    accessLog: accessLog(),
+    accessLogSample: integer('accessLogSample', 1, 1, 1_000_000),
+    eventSinks: eventSinks(),
   };
 }
 

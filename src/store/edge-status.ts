@@ -32,8 +32,9 @@ export class EdgeStatusRepository {
   }
 
   /**
-   * What a node serves of a configuration's `revision`: ACTIVE; ERROR (it cannot); PROVISIONING
-   * with a detail (it waits, say for a certificate, and may serve the previous configuration).
+   * What a node serves of a configuration's `revision`: ACTIVE (with a detail when it serves it
+   * differently from what the tenant may expect); ERROR (it cannot); PROVISIONING with a detail (it
+   * waits, say for a certificate, and may serve the previous configuration).
    */
   async report(nodeId: string, configId: string, revision: number, state: ConfigState, detail: string | null): Promise<void> {
     await this.db.run(
@@ -49,8 +50,9 @@ export class EdgeStatusRepository {
   }
 
   /**
-   * ACTIVE once every live edge node serves the configuration's current revision; ERROR as soon
-   * as one node cannot serve it; PROVISIONING otherwise (also while no edge node runs at all),
+   * ACTIVE once every live edge node serves the configuration's current revision (with the detail a
+   * node gave, if any: a layer 4 proxy's threat intelligence without a threat feed there); ERROR as
+   * soon as one node cannot serve it; PROVISIONING otherwise (also while no edge node runs at all),
    * with the detail a node gave for waiting, if any.
    */
   async statusOf(configs: readonly TrafficConfigRecord[]): Promise<Map<string, ServedStatus>> {
@@ -72,7 +74,9 @@ export class EdgeStatusRepository {
       if (failed) {
         result.set(config.id, { status: 'ERROR', statusDetail: `${failed.node_id}: ${failed.detail ?? 'cannot be served'}` });
       } else if (nodes.length > 0 && nodes.every((node) => current.some((report) => report.node_id === node && report.state === 'ACTIVE'))) {
-        result.set(config.id, { status: 'ACTIVE', statusDetail: null });
+        // Served everywhere; a node may still say what it serves differently (no threat feed there).
+        const noted = current.find((report) => report.state === 'ACTIVE' && report.detail !== null);
+        result.set(config.id, { status: 'ACTIVE', statusDetail: noted ? `${noted.node_id}: ${noted.detail}` : null });
       } else {
         const waiting = current.find((report) => report.state === 'PROVISIONING' && report.detail !== null);
         result.set(config.id, { status: 'PROVISIONING', statusDetail: waiting?.detail ?? null });

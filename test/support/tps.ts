@@ -20,6 +20,8 @@ export type StoreKind = 'sqlite' | 'postgres';
 export interface TpsOptions {
   store?: StoreKind;
   env?: Record<string, string>;
+  /** More arguments of `tps serve` (`--demo`). */
+  args?: string[];
 }
 
 export interface Tps {
@@ -50,7 +52,7 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
     ...(store === 'postgres' && { TPS_DATABASE_URL: await freshPostgresDatabase() }),
     ...options.env,
   };
-  const child = spawn(process.execPath, [TPS_BIN, 'serve'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [TPS_BIN, 'serve', ...(options.args ?? [])], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));

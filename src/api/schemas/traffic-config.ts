@@ -250,7 +250,16 @@ const ReadOnlyStatus = {
       description: 'PROVISIONING until every edge node serves the current version; ERROR with statusDetail.',
     }),
   ),
-  statusDetail: Type.Optional(Nullable(Type.String({ readOnly: true }))),
+  statusDetail: Type.Optional(
+    Nullable(
+      Type.String({
+        readOnly: true,
+        description:
+          'Why a configuration is ERROR or PROVISIONING, prefixed by the edge node that says so. An ACTIVE one may carry a ' +
+          'detail too: a layer 4 proxy with threatIntelligence enabled on a node that has no threat feed (no source is refused there).',
+      }),
+    ),
+  ),
   ...ReadOnlyTimestamps,
 };
 
@@ -290,7 +299,13 @@ export const L4ProxyAttributes = Type.Object(
     threatIntelligence: Type.Optional(
       Type.Object(
         { enabled: Type.Boolean({ default: true }) },
-        { additionalProperties: false, default: { enabled: true } },
+        {
+          additionalProperties: false,
+          default: { enabled: true },
+          description:
+            "Refuse sources the operator's threat feeds list. The feeds are the operator's (TPS_THREAT_FEEDS); on a node " +
+            'without one nothing is refused, and the status says so (ACTIVE with a statusDetail).',
+        },
       ),
     ),
     connectionLimits: Type.Optional(ConnectionLimits),

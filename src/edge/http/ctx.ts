@@ -100,6 +100,20 @@ export class RequestCtx {
   upstreamAttempts = 0;
   /** Why the last origin attempt failed (error code), for the log. */
   upstreamError: string | undefined = undefined;
+  /** The origin's response head was sent on to the client (the origin answered, not one of our pages). */
+  originAnswered = false;
+  /** performance.now() of the first origin connection attempt; -1 before. */
+  upstreamStartedAt = -1;
+  /** performance.now() when the origin's response head arrived; -1 before (and when none did: the end of the request counts). */
+  upstreamAnsweredAt = -1;
+  /** Request body bytes received from the client (read for the WAF, or streamed on). */
+  bytesIn = 0;
+  /** The body went to the origin as the client's stream itself, of the declared length: counted at the end. */
+  bodyStreamedWhole = false;
+  /** Response body bytes sent to the client (the origin's or our page's). */
+  bytesOut = 0;
+  /** The WAF could not inspect the request or response (its failMode decided). */
+  wafUninspected = false;
   /** WAF matches to record as insight events once the final status is known. */
   wafEvents: WafEventDraft[] | undefined = undefined;
   /** The WAF hook gave a verdict on the request (it may keep an exchange until the request is over). */

@@ -15,6 +15,7 @@ import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
 import { permissiveOriginGuard, recordingOriginGuard } from '../net/test-support.ts';
 import { encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
+import type { L4AccessLogEntry } from './access-log.ts';
 import {
   connectTo,
   connectionOutcome,
@@ -833,5 +834,49 @@ describe('L4Proxy behind a load balancer (PROXY protocol from trusted peers)', (
     assert.equal((await readBytes(socket, 11)).toString(), '220 ready\r\n');
     socket.write('quit');
     assert.equal((await readBytes(socket, 8)).toString(), 'got quit');
+  });
+
+  test('writes an access-log line per TCP connection, tunnelled or refused, and per UDP session', async (cleanup) => {
+    const echo = await origin(cleanup);
+    const udpEcho = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
+    const port = await freePort(FRONT);
+    const lines: L4AccessLogEntry[] = [];
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echo]),
+      threatFeed: ThreatFeed.fromEntries(['127.0.0.9']),
+      tenantId: 'tenant-1',
+      accessLog: (entry) => lines.push(entry),
+    });
+    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.9', 'never'), 'ECONNRESET');
+    const socket = client(cleanup, await connectTo(FRONT, port, '127.0.0.10'));
+    socket.end('hello');
+    assert.equal((await readToEnd(socket)).toString(), 'hello');
+    await eventually(() => lines.length === 2, 'two lines');
+    const [refused, tunnelled] = lines;
+    assert.deepEqual(
+      { ...refused, time: undefined },
+      { type: 'l4', time: undefined, proxyId: 'test-proxy', tenantId: 'tenant-1', protocol: 'TCP', clientIp: '127.0.0.9', clientPort: refused!.clientPort, serverIp: FRONT, serverPort: port, durationMs: 0, answeredBy: 'threat-feed', refused: 'THREAT_FEED', bytesIn: 0, bytesOut: 0 },
+    );
+    assert.equal(tunnelled!.answeredBy, 'origin');
+    assert.equal(tunnelled!.end, 'COMPLETED');
+    assert.equal(tunnelled!.clientIp, '127.0.0.10');
+    assert.equal(tunnelled!.upstream, `127.0.0.3:${echo.port}`);
+    assert.deepEqual([tunnelled!.bytesIn, tunnelled!.bytesOut], [5, 5]);
+    assert.ok(tunnelled!.durationMs >= tunnelled!.originMs! && tunnelled!.originMs! >= 0);
+
+    const udpPort = await freePort(FRONT);
+    const udpLines: L4AccessLogEntry[] = [];
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port: udpPort }, [udpEcho], { protocols: ['UDP'] }),
+      udpSessionIdleMs: 200,
+      accessLog: (entry) => udpLines.push(entry),
+    });
+    const { localPort } = await udpExchange(FRONT, udpPort, [Buffer.from('ping')], { localAddress: '127.0.0.5' });
+    await eventually(() => udpLines.length === 1, 'the session line');
+    const session = udpLines[0]!;
+    assert.deepEqual(
+      [session.protocol, session.clientIp, session.clientPort, session.answeredBy, session.end, session.bytesIn, session.bytesOut, session.upstream],
+      ['UDP', '127.0.0.5', localPort, 'origin', 'IDLE_TIMEOUT', 4, 4, `127.0.0.3:${udpEcho.port}`],
+    );
   });
 });

@@ -29,6 +29,8 @@ import { HostPool, type BackendHost, type DeliveryMethod } from '../balance/inde
 import type { OriginGuard, ScopedOriginGuard } from '../net/origin-guard.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from './flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
+import { unmapIpv4 } from '../../net/ip.ts';
+import { refusalAnsweredBy, roundMs, type L4AccessLogEntry } from './access-log.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute, type TcpTunnelResult } from './tcp.ts';
 import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute, type UdpSessionResult } from './udp.ts';
 
@@ -49,6 +51,8 @@ export interface L4ConnectionClosed {
   /** Payload bytes from the client to the origin (without PROXY headers). */
   bytesFromClient: number;
   bytesToClient: number;
+  /** From accept (TCP) or the first datagram (UDP) to the end. */
+  durationSeconds: number;
 }
 
 /**
@@ -105,6 +109,10 @@ export interface L4ProxyOptions {
   createFloodAdmission?: (settings: FloodLimitSettings) => FloodAdmission;
   /** Load balancers in front of the edge whose PROXY headers name the client (TCP); absent = none. */
   clientAddress?: ClientAddressPolicy;
+  /** The configuration's tenant (access-log lines). */
+  tenantId?: string;
+  /** Receives one line per TCP connection (admitted or refused) and per UDP session; absent = no access log. */
+  accessLog?: (entry: L4AccessLogEntry) => void;
 }
 
 type ListenerKey = string;
@@ -148,6 +156,8 @@ export class L4Proxy {
   private readonly limiter: FloodAdmission;
   private readonly clientAddress: ClientAddressPolicy | undefined;
   private readonly originGuard: ScopedOriginGuard;
+  private readonly tenantId: string;
+  private readonly accessLog: ((entry: L4AccessLogEntry) => void) | undefined;
   /** TCP connections of trusted load balancers whose PROXY header is being read. */
   private readonly readingHeaders = new Set<Socket>();
   private pool: HostPool;
@@ -177,6 +187,8 @@ export class L4Proxy {
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
     this.clientAddress = options.clientAddress;
     this.originGuard = options.originGuard.for(options.id);
+    this.tenantId = options.tenantId ?? '';
+    this.accessLog = options.accessLog;
     this.pool = new HostPool(options.attributes.backend.hosts, methodOf(options.attributes), {
       downForMs: options.hostDownForMs,
     });
@@ -363,7 +375,17 @@ export class L4Proxy {
         onOriginError: (host, error) => this.metrics?.originConnectFailed(this.id, 'UDP', host, error),
         onSessionClose: (slot, result) => {
           this.limiter.release(slot);
-          this.metrics?.connectionClosed(this.id, 'UDP', result);
+          this.metrics?.connectionClosed(this.id, 'UDP', { ...result, durationSeconds: result.durationMs / 1000 });
+          if (this.accessLog !== undefined) {
+            this.log({
+              ...this.entryBase('UDP', result.clientAddress, result.clientPort, binding.address, binding.port, result.durationMs),
+              answeredBy: 'origin',
+              end: result.reason,
+              upstream: `${result.host.address}:${result.host.port}`,
+              bytesIn: result.bytesFromClient,
+              bytesOut: result.bytesToClient,
+            });
+          }
         },
       },
     );
@@ -402,14 +424,16 @@ export class L4Proxy {
 
   private admitTcp(socket: Socket, ip: string, proxied: { ip: string; port: number } | undefined): void {
     if (this.threatIntelligence && this.threatFeed.has(ip)) {
-      this.refuseTcp(socket, 'THREAT_FEED');
+      this.refuseTcp(socket, 'THREAT_FEED', proxied);
       return;
     }
     const slot = this.limiter.acquire(ip);
     if (typeof slot === 'string') {
-      this.refuseTcp(socket, slot);
+      this.refuseTcp(socket, slot, proxied);
       return;
     }
+    const peer = { ip: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
+    const server = { ip: socket.localAddress ?? '', port: socket.localPort ?? 0 };
     this.metrics?.connectionAccepted(this.id, 'TCP');
     const tunnel: TcpTunnel = new TcpTunnel(
       socket,
@@ -419,7 +443,24 @@ export class L4Proxy {
         onClose: (result) => {
           this.tunnels.delete(tunnel);
           this.limiter.release(slot);
-          this.metrics?.connectionClosed(this.id, 'TCP', result);
+          this.metrics?.connectionClosed(this.id, 'TCP', { ...result, durationSeconds: result.durationMs / 1000 });
+          if (this.accessLog !== undefined) {
+            const client = proxied ?? peer;
+            const entry: L4AccessLogEntry = {
+              ...this.entryBase('TCP', client.ip, client.port, server.ip, server.port, result.durationMs),
+              answeredBy: result.reason === 'NO_HOST' ? 'error' : 'origin',
+              end: result.reason,
+              bytesIn: result.bytesFromClient,
+              bytesOut: result.bytesToClient,
+            };
+            if (proxied !== undefined) {
+              entry.clientIpSource = 'proxy-protocol';
+              entry.peerIp = unmapIpv4(peer.ip);
+            }
+            if (result.host !== undefined) entry.upstream = `${result.host.address}:${result.host.port}`;
+            if (result.connectMs !== undefined) entry.originMs = roundMs(result.connectMs);
+            this.log(entry);
+          }
         },
       },
       proxied,
@@ -458,11 +499,51 @@ export class L4Proxy {
     for (const tunnel of this.tunnels) tunnel.checkTimeouts(now);
   };
 
-  private refuseTcp(socket: Socket, reason: L4RefusalReason): void {
+  private refuseTcp(socket: Socket, reason: L4RefusalReason, proxied?: { ip: string; port: number }): void {
+    if (this.accessLog !== undefined) {
+      const peer = { ip: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
+      const client = proxied ?? peer;
+      const entry: L4AccessLogEntry = {
+        ...this.entryBase('TCP', client.ip, client.port, socket.localAddress ?? '', socket.localPort ?? 0, 0),
+        answeredBy: refusalAnsweredBy(reason),
+        refused: reason,
+        bytesIn: 0,
+        bytesOut: 0,
+      };
+      if (proxied !== undefined) {
+        entry.clientIpSource = 'proxy-protocol';
+        entry.peerIp = unmapIpv4(peer.ip);
+      }
+      this.log(entry);
+    }
     socket.on('error', ignore);
     // A reset: the client learns at once, and no FIN handshake lingers on a flood.
     socket.resetAndDestroy();
     this.metrics?.connectionRefused(this.id, 'TCP', reason);
+  }
+
+  /** The fields every line has; `durationMs` ago is when the connection was accepted. */
+  private entryBase(protocol: L4Protocol, clientIp: string, clientPort: number, serverIp: string, serverPort: number, durationMs: number) {
+    return {
+      type: 'l4' as const,
+      time: new Date(Date.now() - durationMs).toISOString(),
+      proxyId: this.id,
+      tenantId: this.tenantId,
+      protocol,
+      clientIp: unmapIpv4(clientIp),
+      clientPort,
+      serverIp: unmapIpv4(serverIp),
+      serverPort,
+      durationMs: roundMs(durationMs),
+    };
+  }
+
+  private log(entry: L4AccessLogEntry): void {
+    try {
+      this.accessLog?.(entry);
+    } catch (error) {
+      this.logger?.warn({ proxyId: this.id, err: error }, 'access log failed');
+    }
   }
 
   private readonly admitUdp = (clientAddress: string): object | undefined => {

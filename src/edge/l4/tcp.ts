@@ -72,6 +72,10 @@ export interface TcpTunnelResult {
   bytesToClient: number;
   /** Why it ended, when not by both sides closing in turn. */
   reason: 'COMPLETED' | 'NO_HOST' | 'IDLE_TIMEOUT' | 'CLIENT_ERROR' | 'ORIGIN_ERROR' | 'CLOSED_BY_PROXY';
+  /** From the tunnel's start (the connection admitted) to its end. */
+  durationMs: number;
+  /** From the tunnel's start to the origin connection (other hosts tried first included); undefined when none was made. */
+  connectMs: number | undefined;
 }
 
 export interface TcpTunnelEvents {
@@ -175,6 +179,9 @@ export class TcpTunnel {
   private readonly fromUpstream = new ReadBuffers();
   private readonly fromClient = new ReadBuffers();
   private reason: TcpTunnelResult['reason'] = 'COMPLETED';
+  private readonly startedAt = performance.now();
+  /** When the origin connection was made; -1 before. */
+  private connectedAt = -1;
 
   /**
    * Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`).
@@ -251,6 +258,7 @@ export class TcpTunnel {
     const upstream = this.upstream!;
     const client = this.client;
     this.connected = true;
+    this.connectedAt = performance.now();
     this.route.pool.markUp(this.host!);
     if (this.clientClosed) {
       upstream.destroy();
@@ -414,6 +422,8 @@ export class TcpTunnel {
       bytesFromClient: this.client.bytesRead,
       bytesToClient: this.client.bytesWritten,
       reason: this.reason,
+      durationMs: performance.now() - this.startedAt,
+      connectMs: this.connectedAt < 0 ? undefined : this.connectedAt - this.startedAt,
     });
   }
 }

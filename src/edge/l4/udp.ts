@@ -76,6 +76,10 @@ export interface UdpSessionResult {
   bytesFromClient: number;
   bytesToClient: number;
   reason: 'IDLE_TIMEOUT' | 'ORIGIN_ERROR' | 'CLOSED_BY_PROXY';
+  clientAddress: string;
+  clientPort: number;
+  /** From the session's first datagram to its end. */
+  durationMs: number;
 }
 
 /** Opaque to the relay: whatever `admit` returns is given back to `release`. */
@@ -115,6 +119,7 @@ class UdpSession<Ticket> {
   answered = false;
   pending: Buffer[] | undefined = [];
   lastActive: number;
+  readonly startedAt: number;
   bytesFromClient = 0;
   /** Bytes delivered to the client (dropped replies not counted). */
   bytesToClient = 0;
@@ -144,6 +149,7 @@ class UdpSession<Ticket> {
     this.header = header;
     this.route = route;
     this.lastActive = now;
+    this.startedAt = now;
   }
 }
 
@@ -318,6 +324,9 @@ export class UdpRelay<Ticket> {
       bytesFromClient: session.bytesFromClient,
       bytesToClient: session.bytesToClient,
       reason,
+      clientAddress: session.clientAddress,
+      clientPort: session.clientPort,
+      durationMs: performance.now() - session.startedAt,
     });
   }
 

@@ -7,7 +7,7 @@
  * memory stays bounded and the dashboards' numbers stay whole once the store is back. Rate-limit
  * episode updates change their event in place while it waits, else follow it to the store.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { AppDdosAttackEvent, InsightEvent } from '../../insight/event.ts';
 import { InsightSampler, type SamplerOutcome } from '../../insight/sampler.ts';
 import { InsightWriteError, type InsightWrites } from '../../store/insight-writer.ts';
@@ -38,6 +38,8 @@ export interface InsightIngestOptions {
   samplePeriodMs?: number;
   /** Groups the node's sampler tracks. Default 10,000. */
   samplerGroups?: number;
+  /** Receives the events once they are stored, each once, in order (the event sinks). */
+  onStored?: (events: readonly InsightEvent[]) => void;
 }
 
 export class InsightIngest {
@@ -56,7 +58,8 @@ export class InsightIngest {
   #writing: Promise<boolean> | undefined;
   #lastSampleAt = Date.now();
   #lastLog = 0;
-  readonly #metrics: { shed: Counter<string>; writeFailures: Counter<string> };
+  readonly #metrics: { shed: Counter<string>; writeFailures: Counter<string>; lag: Histogram<string> };
+  readonly #onStored: ((events: readonly InsightEvent[]) => void) | undefined;
 
   constructor(options: InsightIngestOptions) {
     this.#writes = options.writes;
@@ -65,8 +68,10 @@ export class InsightIngest {
     this.#sampler = new InsightSampler({ wholePerWindow: options.wholePerWindow, maxGroups: options.samplerGroups ?? 10_000 });
     this.#count = options.count;
     this.#logger = options.logger;
+    this.#onStored = options.onStored;
     const registers = [options.registry];
     const backlog = () => this.#backlog.length;
+    const oldest = () => this.#backlog[0];
     new Gauge({
       name: 'tps_insight_backlog_events',
       help: `Insight events waiting to be written to the store (at most ${this.#backlogLimit}; past it, WAF events are counted into sampled events).`,
@@ -82,7 +87,22 @@ export class InsightIngest {
         registers,
       }),
       writeFailures: new Counter({ name: 'tps_insight_write_failures_total', help: 'Insight writes to the store that failed (retried).', registers }),
+      lag: new Histogram({
+        name: 'tps_insight_ingest_lag_seconds',
+        help: "Insight events, from the request (the event's timestamp) to the event stored; a sampled event waits for its group's sampling period too.",
+        buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 300],
+        registers,
+      }),
     };
+    new Gauge({
+      name: 'tps_insight_backlog_age_seconds',
+      help: 'Age of the oldest insight event waiting to be written to the store (0: none waits).',
+      registers,
+      collect() {
+        const event = oldest();
+        this.set(event === undefined ? 0 : Math.max(0, (Date.now() - Date.parse(event.timestamp)) / 1000));
+      },
+    });
   }
 
   /** Events waiting for the store. */
@@ -162,11 +182,13 @@ export class InsightIngest {
   async #write(batch: InsightEvent[], updates: EpisodeUpdate[]): Promise<boolean> {
     try {
       await this.#writes.write(batch, updates);
+      this.#stored(batch);
       return true;
     } catch (error) {
       this.#metrics.writeFailures.inc();
       // Back to the front, in order; what no longer fits is counted into sampled events.
       const written = error instanceof InsightWriteError ? error.written : 0;
+      if (written > 0) this.#stored(batch.slice(0, written));
       const unwritten = batch.slice(written);
       for (let index = unwritten.length - 1; index >= 0; index--) this.#enqueue(unwritten[index]!, true);
       // An update is newer than the counts its event was written with, older than one received since.
@@ -178,6 +200,18 @@ export class InsightIngest {
       }
       this.#log({ err: error, events: unwritten.length }, 'insight events could not be stored; will retry');
       return false;
+    }
+  }
+
+  /** Events are in the store: their lag is observed, and they go to the sinks (each event once: a retry sends only the unwritten). */
+  #stored(events: readonly InsightEvent[]): void {
+    if (events.length === 0) return;
+    const now = Date.now();
+    for (const event of events) this.#metrics.lag.observe(Math.max(0, (now - Date.parse(event.timestamp)) / 1000));
+    try {
+      this.#onStored?.(events);
+    } catch (error) {
+      this.#log({ err: error }, 'insight events could not be handed to the event sinks');
     }
   }
 

@@ -8,6 +8,7 @@ import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
 import type { InsightEvent } from '../../insight/event.ts';
 import type { SharedIpSet } from '../l4/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
+import type { HistogramIncrement } from './histograms.ts';
 
 export type ResolvedConfig =
   | { type: 'l4Proxy'; id: string; tenantId: string; revision: number; attributes: L4ProxyAttributes }
@@ -53,7 +54,8 @@ export type FromWorker =
   /** Challenge look-ups carry the tenant of the proxy that received the validation request. */
   | { kind: 'acme-lookup'; requestId: number; token: string; host: string; tenantId: string }
   | { kind: 'acme-alpn-lookup'; requestId: number; servername: string; tenantId: string }
-  | { kind: 'counters'; counters: CounterIncrement[] }
+  /** What the worker counted and observed since its last report (once a second). */
+  | { kind: 'counters'; counters: CounterIncrement[]; histograms: HistogramIncrement[] }
   /** This worker's proxies now look up in that generation of the threat-feed set. */
   | { kind: 'threat-feed-applied'; generation: number }
   | { kind: 'stopped' };
@@ -77,7 +79,10 @@ export type EdgeCounterName =
   | 'tps_insight_dropped_requests_total'
   | 'tps_edge_waf_uninspected_total'
   | 'tps_edge_waf_body_over_limit_total'
-  | 'tps_edge_waf_exchanges_total';
+  | 'tps_edge_waf_exchanges_total'
+  | 'tps_edge_waf_rule_matches_total'
+  | 'tps_edge_access_log_lines_total'
+  | 'tps_edge_waf_audit_log_lines_total';
 
 /** Body bytes the WAF inspects (operator settings): the proxies' defaults, multipart/form-data uploads, responses. */
 export interface WafBodyLimits {

@@ -81,10 +81,17 @@ describe('edge supervisor', () => {
     // (Connections the crashed worker had accepted die with it; with net.ipv4.tcp_migrate_req=1 the
     // kernel hands those still in its accept queue to the other listener.)
     for (let i = 0; i < 20; i++) assert.equal(await roundTrip({ host: FRONTEND, port }, `during ${i}`), `during ${i}`);
+    // The node still serves the configuration (the other worker): /healthz gives the restart its grace.
+    assert.equal(edge.health().ok, true, JSON.stringify(edge.health()));
 
     await waitFor('the restarted worker to serve', async () => edge.servingWorkers(config.id) === 2);
     assert.equal(await status(), 'ACTIVE');
     for (let i = 0; i < 20; i++) assert.equal(await roundTrip({ host: FRONTEND, port }, `after ${i}`), `after ${i}`);
     assert.equal((await store.trafficConfigs.listAll()).length, 1, 'no configuration was lost');
+    const health = edge.health();
+    assert.deepEqual({ ok: health.ok, configurations: health.configurations, notServed: health.notServed }, { ok: true, configurations: 1, notServed: [] });
+    // No threat feed on this node: the proxy refuses no source, and says so.
+    assert.deepEqual(health.warnings.map((warning) => [warning.code, warning.configurations]), [['NO_THREAT_FEED', [config.id]]]);
+    assert.match((await store.edgeStatus.statusOf([config])).get(config.id)!.statusDetail ?? '', /^test-node: threatIntelligence is enabled but this edge node has no threat feed/);
   });
 });

@@ -12,8 +12,9 @@
  *   (they share the ports through SO_REUSEPORT), and nothing is lost: the store has it all.
  */
 import { Worker } from 'node:worker_threads';
+import { X509Certificate } from 'node:crypto';
 import os from 'node:os';
-import { Counter, Gauge } from 'prom-client';
+import { Counter, Gauge, Histogram } from 'prom-client';
 import type { Store } from '../../store/index.ts';
 import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
@@ -29,12 +30,37 @@ import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
+import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
+import type { AccessLogSettings } from '../access-log/access-log.ts';
+import type { InsightEvent } from '../../insight/event.ts';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
 const INSIGHT_FLUSH_MS = 200;
 const RESTART_DELAY_MS = 200;
 const EPISODE_MEMORY_MS = 10 * 60_000;
+/** A configuration its workers have not all applied for this long makes the node unhealthy (/healthz). */
+const APPLY_GRACE_MS = 10_000;
+/** Configurations named in a health report at most (the count is always whole). */
+const HEALTH_LIST_LIMIT = 50;
+
+/** What `/healthz` says about the edge (EdgeSupervisor.health). */
+export interface EdgeHealth {
+  /** false: some configuration this node should serve is not served by every worker. */
+  ok: boolean;
+  /** Configurations this node serves (handed to its workers). */
+  configurations: number;
+  /** Those not served: a worker reports an error, or has not applied them within the grace. */
+  notServed: { id: string; state: 'ERROR' | 'APPLYING'; detail: string }[];
+  /** How many are not served (the list stops at HEALTH_LIST_LIMIT). */
+  notServedCount: number;
+  /** What works but not as configured: a threat feed enabled without a source, feeds failing. */
+  warnings: { code: string; detail: string; configurations?: string[] }[];
+}
+
+/** The status detail of an l4Proxy whose threat intelligence is on while the node has no threat feed. */
+export const NO_THREAT_FEED_DETAIL =
+  'threatIntelligence is enabled but this edge node has no threat feed (TPS_THREAT_FEEDS is empty): no source is refused';
 
 /**
  * Sources each proxy tracks for its connection caps (x 48 bytes: 384 KiB a proxy). Past it, the
@@ -97,6 +123,10 @@ export interface EdgeOptions {
   insightWrites?: InsightWrites;
   /** WAF events kept whole per proxy, source, matched rule set and minute (TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE). */
   insightWholeEventsPerMinute?: number;
+  /** One JSON line per request and layer 4 connection, written by each worker (TPS_ACCESS_LOG); absent = none. */
+  accessLog?: AccessLogSettings;
+  /** Where the events this node stored go too, once each, in order (TPS_EVENT_SINKS); closed when the edge stops. */
+  eventSinks?: { ship(events: readonly InsightEvent[]): void; close(): Promise<void> };
 }
 
 interface WorkerSlot {
@@ -136,6 +166,16 @@ export class EdgeSupervisor {
   #reportQueue: Promise<void> = Promise.resolve();
   /** Reads and builds the node's threat feed off every serving loop; absent without sources. */
   readonly #threatFeed: ThreatFeedHost | undefined;
+  /** The workers' latency histograms, merged. */
+  readonly #histograms: Map<EdgeHistogramName, MergedHistogram>;
+  /** Per configuration: the version the workers should serve, since when (ms), and whether all of them have applied it. */
+  #applying = new Map<string, { version: string; since: number; applied: boolean }>();
+  #lastReloadAt = 0;
+  /** When a worker last exited or was started: its configurations get the grace again (the others serve meanwhile). */
+  #workersChangedAt = 0;
+  readonly #applySeconds: Histogram<string>;
+  /** Not-after (ms) of certificates by PEM, for the expiry gauge (only those in use are kept). */
+  #notAfter = new Map<string, number>();
 
   constructor(options: EdgeOptions) {
     this.#options = options;
@@ -170,7 +210,14 @@ export class EdgeSupervisor {
           ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
           ['tps_edge_origin_refused_total', 'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.', ['proxy', 'reason']],
-          ['tps_edge_http_requests_total', 'HTTP requests by status and by the phase that answered.', ['proxy', 'status', 'answered_by']],
+          [
+            'tps_edge_http_requests_total',
+            'HTTP requests by who answered (origin, waf, rate-limit, geo, acme, error; none: the client left first) and status class (2xx...; none).',
+            ['proxy', 'answered_by', 'status_class'],
+          ],
+          ['tps_edge_waf_rule_matches_total', 'WAF rule matches by rule id (requests and responses; a rule counted once per verdict), whether or not the request was blocked.', ['rule']],
+          ['tps_edge_waf_audit_log_lines_total', 'WAF audit-log records (TPS_WAF_AUDIT_LOG) by outcome: written, dropped (the buffer was full or the file failed).', ['outcome']],
+          ['tps_edge_access_log_lines_total', 'Access-log lines by outcome: written, dropped (the buffer was full: the disk could not keep up; or a write failed), sampled (left out, TPS_ACCESS_LOG_SAMPLE).', ['outcome']],
           [
             'tps_insight_sampled_requests_total',
             'WAF requests counted into a sampled event (their number is in its requestCount) instead of stored as events of their own.',
@@ -200,12 +247,56 @@ export class EdgeSupervisor {
         ] as const
       ).map(([name, help, labelNames]) => [name, new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] })]),
     );
+    this.#histograms = new Map(
+      (Object.keys(EDGE_HISTOGRAMS) as EdgeHistogramName[]).map((name) => [name, new MergedHistogram(name, options.metrics.registry)]),
+    );
     this.#insight = new InsightIngest({
       writes: options.insightWrites ?? directInsightWrites(options.store.insightEvents),
       wholePerWindow: options.insightWholeEventsPerMinute ?? 10,
       registry: options.metrics.registry,
       count: (name, requests) => this.#counters.get(name)?.inc(requests),
       logger: options.logger,
+      ...(options.eventSinks && { onStored: (events: readonly InsightEvent[]) => options.eventSinks?.ship(events) }),
+    });
+    const registers = [options.metrics.registry];
+    this.#applySeconds = new Histogram({
+      name: 'tps_edge_config_apply_seconds',
+      help: "Configuration changes, from the change in the store (its updatedAt) to every worker of this node serving it (or reporting it cannot).",
+      buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+      registers,
+    });
+    const applying = this.#applying;
+    new Gauge({
+      name: 'tps_edge_config_apply_lag_seconds',
+      help: 'Age of the oldest configuration change this node has not applied in every worker yet (0: all applied).',
+      registers,
+      collect() {
+        const now = Date.now();
+        let oldest = now;
+        for (const state of applying.values()) if (!state.applied && state.since < oldest) oldest = state.since;
+        this.set((now - oldest) / 1000);
+      },
+    });
+    new Gauge({
+      name: 'tps_edge_configs_pending_apply',
+      help: 'Configurations whose current version is not applied by every worker of this node yet.',
+      registers,
+      collect() {
+        let pending = 0;
+        for (const state of applying.values()) if (!state.applied) pending++;
+        this.set(pending);
+      },
+    });
+    const certificates = () => this.#certificateExpiry();
+    new Gauge({
+      name: 'tps_edge_certificate_expiry_timestamp_seconds',
+      help: "Not-after time (Unix seconds) of the certificates this node's proxies present: front-end certificates (use=frontend) and client certificates to origins (use=origin).",
+      labelNames: ['proxy', 'certificate', 'use'],
+      registers,
+      collect() {
+        this.reset();
+        for (const certificate of certificates()) this.set({ proxy: certificate.proxy, certificate: certificate.certificate, use: certificate.use }, certificate.notAfter / 1000);
+      },
     });
     const feed = this.#threatFeed;
     if (feed !== undefined) {
@@ -269,6 +360,7 @@ export class EdgeSupervisor {
       }),
     );
     await this.#insight.drain();
+    await this.#options.eventSinks?.close();
     await this.#reportQueue;
     await this.#options.store.edgeStatus.leave(this.#options.nodeId).catch(() => {});
   }
@@ -336,9 +428,11 @@ export class EdgeSupervisor {
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
       origins: o.origins,
       insightWholeEventsPerMinute: o.insightWholeEventsPerMinute ?? 10,
+      accessLog: o.accessLog,
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;
+    this.#workersChangedAt = Date.now();
     slot.reports.clear();
     delete slot.threatFeedGeneration;
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
@@ -346,6 +440,7 @@ export class EdgeSupervisor {
     worker.on('exit', (code) => {
       if (slot.worker !== worker) return;
       slot.worker = undefined;
+      this.#workersChangedAt = Date.now();
       if (this.#stopping) return;
       o.logger.warn({ worker: slot.index, code }, 'edge worker exited; starting it again');
       setTimeout(() => {
@@ -362,6 +457,7 @@ export class EdgeSupervisor {
       case 'status':
         slot.reports.set(message.id, { version: message.version, state: message.state, detail: message.detail });
         this.#publish(message.id);
+        this.#noteApplied(message.id);
         break;
       case 'removed':
         slot.reports.delete(message.id);
@@ -392,6 +488,7 @@ export class EdgeSupervisor {
       }
       case 'counters':
         for (const increment of message.counters) this.#counters.get(increment.name)?.inc(increment.labels, increment.value);
+        for (const increment of message.histograms) this.#histograms.get(increment.name)?.add(increment);
         break;
       case 'threat-feed-applied':
         slot.threatFeedGeneration = message.generation;
@@ -445,6 +542,7 @@ export class EdgeSupervisor {
     this.#storeRevision = revision;
     this.#entries = entries;
     this.#revisions = revisions;
+    this.#trackApplying(entries, records);
     this.#counterTables.retainOnly(new Set(entries.map((entry) => entry.config.id)));
     for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
     for (const [id, status] of unresolved) this.#report(id, status);
@@ -474,7 +572,7 @@ export class EdgeSupervisor {
       // closed (ConfigEntry.degraded), the status says so and why.
       if (entry.interim) this.#report(id, { revision, ...entry.interim });
       else if (entry.degraded) this.#report(id, { revision, state: 'ERROR', detail: entry.degraded });
-      else this.#report(id, { revision, state: 'ACTIVE', detail: null });
+      else this.#report(id, { revision, state: 'ACTIVE', detail: this.#activeNotice(entry) });
     }
   }
 
@@ -499,6 +597,116 @@ export class EdgeSupervisor {
     } catch (error) {
       this.#options.logger.error({ err: error }, 'edge heartbeat failed');
     }
+  }
+
+  /**
+   * What `/healthz` says about the edge, from memory (no store access): every configuration the
+   * workers were handed is served by all of them, or which are not and why; and warnings.
+   */
+  health(now = Date.now()): EdgeHealth {
+    const notServed: EdgeHealth['notServed'] = [];
+    let notServedCount = 0;
+    for (const entry of this.#entries) {
+      const id = entry.config.id;
+      const reports = this.#slots.map((slot) => (slot.worker === undefined ? undefined : slot.reports.get(id)));
+      const failure = reports.find((report) => report?.version === entry.version && report.state === 'ERROR');
+      let problem: EdgeHealth['notServed'][number] | undefined;
+      if (failure !== undefined) problem = { id, state: 'ERROR', detail: failure.detail ?? 'cannot be served' };
+      else if (!reports.every((report) => report?.version === entry.version && report.state === 'ACTIVE')) {
+        const since = Math.max(this.#applying.get(id)?.since ?? now, this.#workersChangedAt);
+        if (now - since > APPLY_GRACE_MS) {
+          const serving = reports.filter((report) => report?.version === entry.version).length;
+          problem = { id, state: 'APPLYING', detail: `served by ${serving} of ${this.#slots.length} workers for ${Math.round((now - since) / 1000)} s` };
+        }
+      }
+      if (problem === undefined) continue;
+      notServedCount++;
+      if (notServed.length < HEALTH_LIST_LIMIT) notServed.push(problem);
+    }
+    const warnings: EdgeHealth['warnings'] = [];
+    const withoutFeed = this.#entries.filter((entry) => this.#activeNotice(entry) !== null).map((entry) => entry.config.id);
+    if (withoutFeed.length > 0) {
+      warnings.push({
+        code: 'NO_THREAT_FEED',
+        detail: `${withoutFeed.length} layer 4 proxies have threatIntelligence enabled, but TPS_THREAT_FEEDS is empty on this node: no source is refused`,
+        configurations: withoutFeed.slice(0, HEALTH_LIST_LIMIT),
+      });
+    }
+    const report = this.#threatFeed?.report;
+    if (this.#threatFeed !== undefined) {
+      const failing = (report?.sources ?? []).filter((source) => !source.ok).map((source) => sourceLabel(source.source));
+      if (report === undefined) warnings.push({ code: 'THREAT_FEED_NOT_LOADED', detail: 'the threat feeds have not been read yet' });
+      else if (failing.length > 0) warnings.push({ code: 'THREAT_FEED_SOURCE_FAILING', detail: `threat-feed sources failing (their last good entries stay in use): ${failing.join(', ')}` });
+    }
+    return { ok: notServedCount === 0, configurations: this.#entries.length, notServed, notServedCount, warnings };
+  }
+
+  /** A configuration served as asked but not as the tenant may think: the status detail of an ACTIVE configuration. */
+  #activeNotice(entry: ConfigEntry): string | null {
+    const config = entry.config;
+    if (config.type !== 'l4Proxy' || this.#threatFeed !== undefined) return null;
+    return config.attributes.threatIntelligence?.enabled === false ? null : NO_THREAT_FEED_DETAIL;
+  }
+
+  /**
+   * Notes when each configuration's current version appeared: its change in the store (updatedAt)
+   * when that happened since the previous reload, else now (a certificate renewed, the node
+   * starting, a version that changed without the configuration's own row).
+   */
+  #trackApplying(entries: ConfigEntry[], records: readonly { id: string; updatedAt: string }[]): void {
+    const now = Date.now();
+    const updatedAt = new Map(records.map((record) => [record.id, Date.parse(record.updatedAt)]));
+    const next = new Map<string, { version: string; since: number; applied: boolean }>();
+    for (const entry of entries) {
+      const id = entry.config.id;
+      const previous = this.#applying.get(id);
+      if (previous !== undefined && previous.version === entry.version) {
+        next.set(id, previous);
+        continue;
+      }
+      const changed = updatedAt.get(id) ?? now;
+      const since = this.#lastReloadAt > 0 && changed > this.#lastReloadAt - POLL_MS && changed <= now ? changed : now;
+      next.set(id, { version: entry.version, since, applied: false });
+    }
+    this.#applying = next;
+    this.#lastReloadAt = now;
+    for (const entry of entries) this.#noteApplied(entry.config.id);
+  }
+
+  /** Once every worker has applied (or failed) a configuration's current version: the apply time is observed. */
+  #noteApplied(id: string): void {
+    const state = this.#applying.get(id);
+    if (state === undefined || state.applied) return;
+    if (!this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(id)?.version === state.version)) return;
+    state.applied = true;
+    this.#applySeconds.observe(Math.max(0, Date.now() - state.since) / 1000);
+  }
+
+  /** The certificates this node's proxies present, with their not-after times (parsed once per PEM). */
+  #certificateExpiry(): { proxy: string; certificate: string; use: 'frontend' | 'origin'; notAfter: number }[] {
+    const found: { proxy: string; certificate: string; use: 'frontend' | 'origin'; notAfter: number }[] = [];
+    const seen = new Map<string, number>();
+    const add = (proxy: string, certificate: string | null | undefined, use: 'frontend' | 'origin', pem: string | undefined) => {
+      if (certificate === undefined || certificate === null || pem === undefined) return;
+      let notAfter = this.#notAfter.get(pem) ?? seen.get(pem);
+      if (notAfter === undefined) {
+        try {
+          notAfter = Date.parse(new X509Certificate(pem).validTo);
+        } catch {
+          return;
+        }
+      }
+      seen.set(pem, notAfter);
+      found.push({ proxy, certificate, use, notAfter });
+    };
+    for (const entry of this.#entries) {
+      const config = entry.config;
+      if (config.type !== 'httpProxy') continue;
+      add(config.id, config.attributes.frontend.certificateId, 'frontend', config.frontendCertificate?.certificatePem);
+      add(config.id, config.attributes.backend.tlsSettings?.clientCertificateId, 'origin', config.originClientCertificate?.certificatePem);
+    }
+    this.#notAfter = seen;
+    return found;
   }
 
   /**

@@ -34,6 +34,8 @@ import { createOriginResolver } from '../net/origin-resolver.ts';
 import type { ConfigEntry, CounterIncrement, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import type { ThreatFeedSet } from './threat-feed-host.ts';
 import { createWorkerLogger } from './worker-logger.ts';
+import { HistogramBatch } from './histograms.ts';
+import { AccessLog, type AccessLogCounts, type AccessLogSettings } from '../access-log/access-log.ts';
 
 export interface WorkerSettings {
   index: number;
@@ -70,6 +72,8 @@ export interface WorkerSettings {
   origins: { policy: OriginPolicySettings; resolverServers: string[] };
   /** WAF events kept whole per proxy, source, matched rule set and minute (the rest: counted into samples). */
   insightWholeEventsPerMinute: number;
+  /** One JSON line per request and layer 4 connection (TPS_ACCESS_LOG); absent = none. */
+  accessLog: AccessLogSettings | undefined;
 }
 
 interface Running {
@@ -104,9 +108,10 @@ function count(name: EdgeCounterName, labels: Record<string, string>, value = 1)
   if (existing) existing.value += value;
   else counters.set(key, { name, labels, value });
 }
+const histograms = new HistogramBatch();
 function flushCounters(): void {
-  if (counters.size === 0) return;
-  send({ kind: 'counters', counters: [...counters.values()] });
+  if (counters.size === 0 && histograms.size === 0) return;
+  send({ kind: 'counters', counters: [...counters.values()], histograms: histograms.take() });
   counters.clear();
 }
 setInterval(flushCounters, COUNTER_FLUSH_MS).unref();
@@ -117,10 +122,28 @@ const l4Metrics: L4Metrics = {
   connectionClosed: (proxy, protocol, closed) => {
     count('tps_edge_bytes_total', { proxy, protocol, direction: 'from_client' }, closed.bytesFromClient);
     count('tps_edge_bytes_total', { proxy, protocol, direction: 'to_client' }, closed.bytesToClient);
+    histograms.observe('tps_edge_l4_connection_duration_seconds', { proxy, protocol }, closed.durationSeconds);
   },
   originConnectFailed: (proxy, protocol) => count('tps_edge_origin_failures_total', { proxy, protocol }),
   datagramDropped: (proxy, protocol, reason) => count('tps_edge_dropped_total', { proxy, protocol, reason }),
 };
+
+// ----- the access log: lines buffered here, written on libuv's pool, counted with the other counters -----
+const accessLog = settings.accessLog
+  ? new AccessLog(settings.accessLog, { onError: (err) => logger.error({ err, destination: settings.accessLog?.destination }, 'access log write failed: lines dropped') })
+  : undefined;
+const reportedLines: AccessLogCounts = { written: 0, dropped: 0, sampled: 0 };
+function reportAccessLogLines(): void {
+  if (accessLog === undefined) return;
+  const now = accessLog.counts;
+  for (const outcome of ['written', 'dropped', 'sampled'] as const) {
+    const delta = now[outcome] - reportedLines[outcome];
+    if (delta === 0) continue;
+    reportedLines[outcome] = now[outcome];
+    count('tps_edge_access_log_lines_total', { outcome }, delta);
+  }
+}
+if (accessLog !== undefined) setInterval(reportAccessLogLines, COUNTER_FLUSH_MS).unref();
 
 // ----- shared services of this worker -----
 /** Each proxy's share of the node's shared counters, from the latest snapshot (see ProxyCounterTables). */
@@ -201,12 +224,28 @@ function startWafEngine(): Promise<ExchangingEngine> {
   const pool = { workers: settings.wafThreads, queueLength: settings.wafQueueLength * settings.wafThreads };
   return settings.wafEngine === 'compiled' ? createCompiledEngine({ ...pool, ...limits }) : createModSecurityEngine({ ...pool, ...limits });
 }
+const wafAuditLog = settings.wafAuditLogPath ? new WafAuditLog(settings.wafAuditLogPath) : undefined;
+const reportedAudit = { written: 0, dropped: 0 };
+if (wafAuditLog !== undefined) {
+  setInterval(() => {
+    for (const outcome of ['written', 'dropped'] as const) {
+      const delta = wafAuditLog[outcome] - reportedAudit[outcome];
+      if (delta === 0) continue;
+      reportedAudit[outcome] = wafAuditLog[outcome];
+      count('tps_edge_waf_audit_log_lines_total', { outcome }, delta);
+    }
+  }, COUNTER_FLUSH_MS).unref();
+}
 const wafHook = createWafHook(lazyWafEngine, {
   requestBodyLimit: settings.wafBodyLimits.request,
   multipartBodyLimit: settings.wafBodyLimits.multipart,
   responseBodyLimit: settings.wafBodyLimits.response,
   bodyLimitAction: settings.wafBodyLimits.action,
-  ...(settings.wafAuditLogPath && { auditLog: new WafAuditLog(settings.wafAuditLogPath) }),
+  ...(wafAuditLog && { auditLog: wafAuditLog }),
+  // Per rule id, never per proxy or client: the series are bounded by the rule set.
+  onRulesMatched: (rules) => {
+    for (const rule of rules) count('tps_edge_waf_rule_matches_total', { rule: String(rule.id) });
+  },
 });
 // How the WAF's exchanges ended, with the other counters: `opened` running ahead of the others for
 // long, or any `expired`, is a request whose end did not reach the WAF.
@@ -266,9 +305,13 @@ const httpDeps: HttpProxyDeps = {
         send({ kind: 'acme-alpn-lookup', requestId, servername, tenantId });
       }),
   },
+  ...(accessLog && { accessLog: accessLog.http }),
   metrics: {
-    requestCompleted: (proxy, status, answeredBy) =>
-      count('tps_edge_http_requests_total', { proxy, status: String(status), answered_by: answeredBy }),
+    requestCompleted: (proxy, status, answeredBy, durationSeconds, originSeconds) => {
+      count('tps_edge_http_requests_total', { proxy, answered_by: answeredBy, status_class: statusClass(status) });
+      histograms.observe('tps_edge_http_request_duration_seconds', { proxy }, durationSeconds);
+      if (originSeconds !== undefined) histograms.observe('tps_edge_origin_response_seconds', { proxy }, originSeconds);
+    },
     connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),
     wafBodyOverLimit: (proxy, action) => count('tps_edge_waf_body_over_limit_total', { proxy, action }),
@@ -276,6 +319,11 @@ const httpDeps: HttpProxyDeps = {
   reusePort: true,
   ...(clientAddress && { clientAddress }),
 };
+
+/** `2xx`, `4xx`...; `none` when no response head was sent. */
+function statusClass(status: number): string {
+  return status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : 'none';
+}
 
 function describe(error: unknown): string {
   const code = (error as NodeJS.ErrnoException).code;
@@ -298,6 +346,8 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           createFloodAdmission: (limits) => new SharedFloodLimiter(new SharedTable(tablesOf(config.id).flood), limits, { sourceKey: countingKey }),
           udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
           ...(clientAddress && { clientAddress }),
+          tenantId: config.tenantId,
+          ...(accessLog && { accessLog: accessLog.l4 }),
         })
       : new HttpProxy(config, httpDeps);
   await proxy.start();
@@ -380,6 +430,8 @@ port.on('message', (message: ToWorker) => {
         await Promise.all([...running.values()].map((current) => current.proxy.stop().catch(() => {})));
         running.clear();
         sendInsightSamples();
+        await accessLog?.close().catch(() => {});
+        reportAccessLogLines();
         flushCounters();
         send({ kind: 'stopped' });
         logger.flush();

@@ -14,8 +14,21 @@ import type { RateEpisode } from '../rate-limit/limiter.ts';
 import type { PhaseName } from './phase.ts';
 import type { WafEventDraft, WafFailureReason } from './waf.ts';
 
+/**
+ * Who answered a request: the origin, or the proxy itself because of one of its protections (the
+ * WAF: a block, a body over the limit, a request it could not inspect; the rate limit; geo
+ * fencing), an ACME challenge, or an `error` (the origin unreachable or too slow, a request refused
+ * as malformed or too large or without a valid client certificate, an internal error). `none`: the
+ * client left before any response head.
+ */
+export type AnsweredBy = 'origin' | 'waf' | 'rate-limit' | 'geo' | 'acme' | 'error' | 'none';
+
+/** The WAF's word on a request: absent when the WAF never saw it (answered before, or no WAF). */
+export type WafOutcome = 'PASSED' | 'BLOCKED' | 'LOGGED' | 'UNINSPECTED';
+
 /** One line of the access log (the caller writes it, typically as one JSON object per line). */
 export interface AccessLogEntry {
+  type: 'http';
   /** ISO 8601 UTC, when the request arrived. */
   time: string;
   proxyId: string;
@@ -41,13 +54,25 @@ export interface AccessLogEntry {
   url: string;
   /** Status sent to the client; 0 when the client went away before any response head. */
   status: number;
-  /** 'upstream' for a proxied response, else the phase that answered itself. */
-  answeredBy: PhaseName | 'none';
+  answeredBy: AnsweredBy;
+  /** What the WAF said; absent when it did not see the request. */
+  waf?: WafOutcome;
+  /** Rule ids of the WAF's event (BLOCKED, LOGGED). */
+  wafRules?: number[];
+  /** Request body bytes received from the client. */
+  bytesIn: number;
+  /** Response body bytes sent to the client. */
+  bytesOut: number;
   /** `address:port` of the origin that answered (or was tried last). */
   upstream?: string;
   upstreamAttempts: number;
   upstreamError?: string;
+  /** From the request head to the end of the response. */
   durationMs: number;
+  /** From the first connection attempt to the origin's response head (or its last failure); absent when no origin was asked. */
+  originMs?: number;
+  /** Set on a line sampled out of many (TPS_ACCESS_LOG_SAMPLE): the requests like it it stands for. */
+  sample?: number;
 }
 
 /** One access-log line: the entry as a JSON object (no newline). */
@@ -56,8 +81,11 @@ export function formatAccessLogLine(entry: AccessLogEntry): string {
 }
 
 export interface HttpProxyMetrics {
-  /** A request ended (answered, proxied or abandoned). */
-  requestCompleted?(proxyId: string, status: number, answeredBy: PhaseName | 'none', durationSeconds: number): void;
+  /**
+   * A request ended (answered, proxied or abandoned): how long it took, and how long the origin
+   * took to its response head (undefined when no origin was asked).
+   */
+  requestCompleted?(proxyId: string, status: number, answeredBy: AnsweredBy, durationSeconds: number, originSeconds: number | undefined): void;
   /** One attempt to an origin failed (`reason`: error code such as ECONNREFUSED or UND_ERR_HEADERS_TIMEOUT). */
   upstreamFailed?(proxyId: string, host: string, reason: string): void;
   /**
@@ -85,24 +113,52 @@ export function finishRequest(ctx: RequestCtx): void {
   if (ctx.wafEvents !== undefined) {
     for (const draft of ctx.wafEvents) recordWafEvent(ctx, draft);
   }
+  const now = performance.now();
+  if (ctx.bodyStreamedWhole && ctx.req.complete) ctx.bytesIn = Math.max(0, ctx.declaredLength);
   if (deps.accessLog !== undefined) {
     try {
-      deps.accessLog(accessLogEntry(ctx));
+      deps.accessLog(accessLogEntry(ctx, now));
     } catch (err) {
       deps.logger?.error({ err, proxyId: ctx.proxy.id }, 'access log failed');
     }
   }
-  deps.metrics?.requestCompleted?.(
-    ctx.proxy.id,
-    ctx.statusCode,
-    ctx.answeredBy ?? 'none',
-    (performance.now() - ctx.startedAt) / 1000,
-  );
+  const originMs = originMsOf(ctx, now);
+  deps.metrics?.requestCompleted?.(ctx.proxy.id, ctx.statusCode, answeredByOf(ctx), (now - ctx.startedAt) / 1000, originMs === undefined ? undefined : originMs / 1000);
 }
 
-export function accessLogEntry(ctx: RequestCtx): AccessLogEntry {
+/** The origin's time to its response head (ms), or undefined when no origin was asked. */
+function originMsOf(ctx: RequestCtx, now: number): number | undefined {
+  if (ctx.upstreamStartedAt < 0) return undefined;
+  return (ctx.upstreamAnsweredAt >= 0 ? ctx.upstreamAnsweredAt : now) - ctx.upstreamStartedAt;
+}
+
+const ANSWERED_BY: Record<PhaseName, AnsweredBy> = {
+  accept: 'error',
+  'acme-challenge': 'acme',
+  'geo-fence': 'geo',
+  'rate-limit': 'rate-limit',
+  waf: 'waf',
+  'waf-response': 'waf',
+  upstream: 'error',
+  internal: 'error',
+};
+
+export function answeredByOf(ctx: RequestCtx): AnsweredBy {
+  if (ctx.originAnswered) return 'origin';
+  return ctx.answeredBy === undefined ? 'none' : ANSWERED_BY[ctx.answeredBy];
+}
+
+function wafOutcomeOf(ctx: RequestCtx): WafOutcome | undefined {
+  if (ctx.wafUninspected) return 'UNINSPECTED';
+  const events = ctx.wafEvents;
+  if (events !== undefined && events.length > 0) return events.some((event) => event.action === 'BLOCKED') ? 'BLOCKED' : 'LOGGED';
+  return ctx.wafInspected ? 'PASSED' : undefined;
+}
+
+export function accessLogEntry(ctx: RequestCtx, now = performance.now()): AccessLogEntry {
   const req = ctx.req;
   const entry: AccessLogEntry = {
+    type: 'http',
     time: new Date(performance.timeOrigin + ctx.startedAt).toISOString(),
     proxyId: ctx.proxy.id,
     tenantId: ctx.proxy.tenantId,
@@ -120,17 +176,24 @@ export function accessLogEntry(ctx: RequestCtx): AccessLogEntry {
     host: ctx.host,
     url: req.url ?? '',
     status: ctx.statusCode,
-    answeredBy: ctx.answeredBy ?? 'none',
+    answeredBy: answeredByOf(ctx),
+    bytesIn: ctx.bytesIn,
+    bytesOut: ctx.bytesOut,
     upstreamAttempts: ctx.upstreamAttempts,
-    durationMs: Math.round((performance.now() - ctx.startedAt) * 1000) / 1000,
+    durationMs: Math.round((now - ctx.startedAt) * 1000) / 1000,
   };
   if (ctx.clientAddressSource !== 'socket') {
     entry.clientIpSource = ctx.clientAddressSource;
     entry.peerIp = unmapIpv4(req.socket?.remoteAddress ?? '');
   }
   if (ctx.clientCertificate !== undefined) entry.clientCertificate = ctx.clientCertificate.verified;
+  const waf = wafOutcomeOf(ctx);
+  if (waf !== undefined) entry.waf = waf;
+  if (ctx.wafEvents !== undefined && ctx.wafEvents.length > 0) entry.wafRules = [...new Set(ctx.wafEvents.flatMap((event) => event.rules.map((rule) => rule.modSecId)))];
   if (ctx.upstreamHost !== undefined) entry.upstream = `${ctx.upstreamHost.address}:${ctx.upstreamHost.port}`;
   if (ctx.upstreamError !== undefined) entry.upstreamError = ctx.upstreamError;
+  const originMs = originMsOf(ctx, now);
+  if (originMs !== undefined) entry.originMs = Math.round(originMs * 1000) / 1000;
   return entry;
 }
 

@@ -75,6 +75,7 @@ export function respond(ctx: RequestCtx, answer: Answer): void {
       if (bodyUnread(ctx)) lingerBeforeClosing(ctx.req.socket);
     }
     res.writeHead(answer.status, headers);
+    if (ctx.req.method !== 'HEAD') ctx.bytesOut += answer.body.length;
     // The events phase runs from the response's 'close' (see HttpProxy), as for proxied responses.
     res.end(answer.body);
     return;
@@ -85,6 +86,7 @@ export function respond(ctx: RequestCtx, answer: Answer): void {
   let head = `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status] ?? ''}\r\n`;
   for (let i = 0; i < answer.headers.length; i += 2) head += `${answer.headers[i]}: ${answer.headers[i + 1]}\r\n`;
   head += `x-request-id: ${ctx.requestId}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`;
+  ctx.bytesOut += body.length;
   socket.end(Buffer.concat([Buffer.from(head, 'latin1'), ctx.req.method === 'HEAD' ? Buffer.alloc(0) : body]));
   finishRequest(ctx);
 }

@@ -59,6 +59,7 @@ class UpgradeTunnel {
     }
     ctx.upstreamHost = host;
     ctx.upstreamAttempts++;
+    if (ctx.upstreamStartedAt < 0) ctx.upstreamStartedAt = performance.now();
     const origin = this.connect(host);
     let connected = false;
     const onConnectTimeout = (): void => {
@@ -146,6 +147,8 @@ class UpgradeTunnel {
       }
       answered = true;
       ctx.answeredBy = 'upstream';
+      ctx.originAnswered = true;
+      ctx.upstreamAnsweredAt = performance.now();
       ctx.statusCode = 101;
       client.write(responseHead(res, res.rawHeaders));
       if (head.length > 0) client.write(head);
@@ -166,6 +169,8 @@ class UpgradeTunnel {
       // sent after its handshake is never read.
       answered = true;
       ctx.answeredBy = 'upstream';
+      ctx.originAnswered = true;
+      ctx.upstreamAnsweredAt = performance.now();
       ctx.statusCode = res.statusCode ?? 0;
       const relayed: string[] = [];
       for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) {
@@ -174,6 +179,7 @@ class UpgradeTunnel {
       relayed.push('Connection', 'close');
       client.write(responseHead(res, relayed));
       res.on('data', (chunk: Buffer) => {
+        ctx.bytesOut += chunk.length;
         if (!client.write(chunk)) {
           res.pause();
           client.once('drain', () => res.resume());

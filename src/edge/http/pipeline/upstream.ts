@@ -109,6 +109,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     this.host = host;
     ctx.upstreamHost = host;
     ctx.upstreamAttempts++;
+    if (ctx.upstreamStartedAt < 0) ctx.upstreamStartedAt = performance.now();
     origins.hostPool.begin(host);
     this.counted = true;
     this.responseStarted = false;
@@ -152,6 +153,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     // 1xx interim responses (102, 103) are not relayed; the final response follows.
     if (statusCode < 200) return true;
     const ctx = this.ctx;
+    ctx.upstreamAnsweredAt = performance.now();
     const host = this.host!;
     if (host.downUntil !== 0) ctx.proxy.origins.hostPool.markUp(host);
     this.responseStarted = true;
@@ -188,6 +190,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
       return true;
     }
     const res = this.ctx.res!;
+    this.ctx.bytesOut += chunk.length;
     if (this.remaining === chunk.length) {
       // The whole (rest of the) body: head, body and end leave in one write.
       this.remaining = 0;
@@ -279,6 +282,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
   private sendHead(status: number, headers: string[]): void {
     const ctx = this.ctx;
     ctx.answeredBy = 'upstream';
+    ctx.originAnswered = true;
     ctx.statusCode = status;
     try {
       ctx.res!.writeHead(status, headers);
@@ -351,6 +355,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     this.sendHead(held.status, held.headers);
     if (this.clientGone) return;
     const res = this.ctx.res!;
+    this.ctx.bytesOut += held.length;
     for (const chunk of held.chunks) res.write(chunk);
     if (held.ended) res.end();
     else this.resumeAttempt?.();
@@ -387,30 +392,34 @@ function originBody(ctx: RequestCtx): { body: OriginBody; replayable: boolean } 
   if (body === 'stream') {
     // A declared length is enforced by the parsers (and checked against the limit in accept);
     // otherwise (chunked, HTTP/2 without content-length) we count as it streams.
-    if (ctx.declaredLength >= 0) return { body: ctx.req, replayable: false };
-    return { body: limited(ctx.req as AsyncIterable<Buffer>, max, 0), replayable: false };
+    if (ctx.declaredLength >= 0) {
+      // Counted at the end from the declared length, once the parser has taken it whole.
+      ctx.bodyStreamedWhole = true;
+      return { body: ctx.req, replayable: false };
+    }
+    return { body: limited(ctx, ctx.req as AsyncIterable<Buffer>, max), replayable: false };
   }
   if (body.rest === null) return { body: Buffer.concat(body.chunks, body.length), replayable: true };
-  return { body: resumed(body.chunks, body.rest, max, body.length), replayable: false };
+  return { body: resumed(ctx, body.chunks, body.rest, max), replayable: false };
 }
 
-async function* limited(source: AsyncIterable<Buffer>, max: number, already: number): AsyncGenerator<Buffer> {
-  let total = already;
+/** The client's body as it streams, counted into `ctx.bytesIn` and held to `max` bytes. */
+async function* limited(ctx: RequestCtx, source: AsyncIterable<Buffer>, max: number): AsyncGenerator<Buffer> {
   for await (const chunk of source) {
-    total += chunk.length;
-    if (total > max) throw new BodyTooLargeError();
+    ctx.bytesIn += chunk.length;
+    if (ctx.bytesIn > max) throw new BodyTooLargeError();
     yield chunk;
   }
 }
 
-async function* resumed(chunks: Buffer[], rest: AsyncIterator<Buffer>, max: number, already: number): AsyncGenerator<Buffer> {
+/** The part the WAF read (counted already), then the rest as it streams. */
+async function* resumed(ctx: RequestCtx, chunks: Buffer[], rest: AsyncIterator<Buffer>, max: number): AsyncGenerator<Buffer> {
   yield* chunks;
-  let total = already;
   for (;;) {
     const next = await rest.next();
     if (next.done) return;
-    total += next.value.length;
-    if (total > max) throw new BodyTooLargeError();
+    ctx.bytesIn += next.value.length;
+    if (ctx.bytesIn > max) throw new BodyTooLargeError();
     yield next.value;
   }
 }

@@ -146,6 +146,7 @@ async function inspectWithBody(ctx: RequestCtx, waf: WafHook): Promise<PhaseOutc
     // The client went away while sending its body: nothing to inspect, nobody to answer.
     return { phase: 'waf', status: 400, headers: [], body: '', close: true };
   }
+  ctx.bytesIn = length;
   const over = length > limit;
   if (over && refuse) return refuseBody(ctx, limit);
   ctx.body = { chunks, length, rest };
@@ -220,6 +221,7 @@ export function cannotInspect(ctx: RequestCtx, err: unknown, phase: Extract<Phas
   const open = ctx.proxy.waf.failMode === 'OPEN';
   const side = phase === 'waf' ? 'request' : 'response';
   const deps = ctx.proxy.deps;
+  ctx.wafUninspected = true;
   deps.metrics?.wafUninspected?.(ctx.proxy.id, side, reason, open ? 'passed' : 'refused');
   const details = {
     proxyId: ctx.proxy.id,

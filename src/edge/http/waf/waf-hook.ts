@@ -39,6 +39,8 @@ export interface WafHookOptions {
    * and lets the rest stream on uninspected, as ModSecurity's ProcessPartial.
    */
   bodyLimitAction?: 'PROCESS_PARTIAL' | 'REJECT';
+  /** Every rule that matched a request or a response (each once per verdict), for per-rule counters. */
+  onRulesMatched?: (rules: readonly WafMatchedRule[]) => void;
 }
 
 /** How the hook's exchanges ended, since it was made: a leak shows as `expired` (the TTL), or as `opened` running ahead of the rest. */
@@ -74,6 +76,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
   const responseBodyLimit = options.responseBodyLimit ?? 64 * 1024;
   const requestBodyLimit = options.requestBodyLimit ?? 128 * 1024;
   const counts: WafExchangeCounts = { opened: 0, inspected: 0, abandoned: 0, expired: 0 };
+  const onRulesMatched = options.onRulesMatched;
 
   const end = (supportId: string, how: 'inspected' | 'abandoned' | 'expired') => {
     const open = exchanges.get(supportId);
@@ -133,7 +136,10 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
       } else {
         verdict = await engine.inspectRequest(request, settings);
       }
-      if (verdict.matchedRules.length > 0 && (!engine.beginExchange || verdict.interrupt)) audit(input, request, verdict);
+      if (verdict.matchedRules.length > 0) {
+        onRulesMatched?.(verdict.matchedRules);
+        if (!engine.beginExchange || verdict.interrupt) audit(input, request, verdict);
+      }
       return toProxyVerdict(verdict, input.settings);
     },
 
@@ -153,6 +159,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
         // Rules already reported with the request are not reported twice.
         const seen = new Set(open.requestVerdict.matchedRules.map((rule) => rule.id));
         const fresh = { ...verdict, matchedRules: verdict.matchedRules.filter((rule) => !seen.has(rule.id)) };
+        if (fresh.matchedRules.length > 0) onRulesMatched?.(fresh.matchedRules);
         return toProxyVerdict(fresh, input.request.settings);
       } finally {
         end(input.request.supportId, 'inspected');

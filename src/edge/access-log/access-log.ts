@@ -1,0 +1,73 @@
+/**
+ * An edge worker's access log (TPS_ACCESS_LOG): one JSON line per HTTP request and per layer 4
+ * connection, written off the serving loop (line-writer.ts: buffered, bounded, drops counted).
+ *
+ * Sampling (TPS_ACCESS_LOG_SAMPLE = N), as HAProxy's `log ... sample 1:N` applied to what its
+ * `option dontlog-normal` calls normal traffic: requests the origin answered with 1xx-3xx, and
+ * layer 4 connections that reached an origin and ended normally, are written one in N (chosen at
+ * random, each written line carrying `"sample": N`). Everything else is always written: whatever
+ * the proxy refused or answered itself (WAF, rate limit, geo fencing, caps, threat feed), origin
+ * errors and 4xx/5xx answers, connections that failed. Those are what an operator looks for.
+ */
+import type { AccessLogEntry } from '../http/pipeline/events.ts';
+import type { L4AccessLogEntry } from '../l4/access-log.ts';
+import { LineWriter, type LineWriterOptions } from './line-writer.ts';
+
+export interface AccessLogSettings {
+  /** `stdout` or a file path. */
+  destination: string;
+  /** Normal requests and connections written one in this many (1: all). */
+  sample: number;
+}
+
+/** Lines by what became of them, since the log was opened. */
+export interface AccessLogCounts {
+  written: number;
+  /** The buffer was full (the disk could not keep up), or the write failed. */
+  dropped: number;
+  /** Left out by sampling. */
+  sampled: number;
+}
+
+export class AccessLog {
+  readonly #writer: LineWriter;
+  readonly #sample: number;
+  #sampled = 0;
+
+  constructor(settings: AccessLogSettings, options: LineWriterOptions = {}) {
+    this.#writer = new LineWriter(settings.destination, options);
+    this.#sample = Math.max(1, Math.floor(settings.sample));
+  }
+
+  readonly http = (entry: AccessLogEntry): void => {
+    const normal = entry.answeredBy === 'origin' && entry.status < 400;
+    if (normal && !this.#keep()) return;
+    if (normal && this.#sample > 1) entry.sample = this.#sample;
+    this.#writer.write(JSON.stringify(entry));
+  };
+
+  readonly l4 = (entry: L4AccessLogEntry): void => {
+    const normal = entry.answeredBy === 'origin' && entry.end === 'COMPLETED';
+    if (normal && !this.#keep()) return;
+    if (normal && this.#sample > 1) entry.sample = this.#sample;
+    this.#writer.write(JSON.stringify(entry));
+  };
+
+  get counts(): AccessLogCounts {
+    return { written: this.#writer.written, dropped: this.#writer.dropped, sampled: this.#sampled };
+  }
+
+  flush(): Promise<void> {
+    return this.#writer.flush();
+  }
+
+  close(): Promise<void> {
+    return this.#writer.close();
+  }
+
+  #keep(): boolean {
+    if (this.#sample === 1 || Math.random() * this.#sample < 1) return true;
+    this.#sampled++;
+    return false;
+  }
+}
