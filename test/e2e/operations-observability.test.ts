@@ -173,6 +173,8 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
         TPS_FRONTEND_IPS: FRONTEND,
         TPS_ACCESS_LOG: accessLogFile,
         TPS_EVENT_SINKS: `syslog+udp://${COLLECTOR}:${udpPort},syslog+tcp://${COLLECTOR}:${tcpPort},file://${eventsFile}`,
+        // The origins run on loopback, which the origin policy refuses unless allowed.
+        TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
       },
     });
     api = await TenantApi.connect(tps, await createTenant(tps));
@@ -416,7 +418,7 @@ describe('observability on a tps edge node', () => {
     });
     await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
     // The API node runs no edge: every request is the edge node's.
-    tps = await startTps({ env: { TPS_EDGE: 'false', TPS_FRONTEND_IPS: EDGE_FRONTEND } });
+    tps = await startTps({ env: { TPS_EDGE: 'false', TPS_FRONTEND_IPS: EDGE_FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     node = spawn(process.execPath, [path.join(REPO_ROOT, 'bin/tps.js'), 'edge'], {
       env: { ...process.env, ...tps.env, TPS_NODE_ID: 'observed-edge', TPS_EDGE_WORKERS: '1', TPS_THREAT_FEEDS: path.join(REPO_ROOT, 'src/edge/l4/sample-threat-feed.txt') },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -476,7 +478,7 @@ describe('the demo (tps serve --demo)', () => {
   let tps: Tps;
 
   before(async () => {
-    tps = await startTps({ args: ['--demo'], env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: DEMO_FRONTEND } });
+    tps = await startTps({ args: ['--demo'], env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: DEMO_FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
   });
   after(async () => {
     await tps?.stop();
