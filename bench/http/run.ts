@@ -27,7 +27,7 @@ import path from 'node:path';
 import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
 import { HttpProxy, type HttpProxyDeps, type ResolvedHttpProxy } from '../../src/edge/http/http-proxy.ts';
 import { AccessLog } from '../../src/edge/access-log/access-log.ts';
-import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
+import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 import { processCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
 import { freePort, splitAddress } from '../support/net.ts';

@@ -13,7 +13,7 @@ import { createModSecurityEngine } from '../../src/edge/http/waf/modsecurity-eng
 import { createCompiledEngine } from '../../src/edge/http/waf/compiled/compiled-engine.ts';
 import { createWafHook } from '../../src/edge/http/waf/waf-hook.ts';
 import { splitAddress } from '../support/net.ts';
-import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
+import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 import { AccessLog } from '../../src/edge/access-log/access-log.ts';
 
 export interface TpsProxyArgs {

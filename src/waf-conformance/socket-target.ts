@@ -14,8 +14,8 @@ import { createModSecurityEngine } from '../edge/http/waf/modsecurity-engine.ts'
 import { createWafHook } from '../edge/http/waf/waf-hook.ts';
 import { HttpProxy } from '../edge/http/http-proxy.ts';
 import { loadGeoLookup } from '../edge/geo/geo-lookup.ts';
-import { freePort } from '../net/ports.ts';
-import { permissiveOriginGuard } from '../edge/net/test-support.ts';
+import { freePort } from '../../test/support/ports.ts';
+import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngineOptions, logLine, type ConformanceTarget, type StageDestination, type StageOutcome } from './target.ts';
 

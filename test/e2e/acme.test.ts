@@ -31,7 +31,7 @@ import { AcmeService } from '../../src/certs/acme.ts';
 import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../src/certs/acme-tls-alpn.ts';
 import { crlsFor, verifyCrl } from '../../src/certs/crl.ts';
 import { TestCa } from '../support/pki.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 
 const PROXY_IP = '127.0.0.61';
 const DEAD_IP = '127.0.0.69';

@@ -13,9 +13,9 @@ import type { AppDdosAttackEvent, WafEvent } from '../../insight/event.ts';
 import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
 import { encodeProxyV1, encodeProxyV2 } from '../l4/proxy-protocol.ts';
 import { HttpProxy, type AccessLogEntry, type HttpProxyDeps, type WafHook, type WafRequestInput } from './http-proxy.ts';
-import { request } from './test-support/client.ts';
+import { request } from '../../../test/support/http-client.ts';
 import { TestCa, tempDir, type KeyPair } from './test-support/pki.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from './test-support/servers.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 /** The load balancer in front of the edge, and a CDN in front of it: both trusted. */

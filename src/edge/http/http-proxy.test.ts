@@ -9,8 +9,8 @@ import net from 'node:net';
 import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy } from './http-proxy.ts';
-import { request } from './test-support/client.ts';
-import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from './test-support/servers.ts';
+import { request } from '../../../test/support/http-client.ts';
+import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 

@@ -13,10 +13,10 @@ import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import { Agent } from 'undici';
 import { HttpProxy, type ResolvedHttpProxy } from './http-proxy.ts';
-import { request } from './test-support/client.ts';
-import { rapidReset } from './test-support/rapid-reset.ts';
+import { request } from '../../../test/support/http-client.ts';
+import { rapidReset } from '../../../test/support/rapid-reset.ts';
 import { TestCa, tempDir, type KeyPair } from './test-support/pki.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from './test-support/servers.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 

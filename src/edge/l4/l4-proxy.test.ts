@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClientAddressPolicy } from '../client-address/policy.ts';
 import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
-import { permissiveOriginGuard, recordingOriginGuard } from '../net/test-support.ts';
+import { permissiveOriginGuard, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 import { encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
 import type { L4AccessLogEntry } from './access-log.ts';
@@ -30,7 +30,7 @@ import {
   udpExchange,
   waitForClose,
   type TcpOrigin,
-} from './test-support.ts';
+} from '../../../test/support/l4.ts';
 
 const FRONT = '127.0.0.2';
 const noThreats = ThreatFeed.fromEntries([]);

@@ -14,7 +14,7 @@ import { TestCa, tempDir } from '../http/test-support/pki.ts';
 import { startTestDns, type TestDns } from '../../../test/support/dns-server.ts';
 import { isOriginRefused, ORIGIN_REFUSED, type OriginRefusal } from './origin-guard.ts';
 import { createOriginResolver } from './origin-resolver.ts';
-import { recordingOriginGuard } from './test-support.ts';
+import { recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 
 const DNS_IP = '127.0.0.230';
 const ALLOWED_IP = '127.0.0.231';

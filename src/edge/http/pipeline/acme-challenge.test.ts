@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy } from '../http-proxy.ts';
-import { request } from '../test-support/client.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../test-support/servers.ts';
+import { request } from '../../../../test/support/http-client.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../../test/support/http-servers.ts';
 
 const DE = '127.0.0.20';
 

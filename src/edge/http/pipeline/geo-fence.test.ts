@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { HttpProxyAttributes } from '../../../api/schemas/traffic-config.ts';
 import { HttpProxy } from '../http-proxy.ts';
-import { request } from '../test-support/client.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../test-support/servers.ts';
+import { request } from '../../../../test/support/http-client.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 const DE = '127.0.0.20';

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { AppDdosAttackEvent } from '../../../insight/event.ts';
 import { HttpProxy } from '../http-proxy.ts';
-import { request } from '../test-support/client.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../test-support/servers.ts';
+import { request } from '../../../../test/support/http-client.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../../test/support/http-servers.ts';
 
 const CLIENT = '127.0.0.21';
 const OTHER = '127.0.0.22';

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy } from '../http-proxy.ts';
-import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../test-support/servers.ts';
+import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 

@@ -8,9 +8,9 @@ import { after, before, describe, it } from 'node:test';
 import { HttpProxy, type ResolvedHttpProxy } from '../http-proxy.ts';
 import type { HttpLimits } from '../limits.ts';
 import type { AccessLogEntry } from './events.ts';
-import { request } from '../test-support/client.ts';
+import { request } from '../../../../test/support/http-client.ts';
 import { TestCa, selfSigned, tempDir, type KeyPair } from '../test-support/pki.ts';
-import { recordingOriginGuard } from '../../net/test-support.ts';
+import { recordingOriginGuard } from '../../../../test/support/origin-guard.ts';
 import type { OriginGuard } from '../../net/origin-guard.ts';
 import {
   FRONT_IP,
@@ -22,7 +22,7 @@ import {
   testDeps,
   type EchoReply,
   type TestOrigin,
-} from '../test-support/servers.ts';
+} from '../../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 

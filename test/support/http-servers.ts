@@ -8,18 +8,18 @@ import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import type { HttpProxyAttributes } from '../../../api/schemas/traffic-config.ts';
-import type { InsightEvent, InsightSink } from '../../../insight/event.ts';
-import { loadGeoLookup } from '../../geo/geo-lookup.ts';
-import type { HttpProxyDeps, ResolvedHttpProxy } from '../http-proxy.ts';
-import { permissiveOriginGuard } from '../../net/test-support.ts';
+import type { HttpProxyAttributes } from '../../src/api/schemas/traffic-config.ts';
+import type { InsightEvent, InsightSink } from '../../src/insight/event.ts';
+import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
+import type { HttpProxyDeps, ResolvedHttpProxy } from '../../src/edge/http/http-proxy.ts';
+import { permissiveOriginGuard } from './origin-guard.ts';
 
 /** Loopback addresses: the proxies' front end, the origins, and clients placed in countries. */
 export const FRONT_IP = '127.0.0.2';
 export const ORIGIN_IP = '127.0.0.3';
 export const ORIGIN_IP_2 = '127.0.0.4';
 
-import { freePort } from '../../../net/ports.ts';
+import { freePort } from './ports.ts';
 
 export { freePort };
 
