@@ -9,7 +9,7 @@ import { HttpProxy, type ResolvedHttpProxy } from '../http-proxy.ts';
 import type { HttpLimits } from '../limits.ts';
 import type { AccessLogEntry } from './events.ts';
 import { request } from '../../../../test/support/http-client.ts';
-import { TestCa, selfSigned, tempDir, type KeyPair } from '../test-support/pki.ts';
+import { TestCa, selfSigned, type IssuedCertificate } from '../../../../test/support/pki.ts';
 import { recordingOriginGuard } from '../../../../test/support/origin-guard.ts';
 import type { OriginGuard } from '../../net/origin-guard.ts';
 import {
@@ -27,13 +27,12 @@ import {
 const T = { timeout: 20_000 };
 
 describe('upstream phase', () => {
-  const tmp = tempDir('upstream');
   const stops: (() => Promise<void>)[] = [];
   const log: AccessLogEntry[] = [];
   let originCa: TestCa;
   let otherCa: TestCa;
   let proxyClientCa: TestCa;
-  let proxyClient: KeyPair;
+  let proxyClient: IssuedCertificate;
 
   async function proxyTo(
     hosts: readonly { host: string; port: number }[],
@@ -54,16 +53,15 @@ describe('upstream phase', () => {
     return o;
   }
 
-  before(() => {
-    originCa = TestCa.create(tmp.dir, 'Origin CA');
-    otherCa = TestCa.create(tmp.dir, 'Other CA');
-    proxyClientCa = TestCa.create(tmp.dir, 'Proxy Client CA');
-    proxyClient = proxyClientCa.issue('edge proxy', { client: true });
+  before(async () => {
+    originCa = await TestCa.create('Origin CA');
+    otherCa = await TestCa.create('Other CA');
+    proxyClientCa = await TestCa.create('Proxy Client CA');
+    proxyClient = await proxyClientCa.issue({ commonName: 'edge proxy', client: true });
   });
 
   after(async () => {
     for (const stop of stops.reverse()) await stop();
-    tmp.remove();
   });
 
   describe('HTTPS to the origin', () => {
@@ -71,8 +69,8 @@ describe('upstream phase', () => {
       verify ? { verifyCertificate: { mode: verify } } : {};
 
     it('NONE: encrypts without validating (a self-signed origin is accepted)', T, async () => {
-      const self = selfSigned(tmp.dir, 'self', { ips: [ORIGIN_IP] });
-      const o = await origin({ tls: { certPem: self.certPem, keyPem: self.keyPem } });
+      const self = await selfSigned({ commonName: 'self', ipAddresses: [ORIGIN_IP] });
+      const o = await origin({ tls: { certPem: self.certificatePem, keyPem: self.privateKeyPem } });
       const url = await proxyTo([o], { attributes: { backend: { tlsSettings: tlsSettings() } }, originTrust: { mode: 'NONE' } });
       const res = await request(`${url}/none`);
       assert.equal(res.status, 200);
@@ -80,8 +78,8 @@ describe('upstream phase', () => {
     });
 
     it('SYSTEM_TRUSTSTORE: refuses an origin whose CA is not a well-known one (502)', T, async () => {
-      const cert = originCa.issue('origin', { ips: [ORIGIN_IP] });
-      const o = await origin({ tls: { certPem: cert.certPem, keyPem: cert.keyPem } });
+      const cert = await originCa.issue({ commonName: 'origin', ipAddresses: [ORIGIN_IP] });
+      const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem } });
       const url = await proxyTo([o], { attributes: { backend: { tlsSettings: tlsSettings('SYSTEM_TRUSTSTORE') } }, originTrust: { mode: 'SYSTEM_TRUSTSTORE' } });
       const res = await request(`${url}/system`);
       assert.equal(res.status, 502);
@@ -91,11 +89,11 @@ describe('upstream phase', () => {
     });
 
     it('CUSTOM_TRUSTSTORE: accepts an origin signed by a given CA, checking the name from Host (SNI)', T, async () => {
-      const cert = originCa.issue('origin.test', { dns: ['origin.test'] });
-      const o = await origin({ tls: { certPem: cert.certPem, keyPem: cert.keyPem } });
+      const cert = await originCa.issue({ commonName: 'origin.test', dnsNames: ['origin.test'] });
+      const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem } });
       const url = await proxyTo([o], {
         attributes: { backend: { tlsSettings: tlsSettings('CUSTOM_TRUSTSTORE') } },
-        originTrust: { mode: 'CUSTOM_TRUSTSTORE', caPems: [originCa.cert.certPem] },
+        originTrust: { mode: 'CUSTOM_TRUSTSTORE', caPems: [originCa.certificatePem] },
       });
       const named = await request(`${url}/custom`, { headers: { host: 'origin.test' } });
       assert.equal(named.status, 200);
@@ -109,11 +107,11 @@ describe('upstream phase', () => {
     });
 
     it('CUSTOM_TRUSTSTORE: refuses an origin signed by another CA (502)', T, async () => {
-      const cert = otherCa.issue('origin', { ips: [ORIGIN_IP] });
-      const o = await origin({ tls: { certPem: cert.certPem, keyPem: cert.keyPem } });
+      const cert = await otherCa.issue({ commonName: 'origin', ipAddresses: [ORIGIN_IP] });
+      const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem } });
       const url = await proxyTo([o], {
         attributes: { backend: { tlsSettings: tlsSettings('CUSTOM_TRUSTSTORE') } },
-        originTrust: { mode: 'CUSTOM_TRUSTSTORE', caPems: [originCa.cert.certPem] },
+        originTrust: { mode: 'CUSTOM_TRUSTSTORE', caPems: [originCa.certificatePem] },
       });
       assert.equal((await request(`${url}/`)).status, 502);
       assert.equal(o.requests, 0);
@@ -121,31 +119,31 @@ describe('upstream phase', () => {
 
     for (const variant of ['NONE', 'CUSTOM_TRUSTSTORE'] as const) {
       it(`presents the proxy's client certificate to an origin that requires one (${variant})`, T, async () => {
-        const cert = originCa.issue('origin', { ips: [ORIGIN_IP] });
-        const o = await origin({ tls: { certPem: cert.certPem, keyPem: cert.keyPem, caPem: proxyClientCa.cert.certPem, requestCert: true } });
+        const cert = await originCa.issue({ commonName: 'origin', ipAddresses: [ORIGIN_IP] });
+        const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem, caPem: proxyClientCa.certificatePem, requestCert: true } });
         const trust: ResolvedHttpProxy['originTrust'] =
-          variant === 'NONE' ? { mode: 'NONE' } : { mode: 'CUSTOM_TRUSTSTORE', caPems: [originCa.cert.certPem] };
+          variant === 'NONE' ? { mode: 'NONE' } : { mode: 'CUSTOM_TRUSTSTORE', caPems: [originCa.certificatePem] };
         const backend = { tlsSettings: { clientCertificateId: '00000000-0000-4000-8000-0000000000c1', ...tlsSettings(variant === 'NONE' ? undefined : variant) } };
         const withCert = await proxyTo([o], {
           attributes: { backend },
           originTrust: trust,
-          originClientCertificate: { certificatePem: proxyClient.certPem, privateKeyPem: proxyClient.keyPem },
+          originClientCertificate: { certificatePem: proxyClient.certificatePem, privateKeyPem: proxyClient.privateKeyPem },
         });
         const res = await request(`${withCert}/mtls`);
         assert.equal(res.status, 200);
-        assert.equal((JSON.parse(res.text) as EchoReply).peerCertificateFingerprint, proxyClient.fingerprint);
+        assert.equal((JSON.parse(res.text) as EchoReply).peerCertificateFingerprint, proxyClient.fingerprintHex);
         const withoutCert = await proxyTo([o], { attributes: { backend }, originTrust: trust });
         assert.equal((await request(`${withoutCert}/mtls`)).status, 502);
       });
     }
 
     it('SYSTEM_TRUSTSTORE with the proxy client certificate: still refuses an untrusted origin', T, async () => {
-      const cert = originCa.issue('origin', { ips: [ORIGIN_IP] });
-      const o = await origin({ tls: { certPem: cert.certPem, keyPem: cert.keyPem, caPem: proxyClientCa.cert.certPem, requestCert: true } });
+      const cert = await originCa.issue({ commonName: 'origin', ipAddresses: [ORIGIN_IP] });
+      const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem, caPem: proxyClientCa.certificatePem, requestCert: true } });
       const url = await proxyTo([o], {
         attributes: { backend: { tlsSettings: { clientCertificateId: '00000000-0000-4000-8000-0000000000c1', verifyCertificate: { mode: 'SYSTEM_TRUSTSTORE' } } } },
         originTrust: { mode: 'SYSTEM_TRUSTSTORE' },
-        originClientCertificate: { certificatePem: proxyClient.certPem, privateKeyPem: proxyClient.keyPem },
+        originClientCertificate: { certificatePem: proxyClient.certificatePem, privateKeyPem: proxyClient.privateKeyPem },
       });
       assert.equal((await request(`${url}/`)).status, 502);
       assert.equal(o.requests, 0);
