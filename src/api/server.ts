@@ -25,7 +25,7 @@ import { registerCaCertificateRoutes } from './routes/ca-certificates.ts';
 import { registerInsightRoutes } from './routes/insight.ts';
 import { registerPortalRoutes, portalSessionPrincipal, loadedPortalSession } from './routes/portal.ts';
 import type { SecretBox } from '../certs/secret-box.ts';
-import { sourceKey } from '../net/source-key.ts';
+import { sourceKey } from '../edge/net/source-key.ts';
 import type { AcmeService } from '../certs/acme.ts';
 import type { OriginPolicy } from '../edge/net/origin-policy.ts';
 

@@ -19,7 +19,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import type { ChallengeCertificate } from './acme-challenges.ts';
-import { readPrefix } from '../net/read-prefix.ts';
+import { readPrefix } from '../edge/net/read-prefix.ts';
 
 export const ACME_TLS_ALPN_PROTOCOL = 'acme-tls/1';
 

@@ -6,7 +6,7 @@ import { bumpRevision } from './revision.ts';
 import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 import type { ProxyType, TrafficConfigAttributes, HttpProxyAttributes, L4ProxyAttributes } from '../api/schemas/traffic-config.ts';
 import { HTTP_PROXY } from '../api/schemas/traffic-config.ts';
-import { canonicalIp } from '../net/ip.ts';
+import { canonicalIp } from '../edge/net/ip.ts';
 
 /** Attributes as stored: what the client sent, with defaults applied, without read-only fields. */
 export type StoredAttributes = Omit<TrafficConfigAttributes, 'status' | 'statusDetail' | 'createdAt' | 'updatedAt'>;

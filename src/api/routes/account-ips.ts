@@ -5,7 +5,7 @@ import { Type } from '@sinclair/typebox';
 import type { ApiDeps } from '../server.ts';
 import { JSONAPI_MEDIA_TYPE, notFound } from '../jsonapi.ts';
 import { Uuid } from '../schemas/common.ts';
-import { canonicalIp } from '../../net/ip.ts';
+import { canonicalIp } from '../../edge/net/ip.ts';
 
 const IpResource = Type.Object({
   type: Type.Literal('ip'),

@@ -27,7 +27,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import type { ApiDeps } from '../server.ts';
 import { ApiError, errorObject } from '../jsonapi.ts';
 import { ConcurrencyGate, GateFullError } from '../concurrency-gate.ts';
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../../edge/net/source-key.ts';
 import { Uuid } from '../schemas/common.ts';
 import type { Principal } from '../../auth/token-issuer.ts';
 import { SCOPES, type Scope } from '../../store/service-accounts.ts';

@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
-import type { ClientAddressSource } from '../client-address/policy.ts';
+import type { ClientAddressSource } from '../net/client-address.ts';
 import type { PhaseName } from './pipeline/phase.ts';
 import type { WafEventDraft } from './pipeline/waf.ts';
 import type { ProxySnapshot } from './snapshot.ts';
@@ -75,7 +75,7 @@ export class RequestCtx {
   /** The client: the socket peer, or what a trusted load balancer said (`clientAddressSource`). */
   clientIp = '';
   clientPort = 0;
-  /** Where `clientIp` came from (see src/edge/client-address/policy.ts). */
+  /** Where `clientIp` came from (see src/edge/net/client-address.ts). */
   clientAddressSource: ClientAddressSource = 'socket';
   /** Resolved from X-Forwarded-For: the entries left of the client, passed on to the origin before it. */
   forwardedForBefore: string | undefined = undefined;

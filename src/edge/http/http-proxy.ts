@@ -19,10 +19,10 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { InsightSink } from '../../insight/event.ts';
-import type { ClientAddressPolicy } from '../client-address/policy.ts';
-import { acceptProxyHeaders, proxiedAddressesOf } from '../client-address/proxy-header.ts';
+import type { ClientAddressPolicy } from '../net/client-address.ts';
+import { acceptProxyHeaders, proxiedAddressesOf } from '../net/proxy-header.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from '../l4/flood-limits.ts';
-import { unmapIpv4 } from '../../net/ip.ts';
+import { unmapIpv4 } from '../net/ip.ts';
 import { Http2SessionGuard, type Http2Refusal } from './http2-guard.ts';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
 import type { OriginGuard } from '../net/origin-guard.ts';
@@ -116,7 +116,7 @@ export interface HttpProxyDeps {
     updateIntervalMs?: number;
     /** A shared counter store (Redis) instead of process memory. */
     createStore?: (policy: RateLimitPolicy, proxyId: string) => RateLimitStore;
-    /** IPv6 clients are counted per prefix of this length (src/edge/client-address/source-key.ts). Default 64. */
+    /** IPv6 clients are counted per prefix of this length (src/edge/net/source-key.ts). Default 64. */
     ipv6Prefix?: number;
   };
   /**

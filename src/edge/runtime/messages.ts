@@ -6,7 +6,7 @@
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
 import type { InsightEvent } from '../../insight/event.ts';
-import type { SharedIpSet } from '../l4/ip-set.ts';
+import type { SharedIpSet } from '../net/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { HistogramIncrement } from './histograms.ts';
 

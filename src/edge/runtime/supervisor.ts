@@ -25,7 +25,7 @@ import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import { DEFAULT_QUEUE_PER_WORKER } from '../http/waf/fair-admission.ts';
-import type { ClientAddressSettings } from '../client-address/policy.ts';
+import type { ClientAddressSettings } from '../net/client-address.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';

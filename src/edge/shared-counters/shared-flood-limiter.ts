@@ -9,7 +9,7 @@
  */
 import { SharedTable } from './shared-table.ts';
 import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
-import { sourceKey as defaultSourceKey } from '../../net/source-key.ts';
+import { sourceKey as defaultSourceKey } from '../net/source-key.ts';
 
 /** Payload of a slot: open connections, window start (ms), previous window count, current window count. */
 export const FLOOD_SLOT_WORDS = 4;

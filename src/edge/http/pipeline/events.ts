@@ -6,7 +6,7 @@
  * the limiter while it lasts: one event per client and episode, never one per request).
  */
 import { randomUUID } from 'node:crypto';
-import { unmapIpv4 } from '../../../net/ip.ts';
+import { unmapIpv4 } from '../../net/ip.ts';
 import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '../../../insight/event.ts';
 import type { RequestCtx } from '../ctx.ts';
 import type { HttpProxyDeps } from '../http-proxy.ts';

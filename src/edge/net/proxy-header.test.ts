@@ -5,7 +5,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { encodeProxyV1, encodeProxyV2 } from '../l4/proxy-protocol.ts';
+import { encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
 import { readProxyHeader, type ProxyHeaderOutcome } from './proxy-header.ts';
 
 const SERVER = '127.0.0.2';

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ClientAddressPolicy, invalidCidrs, parseForwardedEntry } from './policy.ts';
+import { ClientAddressPolicy, invalidCidrs, parseForwardedEntry } from './client-address.ts';
 
 const policy = new ClientAddressPolicy({ trustedProxies: ['10.0.0.0/8', '192.0.2.1', '2001:db8:aa::/48'], listenerProxyProtocol: 'off' });
 /** A socket object without a PROXY header recorded. */

@@ -10,9 +10,9 @@
  * What follows the header is put back on the socket for the listener, byte for byte.
  */
 import type net from 'node:net';
-import { readPrefix } from '../../net/read-prefix.ts';
-import { decodeProxyHeader, type ProxiedAddresses } from '../l4/proxy-protocol.ts';
-import type { ClientAddressPolicy } from './policy.ts';
+import { readPrefix } from './read-prefix.ts';
+import { decodeProxyHeader, type ProxiedAddresses } from './proxy-protocol.ts';
+import type { ClientAddressPolicy } from './client-address.ts';
 
 export type ProxyHeaderOutcome =
   /** A header; `addresses` undefined for v1 UNKNOWN / v2 LOCAL (the connection's own addresses stand). */

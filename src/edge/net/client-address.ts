@@ -14,9 +14,9 @@
  * One policy per worker serves every proxy (it is node-wide, like the listeners' addresses).
  */
 import { isIP } from 'node:net';
-import { normalizeIp } from '../../net/ip.ts';
-import { IpSet, parsePrefixInto } from '../l4/ip-set.ts';
-import type { ProxiedAddresses } from '../l4/proxy-protocol.ts';
+import { normalizeIp } from './ip.ts';
+import { IpSet, parsePrefixInto } from './ip-set.ts';
+import type { ProxiedAddresses } from './proxy-protocol.ts';
 import { proxiedAddressesOf } from './proxy-header.ts';
 
 export type ListenerProxyProtocol = 'off' | 'optional' | 'required';

@@ -11,7 +11,7 @@
  * IPv4, which is what it is on the wire.
  */
 import { isIPv4, isIPv6 } from 'node:net';
-import { normalizeIp } from '../../net/ip.ts';
+import { normalizeIp } from './ip.ts';
 import { parseIpInto } from './ip-set.ts';
 
 export type ProxyProtocolVersion = 1 | 2;
