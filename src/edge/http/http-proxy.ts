@@ -14,7 +14,8 @@
 import http from 'node:http';
 import http2 from 'node:http2';
 import tls from 'node:tls';
-import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../certs/acme-tls-alpn.ts';
+import { createAcmeTlsAlpnServer, isAcmeTlsAlpn } from '../../certs/acme-tls-alpn.ts';
+import { readClientHello } from '../net/client-hello.ts';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
