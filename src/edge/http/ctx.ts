@@ -8,8 +8,8 @@ import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
 import type { ClientAddressSource } from '../net/client-address.ts';
-import type { PhaseName } from './pipeline/phase.ts';
-import type { WafEventDraft } from './pipeline/waf.ts';
+import type { PhaseName } from './phases/phase.ts';
+import type { WafEventDraft } from './phases/waf-request.ts';
 import type { ProxySnapshot } from './snapshot.ts';
 
 export type ClientRequest = IncomingMessage | Http2ServerRequest;

@@ -1,6 +1,6 @@
 /**
  * One HTTP proxy (one `httpProxy` traffic configuration) of the data plane: its listeners on the
- * front-end addresses, and the request pipeline behind them (see `pipeline/index.ts`).
+ * front-end addresses, and the request phases behind them (see `phases/index.ts`).
  *
  * - Plain HTTP/1.1 (no `frontend.certificateId`), or TLS with HTTP/2 and HTTP/1.1 chosen by ALPN.
  * - `update` applies a new revision live: with the same front end (addresses, port, TLS or not)
@@ -29,24 +29,24 @@ import type { GeoLookup } from '../geo/geo-lookup.ts';
 import type { OriginGuard } from '../net/origin-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
-import type { AcmeChallengeLookup } from './pipeline/acme-challenge.ts';
-import { finishRequest, type AccessLogEntry, type HttpProxyMetrics } from './pipeline/events.ts';
-import { runPipeline } from './pipeline/index.ts';
-import { isWebSocketUpgrade } from './pipeline/upgrade.ts';
-import type { WafHook } from './pipeline/waf.ts';
+import type { AcmeChallengeLookup } from './phases/acme-challenge.ts';
+import { finishRequest, type AccessLogEntry, type HttpProxyMetrics } from './phases/logging.ts';
+import { runPipeline } from './phases/index.ts';
+import { isWebSocketUpgrade } from './upstream/upgrade.ts';
+import type { WafHook } from './phases/waf-request.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
 import type { RateLimitStore } from './rate-limit/store.ts';
 import { ProxySnapshot } from './snapshot.ts';
 import { frontendTlsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
 
-export type { AccessLogEntry, HttpProxyMetrics } from './pipeline/events.ts';
-export type { AcmeChallengeLookup } from './pipeline/acme-challenge.ts';
-export type { WafHook, WafRequestInput, WafResponseInput, WafVerdict, WafEventDraft } from './pipeline/waf.ts';
+export type { AccessLogEntry, HttpProxyMetrics } from './phases/logging.ts';
+export type { AcmeChallengeLookup } from './phases/acme-challenge.ts';
+export type { WafHook, WafRequestInput, WafResponseInput, WafVerdict, WafEventDraft } from './phases/waf-request.ts';
 export type { HttpLimits } from './limits.ts';
 export type { RateLimitStore, RateHit } from './rate-limit/store.ts';
 export type { RateLimitPolicy } from './rate-limit/limiter.ts';
 export { DEFAULT_HTTP_LIMITS } from './limits.ts';
-export { formatAccessLogLine } from './pipeline/events.ts';
+export { formatAccessLogLine } from './phases/logging.ts';
 
 /** What the runtime resolves from the store for one httpProxy configuration. */
 export interface ResolvedHttpProxy {

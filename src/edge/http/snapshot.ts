@@ -9,9 +9,9 @@
 import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
 import type { HttpProxyDeps, ResolvedHttpProxy } from './http-proxy.ts';
 import type { HttpLimits } from './limits.ts';
-import { OriginSet, originSetKey } from './origins.ts';
+import { OriginSet, originSetKey } from './upstream/origins.ts';
 import { RateLimiter } from './rate-limit/limiter.ts';
-import { recordEpisodeUpdate } from './pipeline/events.ts';
+import { recordEpisodeUpdate } from './phases/logging.ts';
 
 export type WafSettings = NonNullable<HttpProxyAttributes['waf']>;
 

@@ -8,7 +8,7 @@
 import type { RequestCtx } from '../ctx.ts';
 import type { RateDecision } from '../rate-limit/limiter.ts';
 import { sourceKey } from '../../net/source-key.ts';
-import { recordEpisodeStart } from './events.ts';
+import { recordEpisodeStart } from './logging.ts';
 import { pageAnswer } from './respond.ts';
 import type { PhaseOutcome, RequestPhase } from './phase.ts';
 

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, describe, it } from 'node:test';
 import { BAD_RESPONSE, HEADERS_TIMEOUT, OriginClient, type OriginClientOptions, type OriginHandler } from './origin-client.ts';
-import { ORIGIN_IP, freePort } from '../../../test/support/http-servers.ts';
-import { permissiveOriginGuard } from '../../../test/support/origin-guard.ts';
+import { ORIGIN_IP, freePort } from '../../../../test/support/http-servers.ts';
+import { permissiveOriginGuard } from '../../../../test/support/origin-guard.ts';
 
 const T = { timeout: 10_000 };
 

@@ -7,7 +7,7 @@ import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy, type ResolvedHttpProxy } from '../http-proxy.ts';
 import type { HttpLimits } from '../limits.ts';
-import type { AccessLogEntry } from './events.ts';
+import type { AccessLogEntry } from '../phases/logging.ts';
 import { request } from '../../../../test/support/http-client.ts';
 import { TestCa, selfSigned, type IssuedCertificate } from '../../../../test/support/pki.ts';
 import { recordingOriginGuard } from '../../../../test/support/origin-guard.ts';

@@ -9,12 +9,12 @@
 import net from 'node:net';
 import type { ConnectionOptions } from 'node:tls';
 import { Pool, type buildConnector } from 'undici';
-import { HostPool, type PooledHost } from '../balance/index.ts';
+import { HostPool, type PooledHost } from '../../balance/index.ts';
 import { OriginClient } from './origin-client.ts';
-import type { ResolvedHttpProxy } from './http-proxy.ts';
-import type { HttpLimits } from './limits.ts';
-import { originTlsOptions } from './tls.ts';
-import type { OriginGuard, ScopedOriginGuard } from '../net/origin-guard.ts';
+import type { ResolvedHttpProxy } from '../http-proxy.ts';
+import type { HttpLimits } from '../limits.ts';
+import { originTlsOptions } from '../tls.ts';
+import type { OriginGuard, ScopedOriginGuard } from '../../net/origin-guard.ts';
 
 /** Errors raised while opening a connection (origin policy, TCP connect, TLS handshake, certificate check, connect timeout). */
 const connectFailures = new WeakSet<Error>();

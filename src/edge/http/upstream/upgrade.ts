@@ -18,8 +18,8 @@ import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../../balance/index.ts';
 import type { ClientRequest as ProxiedRequest, RequestCtx } from '../ctx.ts';
 import { originRequestHeaders } from '../headers.ts';
-import { finishRequest } from './events.ts';
-import { pageAnswer, respond } from './respond.ts';
+import { finishRequest } from '../phases/logging.ts';
+import { pageAnswer, respond } from '../phases/respond.ts';
 
 /** Headers of the origin's refusal not relayed: its framing is ours (the connection closes after the body). */
 const NOT_RELAYED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']);

@@ -12,7 +12,7 @@ import type { RequestCtx } from '../ctx.ts';
 import type { HttpProxyDeps } from '../http-proxy.ts';
 import type { RateEpisode } from '../rate-limit/limiter.ts';
 import type { PhaseName } from './phase.ts';
-import type { WafEventDraft, WafFailureReason } from './waf.ts';
+import type { WafEventDraft, WafFailureReason } from './waf-request.ts';
 
 /**
  * Who answered a request: the origin, or the proxy itself because of one of its protections (the

@@ -14,9 +14,9 @@ import { geoFencePhase } from './geo-fence.ts';
 import type { PhaseOutcome, RequestPhase } from './phase.ts';
 import { rateLimitPhase } from './rate-limit.ts';
 import { respond } from './respond.ts';
-import { proxyToOrigin } from './upstream.ts';
-import { tunnelToOrigin } from './upgrade.ts';
-import { wafPhase } from './waf.ts';
+import { proxyToOrigin } from '../upstream/exchange.ts';
+import { tunnelToOrigin } from '../upstream/upgrade.ts';
+import { wafPhase } from './waf-request.ts';
 
 export const REQUEST_PHASES: readonly RequestPhase[] = [acceptPhase, acmeChallengePhase, geoFencePhase, rateLimitPhase, wafPhase];
 
