@@ -11,7 +11,7 @@ import type { TLSSocket } from 'node:tls';
 import type { HttpProxyAttributes } from '../../src/api/schemas/traffic-config.ts';
 import type { InsightEvent, InsightSink } from '../../src/insight/event.ts';
 import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
-import type { HttpProxyDeps, ResolvedHttpProxy } from '../../src/edge/http/http-proxy.ts';
+import type { HttpProxyDeps, ResolvedHttpProxy } from '../../src/edge/http/types.ts';
 import { permissiveOriginGuard } from './origin-guard.ts';
 
 /** Loopback addresses: the proxies' front end, the origins, and clients placed in countries. */

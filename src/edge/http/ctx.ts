@@ -7,10 +7,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
-import type { ClientAddressSource } from '../net/client-address.ts';
-import type { PhaseName } from './phases/phase.ts';
-import type { WafEventDraft } from './phases/waf-request.ts';
+import type { ClientAddressSource } from '../net/types.ts';
 import type { ProxySnapshot } from './snapshot.ts';
+import type { PhaseName, WafEventDraft } from './types.ts';
 
 export type ClientRequest = IncomingMessage | Http2ServerRequest;
 

@@ -6,14 +6,10 @@
  * reset them: the origin pools (warm keep-alive connections, host health) and the rate limiter
  * (counters, blocks, episodes).
  */
-import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
-import type { HttpProxyDeps, ResolvedHttpProxy } from './http-proxy.ts';
 import type { HttpLimits } from './limits.ts';
+import { RateLimiter, type RateEpisode } from './rate-limit/limiter.ts';
+import type { HttpProxyDeps, ResolvedHttpProxy, WafSettings } from './types.ts';
 import { OriginSet, originSetKey } from './upstream/origins.ts';
-import { RateLimiter } from './rate-limit/limiter.ts';
-import { recordEpisodeUpdate } from './phases/logging.ts';
-
-export type WafSettings = NonNullable<HttpProxyAttributes['waf']>;
 
 export interface GeoFence {
   /** ALLOW_LISTED: only `countries` pass. BLOCK_LISTED: `countries` are refused. */
@@ -46,7 +42,17 @@ export class ProxySnapshot {
   /** The events phase must run when the response ends (access log or metrics wired). */
   readonly observeEnd: boolean;
 
-  constructor(config: ResolvedHttpProxy, deps: HttpProxyDeps, limits: HttpLimits, previous: ProxySnapshot | undefined) {
+  /**
+   * `previous`: the revision this one replaces (its origin pools and rate limiter are kept when their
+   * settings did not change). `onEpisodeUpdate`: where a new rate limiter sends its episodes' counters.
+   */
+  constructor(
+    config: ResolvedHttpProxy,
+    deps: HttpProxyDeps,
+    limits: HttpLimits,
+    previous: ProxySnapshot | undefined,
+    onEpisodeUpdate: (episode: RateEpisode) => void,
+  ) {
     const attributes = config.attributes;
     this.config = config;
     this.id = config.id;
@@ -76,7 +82,7 @@ export class ProxySnapshot {
         ...(options.maxEntries !== undefined ? { maxEntries: options.maxEntries } : {}),
         ...(options.episodeGapMs !== undefined ? { episodeGapMs: options.episodeGapMs } : {}),
         ...(options.updateIntervalMs !== undefined ? { updateIntervalMs: options.updateIntervalMs } : {}),
-        onEpisodeUpdate: (episode) => recordEpisodeUpdate(deps, episode),
+        onEpisodeUpdate,
       });
     }
 

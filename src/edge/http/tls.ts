@@ -17,7 +17,7 @@
  * origin wants mutual TLS.
  */
 import type { ConnectionOptions, SecureContextOptions } from 'node:tls';
-import type { ResolvedHttpProxy } from './http-proxy.ts';
+import type { ResolvedHttpProxy } from './types.ts';
 
 export const TLS_MIN_VERSION = 'TLSv1.2' as const;
 

@@ -15,7 +15,7 @@ import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
 import { permissiveOriginGuard, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 import { encodeProxyV1, encodeProxyV2 } from '../net/proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
-import type { L4AccessLogEntry } from './access-log.ts';
+import type { L4AccessLogEntry } from './types.ts';
 import {
   connectTo,
   connectionOutcome,

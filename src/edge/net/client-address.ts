@@ -18,32 +18,7 @@ import { normalizeIp } from './ip.ts';
 import { IpSet, parsePrefixInto } from './ip-set.ts';
 import type { ProxiedAddresses } from './proxy-protocol.ts';
 import { proxiedAddressesOf } from './proxy-header.ts';
-
-export type ListenerProxyProtocol = 'off' | 'optional' | 'required';
-
-/** The operator's settings, as the supervisor hands them to its workers (plain data). */
-export interface ClientAddressSettings {
-  /** CIDRs (or single addresses) of load balancers and CDNs in front of the edge. */
-  trustedProxies: readonly string[];
-  /** Whether listeners read a PROXY protocol header from trusted peers. */
-  listenerProxyProtocol: ListenerProxyProtocol;
-}
-
-/** Where a request's client address came from. */
-export type ClientAddressSource = 'socket' | 'proxy-protocol' | 'x-forwarded-for';
-
-export interface ResolvedClient {
-  ip: string;
-  /** 0 when the source names no port (an X-Forwarded-For entry without one). */
-  port: number;
-  source: ClientAddressSource;
-  /**
-   * With `source` 'x-forwarded-for': the X-Forwarded-For entries left of the client (what it claimed
-   * itself, '' for none), to which the client is appended towards the origin. The trusted hops to
-   * its right are the edge's own side and are not passed on.
-   */
-  forwardedForBefore: string | undefined;
-}
+import type { ClientAddressSettings, ClientAddressSource, ListenerProxyProtocol, ProxyHeaderPolicy, ResolvedClient } from './types.ts';
 
 /** How long a trusted peer has to send its PROXY header (first byte to last). */
 export const DEFAULT_PROXY_HEADER_TIMEOUT_MS = 5_000;
@@ -54,7 +29,7 @@ export function invalidCidrs(cidrs: readonly string[]): string[] {
   return cidrs.filter((cidr) => parsePrefixInto(cidr.trim(), scratch) === undefined);
 }
 
-export class ClientAddressPolicy {
+export class ClientAddressPolicy implements ProxyHeaderPolicy {
   readonly proxyProtocol: ListenerProxyProtocol;
   /** Time a trusted peer has to send its PROXY header. */
   readonly headerTimeoutMs: number;

@@ -1,7 +1,7 @@
 /**
  * PROXY protocol headers (v1 and v2) from load balancers in front of the edge, read off a connection
  * before anything else on it, TLS included (TPS_LISTENER_PROXY_PROTOCOL):
- * - only from trusted peers (`ClientAddressPolicy.readsProxyHeader`); from anyone else the bytes
+ * - only from trusted peers (`ProxyHeaderPolicy.readsProxyHeader`, the client-address policy's); from anyone else the bytes
  *   are left alone, and the listener treats them as it treats any data (an HTTP parser answers 400,
  *   a TLS handshake fails, an L4 proxy passes them to the origin);
  * - `required`: a trusted peer's connection that does not start with a header is closed;
@@ -12,7 +12,7 @@
 import type net from 'node:net';
 import { readPrefix } from './read-prefix.ts';
 import { decodeProxyHeader, type ProxiedAddresses } from './proxy-protocol.ts';
-import type { ClientAddressPolicy } from './client-address.ts';
+import type { ProxyHeaderPolicy } from './types.ts';
 
 export type ProxyHeaderOutcome =
   /** A header; `addresses` undefined for v1 UNKNOWN / v2 LOCAL (the connection's own addresses stand). */
@@ -65,7 +65,7 @@ export function readProxyHeader(
 }
 
 /** The read options a policy sets (`required` mode, the header timeout). */
-export function headerReadOptions(policy: Pick<ClientAddressPolicy, 'proxyProtocol' | 'headerTimeoutMs'>): { required: boolean; timeoutMs: number } {
+export function headerReadOptions(policy: Pick<ProxyHeaderPolicy, 'proxyProtocol' | 'headerTimeoutMs'>): { required: boolean; timeoutMs: number } {
   return { required: policy.proxyProtocol === 'required', timeoutMs: policy.headerTimeoutMs };
 }
 
@@ -82,7 +82,7 @@ export function headerReadOptions(policy: Pick<ClientAddressPolicy, 'proxyProtoc
  */
 export function acceptProxyHeaders(
   server: net.Server,
-  policy: Pick<ClientAddressPolicy, 'readsProxyHeader' | 'proxyProtocol' | 'headerTimeoutMs'>,
+  policy: ProxyHeaderPolicy,
   options: { resume: boolean; onRefused?: (reason: string) => void },
 ): void {
   const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];

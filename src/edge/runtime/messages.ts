@@ -4,7 +4,7 @@
  * configuration (keys decrypted, CA certificates gathered) and sends whole snapshots.
  */
 import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
-import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
+import type { ResolvedHttpProxy } from '../http/types.ts';
 import type { InsightEvent } from '../../insight/event.ts';
 import type { SharedIpSet } from '../net/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';

@@ -7,9 +7,11 @@
  * (its listeners and connections untouched), a changed one is updated live, a missing one stopped.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { L4Proxy, type L4Metrics } from '../l4/l4-proxy.ts';
+import { L4Proxy } from '../l4/l4-proxy.ts';
+import type { L4Metrics } from '../l4/types.ts';
 import { ThreatFeed } from '../l4/threat-feed.ts';
-import { HttpProxy, type HttpProxyDeps } from '../http/http-proxy.ts';
+import { HttpProxy } from '../http/http-proxy.ts';
+import type { HttpProxyDeps } from '../http/types.ts';
 import { sharedGeoLookup } from '../geo/geo-lookup.ts';
 import type { InsightSink } from '../../insight/event.ts';
 import { InsightSampler } from '../../insight/sampler.ts';
@@ -27,7 +29,8 @@ import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
 import { createCompiledEngine } from '../http/waf/compiled/compiled-engine.ts';
 import type { WafEngine } from '../http/waf/engine.ts';
 import { MAX_WAF_REQUEST_BODY_LIMIT } from '../../api/schemas/traffic-config.ts';
-import { ClientAddressPolicy, type ClientAddressSettings } from '../net/client-address.ts';
+import { ClientAddressPolicy } from '../net/client-address.ts';
+import type { ClientAddressSettings } from '../net/types.ts';
 import { OriginPolicy, type OriginPolicySettings } from '../net/origin-policy.ts';
 import { OriginGuard } from '../net/origin-guard.ts';
 import { createOriginResolver } from '../net/origin-resolver.ts';

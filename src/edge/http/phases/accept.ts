@@ -12,7 +12,8 @@ import type { TLSSocket } from 'node:tls';
 import type { ClientCertificate, RequestCtx } from '../ctx.ts';
 import { pageAnswer } from './respond.ts';
 import { unmapIpv4 } from '../../net/ip.ts';
-import type { PhaseOutcome, RequestPhase } from './phase.ts';
+import type { PhaseOutcome } from '../types.ts';
+import type { RequestPhase } from './phase.ts';
 
 /** Per TLS connection: the certificate is the same for every request on it. */
 const certificates = new WeakMap<object, ClientCertificate>();

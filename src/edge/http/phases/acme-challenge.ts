@@ -8,13 +8,8 @@
  * Without a lookup (`deps.acmeChallenge` absent) the phase does nothing.
  */
 import type { RequestCtx } from '../ctx.ts';
-import type { Answer, PhaseOutcome, RequestPhase } from './phase.ts';
-
-/**
- * The key authorization for `token` (RFC 8555 section 8.3) while a challenge for `host` (the Host
- * name, port removed) of an order placed by `tenantId` (the proxy's tenant) is pending, else undefined.
- */
-export type AcmeChallengeLookup = (token: string, host: string, tenantId: string) => string | undefined | Promise<string | undefined>;
+import type { Answer, PhaseOutcome } from '../types.ts';
+import type { RequestPhase } from './phase.ts';
 
 export const ACME_CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
 const TOKEN = /^[A-Za-z0-9_-]{1,256}$/;

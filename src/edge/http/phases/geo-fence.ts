@@ -5,7 +5,8 @@
  */
 import type { RequestCtx } from '../ctx.ts';
 import { pageAnswer } from './respond.ts';
-import type { PhaseOutcome, RequestPhase } from './phase.ts';
+import type { PhaseOutcome } from '../types.ts';
+import type { RequestPhase } from './phase.ts';
 
 export const geoFencePhase: RequestPhase = {
   name: 'geo-fence',

@@ -9,29 +9,7 @@
  * really waits (a WAF verdict, a shared rate-limit store, an ACME lookup).
  */
 import type { RequestCtx } from '../ctx.ts';
-
-export type PhaseName =
-  | 'accept'
-  | 'acme-challenge'
-  | 'geo-fence'
-  | 'rate-limit'
-  | 'waf'
-  | 'upstream'
-  | 'waf-response'
-  | 'internal';
-
-/** A response the proxy makes itself. */
-export interface Answer {
-  readonly phase: PhaseName;
-  readonly status: number;
-  /** Flat list `[name, value, name, value...]`, lower-case names, no framing headers. */
-  readonly headers: readonly string[];
-  readonly body: string;
-  /** Close the client connection afterwards (HTTP/1): the request body was not read and must not be. */
-  readonly close?: boolean;
-}
-
-export type PhaseOutcome = Answer | undefined;
+import type { PhaseName, PhaseOutcome } from '../types.ts';
 
 export interface RequestPhase {
   readonly name: PhaseName;

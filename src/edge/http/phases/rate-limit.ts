@@ -8,9 +8,10 @@
 import type { RequestCtx } from '../ctx.ts';
 import type { RateDecision } from '../rate-limit/limiter.ts';
 import { sourceKey } from '../../net/source-key.ts';
-import { recordEpisodeStart } from './logging.ts';
+import { recordEpisodeStart } from '../insight-events.ts';
 import { pageAnswer } from './respond.ts';
-import type { PhaseOutcome, RequestPhase } from './phase.ts';
+import type { PhaseOutcome } from '../types.ts';
+import type { RequestPhase } from './phase.ts';
 
 export const rateLimitPhase: RequestPhase = {
   name: 'rate-limit',

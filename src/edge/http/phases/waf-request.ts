@@ -22,77 +22,9 @@
  */
 import type { MatchedRule } from '../../../insight/event.ts';
 import type { RequestCtx } from '../ctx.ts';
-import type { WafSettings } from '../snapshot.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
-import type { Answer, PhaseName, PhaseOutcome, RequestPhase } from './phase.ts';
-
-export interface WafRequestHead {
-  proxyId: string;
-  tenantId: string;
-  /** The proxy's `waf` attributes (mode, paranoia level, exclusions...), defaults applied. */
-  settings: WafSettings;
-  /** The request's support id: put it in the event and it is the one on the block page. */
-  supportId: string;
-  client: { ip: string; port: number };
-  server: { ip: string; port: number };
-  method: string;
-  /** Request target as received (path and query). */
-  url: string;
-  httpVersion: '1.0' | '1.1' | '2.0';
-  /** `[name, value, ...]` as received; HTTP/2 pseudo-headers left out and `host` added. */
-  headers: readonly string[];
-}
-
-export interface WafRequestInput extends WafRequestHead {
-  /** Up to `requestBodyLimit` bytes of the body; null when the request has none or the limit is 0. */
-  body: Buffer | null;
-  /** The body goes on beyond `body`. */
-  bodyTruncated: boolean;
-}
-
-export interface WafResponseInput {
-  request: WafRequestHead;
-  statusCode: number;
-  /** `[name, value, ...]` of the origin's response, lower-case names. */
-  headers: readonly string[];
-  /** Up to `responseBodyLimit` bytes of a text-like body (text/*, JSON, XML, JavaScript); else null. */
-  body: Buffer | null;
-  bodyTruncated: boolean;
-}
-
-/** What the events phase turns into a WAF_EVENT (with the final status). */
-export interface WafEventDraft {
-  action: 'BLOCKED' | 'LOGGED';
-  rules: MatchedRule[];
-  /** The request body was longer than the WAF inspects: its verdict covers the first part only. */
-  bodyTruncated?: boolean;
-}
-
-export type WafVerdict =
-  | { action: 'continue'; event?: WafEventDraft }
-  | {
-      action: 'block';
-      /** Default 403. */
-      status?: number;
-      /** Default: the request's support id (`WafRequestHead.supportId`). */
-      supportId?: string;
-      event?: WafEventDraft;
-    };
-
-export interface WafHook {
-  /** Body bytes the request side inspects for proxies that do not set `waf.requestBodyLimit`; 0 = head only. */
-  readonly requestBodyLimit: number;
-  /** A multipart/form-data body (file uploads) may be this long and is inspected whole; default `requestBodyLimit`. */
-  readonly multipartBodyLimit?: number;
-  /** For proxies that do not set `waf.bodyLimitAction`; default REJECT. */
-  readonly bodyLimitAction?: 'REJECT' | 'PROCESS_PARTIAL';
-  inspectRequest(input: WafRequestInput): WafVerdict | Promise<WafVerdict>;
-  /** Body bytes the response side wants; 0 or absent = head only. */
-  readonly responseBodyLimit?: number;
-  inspectResponse?(input: WafResponseInput): WafVerdict | Promise<WafVerdict>;
-  /** The request is over: forget what the hook keeps for its response (nothing when already done). */
-  endExchange?(supportId: string): void;
-}
+import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';
+import type { RequestPhase } from './phase.ts';
 
 export class BodyTooLargeError extends Error {
   readonly code = 'TPS_BODY_TOO_LARGE';
@@ -106,9 +38,6 @@ export class BodyTooLargeError extends Error {
  * matches it: the proxy decides). In tps's own range, beside the engine settings' 2000xx rules.
  */
 export const BODY_LIMIT_RULE_ID = 200100;
-
-/** Why a hook could not give a verdict: its engine's queue is full, its thread is gone, or anything else. */
-export type WafFailureReason = 'overloaded' | 'unavailable' | 'error';
 
 export const wafPhase: RequestPhase = {
   name: 'waf',

@@ -16,11 +16,9 @@ import { HttpProxy } from '../http-proxy.ts';
 import { request } from '../../../../test/support/http-client.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../../test/support/http-servers.ts';
 import net from 'node:net';
-import type { WafHook, WafRequestInput, WafResponseInput, WafVerdict } from './waf-request.ts';
+import type { HttpProxyDeps, WafHook, WafRequestInput, WafResponseInput, WafSettings, WafVerdict } from '../types.ts';
 import { BODY_LIMIT_RULE_ID } from './waf-request.ts';
 import { WafOverloadedError, WafUnavailableError } from '../waf/engine.ts';
-import type { HttpProxyDeps } from '../http-proxy.ts';
-import type { WafSettings } from '../snapshot.ts';
 
 const RULE = { modSecId: 942100, name: 'SQL Injection Attack Detected via libinjection', matchedData: { status: 'DISABLED' as const, value: null } };
 

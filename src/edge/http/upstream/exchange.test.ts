@@ -5,9 +5,9 @@
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
-import { HttpProxy, type ResolvedHttpProxy } from '../http-proxy.ts';
+import { HttpProxy } from '../http-proxy.ts';
 import type { HttpLimits } from '../limits.ts';
-import type { AccessLogEntry } from '../phases/logging.ts';
+import type { AccessLogEntry, ResolvedHttpProxy } from '../types.ts';
 import { request } from '../../../../test/support/http-client.ts';
 import { TestCa, selfSigned, type IssuedCertificate } from '../../../../test/support/pki.ts';
 import { recordingOriginGuard } from '../../../../test/support/origin-guard.ts';

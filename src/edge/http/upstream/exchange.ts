@@ -27,8 +27,8 @@ import { clientResponseHeaders, originRequestHeaders } from '../headers.ts';
 import { BAD_RESPONSE, CONNECT_TIMEOUT, HEADERS_TIMEOUT, type OriginHandler } from './origin-client.ts';
 import { isConnectFailure } from './origins.ts';
 import { respond, pageAnswer } from '../phases/respond.ts';
-import type { Answer } from '../phases/phase.ts';
-import { BodyTooLargeError, applyVerdict, cannotInspect, isTextLike, wafRequestHead, type WafVerdict } from '../phases/waf-request.ts';
+import { BodyTooLargeError, applyVerdict, cannotInspect, isTextLike, wafRequestHead } from '../phases/waf-request.ts';
+import type { Answer, WafVerdict } from '../types.ts';
 
 /** Methods RFC 9110 section 9.2.2 calls idempotent: safe to send twice. */
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);

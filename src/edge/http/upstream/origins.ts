@@ -11,7 +11,7 @@ import type { ConnectionOptions } from 'node:tls';
 import { Pool, type buildConnector } from 'undici';
 import { HostPool, type PooledHost } from '../../balance/index.ts';
 import { OriginClient } from './origin-client.ts';
-import type { ResolvedHttpProxy } from '../http-proxy.ts';
+import type { ResolvedHttpProxy } from '../types.ts';
 import type { HttpLimits } from '../limits.ts';
 import { originTlsOptions } from '../tls.ts';
 import type { OriginGuard, ScopedOriginGuard } from '../../net/origin-guard.ts';

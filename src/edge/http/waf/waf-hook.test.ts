@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createWafHook } from './waf-hook.ts';
 import type { WafEngine, WafRequest, WafVerdict } from './engine.ts';
-import type { WafRequestInput } from '../phases/waf-request.ts';
+import type { WafRequestInput } from '../types.ts';
 
 /** An engine that interrupts requests whose body contains "attack", and remembers what it saw. */
 function fakeEngine(seen: WafRequest[]): WafEngine {

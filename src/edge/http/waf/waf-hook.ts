@@ -18,7 +18,7 @@
  *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafSettings as EngineSettings, WafVerdict as EngineVerdict } from './engine.ts';
-import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../phases/waf-request.ts';
+import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../types.ts';
 import type { MatchedRule } from '../../../insight/event.ts';
 import type { WafAuditLog } from './audit-log.ts';
 
