@@ -1,19 +1,14 @@
 /**
- * Phase 6, upstream: sends the request to an origin and streams the response back (with the WAF's
+ * The upstream exchange: sends the request to an origin and streams the response back (with the WAF's
  * response side in between when a hook wants it).
  *
  * - The host comes from the proxy's `HostPool` (delivery method, passive health). A request without
  *   a body, or whose body is held whole (read for the WAF), goes through our own keep-alive client
  *   (`origin-client.ts`, the hot path); one whose body still streams through the host's undici pool.
  *   Bodies stream both ways with backpressure; only what the WAF inspects is buffered.
- * - fail_to_connect (Pingora's name): the connection could not be opened (refused, unreachable,
- *   connect timeout, TLS handshake or certificate refused): the host is marked down and the request
- *   goes to the next host, whatever its method, since no byte of it reached the origin.
- * - error_while_proxy: the connection broke before a response head: an idempotent request whose
- *   body we still hold (none, or buffered) is retried on the next host (or once on the same host when
- *   it is the only one: a kept-alive connection the origin had just closed).
- * - fail_to_proxy: nothing left to try: 504 when the origin was too slow, else 502, with our page.
- *   A failure after the response head went out can only cut the response.
+ * - A failed attempt is handed to the retry decision (retry-decision.ts: Pingora's fail_to_connect,
+ *   error_while_proxy and fail_to_proxy), which says whether the request goes to another host,
+ *   which error page answers, or whether the response is cut.
  *
  * This is the hot path of the benchmark: one handler object per request, no closure per chunk, the
  * response head passed to Node as a flat list, and a Content-Length body's last chunk sent with the
@@ -24,20 +19,12 @@ import type { Dispatcher } from 'undici';
 import type { PooledHost } from '../../balance/index.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { clientResponseHeaders, originRequestHeaders } from '../headers.ts';
-import { BAD_RESPONSE, CONNECT_TIMEOUT, HEADERS_TIMEOUT, type OriginHandler } from './origin-client.ts';
+import type { OriginHandler } from './origin-client.ts';
 import { isConnectFailure } from './origins.ts';
+import { decideAfterFailure, failurePage } from './retry-decision.ts';
 import { respond, pageAnswer } from '../phases/respond.ts';
 import { BodyTooLargeError, applyVerdict, cannotInspect, isTextLike, wafRequestHead } from '../phases/waf-request.ts';
 import type { Answer, WafVerdict } from '../types.ts';
-
-/** Methods RFC 9110 section 9.2.2 calls idempotent: safe to send twice. */
-const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
-
-/** Errors of an origin that answered too slowly: 504 rather than 502. */
-const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'ETIMEDOUT', HEADERS_TIMEOUT, CONNECT_TIMEOUT]);
-
-/** Errors after which sending the same request again is pointless or unsafe (besides timeouts). */
-const NO_RETRY = new Set([BAD_RESPONSE, 'UND_ERR_INFO']);
 
 type OriginBody = null | Buffer | NodeJS.ReadableStream | AsyncIterable<Buffer>;
 
@@ -74,7 +61,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
   /** Completed, failed for good, or abandoned: later callbacks only clean up. */
   private over = false;
   private clientGone = false;
-  /** The failed attempt may be repeated on its own host (see the module comment). */
+  /** The failed attempt may be repeated on its own host (the retry decision's `sameHostIfLast`). */
   private retrySameHost = false;
   private resumeOnDrain: (() => void) | undefined = undefined;
   /** Response-side WAF: the head and the body prefix held back until its verdict. */
@@ -233,34 +220,39 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     ctx.upstreamError = code;
     const host = this.host;
     if (host !== undefined) ctx.proxy.deps.metrics?.upstreamFailed?.(ctx.proxy.id, `${host.address}:${host.port}`, code);
-    if (this.responseStarted && this.held === undefined) {
-      // The head is out: all we can still do is cut the response so the client sees it is incomplete.
-      this.over = true;
-      ctx.res!.destroy(err);
-      return;
-    }
-    if (err instanceof BodyTooLargeError) {
-      this.over = true;
-      respond(ctx, pageAnswer(ctx, 'upstream', 'body-too-large', { close: true }));
-      return;
-    }
-    if (code === 'UND_ERR_INVALID_ARG') {
-      // undici refused what Node's parser accepted (a header or target it considers invalid).
-      this.over = true;
-      respond(ctx, { phase: 'upstream', status: 400, headers: ['content-type', 'text/plain'], body: 'bad request\n', close: true });
-      return;
-    }
-    const connectFailed = isConnectFailure(err);
-    if (connectFailed && host !== undefined) ctx.proxy.origins.hostPool.markDown(host);
-    const retry = connectFailed
-      ? true
-      : this.replayable && IDEMPOTENT.has(this.method) && !TIMEOUTS.has(code) && !NO_RETRY.has(code) && this.held === undefined;
-    if (retry && host !== undefined) {
-      (this.tried ??= new Set()).add(host.index);
-      this.retrySameHost = !connectFailed;
-      this.held = undefined;
-      this.attempt();
-      return;
+    const decision = decideAfterFailure({
+      code,
+      beforeRequestSent: isConnectFailure(err),
+      responseForwarded: this.responseStarted && this.held === undefined,
+      responseHeld: this.held !== undefined,
+      bodyTooLarge: err instanceof BodyTooLargeError,
+      method: this.method,
+      replayable: this.replayable,
+    });
+    switch (decision.action) {
+      case 'cut-response':
+        this.over = true;
+        ctx.res!.destroy(err);
+        return;
+      case 'refuse':
+        this.over = true;
+        respond(
+          ctx,
+          decision.reason === 'body-too-large'
+            ? pageAnswer(ctx, 'upstream', 'body-too-large', { close: true })
+            : { phase: 'upstream', status: 400, headers: ['content-type', 'text/plain'], body: 'bad request\n', close: true },
+        );
+        return;
+      case 'retry':
+        if (host === undefined) break;
+        if (decision.markHostDown) ctx.proxy.origins.hostPool.markDown(host);
+        (this.tried ??= new Set()).add(host.index);
+        this.retrySameHost = decision.sameHostIfLast;
+        this.held = undefined;
+        this.attempt();
+        return;
+      case 'fail':
+        break;
     }
     this.failToProxy();
   }
@@ -269,8 +261,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     this.over = true;
     this.ctx.upstreamCall = undefined;
     const ctx = this.ctx;
-    const timeout = ctx.upstreamError !== undefined && TIMEOUTS.has(ctx.upstreamError);
-    respond(ctx, pageAnswer(ctx, 'upstream', timeout ? 'gateway-timeout' : 'bad-gateway', { close: this.body !== null && !this.replayable }));
+    respond(ctx, pageAnswer(ctx, 'upstream', failurePage(ctx.upstreamError), { close: this.body !== null && !this.replayable }));
   }
 
   private release(): void {

@@ -1,5 +1,5 @@
 /**
- * Phase 6 for WebSocket upgrade requests (`isWebSocketUpgrade`: the only upgrade the proxy takes;
+ * The upstream exchange of WebSocket upgrade requests (`isWebSocketUpgrade`: the only upgrade the proxy takes;
  * any other `Upgrade` is a plain request, see http-proxy.ts). After the request phases let it
  * through, the proxy opens its own connection to an origin and sends the handshake (with the
  * forwarded headers). The connection becomes a byte pipe only once the origin answers 101 with
@@ -10,7 +10,8 @@
  * idle for `upgradeIdleTimeoutMs`.
  *
  * A host that cannot be connected (or that the origin policy refuses) is marked down and the next
- * one tried, as for other requests.
+ * one tried, as for other requests (retry-decision.ts: fail_to_connect); with none left, the
+ * last failure picks the page (`failurePage`).
  */
 import http from 'node:http';
 import net from 'node:net';
@@ -20,6 +21,7 @@ import type { ClientRequest as ProxiedRequest, RequestCtx } from '../ctx.ts';
 import { originRequestHeaders } from '../headers.ts';
 import { finishRequest } from '../phases/logging.ts';
 import { pageAnswer, respond } from '../phases/respond.ts';
+import { failurePage } from './retry-decision.ts';
 
 /** Headers of the origin's refusal not relayed: its framing is ours (the connection closes after the body). */
 const NOT_RELAYED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']);
@@ -53,10 +55,7 @@ class UpgradeTunnel {
     if (client.destroyed) return finishRequest(ctx);
     const origins = ctx.proxy.origins;
     const host = origins.hostPool.pick(ctx.clientIp, this.tried);
-    if (host === undefined) {
-      const timeout = this.lastError === 'ETIMEDOUT';
-      return respond(ctx, pageAnswer(ctx, 'upstream', timeout ? 'gateway-timeout' : 'bad-gateway'));
-    }
+    if (host === undefined) return respond(ctx, pageAnswer(ctx, 'upstream', failurePage(this.lastError)));
     ctx.upstreamHost = host;
     ctx.upstreamAttempts++;
     if (ctx.upstreamStartedAt < 0) ctx.upstreamStartedAt = performance.now();
