@@ -119,7 +119,7 @@ export class RequestCtx {
   wafInspected = false;
   /** The origin exchange in flight, told when the client goes away so it stops the origin request. */
   upstreamCall: { clientClosed(): void } | undefined = undefined;
-  /** Set once the events phase ran. */
+  /** Set once the logging phase ran. */
   finished = false;
 
   private countryCode: string | undefined = undefined;

@@ -118,6 +118,15 @@ export function clientResponseHeaders(raw: readonly (Buffer | string)[]): string
   return out;
 }
 
+/** The first value of `lowerName` in a flat `[name, value, ...]` list, names in any case. */
+export function headerValue(flat: readonly string[], lowerName: string): string | undefined {
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const name = flat[i]!;
+    if (name.length === lowerName.length && name.toLowerCase() === lowerName) return flat[i + 1];
+  }
+  return undefined;
+}
+
 /** Header bytes as Node writes them back (latin1 round-trips every byte, obs-text included). */
 function latin1(value: Buffer | string): string {
   return typeof value === 'string' ? value : value.toString('latin1');

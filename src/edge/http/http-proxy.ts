@@ -25,8 +25,8 @@ import { Http2SessionGuard } from './http2-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { recordEpisodeUpdate } from './insight-events.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
-import { finishRequest } from './phases/logging.ts';
-import { runPipeline } from './phases/index.ts';
+import { loggingPhase } from './phases/logging.ts';
+import { runRequestPhases } from './phases/index.ts';
 import type { RateEpisode } from './rate-limit/limiter.ts';
 import { ProxySnapshot } from './snapshot.ts';
 import { frontendTlsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
@@ -330,9 +330,9 @@ export class HttpProxy {
     const ctx = new RequestCtx(this.snapshot, req, res);
     res.on('close', () => {
       ctx.upstreamCall?.clientClosed();
-      finishRequest(ctx);
+      loggingPhase.run(ctx);
     });
-    runPipeline(ctx);
+    runRequestPhases(ctx);
   };
 
   /**
@@ -367,7 +367,7 @@ export class HttpProxy {
       socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
       return;
     }
-    runPipeline(new RequestCtx(this.snapshot, req, undefined, { socket, head }));
+    runRequestPhases(new RequestCtx(this.snapshot, req, undefined, { socket, head }));
   };
 }
 

@@ -39,7 +39,7 @@ export class ProxySnapshot {
    * proxy's hard `maxBodySize`.
    */
   readonly wafBody: { readonly limit: number; readonly multipartLimit: number; readonly reject: boolean };
-  /** The events phase must run when the response ends (access log or metrics wired). */
+  /** The logging phase must run when the response ends (access log or metrics wired). */
   readonly observeEnd: boolean;
 
   /**

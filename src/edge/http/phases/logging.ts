@@ -9,30 +9,34 @@ import { unmapIpv4 } from '../../net/ip.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { recordWafEvent } from '../insight-events.ts';
 import type { AccessLogEntry, AnsweredBy, PhaseName, WafOutcome } from '../types.ts';
+import type { EndPhase } from './phase.ts';
 
-/** Runs once per request, when its response is over (sent, failed or abandoned). */
-export function finishRequest(ctx: RequestCtx): void {
-  if (ctx.finished) return;
-  ctx.finished = true;
-  const deps = ctx.proxy.deps;
-  // Whatever ended the request (response sent, client gone, origin failed, upgrade closed), the
-  // WAF keeps nothing of it past this point.
-  if (ctx.wafInspected) deps.waf?.endExchange?.(ctx.supportId);
-  if (ctx.wafEvents !== undefined) {
-    for (const draft of ctx.wafEvents) recordWafEvent(ctx, draft);
-  }
-  const now = performance.now();
-  if (ctx.bodyStreamedWhole && ctx.req.complete) ctx.bytesIn = Math.max(0, ctx.declaredLength);
-  if (deps.accessLog !== undefined) {
-    try {
-      deps.accessLog(accessLogEntry(ctx, now));
-    } catch (err) {
-      deps.logger?.error({ err, proxyId: ctx.proxy.id }, 'access log failed');
+export const loggingPhase: EndPhase = {
+  name: 'logging',
+  /** Runs once per request, when its response is over (sent, failed or abandoned); a second call does nothing. */
+  run(ctx: RequestCtx): void {
+    if (ctx.finished) return;
+    ctx.finished = true;
+    const deps = ctx.proxy.deps;
+    // Whatever ended the request (response sent, client gone, origin failed, upgrade closed), the
+    // WAF keeps nothing of it past this point.
+    if (ctx.wafInspected) deps.waf?.endExchange?.(ctx.supportId);
+    if (ctx.wafEvents !== undefined) {
+      for (const draft of ctx.wafEvents) recordWafEvent(ctx, draft);
     }
-  }
-  const originMs = originMsOf(ctx, now);
-  deps.metrics?.requestCompleted?.(ctx.proxy.id, ctx.statusCode, answeredByOf(ctx), (now - ctx.startedAt) / 1000, originMs === undefined ? undefined : originMs / 1000);
-}
+    const now = performance.now();
+    if (ctx.bodyStreamedWhole && ctx.req.complete) ctx.bytesIn = Math.max(0, ctx.declaredLength);
+    if (deps.accessLog !== undefined) {
+      try {
+        deps.accessLog(accessLogEntry(ctx, now));
+      } catch (err) {
+        deps.logger?.error({ err, proxyId: ctx.proxy.id }, 'access log failed');
+      }
+    }
+    const originMs = originMsOf(ctx, now);
+    deps.metrics?.requestCompleted?.(ctx.proxy.id, ctx.statusCode, answeredByOf(ctx), (now - ctx.startedAt) / 1000, originMs === undefined ? undefined : originMs / 1000);
+  },
+};
 
 /** The origin's time to its response head (ms), or undefined when no origin was asked. */
 function originMsOf(ctx: RequestCtx, now: number): number | undefined {

@@ -6,7 +6,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { renderPage, pageStatus, type PageKind } from '../block-page.ts';
 import type { RequestCtx } from '../ctx.ts';
-import { finishRequest } from './logging.ts';
+import { loggingPhase } from './logging.ts';
 import type { Answer, PhaseName } from '../types.ts';
 
 const PAGE_HEADERS = ['content-type', 'text/html; charset=utf-8', 'cache-control', 'no-store', 'x-content-type-options', 'nosniff'];
@@ -76,7 +76,7 @@ export function respond(ctx: RequestCtx, answer: Answer): void {
     }
     res.writeHead(answer.status, headers);
     if (ctx.req.method !== 'HEAD') ctx.bytesOut += answer.body.length;
-    // The events phase runs from the response's 'close' (see HttpProxy), as for proxied responses.
+    // The logging phase runs from the response's 'close' (see HttpProxy), as for proxied responses.
     res.end(answer.body);
     return;
   }
@@ -88,5 +88,5 @@ export function respond(ctx: RequestCtx, answer: Answer): void {
   head += `x-request-id: ${ctx.requestId}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`;
   ctx.bytesOut += body.length;
   socket.end(Buffer.concat([Buffer.from(head, 'latin1'), ctx.req.method === 'HEAD' ? Buffer.alloc(0) : body]));
-  finishRequest(ctx);
+  loggingPhase.run(ctx);
 }

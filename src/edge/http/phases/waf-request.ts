@@ -1,7 +1,6 @@
 /**
- * Phase 5, WAF (request side), and the response-side hook the upstream phase calls. This module is
- * the slot the WAF engine plugs into (`deps.waf`); without a hook both sides do nothing and the
- * request body is streamed to the origin untouched.
+ * Phase 5, WAF (the request side of the hook the WAF engine plugs into: `deps.waf`); without a hook
+ * it does nothing and the request body is streamed to the origin untouched.
  *
  * Request side: the hook sees the request head and the body, read here up to the proxy's body
  * limit (`waf.requestBodyLimit`; a multipart/form-data upload up to the hook's
@@ -12,9 +11,8 @@
  * limit, without reading more of it; with PROCESS_PARTIAL (or in LOGGING mode, which refuses
  * nothing) the hook sees its first `limit` bytes, the rest streams to the origin after the verdict,
  * and a WAF_EVENT says `bodyTruncated` (LOGGED when the rules had nothing to say).
- * Response side (optional `inspectResponse`): the hook sees the origin's status and headers, and up to
- * `responseBodyLimit` bytes of a text-like body, before anything is sent to the client, so a block can
- * still replace the response with a clean page.
+ * The response side is a phase of its own (waf-response.ts); both take `applyVerdict`,
+ * `cannotInspect` and `wafRequestHead` from here.
  *
  * A hook that throws or rejects (its engine overloaded, its thread dead, a bug) follows the proxy's
  * `waf.failMode`: CLOSED (default) answers 503 with the page and the support id, OPEN lets the
@@ -26,20 +24,13 @@ import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';
 import type { RequestPhase } from './phase.ts';
 
-export class BodyTooLargeError extends Error {
-  readonly code = 'TPS_BODY_TOO_LARGE';
-  constructor() {
-    super('request body over the size limit');
-  }
-}
-
 /**
  * The rule id a WAF_EVENT names for a request body longer than the WAF inspects (no engine rule
  * matches it: the proxy decides). In tps's own range, beside the engine settings' 2000xx rules.
  */
 export const BODY_LIMIT_RULE_ID = 200100;
 
-export const wafPhase: RequestPhase = {
+export const wafRequestPhase: RequestPhase = {
   name: 'waf',
   run(ctx: RequestCtx): PhaseOutcome | Promise<PhaseOutcome> {
     const waf = ctx.proxy.deps.waf;
@@ -124,7 +115,7 @@ function inspect(ctx: RequestCtx, waf: WafHook, body: Buffer | null, truncatedAt
 
 function afterRequestVerdict(ctx: RequestCtx, waf: WafHook, verdict: WafVerdict, truncatedAt: number): PhaseOutcome {
   ctx.wafInspected = true;
-  // The client left while the WAF was at work: the events phase has run, the exchange ends here.
+  // The client left while the WAF was at work: the logging phase has run, the exchange ends here.
   if (ctx.finished) waf.endExchange?.(ctx.supportId);
   if (truncatedAt >= 0) {
     if (verdict.event !== undefined) verdict.event.bodyTruncated = true;
@@ -197,17 +188,4 @@ function withoutPseudoHeaders(raw: readonly string[], host: string): string[] {
     if (raw[i]!.charCodeAt(0) !== 58 /* ':' */) headers.push(raw[i]!, raw[i + 1]!);
   }
   return headers;
-}
-
-/** Response bodies worth a WAF's time: text a browser renders or a script reads. */
-export function isTextLike(contentType: string | undefined): boolean {
-  if (contentType === undefined) return false;
-  const type = contentType.toLowerCase();
-  return (
-    type.startsWith('text/') ||
-    type.includes('json') ||
-    type.includes('xml') ||
-    type.includes('javascript') ||
-    type.startsWith('application/x-www-form-urlencoded')
-  );
 }

@@ -18,13 +18,14 @@ import net from 'node:net';
 import type { Dispatcher } from 'undici';
 import type { PooledHost } from '../../balance/index.ts';
 import type { RequestCtx } from '../ctx.ts';
-import { clientResponseHeaders, originRequestHeaders } from '../headers.ts';
+import { clientResponseHeaders, headerValue, originRequestHeaders } from '../headers.ts';
 import type { OriginHandler } from './origin-client.ts';
 import { isConnectFailure } from './origins.ts';
 import { decideAfterFailure, failurePage } from './retry-decision.ts';
+import type { HeldResponse, ResponseRelay } from '../phases/phase.ts';
 import { respond, pageAnswer } from '../phases/respond.ts';
-import { BodyTooLargeError, applyVerdict, cannotInspect, isTextLike, wafRequestHead } from '../phases/waf-request.ts';
-import type { Answer, WafVerdict } from '../types.ts';
+import { wafResponsePhase } from '../phases/waf-response.ts';
+import type { Answer } from '../types.ts';
 
 type OriginBody = null | Buffer | NodeJS.ReadableStream | AsyncIterable<Buffer>;
 
@@ -36,13 +37,21 @@ class ClientGoneError extends Error {
   readonly code = 'TPS_CLIENT_GONE';
 }
 
+/** The request body streamed past the proxy's size limit (`maxBodySize`). */
+class BodyTooLargeError extends Error {
+  readonly code = 'TPS_BODY_TOO_LARGE';
+  constructor() {
+    super('request body over the size limit');
+  }
+}
+
 /**
  * One request's trip to the origins (all its attempts). It implements undici's native handler
  * interface (onConnect/onHeaders/onData/onComplete/onError), which our own origin client speaks too:
  * undici's controller-style interface wraps it and first parses the response head into an object,
  * which we would only take apart again.
  */
-class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
+class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, ResponseRelay {
   private readonly ctx: RequestCtx;
   private readonly headers: string[];
   private readonly body: OriginBody;
@@ -60,13 +69,13 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
   private remaining = -1;
   /** Completed, failed for good, or abandoned: later callbacks only clean up. */
   private over = false;
-  private clientGone = false;
+  /** The client's response closed before the exchange was over. */
+  clientGone = false;
   /** The failed attempt may be repeated on its own host (the retry decision's `sameHostIfLast`). */
   private retrySameHost = false;
   private resumeOnDrain: (() => void) | undefined = undefined;
-  /** Response-side WAF: the head and the body prefix held back until its verdict. */
-  private held: { status: number; headers: string[]; chunks: Buffer[]; length: number; wantBody: boolean; ended: boolean } | undefined =
-    undefined;
+  /** The origin's response while the response phase holds it back (the WAF's response side). */
+  private held: HeldResponse | undefined = undefined;
 
   constructor(ctx: RequestCtx) {
     this.ctx = ctx;
@@ -146,13 +155,11 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     this.responseStarted = true;
     this.resumeAttempt = resume;
     const flat = clientResponseHeaders(rawHeaders);
-    const waf = ctx.proxy.deps.waf;
-    if (waf?.inspectResponse !== undefined) {
-      const limit = waf.responseBodyLimit ?? 0;
-      const wantBody = limit > 0 && this.method !== 'HEAD' && isTextLike(headerValue(flat, 'content-type'));
-      this.held = { status: statusCode, headers: flat, chunks: [], length: 0, wantBody, ended: false };
-      if (wantBody) return true;
-      this.inspectResponse();
+    const held = wafResponsePhase.onResponseHead(ctx, this.method, statusCode, flat);
+    if (held !== undefined) {
+      this.held = held;
+      if (held.wantsBody) return true;
+      wafResponsePhase.decide(ctx, held, this);
       return false;
     }
     if (this.method !== 'HEAD' && statusCode !== 204 && statusCode !== 304) {
@@ -169,12 +176,9 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     if (held !== undefined) {
       held.chunks.push(chunk);
       held.length += chunk.length;
-      if (held.wantBody && held.length >= (this.ctx.proxy.deps.waf?.responseBodyLimit ?? 0)) {
-        held.wantBody = false;
-        this.inspectResponse();
-        return false;
-      }
-      return true;
+      if (!wafResponsePhase.onResponseBody(this.ctx, held)) return true;
+      wafResponsePhase.decide(this.ctx, held, this);
+      return false;
     }
     const res = this.ctx.res!;
     this.ctx.bytesOut += chunk.length;
@@ -199,10 +203,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     const held = this.held;
     if (held !== undefined) {
       held.ended = true;
-      if (held.wantBody) {
-        held.wantBody = false;
-        this.inspectResponse();
-      }
+      if (wafResponsePhase.onResponseEnd(this.ctx, held)) wafResponsePhase.decide(this.ctx, held, this);
       return;
     }
     const res = this.ctx.res!;
@@ -287,50 +288,8 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     }
   }
 
-  private inspectResponse(): void {
-    const ctx = this.ctx;
-    const held = this.held!;
-    const waf = ctx.proxy.deps.waf!;
-    const body = held.chunks.length === 0 ? null : Buffer.concat(held.chunks, held.length);
-    const limit = waf.responseBodyLimit ?? 0;
-    let verdict: WafVerdict | Promise<WafVerdict>;
-    try {
-      verdict = waf.inspectResponse!({
-        request: wafRequestHead(ctx),
-        statusCode: held.status,
-        headers: held.headers,
-        body: body === null || limit === 0 ? null : body.subarray(0, limit),
-        bodyTruncated: body !== null && (!held.ended || body.length > limit),
-      });
-    } catch (err) {
-      // Answer after undici has taken our "pause" from the callback that is still running.
-      queueMicrotask(() => this.noResponseVerdict(err));
-      return;
-    }
-    if (verdict instanceof Promise) {
-      verdict.then(
-        (v) => this.afterResponseVerdict(v),
-        (err: unknown) => this.noResponseVerdict(err),
-      );
-    } else {
-      // Answer after undici has taken our "pause" from the callback that is still running.
-      queueMicrotask(() => this.afterResponseVerdict(verdict));
-    }
-  }
-
-  private afterResponseVerdict(verdict: WafVerdict): void {
-    if (this.clientGone) return;
-    this.replaceOrRelease(applyVerdict(this.ctx, verdict, 'waf-response'));
-  }
-
-  /** The response side gave no verdict: the proxy's failMode says whether the response goes out. */
-  private noResponseVerdict(err: unknown): void {
-    if (this.clientGone) return;
-    this.replaceOrRelease(cannotInspect(this.ctx, err, 'waf-response'));
-  }
-
-  private replaceOrRelease(answer: Answer | undefined): void {
-    if (answer === undefined) return this.releaseHeld();
+  /** The response phase replaces the held response with `answer` (a block, or 503 when it could not inspect). */
+  replaceResponse(answer: Answer): void {
     const wasOver = this.over;
     this.over = true;
     this.ctx.upstreamCall = undefined;
@@ -338,8 +297,8 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler {
     respond(this.ctx, answer);
   }
 
-  /** Sends what the response-side WAF held back, then lets the rest stream. */
-  private releaseHeld(): void {
+  /** Sends what the response phase held back, then lets the rest stream. */
+  releaseHeld(): void {
     const held = this.held!;
     this.held = undefined;
     if (this.clientGone) return;
@@ -365,14 +324,6 @@ function sniName(host: string): string | undefined {
   if (colon !== -1) name = name.slice(0, colon);
   if (name === '' || net.isIP(name) !== 0) return undefined;
   return name;
-}
-
-function headerValue(flat: readonly string[], lowerName: string): string | undefined {
-  for (let i = 0; i + 1 < flat.length; i += 2) {
-    const name = flat[i]!;
-    if (name.length === lowerName.length && name.toLowerCase() === lowerName) return flat[i + 1];
-  }
-  return undefined;
 }
 
 /** What undici sends as the body, and whether it could be sent again. */

@@ -19,7 +19,7 @@ import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../../balance/index.ts';
 import type { ClientRequest as ProxiedRequest, RequestCtx } from '../ctx.ts';
 import { originRequestHeaders } from '../headers.ts';
-import { finishRequest } from '../phases/logging.ts';
+import { loggingPhase } from '../phases/logging.ts';
 import { pageAnswer, respond } from '../phases/respond.ts';
 import { failurePage } from './retry-decision.ts';
 
@@ -52,7 +52,7 @@ class UpgradeTunnel {
   attempt(): void {
     const ctx = this.ctx;
     const client = ctx.upgradeSocket!;
-    if (client.destroyed) return finishRequest(ctx);
+    if (client.destroyed) return loggingPhase.run(ctx);
     const origins = ctx.proxy.origins;
     const host = origins.hostPool.pick(ctx.clientIp, this.tried);
     if (host === undefined) return respond(ctx, pageAnswer(ctx, 'upstream', failurePage(this.lastError)));
@@ -111,7 +111,7 @@ class UpgradeTunnel {
       pool.end(host);
       client.destroy();
       origin.destroy();
-      finishRequest(ctx);
+      loggingPhase.run(ctx);
     };
     const failed = (kind: 'bad-gateway' | 'gateway-timeout', code: string): void => {
       if (closed) return;
@@ -190,7 +190,7 @@ class UpgradeTunnel {
         pool.end(host);
         origin.destroy();
         client.end();
-        finishRequest(ctx);
+        loggingPhase.run(ctx);
       });
       res.on('error', close);
     });
