@@ -118,7 +118,7 @@ export class RequestCtx {
   /** The WAF hook gave a verdict on the request (it may keep an exchange until the request is over). */
   wafInspected = false;
   /** The origin exchange in flight, told when the client goes away so it stops the origin request. */
-  upstreamCall: { clientClosed(): void } | undefined = undefined;
+  upstreamExchange: { clientClosed(): void } | undefined = undefined;
   /** Set once the logging phase ran. */
   finished = false;
 

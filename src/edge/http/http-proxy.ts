@@ -29,7 +29,7 @@ import { loggingPhase } from './phases/logging.ts';
 import { runRequestPhases } from './phases/index.ts';
 import type { RateEpisode } from './rate-limit/limiter.ts';
 import { ProxySnapshot } from './snapshot.ts';
-import { frontendTlsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
+import { frontendTlsSettingsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
 import type { HttpProxyDeps, HttpRefusalReason, ResolvedHttpProxy } from './types.ts';
 import { isWebSocketUpgrade } from './upstream/upgrade.ts';
 
@@ -120,7 +120,8 @@ export class HttpProxy {
   private readonly admission: FloodAdmission;
   private readonly http2Guard: Http2SessionGuard;
   private listeners: Listener[] = [];
-  private tlsKey: string;
+  /** The TLS settings the listeners serve (`frontendTlsSettingsKey`): a change is applied to them live. */
+  private tlsSettingsKey: string;
   private started = false;
   private stopped = false;
   /** Answers TLS-ALPN-01 validation connections (made on the first TLS listener when deps ask for it). */
@@ -132,7 +133,7 @@ export class HttpProxy {
     this.deps = deps;
     this.limits = resolveLimits(deps.limits);
     this.snapshot = new ProxySnapshot(config, deps, this.limits, undefined, this.onEpisodeUpdate);
-    this.tlsKey = frontendTlsKey(config);
+    this.tlsSettingsKey = frontendTlsSettingsKey(config);
     const limits = connectionLimitsOf(config, deps);
     this.admission = deps.connectionLimits?.create?.(config.id, limits) ?? new FloodLimiter(limits);
     this.http2Guard = new Http2SessionGuard(this.limits, {
@@ -172,13 +173,13 @@ export class HttpProxy {
     if (this.stopped) throw new Error('HttpProxy stopped');
     const previous = this.snapshot;
     const next = new ProxySnapshot(config, this.deps, this.limits, previous, this.onEpisodeUpdate);
-    const tlsKey = frontendTlsKey(config);
+    const tlsSettingsKey = frontendTlsSettingsKey(config);
     const tlsOptions = frontendTlsOptions(config);
     this.snapshot = next;
     this.admission.configure(connectionLimitsOf(config, this.deps));
     void previous.retire(next, this.limits.stopGraceMs);
     if (!this.started) {
-      this.tlsKey = tlsKey;
+      this.tlsSettingsKey = tlsSettingsKey;
       return;
     }
     const wanted = listenerSpecs(config, this.deps.reusePort === true);
@@ -189,10 +190,10 @@ export class HttpProxy {
       if (wantedKeys.has(listener.spec.key)) kept.push(listener);
       else draining.push(listener.close(this.limits.stopGraceMs));
     }
-    if (tlsKey !== this.tlsKey && tlsOptions !== undefined) {
+    if (tlsSettingsKey !== this.tlsSettingsKey && tlsOptions !== undefined) {
       for (const listener of kept) if (listener.spec.secure) applyTls(listener.server as http2.Http2SecureServer, tlsOptions);
     }
-    this.tlsKey = tlsKey;
+    this.tlsSettingsKey = tlsSettingsKey;
     this.listeners = kept;
     const keptKeys = new Set(kept.map((l) => l.spec.key));
     for (const spec of wanted) {
@@ -329,7 +330,7 @@ export class HttpProxy {
   private readonly onRequest = (req: ClientRequest, res: http.ServerResponse | http2.Http2ServerResponse): void => {
     const ctx = new RequestCtx(this.snapshot, req, res);
     res.on('close', () => {
-      ctx.upstreamCall?.clientClosed();
+      ctx.upstreamExchange?.clientClosed();
       loggingPhase.run(ctx);
     });
     runRequestPhases(ctx);

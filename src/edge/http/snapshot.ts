@@ -39,8 +39,6 @@ export class ProxySnapshot {
    * proxy's hard `maxBodySize`.
    */
   readonly wafBody: { readonly limit: number; readonly multipartLimit: number; readonly reject: boolean };
-  /** The logging phase must run when the response ends (access log or metrics wired). */
-  readonly observeEnd: boolean;
 
   /**
    * `previous`: the revision this one replaces (its origin pools and rate limiter are kept when their
@@ -99,7 +97,6 @@ export class ProxySnapshot {
       multipartLimit: Math.min(Math.max(limit, hook?.multipartBodyLimit ?? 0), limits.maxBodySize),
       reject: (this.waf.bodyLimitAction ?? hook?.bodyLimitAction ?? 'REJECT') === 'REJECT',
     };
-    this.observeEnd = deps.accessLog !== undefined || deps.metrics !== undefined;
   }
 
   /** Releases what this snapshot owns and `next` does not reuse (`next` undefined: the proxy stops). */

@@ -53,7 +53,8 @@ export interface FloodLimiterOptions {
 /** One source's counters; handed out by `acquire` so that `release` needs no map lookup. */
 export class SourceSlot {
   readonly source: string;
-  open = 0;
+  /** Its connections open now. */
+  openConnections = 0;
   /** New connections: the window pair of the sliding-window estimate. */
   readonly window: Float64Array;
   /** Neighbours in the list of idle sources (no open connection), oldest first. */
@@ -82,7 +83,7 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
   private oldestIdle: SourceSlot | undefined;
   private newestIdle: SourceSlot | undefined;
   private idleCount = 0;
-  private open = 0;
+  private openConnections = 0;
   readonly refused: Record<FloodRefusal, number> = { SOURCE_CONNECTIONS: 0, SOURCE_RATE: 0, GLOBAL_CONNECTIONS: 0 };
 
   constructor(settings: FloodLimitSettings, options: FloodLimiterOptions = {}) {
@@ -102,7 +103,7 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
 
   /** Connections (and UDP sessions) open now. */
   get connections(): number {
-    return this.open;
+    return this.openConnections;
   }
 
   /** Sources remembered now (with open connections, and idle ones within the bound). */
@@ -117,21 +118,21 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
    */
   acquire(source: string | undefined): SourceSlot | FloodRefusal {
     const settings = this.settings;
-    if (this.open >= settings.maxConnections) {
+    if (this.openConnections >= settings.maxConnections) {
       this.refused.GLOBAL_CONNECTIONS++;
       return 'GLOBAL_CONNECTIONS';
     }
     if (source === undefined) {
-      this.open++;
+      this.openConnections++;
       const ticket = new SourceSlot(TOTAL_ONLY, NO_WINDOW);
-      ticket.open = 1;
+      ticket.openConnections = 1;
       return ticket;
     }
     const key = sourceKey(source);
     let slot = this.sources.get(key);
     const now = this.now();
     if (slot !== undefined) {
-      if (slot.open >= settings.maxConnectionsPerSource) {
+      if (slot.openConnections >= settings.maxConnectionsPerSource) {
         this.refused.SOURCE_CONNECTIONS++;
         return 'SOURCE_CONNECTIONS';
       }
@@ -139,7 +140,7 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
         this.refused.SOURCE_RATE++;
         return 'SOURCE_RATE';
       }
-      if (slot.open === 0) this.unlinkIdle(slot);
+      if (slot.openConnections === 0) this.unlinkIdle(slot);
     } else {
       slot = new SourceSlot(key);
       // A new source has no rate yet: this only moves its empty window pair to now's window.
@@ -147,23 +148,23 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
       this.sources.set(key, slot);
     }
     countEvent(slot.window, 0);
-    slot.open++;
-    this.open++;
+    slot.openConnections++;
+    this.openConnections++;
     return slot;
   }
 
   release(slot: SourceSlot): void {
     if (slot.source === TOTAL_ONLY) {
       // A second release of the same ticket changes nothing.
-      if (slot.open > 0) {
-        slot.open = 0;
-        this.open--;
+      if (slot.openConnections > 0) {
+        slot.openConnections = 0;
+        this.openConnections--;
       }
       return;
     }
-    if (slot.open <= 0) return;
-    this.open--;
-    if (--slot.open > 0) return;
+    if (slot.openConnections <= 0) return;
+    this.openConnections--;
+    if (--slot.openConnections > 0) return;
     this.appendIdle(slot);
     if (this.idleCount > this.maxIdleSources) {
       const oldest = this.oldestIdle!;

@@ -14,7 +14,7 @@ import { WINDOW_PAIR_WORDS, countEvent, estimate } from './sliding-window.ts';
 
 /** Payload of a slot: open connections, then the new connections' window pair. */
 export const FLOOD_SLOT_WORDS = 1 + WINDOW_PAIR_WORDS;
-const OPEN = 0;
+const OPEN_CONNECTIONS = 0;
 const WINDOW = 1;
 const WINDOW_MS = 1000;
 
@@ -70,8 +70,8 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
     const now = this.#now();
     const seconds = now / 1000;
     const admittedGlobally = this.#table.update(GLOBAL_KEY, seconds, (words, offset) => {
-      if (words[offset + OPEN]! >= settings.maxConnections) return false;
-      words[offset + OPEN]! += 1;
+      if (words[offset + OPEN_CONNECTIONS]! >= settings.maxConnections) return false;
+      words[offset + OPEN_CONNECTIONS]! += 1;
       return true;
     });
     if (!admittedGlobally) {
@@ -81,10 +81,10 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
     if (source === undefined) return { sourceKey: undefined };
     const sourceKey = this.#sourceKey(source);
     const refusal = this.#table.update(sourceKey, seconds, (words, offset): FloodRefusal | undefined => {
-      if (words[offset + OPEN]! >= settings.maxConnectionsPerSource) return 'SOURCE_CONNECTIONS';
+      if (words[offset + OPEN_CONNECTIONS]! >= settings.maxConnectionsPerSource) return 'SOURCE_CONNECTIONS';
       if (estimate(words, offset + WINDOW, WINDOW_MS, now) + 1 > settings.maxNewConnectionsPerSecondPerSource) return 'SOURCE_RATE';
       countEvent(words, offset + WINDOW);
-      words[offset + OPEN]! += 1;
+      words[offset + OPEN_CONNECTIONS]! += 1;
       return undefined;
     });
     if (refusal !== undefined) {
@@ -99,7 +99,7 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
     const seconds = this.#now() / 1000;
     if (ticket.sourceKey !== undefined) {
       this.#table.update(ticket.sourceKey, seconds, (words, offset) => {
-        if (words[offset + OPEN]! > 0) words[offset + OPEN]! -= 1;
+        if (words[offset + OPEN_CONNECTIONS]! > 0) words[offset + OPEN_CONNECTIONS]! -= 1;
       });
     }
     this.#releaseGlobal(seconds);
@@ -107,7 +107,7 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
 
   #releaseGlobal(seconds: number): void {
     this.#table.update(GLOBAL_KEY, seconds, (words, offset) => {
-      if (words[offset + OPEN]! > 0) words[offset + OPEN]! -= 1;
+      if (words[offset + OPEN_CONNECTIONS]! > 0) words[offset + OPEN_CONNECTIONS]! -= 1;
     });
   }
 }

@@ -89,7 +89,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
       this.body = body;
       this.replayable = replayable;
     }
-    ctx.upstreamCall = this;
+    ctx.upstreamExchange = this;
   }
 
   attempt(): void {
@@ -118,7 +118,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
       // An HTTP/1.0 client may send no Host; HTTP/1.1 to the origin needs one (undici adds its own).
       const headers = ctx.host === '' ? [...this.headers, 'host', hostHeader(host)] : this.headers;
       const servername = origins.tls === undefined ? undefined : sniName(ctx.host);
-      origins.fast[host.index]!.request(this.method, path, headers, servername, this, body ?? undefined);
+      origins.originClients[host.index]!.request(this.method, path, headers, servername, this, body ?? undefined);
       return;
     }
     origins.pools[host.index]!.dispatch(
@@ -198,7 +198,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
   onComplete(): void {
     this.release();
     this.over = true;
-    this.ctx.upstreamCall = undefined;
+    this.ctx.upstreamExchange = undefined;
     if (this.clientGone) return;
     const held = this.held;
     if (held !== undefined) {
@@ -260,7 +260,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
 
   private failToProxy(): void {
     this.over = true;
-    this.ctx.upstreamCall = undefined;
+    this.ctx.upstreamExchange = undefined;
     const ctx = this.ctx;
     respond(ctx, pageAnswer(ctx, 'upstream', failurePage(ctx.upstreamError), { close: this.body !== null && !this.replayable }));
   }
@@ -292,7 +292,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
   replaceResponse(answer: Answer): void {
     const wasOver = this.over;
     this.over = true;
-    this.ctx.upstreamCall = undefined;
+    this.ctx.upstreamExchange = undefined;
     if (!wasOver) this.abortAttempt?.(new Error('response blocked by the WAF'));
     respond(this.ctx, answer);
   }

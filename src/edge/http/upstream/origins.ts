@@ -44,7 +44,7 @@ export class OriginSet {
   /** undici pools by `PooledHost.index`: requests with a body. */
   readonly pools: readonly Pool[];
   /** Hand-written keep-alive clients by `PooledHost.index`: requests without a body (the hot path). */
-  readonly fast: readonly OriginClient[];
+  readonly originClients: readonly OriginClient[];
   /** TLS options towards the origins; undefined = plain HTTP. */
   readonly tls: ConnectionOptions | undefined;
   readonly connectTimeoutMs: number;
@@ -84,7 +84,7 @@ export class OriginSet {
           connect: connectorOf(host),
         }),
     );
-    this.fast = this.hostPool.hosts.map(
+    this.originClients = this.hostPool.hosts.map(
       (host) =>
         new OriginClient({
           address: host.address,
@@ -105,7 +105,7 @@ export class OriginSet {
   /** Lets requests in flight finish for up to `graceMs`, then cuts what is left. */
   async close(graceMs: number): Promise<void> {
     await Promise.all([
-      ...this.fast.map((client) => client.close(graceMs)),
+      ...this.originClients.map((client) => client.close(graceMs)),
       ...this.pools.map(async (pool) => {
         const timer = setTimeout(() => void pool.destroy().catch(() => {}), graceMs);
         try {
