@@ -24,8 +24,10 @@ import {
   processRequestHeaders,
   processUri,
 } from './transaction/request.ts';
-import { newBox, Transaction } from './transaction/transaction.ts';
-import type { Intervention, LoggedMessage } from './transaction/transaction.ts';
+import type { Intervention } from './transaction/interventions.ts';
+import type { LoggedMessage } from './transaction/messages.ts';
+import { Transaction } from './transaction/rule-loop.ts';
+import { newBox } from './transaction/value-cache.ts';
 
 export interface CompiledRulesOptions extends RuleSetOptions {}
 

@@ -12,8 +12,9 @@
  * - MULTIPART_PART_HEADERS values keep the header line's CRLF;
  * - uploaded file contents are not stored (no upload directory), only their sizes.
  */
-import type { Entry, Transaction } from '../transaction/transaction.ts';
-import { newBox } from '../transaction/transaction.ts';
+import type { TransactionCollections } from '../transaction/collections.ts';
+import { newBox } from '../transaction/value-cache.ts';
+import type { Entry } from '../transaction/value-cache.ts';
 
 const BUF = 4096;
 const FORMDATA = 1;
@@ -88,7 +89,7 @@ export interface MultipartResult {
 }
 
 class Multipart {
-  private readonly tx: Transaction;
+  private readonly tx: TransactionCollections;
   private readonly header: string;
   boundary = '';
   error: string | undefined;
@@ -121,7 +122,7 @@ class Multipart {
   flagInvalidHeaderFolding = false;
   flagFileLimitExceeded = false;
 
-  constructor(tx: Transaction, header: string) {
+  constructor(tx: TransactionCollections, header: string) {
     this.tx = tx;
     this.header = header;
   }
@@ -675,7 +676,7 @@ function entry(collection: string, key: string, value: string): Entry {
 }
 
 /** Runs the multipart processor on a request body (binary string). */
-export function parseMultipart(tx: Transaction, contentType: string, body: string): MultipartResult {
+export function parseMultipart(tx: TransactionCollections, contentType: string, body: string): MultipartResult {
   const m = new Multipart(tx, contentType);
   if (m.init()) m.process(body);
   const noFilesLength = m.noFilesLength;

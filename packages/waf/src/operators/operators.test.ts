@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { AhoCorasick } from './aho-corasick.ts';
 import { atoll, compareNumeric, compileOperator, invalidUtf8, parsePmContent, pmFileLines, stoi, validateUrlEncoding } from './index.ts';
 import type { CompiledRule } from '../seclang/program.ts';
-import type { Transaction } from '../transaction/transaction.ts';
+import type { TransactionCollections } from '../transaction/collections.ts';
 
 test('operators: numbers, @pm parsing, validation helpers', () => {
   assert.equal(atoll(' 42abc'), 42);
@@ -28,7 +28,7 @@ test('operators: numbers, @pm parsing, validation helpers', () => {
 test('operators: the rule loop compares numbers as the numeric operators do', () => {
   const ctx = { file: 'x.conf', compileExpand: (text: string) => ({ text }), expand: () => '' };
   // neither argument is read by a numeric operator with a static operand
-  const tx = undefined as unknown as Transaction;
+  const tx = undefined as unknown as TransactionCollections;
   const rule = undefined as unknown as CompiledRule;
   for (const name of ['eq', 'ge', 'gt', 'le', 'lt']) {
     for (const param of ['2', ' -3', 'abc', '99999999999', '0']) {

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import type { WafRequest } from '../engine.ts';
 import { compileRuleSet } from '../seclang/compiler.ts';
 import { CompiledInspector } from '../inspector.ts';
-import { LiteralScanner } from './literal-prefilter.ts';
+import { LiteralScanner } from './scanner.ts';
 
 function bitsOf(scanner: LiteralScanner, input: string): number[] {
   const out = new Int32Array(scanner.words);

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { PcreTranslationError, translatePcre } from './pcre.ts';
 import { CompiledRegex, compileKeyRegex } from './runtime.ts';
-import { lowerAscii } from '../variables/resolvers.ts';
+import { lowerAscii } from '../ascii.ts';
 
 const rx = (p: string, caseless = false): CompiledRegex => new CompiledRegex(p, caseless);
 

@@ -7,9 +7,12 @@
  * The types mirror ModSecurity v3's model closely on purpose (RuleWithOperator, RuleUnconditional,
  * RuleMarker, the action kinds and their execution order), because the verdicts must be the same.
  */
-import type { LiteralPrefilters, PhasePrefilters, RulePrefilter } from '../prefilter/literal-prefilter.ts';
-import type { Transaction, Entry } from '../transaction/transaction.ts';
+import type { LiteralPrefilters, PhasePrefilters, RulePrefilter } from '../prefilter/scanner.ts';
 import type { CompiledRegex } from '../regex/runtime.ts';
+import type { TransformationNode } from '../transformations/trie.ts';
+import type { TransactionCollections } from '../transaction/collections.ts';
+import type { Entry } from '../transaction/value-cache.ts';
+import type { EngineConfig } from './engine-config.ts';
 
 /** A string with %{...} macros, compiled. `text` when it has none. */
 export interface Expand {
@@ -33,7 +36,7 @@ export interface VarResolver {
   readonly keyRegex?: string | undefined;
   readonly count: boolean;
   /** Appends the values to `out`. `rule` is the rule being evaluated (RULE:msg ...). */
-  resolve(tx: Transaction, rule: CompiledRule | undefined, out: Entry[]): void;
+  resolve(tx: TransactionCollections, rule: CompiledRule | undefined, out: Entry[]): void;
   /** How the evaluation loop reads the variable without calling `resolve` (see VarRef). */
   readonly direct?: DirectRead | undefined;
   /** &TX:name without exclusions: the key, lower-cased (whether it exists is the value). */
@@ -135,7 +138,7 @@ export interface CompiledOperator {
   readonly rx: CompiledRegex | undefined;
   readonly gate: readonly string[] | undefined;
   /** Evaluates (without negation). `capture`: the rule has the capture action. */
-  run(tx: Transaction, rule: CompiledRule, input: string): boolean;
+  run(tx: TransactionCollections, rule: CompiledRule, input: string): boolean;
 }
 
 export type SetVarOp = 'set' | 'one' | 'unset' | 'add' | 'sub';
@@ -289,40 +292,6 @@ export interface UpdateExclusion {
 export interface PhaseEntry {
   readonly marker?: string | undefined;
   readonly rule?: CompiledRule | undefined;
-}
-
-/** Engine-wide settings from the configuration directives. */
-export interface EngineConfig {
-  ruleEngine: 'On' | 'Off' | 'DetectionOnly';
-  requestBodyAccess: boolean;
-  requestBodyLimit: number;
-  requestBodyNoFilesLimit: number | undefined;
-  requestBodyLimitAction: 'Reject' | 'ProcessPartial';
-  requestBodyJsonDepthLimit: number;
-  responseBodyAccess: boolean;
-  responseBodyLimit: number;
-  responseBodyLimitAction: 'Reject' | 'ProcessPartial';
-  responseBodyMimeTypes: string[];
-  argumentSeparator: string;
-  argumentsLimit: number | undefined;
-  pcreMatchLimit: number;
-  components: string[];
-}
-
-export interface TransformationNode {
-  readonly id: number;
-  readonly parent: number;
-  readonly name: string;
-  /** Index of the transformation function (nodes of the same function share a memo). */
-  readonly kind: number;
-  readonly fn: (s: string) => string;
-  /** Byte kinds without which fn returns its input (transformations' CHANGES_ON); -1: always runs. */
-  readonly changesOn: number;
-  /**
-   * The same for the whole chain from the root to this node (the union of its changesOn): a
-   * value with none of these bytes comes out of every step as it went in. -1 when a step always runs.
-   */
-  readonly chainChangesOn: number;
 }
 
 export interface CompiledRuleSet {

@@ -7,9 +7,9 @@ import { extractArguments } from '../body/urlencoded.ts';
 import { parseJsonBody } from '../body/json.ts';
 import { parseMultipart } from '../body/multipart.ts';
 import { parseXml } from '../body/xml.ts';
-import type { Transaction } from './transaction.ts';
-import { newBox } from './transaction.ts';
-import { lowerAscii } from '../variables/resolvers.ts';
+import { lowerAscii } from '../ascii.ts';
+import type { Transaction } from './rule-loop.ts';
+import { newBox } from './value-cache.ts';
 
 const HEX = (c: number): number => {
   if (c >= 0x30 && c <= 0x39) return c - 0x30;

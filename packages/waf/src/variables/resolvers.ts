@@ -10,18 +10,22 @@ import type { DirectRead, VarResolver } from '../seclang/program.ts';
 import { compileKeyRegex } from '../regex/runtime.ts';
 import type { KeyRegex } from '../regex/runtime.ts';
 import type { VariableSpec } from '../seclang/parser.ts';
-import { newEntry, singleSlot } from '../transaction/transaction.ts';
-import type { Entry, Transaction } from '../transaction/transaction.ts';
+import { lowerAscii, upperAscii } from '../ascii.ts';
+import { singleSlot } from '../transaction/collections.ts';
+import type { TransactionCollections } from '../transaction/collections.ts';
+import { newEntry } from '../transaction/value-cache.ts';
+import { ruleValue } from './rule.ts';
+import type { Entry } from '../transaction/value-cache.ts';
 
 /** Collections stored as lists of entries on the transaction (ModSecurity's AnchoredSetVariable). */
-const SET_COLLECTIONS: Record<string, (tx: Transaction) => readonly Entry[]> = {};
+const SET_COLLECTIONS: Record<string, (tx: TransactionCollections) => readonly Entry[]> = {};
 LIST_COLLECTIONS.forEach((name, index) => {
   SET_COLLECTIONS[name] = (tx) => tx.listAt(index);
 });
 
 /**
  * Lists that only grow (push) during a transaction, never lose or replace an entry: a filtered read
- * of one stays valid while its length is the same (Transaction's filtered-list cache).
+ * of one stays valid while its length is the same (TransactionCollections's filtered-list cache).
  */
 const PUSH_ONLY_LISTS = new Set(['ARGS', 'ARGS_GET', 'ARGS_POST', 'REQUEST_HEADERS', 'REQUEST_HEADERS_NAMES', 'REQUEST_COOKIES', 'REQUEST_COOKIES_NAMES', 'RESPONSE_HEADERS', 'RESPONSE_HEADERS_NAMES']);
 
@@ -129,21 +133,6 @@ function excluded(key: string, exclusions: readonly KeyExclusion[]): boolean {
   return false;
 }
 
-const NON_ASCII = /[^\x00-\x7f]/;
-/** ASCII upper-case (C toupper). */
-export function upperAscii(s: string): string {
-  if (!NON_ASCII.test(s)) return s.toUpperCase();
-  return s.replace(/[a-z]+/g, (m) => m.toUpperCase());
-}
-/**
- * ASCII lower-case (C tolower). The same result as the lowercase transformation; kept apart: with
- * one function for both (variable keys, setvar names, and every value through t:lowercase) the
- * engine measured 1-3 % slower (paired A/B, session 11).
- */
-export function lowerAscii(s: string): string {
-  if (!NON_ASCII.test(s)) return s.toLowerCase();
-  return s.replace(/[A-Z]+/g, (m) => m.toLowerCase());
-}
 /** The entry's key, upper-cased once. */
 function upperKey(e: Entry): string {
   let u = e.uk;
@@ -325,7 +314,7 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
     return {
       ...common,
       resolve(tx, rule, out) {
-        const v = tx.ruleValue(rule, what);
+        const v = ruleValue(tx, rule, what);
         if (v !== undefined) out.push(newEntry(what, `RULE:${what}`, v));
       },
     };
