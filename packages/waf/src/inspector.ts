@@ -1,6 +1,6 @@
 /**
  * Synchronous request/response inspection with the compiled rule set: the same per-proxy settings
- * semantics as ModSecurityInspector (modsecurity-inspect.ts):
+ * semantics as @tps/waf-modsecurity's ModSecurityInspector:
  * - paranoia level and anomaly threshold are set as tx.paranoia_level and
  *   tx.inbound_anomaly_score_threshold before the first phase (the CRS keeps them);
  * - exclusions become the transaction's ctl:ruleRemoveById / ctl:ruleRemoveTargetById lists;
