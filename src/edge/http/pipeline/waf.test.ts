@@ -18,7 +18,7 @@ import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoRepl
 import net from 'node:net';
 import type { WafHook, WafRequestInput, WafResponseInput, WafVerdict } from './waf.ts';
 import { BODY_LIMIT_RULE_ID } from './waf.ts';
-import { WafOverloadedError, WafUnavailableError } from '../waf/engine.ts';
+import { WafOverloadedError, WafUnavailableError } from '@tps/waf';
 import type { HttpProxyDeps } from '../http-proxy.ts';
 import type { WafSettings } from '../snapshot.ts';
 
