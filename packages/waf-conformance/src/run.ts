@@ -3,12 +3,14 @@
  * proxy.
  *
  *   node packages/waf-conformance/src/run.ts FOLDER-OR-FILE [--engine compiled|modsecurity] [--target in-process|socket]
- *        [--workers N] [--json FILE] [--quiet]
+ *        [--workers N] [--json FILE] [--quiet] [--min-passed N]
  *
  * FOLDER-OR-FILE: the suite (e.g. ../shared/crs-regression-v3.3.4). --engine: ours (`compiled`, the
  * default, as in the product) or ModSecurity; both targets run the engine named. Prints passed /
  * failed / skipped and the failed titles with their reasons. Exit code 0 whatever the pass rate
- * (the rate is a measurement, compared by people and docs); 2 when the suite cannot be run at all.
+ * (the rate is a measurement, compared by people and docs), unless --min-passed is given: then 1
+ * when fewer stages passed (the test command's guard against a silent fall); 2 when the suite
+ * cannot be run at all.
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
@@ -28,6 +30,7 @@ async function main(): Promise<number> {
       quiet: { type: 'boolean', default: false },
       target: { type: 'string', default: 'in-process' },
       engine: { type: 'string', default: 'compiled' },
+      'min-passed': { type: 'string' },
     },
   });
   const folder = positionals[0];
@@ -37,6 +40,11 @@ async function main(): Promise<number> {
   }
   if (!existsSync(folder)) {
     process.stderr.write(`waf-conformance: ${folder} does not exist\n`);
+    return 2;
+  }
+  const minPassed = values['min-passed'] !== undefined ? Number(values['min-passed']) : 0;
+  if (!Number.isInteger(minPassed) || minPassed < 0) {
+    process.stderr.write('waf-conformance: --min-passed must be a whole number\n');
     return 2;
   }
   const workers = values.workers !== undefined ? Number(values.workers) : Math.min(availableParallelism(), 2);
@@ -81,6 +89,10 @@ async function main(): Promise<number> {
           2,
         ) + '\n',
       );
+    }
+    if (summary.passed < minPassed) {
+      process.stderr.write(`waf-conformance: ${summary.passed} stages passed, fewer than the ${minPassed} expected (--min-passed)\n`);
+      return 1;
     }
     return 0;
   } finally {
