@@ -25,14 +25,13 @@ done
 TPS_DEBIAN_PACKAGES=(
   ca-certificates curl openssl                      # HTTPS to ACME CAs and CRLs; the demo's curl line
   modsecurity-crs                                   # the OWASP CRS rule files the WAF compiles
-  libmodsecurity3                                   # libinjection's SQLi word table is read from it (compiled/libinjection/data.ts)
   libjemalloc2                                      # the allocator tps runs on (src/cli/allocator.ts)
 )
 # npm, to fetch Node.js 24 when the machine has no Node at all.
 command -v npm >/dev/null 2>&1 || TPS_DEBIAN_PACKAGES+=(nodejs npm)
 if ((TPS_SETUP_MODSECURITY)); then
-  # What native/modsecurity/build.sh needs: libmodsecurity through pkg-config, and node-gyp's tools.
-  TPS_DEBIAN_PACKAGES+=(libmodsecurity-dev pkg-config build-essential python3)
+  # What packages/waf-modsecurity/build.sh needs: libmodsecurity through pkg-config, and node-gyp's tools.
+  TPS_DEBIAN_PACKAGES+=(libmodsecurity3 libmodsecurity-dev pkg-config build-essential python3)
 fi
 if ((TPS_SETUP_TESTS)); then
   TPS_DEBIAN_PACKAGES+=(
@@ -85,7 +84,8 @@ fi
 if [ ! -f src/portal/dist/index.html ] || [ -n "$(find src/portal src/api/schemas package-lock.json -newer src/portal/dist/index.html -type f -not -path 'src/portal/dist/*' -print -quit)" ]; then
   npm run --silent build:portal
 fi
-# The ModSecurity v3 addon (the reference engine; the tests' oracle); skips itself when up to date.
+# The ModSecurity v3 addon of the optional package @tps/waf-modsecurity (the reference engine; the
+# tests' oracle); skips itself when up to date.
 if ((TPS_SETUP_MODSECURITY)); then
-  bash native/modsecurity/build.sh >/dev/null
+  bash packages/waf-modsecurity/build.sh >/dev/null
 fi

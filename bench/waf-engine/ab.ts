@@ -12,23 +12,27 @@
  * SCENARIO: get (default), post (1 KB form), json (10 KB), attack. RESPONSE=1 adds the response
  * phases (a 57-byte text/plain answer). Same requests as bench/waf-engine/run.ts.
  */
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { WafRequest, WafResponse, WafSettings } from '../../src/edge/http/waf/engine.ts';
-import type { CompiledInspector } from '../../src/edge/http/waf/compiled/inspector.ts';
+import type { WafRequest, WafResponse, WafEngineSettings } from '@tps/waf';
+import type { CompiledInspector } from '@tps/waf';
 import { SCENARIOS } from './requests.ts';
 
 const base = process.env.BASE;
 if (!base) throw new Error('BASE=<path of the other checkout> is required');
 
+/** The engine's inspector in a checkout: in @tps/waf, or where it was before the packages (src/edge/http/waf/compiled/). */
 async function load(root: string): Promise<CompiledInspector> {
-  const module = (await import(pathToFileURL(resolve(root, 'src/edge/http/waf/compiled/inspector.ts')).href)) as typeof import('../../src/edge/http/waf/compiled/inspector.ts');
+  const file = ['packages/waf/src/inspector.ts', 'src/edge/http/waf/compiled/inspector.ts'].map((f) => resolve(root, f)).find((f) => existsSync(f));
+  if (file === undefined) throw new Error(`no compiled engine in ${root}`);
+  const module = (await import(pathToFileURL(file).href)) as typeof import('@tps/waf');
   return module.CompiledInspector.load();
 }
 
 const scenario = SCENARIOS.find((s) => s.key === (process.env.SCENARIO ?? 'get'));
 if (!scenario) throw new Error(`SCENARIO: one of ${SCENARIOS.map((s) => s.key).join(', ')}`);
-const settings: WafSettings = { paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafSettings['paranoiaLevel'], mode: 'BLOCKING' };
+const settings: WafEngineSettings = { paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'], mode: 'BLOCKING' };
 const rounds = Number(process.env.ROUNDS ?? 21);
 const perRound = Number(process.env.N ?? 400);
 const response: WafResponse = { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain'], ['Content-Length', '57']], body: Buffer.alloc(57, 0x78) };

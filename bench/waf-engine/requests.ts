@@ -1,5 +1,5 @@
 /** The requests both WAF engine benches send (run.ts, ab.ts). */
-import type { WafRequest } from '../../src/edge/http/waf/engine.ts';
+import type { WafRequest } from '@tps/waf';
 
 const BROWSER_HEADERS: [string, string][] = [
   ['Host', 'shop.example.com'],

@@ -19,10 +19,10 @@
  */
 import { restartOnProductRuntime } from '../../src/cli/runtime.ts';
 import { mallocOf } from '../support/allocator.ts';
-import type { WafRequest, WafSettings } from '../../src/edge/http/waf/engine.ts';
+import type { WafRequest, WafEngineSettings } from '@tps/waf';
 import { SCENARIOS } from './requests.ts';
-import { ModSecurityInspector } from '../../src/edge/http/waf/modsecurity-inspect.ts';
-import { CompiledInspector } from '../../src/edge/http/waf/compiled/inspector.ts';
+import { ModSecurityInspector } from '@tps/waf-modsecurity';
+import { CompiledInspector } from '@tps/waf';
 
 // Before anything is measured: this process restarts on the runtime `tps` runs on (jemalloc,
 // TPS_MALLOC=system for glibc's; its V8 flags), both engines with it.
@@ -33,7 +33,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 
 interface Engine {
   readonly name: string;
-  run(request: WafRequest, settings: WafSettings): { blocked: boolean; ids: number[] };
+  run(request: WafRequest, settings: WafEngineSettings): { blocked: boolean; ids: number[] };
 }
 
 function cpuMicros(): number {
@@ -41,7 +41,7 @@ function cpuMicros(): number {
   return u.user + u.system;
 }
 
-function measure(engine: Engine, request: WafRequest, settings: WafSettings, iterations: number): number {
+function measure(engine: Engine, request: WafRequest, settings: WafEngineSettings, iterations: number): number {
   const start = cpuMicros();
   for (let i = 0; i < iterations; i++) engine.run(request, settings);
   return (cpuMicros() - start) / iterations;
@@ -57,7 +57,7 @@ function measure(engine: Engine, request: WafRequest, settings: WafSettings, ite
  */
 const WARMUP_MS = Number(process.env.BENCH_WARMUP_MS ?? 5000);
 
-function warmUp(engine: Engine, request: WafRequest, settings: WafSettings): void {
+function warmUp(engine: Engine, request: WafRequest, settings: WafEngineSettings): void {
   const end = performance.now() + WARMUP_MS;
   while (performance.now() < end) engine.run(request, settings);
 }
@@ -92,7 +92,7 @@ async function main(): Promise<void> {
   ];
   const rows: string[][] = [];
   for (const paranoiaLevel of [1, 4]) {
-    const settings: WafSettings = { paranoiaLevel, mode: 'BLOCKING' };
+    const settings: WafEngineSettings = { paranoiaLevel, mode: 'BLOCKING' };
     for (const scenario of SCENARIOS) {
       // same verdicts first (the benchmark is meaningless otherwise)
       const [a, b] = engines.map((e) => e.run(scenario.request, settings));

@@ -31,7 +31,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { modsecurityRulesSources } from '../../src/edge/http/waf/modsecurity-config.ts';
+import { ruleSetSources } from '@tps/waf';
 import { jemallocPath } from '../../src/cli/allocator.ts';
 import { mallocOf, productEnvironment } from '../support/allocator.ts';
 import { PRODUCT_V8_FLAGS } from '../../src/cli/runtime.ts';
@@ -101,7 +101,7 @@ interface Sample extends WrkResult {
 
 /** The SecLang nginx loads for one paranoia level: exactly what our engine loads (modsecurity-config.ts), with the level set by the CRS's own SecAction 900000. */
 function nginxRulesFile(dir: string, paranoiaLevel: number): string {
-  const sources = modsecurityRulesSources({
+  const sources = ruleSetSources({
     extraSetupRules: `SecAction "id:900000,phase:1,nolog,pass,t:none,setvar:tx.paranoia_level=${paranoiaLevel}"`,
   });
   const text = sources.map((s) => ('file' in s ? `Include ${s.file}` : `# ${s.name}\n${s.text}`)).join('\n');

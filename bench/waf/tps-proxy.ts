@@ -9,8 +9,8 @@
  */
 import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
 import { HttpProxy } from '../../src/edge/http/http-proxy.ts';
-import { createModSecurityEngine } from '../../src/edge/http/waf/modsecurity-engine.ts';
-import { createCompiledEngine } from '../../src/edge/http/waf/compiled/compiled-engine.ts';
+import { createModSecurityEngine } from '@tps/waf-modsecurity';
+import { createCompiledEngine } from '@tps/waf';
 import { createWafHook } from '../../src/edge/http/waf/waf-hook.ts';
 import { splitAddress } from '../support/net.ts';
 import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';

@@ -255,6 +255,13 @@ describe('settings: the WAF', () => {
     assert.equal(load({ TPS_WAF_QUEUE_LENGTH: '0' }).wafQueueLength, 0);
     assert.throws(() => load({ TPS_WAF_QUEUE_LENGTH: 'lots' }), /TPS_WAF_QUEUE_LENGTH: must be an integer/);
   });
+
+  it('runs our WAF engine unless told ModSecurity, whose optional package must then be installed', () => {
+    assert.equal(load({}).wafEngine, 'compiled');
+    // (this repository's workspaces install @tps/waf-modsecurity; without it the start stops naming the package)
+    assert.equal(load({ TPS_WAF_ENGINE: 'modsecurity' }).wafEngine, 'modsecurity');
+    assert.throws(() => load({ TPS_WAF_ENGINE: 'coraza' }), /TPS_WAF_ENGINE: must be modsecurity or compiled/);
+  });
 });
 
 describe('settings: access log and event sinks', () => {

@@ -253,6 +253,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   const wafEngine = (): Settings['wafEngine'] => {
     const value = raw('wafEngine') ?? 'compiled';
     if (value !== 'modsecurity' && value !== 'compiled') fail('wafEngine', `must be modsecurity or compiled, got "${value}"`);
+    if (value === 'modsecurity' && !packageInstalled('@tps/waf-modsecurity')) {
+      fail('wafEngine', 'modsecurity needs the optional package @tps/waf-modsecurity, which is not installed (bash scripts/setup.sh --modsecurity installs it and builds its addon)');
+    }
     return value as Settings['wafEngine'];
   };
 
@@ -513,3 +516,13 @@ const WITH_FLAG: ReadonlySet<keyof Settings> = new Set<keyof Settings>([
 
 /** The environment variable behind each setting, for --help texts and docs. */
 export const SETTINGS_ENV = ENV;
+
+/** Whether an optional package can be imported here. */
+function packageInstalled(name: string): boolean {
+  try {
+    import.meta.resolve(name);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -212,7 +212,14 @@ describe('hostile traffic against a started tps serve', () => {
       benign.close();
     }
     assert.ok(served.length > 0 && served.every((status) => status === 200), JSON.stringify(served));
-    await waitFor('the refusal counted', async () => (await metric(tps, 'tps_edge_refused_total', { protocol: 'HTTP/2', reason: 'RAPID_RESET' })) > before);
+    try {
+      await waitFor('the refusal counted', async () => (await metric(tps, 'tps_edge_refused_total', { protocol: 'HTTP/2', reason: 'RAPID_RESET' })) > before);
+    } catch (error) {
+      // What the node did count instead, and what its worker logged, to tell why.
+      const counted = (await (await fetch(`${tps.metricsUrl}/metrics`)).text()).split('\n').filter((line) => line.startsWith('tps_edge_refused_total{'));
+      const logged = tps.output().split('\n').filter((line) => /HTTP\/2|http2|session/i.test(line)).slice(-10);
+      throw new Error(`${(error as Error).message}\ncounted:\n${counted.join('\n')}\nlogged:\n${logged.join('\n')}`);
+    }
   });
 
   it('holds per-source and total connection caps across both workers, and counts the refusals', async () => {

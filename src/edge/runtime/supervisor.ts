@@ -24,7 +24,7 @@ import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
-import { DEFAULT_QUEUE_PER_WORKER } from '../http/waf/fair-admission.ts';
+import { DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
 import type { ClientAddressSettings } from '../net/types.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';

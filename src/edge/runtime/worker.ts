@@ -25,9 +25,9 @@ import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
 import { Redis } from 'ioredis';
 import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
-import { createModSecurityEngine } from '../http/waf/modsecurity-engine.ts';
-import { createCompiledEngine } from '../http/waf/compiled/compiled-engine.ts';
-import type { WafEngine } from '../http/waf/engine.ts';
+import { startWafEngine as startEngine } from '../http/waf/engines.ts';
+import type { ExchangingEngine } from '../http/waf/engines.ts';
+import type { WafEngine } from '@tps/waf';
 import { MAX_WAF_REQUEST_BODY_LIMIT } from '../../api/schemas/traffic-config.ts';
 import { ClientAddressPolicy } from '../net/client-address.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
@@ -204,8 +204,6 @@ setInterval(sendInsightSamples, INSIGHT_SAMPLE_MS).unref();
  * never loads the rule set). One rule set per worker serves every proxy: per-proxy settings
  * (paranoia, mode, threshold, exclusions) are data passed with each request.
  */
-/** Both engines keep a transaction from the request to its response (response phases). */
-type ExchangingEngine = WafEngine & Required<Pick<WafEngine, 'beginExchange'>>;
 let wafEngine: Promise<ExchangingEngine> | undefined;
 const lazyWafEngine: WafEngine = {
   name: settings.wafEngine,
@@ -224,8 +222,7 @@ function startWafEngine(): Promise<ExchangingEngine> {
     responseBodyLimit: Math.max(1, body.response),
     responseBodyAccess: body.response > 0,
   };
-  const pool = { workers: settings.wafThreads, queueLength: settings.wafQueueLength * settings.wafThreads };
-  return settings.wafEngine === 'compiled' ? createCompiledEngine({ ...pool, ...limits }) : createModSecurityEngine({ ...pool, ...limits });
+  return startEngine(settings.wafEngine, { workers: settings.wafThreads, queueLength: settings.wafQueueLength * settings.wafThreads, ...limits });
 }
 const wafAuditLog = settings.wafAuditLogPath ? new WafAuditLog(settings.wafAuditLogPath) : undefined;
 const reportedAudit = { written: 0, dropped: 0 };

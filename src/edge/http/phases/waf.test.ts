@@ -18,7 +18,7 @@ import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoRepl
 import net from 'node:net';
 import type { HttpProxyDeps, WafHook, WafRequestInput, WafResponseInput, WafSettings, WafVerdict } from '../types.ts';
 import { BODY_LIMIT_RULE_ID } from './waf-request.ts';
-import { WafOverloadedError, WafUnavailableError } from '../waf/engine.ts';
+import { WafOverloadedError, WafUnavailableError } from '@tps/waf';
 
 const RULE = { modSecId: 942100, name: 'SQL Injection Attack Detected via libinjection', matchedData: { status: 'DISABLED' as const, value: null } };
 

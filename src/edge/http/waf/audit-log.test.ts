@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WAF_AUDIT_SCHEMA, WafAuditLog, parseWafAuditLine, wafAuditAction, wafAuditRecord } from './audit-log.ts';
 import type { WafAuditInput } from './audit-log.ts';
-import type { WafVerdict } from './engine.ts';
+import type { WafEngineVerdict } from '@tps/waf';
 
 const request = {
   clientIp: '203.0.113.7',
@@ -17,7 +17,7 @@ const request = {
   httpVersion: '1.1',
   headers: [['host', 'shop.example.com']] as [string, string][],
 };
-const blocked: WafVerdict = {
+const blocked: WafEngineVerdict = {
   matchedRules: [
     { id: 942100, message: 'SQL Injection Attack Detected via libinjection', matchedData: "Matched Data: s&sos found within ARGS:id: 1' OR '1'='1", matchedVariable: 'ARGS:id', severity: 2, tags: ['attack-sqli'], phase: 2 },
     { id: 949110, message: 'Inbound Anomaly Score Exceeded (Total Score: 5)', matchedData: null, matchedVariable: 'TX:ANOMALY_SCORE', severity: 2, tags: [], phase: 2 },

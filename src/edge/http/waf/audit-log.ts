@@ -31,7 +31,7 @@
 import { createWriteStream, mkdirSync } from 'node:fs';
 import type { WriteStream } from 'node:fs';
 import { dirname } from 'node:path';
-import type { WafMatchedRule, WafRequest, WafVerdict } from './engine.ts';
+import type { WafMatchedRule, WafRequest, WafEngineVerdict } from '@tps/waf';
 
 export const WAF_AUDIT_SCHEMA = 'tps.waf.audit/1';
 
@@ -80,14 +80,14 @@ export interface WafAuditInput {
   anomalyThreshold?: number;
   logMatchedData?: boolean;
   request: Pick<WafRequest, 'clientIp' | 'clientPort' | 'serverIp' | 'serverPort' | 'method' | 'uri' | 'httpVersion' | 'headers'>;
-  requestVerdict: WafVerdict;
-  responseVerdict?: WafVerdict;
+  requestVerdict: WafEngineVerdict;
+  responseVerdict?: WafEngineVerdict;
   /** Status sent to the client. */
   responseStatus?: number;
 }
 
 /** BLOCKED / LOGGED / PASSED from the mode and the verdicts. */
-export function wafAuditAction(mode: 'BLOCKING' | 'LOGGING', verdicts: readonly (WafVerdict | undefined)[]): WafAuditAction {
+export function wafAuditAction(mode: 'BLOCKING' | 'LOGGING', verdicts: readonly (WafEngineVerdict | undefined)[]): WafAuditAction {
   const interrupted = verdicts.some((v) => v?.interrupt !== undefined);
   if (!interrupted) return 'PASSED';
   return mode === 'BLOCKING' ? 'BLOCKED' : 'LOGGED';

@@ -6,14 +6,14 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createWafHook } from './waf-hook.ts';
-import type { WafEngine, WafRequest, WafVerdict } from './engine.ts';
+import type { WafEngine, WafRequest, WafEngineVerdict } from '@tps/waf';
 import type { WafRequestInput } from '../types.ts';
 
 /** An engine that interrupts requests whose body contains "attack", and remembers what it saw. */
 function fakeEngine(seen: WafRequest[]): WafEngine {
   return {
     name: 'fake',
-    async inspectRequest(request): Promise<WafVerdict> {
+    async inspectRequest(request): Promise<WafEngineVerdict> {
       seen.push(request);
       const attack = Buffer.from(request.body ?? []).toString().includes('attack');
       return attack

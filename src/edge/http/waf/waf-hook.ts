@@ -17,7 +17,7 @@
  * - Body limits are the proxy's (phases/waf-request.ts): the options here are the defaults of proxies
  *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
-import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafSettings as EngineSettings, WafVerdict as EngineVerdict } from './engine.ts';
+import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
 import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../types.ts';
 import type { MatchedRule } from '../../../insight/event.ts';
 import type { WafAuditLog } from './audit-log.ts';
@@ -65,7 +65,7 @@ export interface WafEngineHook extends WafHook {
 interface OpenExchange {
   exchange: WafExchange;
   request: WafRequest;
-  requestVerdict: EngineVerdict;
+  requestVerdict: WafEngineVerdict;
   timer: NodeJS.Timeout;
 }
 
@@ -87,7 +87,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
     open.exchange.end();
   };
 
-  const audit = (head: WafRequestHead, request: WafRequest, requestVerdict: EngineVerdict, responseVerdict?: EngineVerdict, responseStatus?: number) => {
+  const audit = (head: WafRequestHead, request: WafRequest, requestVerdict: WafEngineVerdict, responseVerdict?: WafEngineVerdict, responseStatus?: number) => {
     auditLog?.record({
       supportId: head.supportId,
       tenantId: head.tenantId,
@@ -121,7 +121,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
     async inspectRequest(input: WafRequestInput): Promise<WafVerdict> {
       const request = toEngineRequest(input, input.body);
       const settings = engineSettings(input.settings);
-      let verdict: EngineVerdict;
+      let verdict: WafEngineVerdict;
       if (engine.beginExchange) {
         const exchange = await engine.beginExchange(request, settings);
         verdict = exchange.requestVerdict;
@@ -191,7 +191,7 @@ function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest 
   };
 }
 
-function engineSettings(settings: WafRequestHead['settings']): EngineSettings {
+function engineSettings(settings: WafRequestHead['settings']): WafEngineSettings {
   return {
     paranoiaLevel: settings.paranoiaLevel,
     mode: settings.mode,
@@ -200,7 +200,7 @@ function engineSettings(settings: WafRequestHead['settings']): EngineSettings {
   };
 }
 
-function toProxyVerdict(verdict: EngineVerdict, settings: WafRequestHead['settings']): WafVerdict {
+function toProxyVerdict(verdict: WafEngineVerdict, settings: WafRequestHead['settings']): WafVerdict {
   if (!verdict.interrupt) return { action: 'continue' };
   const rules = verdict.matchedRules.map((rule) => toEventRule(rule, settings.logMatchedData));
   if (settings.mode === 'LOGGING') return { action: 'continue', event: { action: 'LOGGED', rules } };

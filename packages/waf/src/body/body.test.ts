@@ -1,0 +1,38 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseJsonBody } from './json.ts';
+import { parseXml } from './xml.ts';
+
+function jsonArgs(body: string): [string, string][] {
+  const args: [string, string][] = [];
+  parseJsonBody(body, { addArgument: (_o, k, v) => (args.push([k, v]), true) });
+  return args;
+}
+
+test('JSON body: argument names as ModSecurity v3.0.9 gives them', () => {
+  assert.deepEqual(jsonArgs('{"a":{"b":1},"c":[true,null,"x"],"":2}'), [
+    ['json.a.b', '1'],
+    ['json.c.array_0', 'true'],
+    ['json.c.array_1', ''],
+    ['json.c.array_2', 'x'],
+    ['json.empty-key', '2'],
+  ]);
+  assert.deepEqual(jsonArgs('[[1],{"k":"\\u00e9"}]'), [
+    ['json.array_0.array_0', '1'],
+    ['json.array_1.k', '\xc3\xa9'],
+  ]);
+  assert.deepEqual(jsonArgs('"top"'), [['json', 'top']]);
+  assert.equal(parseJsonBody('{"a":1', { addArgument: () => true }).error, 'premature EOF');
+  assert.match(parseJsonBody('{"a":1}x', { addArgument: () => true }).error ?? '', /trailing garbage/);
+});
+
+test('XML body: root text and attribute values, errors keep the partial tree', () => {
+  const ok = parseXml('<?xml version="1.0"?><a x="1"><b>hi &amp; <![CDATA[<raw>]]></b><c y="two"/></a>');
+  assert.equal(ok.error, undefined);
+  assert.equal(ok.document?.rootText, 'hi & <raw>');
+  assert.deepEqual(ok.document?.attributes, ['1', 'two']);
+  const bad = parseXml('<a><b>text</c></a>');
+  assert.ok(bad.error);
+  assert.equal(bad.document?.rootText, 'text');
+});
+

@@ -1,0 +1,152 @@
+/**
+ * Our SecLang engine behind the WafEngine interface: the CRS compiled once into JavaScript
+ * closures (seclang/compiler.ts) and run per request by a transaction (transaction/), with the
+ * ModSecurity engine's settings semantics (paranoia, threshold, exclusions, mode; see
+ * inspector.ts).
+ *
+ * The compiled rule set is immutable and cached per process by its options: every proxy (and
+ * every engine instance created with the same options) shares one copy. Per-proxy settings are
+ * per-transaction data.
+ *
+ * Two ways to run:
+ * - in process (`workers: 0`, the default): inspectRequest runs synchronously on the caller's
+ *   thread. Regular expressions that V8's linear engine can take fall back to it on excessive
+ *   backtracking (regex/runtime.ts).
+ * - in the worker pool (`workers: N`, pool/worker-pool.ts, as the ModSecurity engine): each
+ *   worker holds its own compiled copy (closures cannot cross isolates) and a request that runs
+ *   past `requestBudgetMs` of wall time has its worker terminated and replaced; the request fails
+ *   with WafUnavailableError (the proxy applies its `waf.failMode`). That budget is what bounds
+ *   patterns the linear engine cannot take. It counts a request's own run, not its wait behind
+ *   other requests: under load a queue of slow-but-sound requests is no reason to kill a worker.
+ *   Requests reach the workers through fair admission (pool/fair-admission.ts).
+ */
+import type { WafEngine, WafExchange, WafRequest, WafResponse, WafEngineSettings, WafEngineVerdict } from './engine.ts';
+import { WafUnavailableError } from './engine.ts';
+import { CompiledInspector, compileCrs } from './inspector.ts';
+import type { CompiledRulesOptions } from './inspector.ts';
+import { WorkerPool } from './pool/worker-pool.ts';
+import type { PoolSchedulingOptions } from './pool/worker-pool.ts';
+import { resolvedLimits } from './rule-set.ts';
+import type { CompiledRuleSet } from './seclang/program.ts';
+import { checkSettings } from './settings.ts';
+
+export interface CompiledEngineOptions extends CompiledRulesOptions, PoolSchedulingOptions {
+  /** 0 (default): run in the calling thread. N > 0: a pool of N worker threads. */
+  readonly workers?: number;
+  /** Worker mode: wall-clock budget of one request's run (queueing excluded) before its worker is replaced; default 250 ms. */
+  readonly requestBudgetMs?: number;
+}
+
+const shared = new Map<string, CompiledRuleSet>();
+
+/** The process-wide compiled rule set for these options (compiled on first use). */
+export function sharedRuleSet(options: CompiledRulesOptions = {}): CompiledRuleSet {
+  const key = JSON.stringify(options, Object.keys(options).sort());
+  let rs = shared.get(key);
+  if (!rs) {
+    rs = compileCrs(options);
+    shared.set(key, rs);
+  }
+  return rs;
+}
+
+function rulesOptions(options: CompiledEngineOptions): CompiledRulesOptions {
+  const { workers: _w, inFlightPerWorker: _i, queueLength: _q, maxQueueWaitMs: _m, requestBudgetMs: _b, exchangeTimeoutMs: _e, ...rules } = options;
+  return rules;
+}
+
+export class CompiledEngine implements WafEngine {
+  readonly name = 'compiled';
+  private readonly inspector: CompiledInspector | undefined;
+  private readonly pool: WorkerPool<CompiledRulesOptions> | undefined;
+  private closed = false;
+
+  /** Use createCompiledEngine(). */
+  constructor(options: CompiledEngineOptions = {}) {
+    const limits = resolvedLimits(options);
+    const workers = options.workers ?? 0;
+    if (!Number.isInteger(workers) || workers < 0 || workers > 64) throw new RangeError('workers must be 0-64');
+    if (workers === 0) {
+      this.inspector = new CompiledInspector(sharedRuleSet(rulesOptions(options)), limits);
+    } else {
+      this.pool = new WorkerPool({
+        script: new URL('./compiled-worker.ts', import.meta.url),
+        threadName: 'waf-compiled',
+        engineName: 'compiled',
+        workers,
+        rules: rulesOptions(options),
+        limits,
+        requestBudgetMs: options.requestBudgetMs ?? 250,
+        ...(options.inFlightPerWorker !== undefined && { inFlightPerWorker: options.inFlightPerWorker }),
+        ...(options.queueLength !== undefined && { queueLength: options.queueLength }),
+        ...(options.maxQueueWaitMs !== undefined && { maxQueueWaitMs: options.maxQueueWaitMs }),
+        ...(options.exchangeTimeoutMs !== undefined && { exchangeTimeoutMs: options.exchangeTimeoutMs }),
+      });
+    }
+  }
+
+  get ruleCount(): number | undefined {
+    return this.inspector?.ruleCount;
+  }
+
+  /** Requests in flight in the worker pool (0 in process). */
+  get pending(): number {
+    return this.pool?.pending ?? 0;
+  }
+
+  async ready(): Promise<void> {
+    if (this.pool) await this.pool.ready();
+  }
+
+  async inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    checkSettings(settings);
+    if (this.inspector) return this.inspector.inspectRequest(request, settings, false).verdict;
+    return this.pool!.inspectRequest(request, settings);
+  }
+
+  /** Synchronous inspection (in-process mode only): for benchmarks and tests. */
+  inspectRequestSync(request: WafRequest, settings: WafEngineSettings): WafEngineVerdict {
+    if (!this.inspector) throw new Error('inspectRequestSync needs the in-process mode (workers: 0)');
+    return this.inspector.inspectRequest(request, settings, false).verdict;
+  }
+
+  async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    checkSettings(settings);
+    if (!this.inspector) return this.pool!.beginExchange(request, settings);
+    const inspector = this.inspector;
+    const { verdict, open } = inspector.inspectRequest(request, settings, true);
+    let done = open === undefined;
+    return {
+      requestVerdict: verdict,
+      inspectResponse: async (response: WafResponse): Promise<WafEngineVerdict> => {
+        if (done || !open) return { matchedRules: [] };
+        done = true;
+        return inspector.inspectResponse(open, response);
+      },
+      end: (): void => {
+        if (done || !open) return;
+        done = true;
+        inspector.endTransaction(open);
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.pool) await this.pool.close();
+  }
+}
+
+export async function createCompiledEngine(options: CompiledEngineOptions = {}): Promise<CompiledEngine> {
+  const engine = new CompiledEngine(options);
+  try {
+    await engine.ready();
+  } catch (error) {
+    await engine.close();
+    throw error;
+  }
+  return engine;
+}

@@ -1,0 +1,4 @@
+/** @eq: a numeric comparison with ModSecurity's conversions (numeric-operator.ts). */
+import { numericOperator } from './numeric-operator.ts';
+
+export const eqOperator = numericOperator('eq');

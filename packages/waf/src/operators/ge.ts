@@ -1,0 +1,4 @@
+/** @ge: a numeric comparison with ModSecurity's conversions (numeric-operator.ts). */
+import { numericOperator } from './numeric-operator.ts';
+
+export const geOperator = numericOperator('ge');

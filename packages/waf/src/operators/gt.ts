@@ -1,0 +1,4 @@
+/** @gt: a numeric comparison with ModSecurity's conversions (numeric-operator.ts). */
+import { numericOperator } from './numeric-operator.ts';
+
+export const gtOperator = numericOperator('gt');

@@ -1,0 +1,7 @@
+/** @unconditionalMatch: every value matches. */
+import type { OperatorDefinition } from './registry.ts';
+
+export const unconditionalMatchOperator: OperatorDefinition = {
+  names: ['unconditionalmatch'],
+  create: ({ base }) => ({ ...base, run: () => true }),
+};

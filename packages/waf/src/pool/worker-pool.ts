@@ -1,0 +1,297 @@
+/**
+ * The WAF engines' worker pool: an engine's inspector (its compiled rule set) runs in worker
+ * threads, off the proxies' event loops. Both engines use it: each thread loads its own copy of
+ * the rule set (compiled-engine.ts: closures cannot cross isolates; ModSecurity: a rule set is not
+ * safe to evaluate from several threads at once), so memory is threads x one rule set whatever the
+ * number of proxies. The thread side is inspector-worker.ts.
+ *
+ * Scheduling: requests are admitted fairly (fair-admission.ts): `inFlightPerWorker` per thread at
+ * once, `queueLength` more waiting, shed per client with WafOverloadedError past that or after
+ * `maxQueueWaitMs` (the proxy applies its `waf.failMode`) rather than queueing without bound. An
+ * admitted request goes to the thread with the fewest requests in flight; an exchange's response
+ * goes to the thread that holds its transaction, without a second admission. Messages to a thread
+ * go batched per turn of the event loop (batched-messages.ts). Only `limit + 1` bytes of a body
+ * are posted (the one byte over tells the engine that the limit was passed).
+ *
+ * Failures: a thread that dies fails its requests with WafUnavailableError and is replaced (unless
+ * it never got ready: rules that do not load would only fail again). With `requestBudgetMs`, a
+ * request that runs past that much wall time (its own run, `RunWatch`, not its wait behind others)
+ * has its thread terminated and replaced, and fails with WafUnavailableError: the bound of
+ * expressions no engine can interrupt from inside.
+ */
+import { Worker } from 'node:worker_threads';
+import type { WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest, WafResponse } from '../engine.ts';
+import { WafSettingsError, WafUnavailableError } from '../engine.ts';
+import { batchedMessages } from './batched-messages.ts';
+import { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_MAX_QUEUE_WAIT_MS, DEFAULT_QUEUE_PER_WORKER, FairAdmission } from './fair-admission.ts';
+import type { FromPoolWorker, PoolReply, PoolWorkerData, ToPoolWorker } from './protocol.ts';
+import { RunWatch } from './run-watch.ts';
+
+/** The scheduling options an engine passes on from its own (the defaults are the pool's). */
+export interface PoolSchedulingOptions {
+  /** Requests handed to each thread at once; default 8. */
+  readonly inFlightPerWorker?: number;
+  /** Requests waiting for a thread, all clients together, before they are shed per client; default 64 per thread. */
+  readonly queueLength?: number;
+  /** Longest wait for a thread before a request is shed; default 1000 ms. */
+  readonly maxQueueWaitMs?: number;
+  /** An exchange whose response never comes is ended after this long; default 120 s. */
+  readonly exchangeTimeoutMs?: number;
+}
+
+export interface WorkerPoolOptions<Options> extends PoolSchedulingOptions {
+  /** The engine's thread module: it calls serveInspector() (inspector-worker.ts). */
+  readonly script: URL;
+  /** The threads' name (CPU profiles, bench/waf's per-thread figures): waf-compiled, waf-modsecurity. */
+  readonly threadName: string;
+  /** The engine as error messages name it: "compiled", "ModSecurity". */
+  readonly engineName: string;
+  readonly workers: number;
+  /** What each thread's inspector loads (posted as is). */
+  readonly rules: Options;
+  /** Body bytes the engine inspects (rule-set.ts resolvedLimits()): only limit + 1 are posted. */
+  readonly limits: { readonly request: number; readonly response: number };
+  /** Wall-clock budget of one request's run before its thread is replaced; absent: none. */
+  readonly requestBudgetMs?: number | undefined;
+}
+
+type Call = Extract<ToPoolWorker, { id: number }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
+type Result = { verdict: WafEngineVerdict; exchange?: number | undefined };
+
+interface Pending {
+  resolve(value: Result): void;
+  reject(error: Error): void;
+}
+
+class PoolWorker {
+  readonly worker: Worker;
+  readonly pending = new Map<number, Pending>();
+  readonly ready: Promise<void>;
+  /** Got ready once (a thread that never did is not replaced). */
+  wasReady = false;
+  dead = false;
+  /** Posts with the other messages of this turn of the event loop (batched-messages.ts). */
+  readonly post: (message: ToPoolWorker) => void;
+  private nextId = 1;
+  private readonly engineName: string;
+  private readonly watch: RunWatch;
+  private readonly budgetMs: number | undefined;
+  /** Checks the running request while any is pending (with a budget). */
+  private watchdog: NodeJS.Timeout | undefined;
+  /** The request seen running at the last check, and since when (this thread's clock). */
+  private seen = { request: -1, since: 0 };
+
+  constructor(options: WorkerPoolOptions<unknown>, onExit: (worker: PoolWorker) => void) {
+    const watch = new SharedArrayBuffer(RunWatch.BYTES);
+    this.watch = new RunWatch(watch);
+    this.budgetMs = options.requestBudgetMs;
+    this.engineName = options.engineName;
+    const data: PoolWorkerData<unknown> = { options: options.rules, exchangeTimeoutMs: options.exchangeTimeoutMs ?? 120_000, watch };
+    this.worker = new Worker(options.script, { workerData: data, name: options.threadName });
+    // (a thread that has exited ignores what is posted to it: its callers were failed on exit)
+    this.post = batchedMessages<ToPoolWorker>(this.worker);
+    this.worker.unref();
+    let startup: { resolve(): void; reject(e: Error): void } | undefined;
+    this.ready = new Promise<void>((resolve, reject) => {
+      startup = { resolve, reject };
+    });
+    this.ready.catch(() => {});
+    this.worker.on('message', (m: FromPoolWorker) => {
+      switch (m.type) {
+        case 'ready':
+          this.wasReady = true;
+          startup?.resolve();
+          return;
+        case 'loadError':
+          startup?.reject(new Error(m.message));
+          return;
+        case 'batch':
+          for (const reply of m.messages) this.settle(reply);
+          return;
+        default:
+          this.settle(m);
+      }
+    });
+    this.worker.on('error', (error) => {
+      startup?.reject(error);
+      this.failAll(new WafUnavailableError(`${this.engineName} WAF worker failed: ${error.message}`));
+    });
+    this.worker.on('exit', (code) => {
+      this.dead = true;
+      startup?.reject(new Error(`${this.engineName} WAF worker exited (code ${code}) before it was ready`));
+      this.failAll(new WafUnavailableError(`${this.engineName} WAF worker exited (code ${code})`));
+      onExit(this);
+    });
+  }
+
+  call(message: Call): Promise<Result> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      // A thread keeps the process alive only while it has work, like a socket with a request.
+      if (this.pending.size === 0) this.busy();
+      this.pending.set(id, { resolve, reject });
+      this.post({ ...message, id } as ToPoolWorker);
+    });
+  }
+
+  failAll(error: Error): void {
+    const all = [...this.pending.values()];
+    this.pending.clear();
+    this.idle();
+    for (const p of all) p.reject(error);
+  }
+
+  private settle(reply: PoolReply): void {
+    const p = this.pending.get(reply.id);
+    if (!p) return;
+    this.pending.delete(reply.id);
+    if (this.pending.size === 0) this.idle();
+    if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
+    if (reply.code === 'ERR_WAF_SETTINGS') return p.reject(new WafSettingsError(reply.message));
+    const error = new Error(reply.message) as Error & { code?: string };
+    if (reply.code) error.code = reply.code;
+    p.reject(error);
+  }
+
+  private busy(): void {
+    this.worker.ref();
+    if (this.budgetMs === undefined) return;
+    this.seen = { request: -1, since: 0 };
+    // A quarter of the budget between checks: a runaway is caught within 1.25 budgets.
+    this.watchdog = setInterval(() => this.check(this.budgetMs!), Math.max(10, this.budgetMs / 4));
+    this.watchdog.unref();
+  }
+
+  private idle(): void {
+    clearInterval(this.watchdog);
+    this.watchdog = undefined;
+    this.worker.unref();
+  }
+
+  private check(budgetMs: number): void {
+    const request = this.watch.running();
+    const now = performance.now();
+    if (request !== this.seen.request) {
+      this.seen = { request, since: now };
+      return;
+    }
+    if (request === -1 || now - this.seen.since <= budgetMs) return;
+    // One request has run past its budget: a runaway expression cannot be interrupted inside the
+    // thread, so the thread goes (and is replaced).
+    this.failAll(new WafUnavailableError(`WAF request exceeded its ${budgetMs} ms budget`));
+    void this.worker.terminate();
+  }
+}
+
+export class WorkerPool<Options> {
+  readonly workerCount: number;
+  private readonly workers: PoolWorker[] = [];
+  private readonly options: WorkerPoolOptions<Options>;
+  private readonly admission: FairAdmission;
+  private inFlight = 0;
+  private closed = false;
+
+  constructor(options: WorkerPoolOptions<Options>) {
+    const count = options.workers;
+    if (!Number.isInteger(count) || count < 1 || count > 64) throw new RangeError('workers must be 1-64');
+    this.options = options;
+    this.workerCount = count;
+    this.admission = new FairAdmission({
+      slots: (options.inFlightPerWorker ?? DEFAULT_IN_FLIGHT_PER_WORKER) * count,
+      queueLength: options.queueLength ?? DEFAULT_QUEUE_PER_WORKER * count,
+      maxWaitMs: options.maxQueueWaitMs ?? DEFAULT_MAX_QUEUE_WAIT_MS,
+    });
+    for (let i = 0; i < count; i++) this.workers.push(this.spawn());
+  }
+
+  /** Resolves when every thread has loaded the rule set (rejects with the engine's load error). */
+  async ready(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.ready));
+  }
+
+  /** Requests (and responses) being inspected or waiting for a thread's answer. */
+  get pending(): number {
+    return this.inFlight;
+  }
+
+  async inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
+    return (await this.admitted(request, settings, false)).verdict;
+  }
+
+  async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
+    const { verdict, exchange, worker } = await this.admitted(request, settings, true);
+    let done = exchange === undefined;
+    return {
+      requestVerdict: verdict,
+      inspectResponse: async (response: WafResponse): Promise<WafEngineVerdict> => {
+        if (done || exchange === undefined) return { matchedRules: [] };
+        done = true;
+        if (this.closed) throw new WafUnavailableError('WAF engine closed');
+        if (worker.dead) throw new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`);
+        const body = response.body;
+        const sent = body && compactBody(body, this.options.limits.response + 1);
+        return (await this.run(worker, { type: 'response', exchange, response: sent === body ? response : { ...response, body: sent } })).verdict;
+      },
+      end: (): void => {
+        if (done || exchange === undefined) return;
+        done = true;
+        if (!this.closed && !worker.dead) worker.post({ type: 'end', exchange });
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.admission.close(new WafUnavailableError('WAF engine closed'));
+    const all = this.workers.splice(0);
+    for (const w of all) w.failAll(new WafUnavailableError('WAF engine closed'));
+    await Promise.all(all.map((w) => w.worker.terminate()));
+  }
+
+  private spawn(): PoolWorker {
+    return new PoolWorker(this.options as WorkerPoolOptions<unknown>, (dead) => {
+      const index = this.workers.indexOf(dead);
+      if (index >= 0 && !this.closed && dead.wasReady) this.workers[index] = this.spawn();
+    });
+  }
+
+  /** A request's run once fair admission gave it a place, on the least busy thread. */
+  private async admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Result & { worker: PoolWorker }> {
+    if (this.closed) throw new WafUnavailableError('WAF engine closed');
+    const waiting = this.admission.enter(request.clientIp);
+    if (waiting !== undefined) await waiting;
+    try {
+      let worker: PoolWorker | undefined;
+      for (const w of this.workers) if (!w.dead && (worker === undefined || w.pending.size < worker.pending.size)) worker = w;
+      if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
+      const body = request.body;
+      const sent = body && compactBody(body, this.options.limits.request + 1);
+      const result = await this.run(worker, { type: 'request', request: sent === body ? request : { ...request, body: sent }, settings, keepOpen });
+      return { ...result, worker };
+    } finally {
+      this.admission.leave();
+    }
+  }
+
+  private async run(worker: PoolWorker, message: Call): Promise<Result> {
+    this.inFlight++;
+    try {
+      return await worker.call(message);
+    } finally {
+      this.inFlight--;
+    }
+  }
+}
+
+/**
+ * The bytes of a body that go to a thread: at most `max`, in a buffer of their own. postMessage
+ * copies a typed array's whole backing ArrayBuffer, and a body is often a small view into a big one
+ * (an origin response chunk is a slice of a 64 KiB socket read buffer): sent as is, a 57-byte body
+ * would cost a 64 KiB copy and allocation on both threads.
+ */
+function compactBody(body: Uint8Array, max: number): Uint8Array {
+  const length = Math.min(body.length, max);
+  if (body.byteOffset === 0 && length === body.buffer.byteLength) return body;
+  return new Uint8Array(body.buffer, body.byteOffset, length).slice();
+}

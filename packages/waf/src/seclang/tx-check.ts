@@ -1,0 +1,44 @@
+/**
+ * TX checks: rules that only test one TX value (or whether a TX key exists) and log nothing, which
+ * the rule loop runs from a record of their own (program.ts TxCheck): the CRS's paranoia-level
+ * gates and "is this setting set?" checks, about 130 of a request's 280 rule runs.
+ */
+import { READ_TX_KEY } from './program.ts';
+import type { CompiledRule, DefaultActions, TxCheck } from './program.ts';
+
+const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);
+
+/** The rule as a TxCheck, when it is one (program.ts). */
+export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slots: Map<string, number>): TxCheck | undefined {
+  if (rule.type !== 'rule' || rule.parent !== undefined || rule.chained || rule.multiMatch || rule.capture) return undefined;
+  if (rule.refs.length > 2 || rule.exclusions.length > 0 || rule.tnode !== 0 || rule.operator === undefined) return undefined;
+  if (rule.tags.length > 0 || rule.severity !== undefined || rule.msg !== undefined || rule.logdata !== undefined || rule.hasBlock) return undefined;
+  if (rule.disruptive !== undefined && rule.disruptive.kind !== 'pass') return undefined;
+  const actions = [...(defaults?.runtime ?? []), ...rule.runtime];
+  if (!actions.every((a) => LOG_ACTIONS.has(a.kind) || a.kind === 'skipAfter')) return undefined;
+  // logs nothing: the last of log/nolog (and their audit forms) says nolog
+  let save = true;
+  for (const a of actions) if (LOG_ACTIONS.has(a.kind)) save = a.kind === 'log' || a.kind === 'auditlog';
+  if (save) return undefined;
+  const ref = rule.refs[0]!;
+  const pass = rule.disruptive?.kind === 'pass';
+  const slotOf = (lowerKey: string): number => {
+    let slot = slots.get(lowerKey);
+    if (slot === undefined) slots.set(lowerKey, (slot = slots.size));
+    return slot;
+  };
+  const op = rule.operator;
+  // (skipMarker and skipTarget are set by now: compileRuleSet computes them first)
+  const loop = { rule, numeric: op.numeric, operand: op.operand, negated: op.negated, hasSetvars: rule.setvars.length > 0, skipMarker: rule.skipMarker, skipTarget: rule.skipTarget };
+  const second = rule.refs[1];
+  if (ref.kind === READ_TX_KEY) {
+    if (second !== undefined) return undefined;
+    return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, valueName: undefined, pass, ...loop };
+  }
+  const counted = ref.resolver.countedTxKey;
+  if (counted === undefined) return undefined;
+  // &TX:name|TX:name (the CRS's "exclusions for this application?" checks): the count, then the value
+  if (second !== undefined && !(second.kind === READ_TX_KEY && second.name === counted)) return undefined;
+  return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, valueName: second && `TX:${second.key}`, pass, ...loop };
+}
+

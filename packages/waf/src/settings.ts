@@ -1,0 +1,20 @@
+/**
+ * Per-proxy settings both engines apply the same way (paranoia level, anomaly threshold,
+ * exclusions: transaction data, never another rule set); this checks that they can be applied.
+ */
+import type { WafEngineSettings } from './engine.ts';
+import { WafSettingsError } from './engine.ts';
+import { validateExclusion } from './exclusions.ts';
+
+/** Throws WafSettingsError for settings the engines cannot apply. */
+export function checkSettings(settings: WafEngineSettings): void {
+  const level = settings.paranoiaLevel;
+  if (!Number.isInteger(level) || level < 1 || level > 4) {
+    throw new WafSettingsError(`paranoiaLevel must be 1-4, got ${String(level)}`);
+  }
+  const threshold = settings.anomalyThreshold;
+  if (threshold !== undefined && (!Number.isInteger(threshold) || threshold < 1 || threshold > 1_000_000)) {
+    throw new WafSettingsError(`anomalyThreshold must be a positive integer, got ${String(threshold)}`);
+  }
+  for (const exclusion of settings.ruleExclusions ?? []) validateExclusion(exclusion);
+}

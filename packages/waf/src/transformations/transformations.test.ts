@@ -1,0 +1,124 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { test } from 'node:test';
+import { addonString, readGolden } from '../golden.ts';
+import type { TransformationVectors } from '../golden.ts';
+import { Random } from '../test-support/random.ts';
+import {
+  base64Decode,
+  CHANGES_ON,
+  charMask,
+  cmdLine,
+  compressWhitespace,
+  cssDecode,
+  hexEncode,
+  htmlEntityDecode,
+  literalEffect,
+  jsDecode,
+  lowercase,
+  normalizePath,
+  normalizePathWin,
+  removeComments,
+  removeNulls,
+  removeWhitespace,
+  replaceComments,
+  sha1,
+  TRANSFORMATIONS,
+  urlDecode,
+  urlDecodeUni,
+  utf8toUnicode,
+} from './index.ts';
+
+test('transformations: byte semantics of ModSecurity v3', () => {
+  assert.equal(lowercase('ABC\xc0'), 'abc\xc0', 'only ASCII letters fold');
+  assert.equal(urlDecode('a%41+b%4'), 'aA b%4');
+  assert.equal(urlDecodeUni('%u0041%uff41%u00'), 'Aa%u00', 'IIS %u, full-width ASCII folded, short %u kept');
+  assert.equal(htmlEntityDecode('&lt;&#x41;&#66&quot;&foo;&#999999999999999999999;'), '<AB"&foo;\xff');
+  assert.equal(jsDecode('\\x41\\u0042\\101\\n\\q'), 'AB' + 'A' + '\n' + 'q');
+  assert.equal(cssDecode('\\41 b\\0 c'), 'Ab', 'a decoded NUL ends the value');
+  assert.equal(cmdLine('C:\\Win"d"ows ; ^dir  /x'), 'c:windows dir/x');
+  assert.equal(cmdLine('a " ;b ,(c'), 'a b(c', 'a deleted quote does not end a run of spaces');
+  assert.equal(compressWhitespace('a \t\n b\xa0c'), 'a b\xa0c');
+  assert.equal(removeWhitespace('a b\xa0c\xc2d'), 'abcd');
+  assert.equal(removeNulls('a\0b'), 'ab');
+  assert.equal(replaceComments('a/*x*/b/*'), 'a b ');
+  assert.equal(removeComments('a/*x*/b -- c'), 'ab ');
+  assert.equal(normalizePath('/a/./b/../../c//d/'), '/c/d/');
+  assert.equal(normalizePathWin('\\a\\..\\b'), '/b');
+  assert.equal(normalizePath('.'), '', 'without a slash only a final dot can change');
+  assert.equal(normalizePath('x.y'), 'x.y');
+  assert.equal(utf8toUnicode('\xc3\xa9x'), '%u00e9x');
+  assert.equal(utf8toUnicode('\xc3('), '(', 'the lead byte of a broken sequence is dropped');
+  assert.equal(base64Decode('SGVsbG8='), 'Hello');
+  assert.equal(base64Decode('SGV sbG8='), '', 'a blank inside a line is invalid: empty result');
+});
+
+test('transformations: same output as ModSecurity on a corpus (golden vectors)', () => {
+  const golden = readGolden<TransformationVectors>('transformations.json');
+  assert.ok(Object.keys(golden.outputs).length >= 19);
+  for (const [name, outputs] of Object.entries(golden.outputs)) {
+    const fn = TRANSFORMATIONS.get(name);
+    assert.ok(fn, `t:${name} exists`);
+    golden.inputs.forEach((input, k) => assert.equal(addonString(fn(input)), outputs[k], `t:${name} on ${JSON.stringify(input)}`));
+  }
+});
+
+test('transformations: none changes a value without a byte of the kinds it is listed with (CHANGES_ON)', () => {
+  const r = new Random(7);
+  const pieces = ['%41', '%u0041', '&lt;', '&#65;', '\\x41', '\\41 ', '/*x*/', '/./', '/../', '//', '..', 'a.', '\0', ' ', '\t', '\xa0', '\xc2', '\xc3\xa9', 'é', '"', "'", '^', ',', ';', '(', 'AbC', 'abc', '0x41', '+', '\\'];
+  for (const [name, mask] of CHANGES_ON) {
+    const fn = TRANSFORMATIONS.get(name)!;
+    // the bytes (and pieces) that hold none of the kinds: the transformation must leave them as they are
+    const bytes: string[] = [];
+    for (let c = 0; c < 256; c++) if ((charMask(String.fromCharCode(c)) & mask) === 0) bytes.push(String.fromCharCode(c));
+    const quiet = pieces.filter((p) => (charMask(p) & mask) === 0);
+    for (let k = 0; k < 3000; k++) {
+      let s = '';
+      for (let n = r.int(12); n >= 0; n--) s += r.chance(0.5) ? r.pick(bytes) : r.pick(quiet.length > 0 ? quiet : bytes);
+      assert.equal(charMask(s) & mask, 0);
+      assert.equal(fn(s), s, `${name} changed ${JSON.stringify(s)}`);
+    }
+  }
+});
+
+test('transformations: sha1, hexEncode and base64Decode of any length give what node:crypto and Buffer give', () => {
+  const r = new Random(11);
+  const binary = (length: number): string => {
+    let s = '';
+    for (let k = 0; k < length; k++) s += String.fromCharCode(r.int(256));
+    return s;
+  };
+  // every padding case of the hand-written SHA-1 (55, 56, 63, 64 bytes ...) and crypto's range above 1 KB
+  for (const length of [...Array.from({ length: 300 }, (_, k) => k), 1023, 1024, 1025, 5000]) {
+    const s = binary(length);
+    const expected = createHash('sha1').update(Buffer.from(s, 'latin1')).digest();
+    assert.equal(sha1(s), expected.toString('latin1'), `sha1 of ${length} bytes`);
+    assert.equal(hexEncode(s), Buffer.from(s, 'latin1').toString('hex'), `hexEncode of ${length} bytes`);
+    const b64 = Buffer.from(s, 'latin1').toString('base64');
+    assert.equal(base64Decode(b64), s, `base64Decode of ${b64.length} characters`);
+  }
+});
+
+test('transformations: none makes a letter-free literal appear without a byte of the kinds literalEffect gives, or adds other kinds', () => {
+  const r = new Random(13);
+  const literals = ['..', '/*', '*/', '<!--', '::', '$(', '||', '%', '\\\\', '\0', '. .', ';', '--'];
+  const pieces = ['.', '/', '*', '<', '!', '-', ':', '$', '(', ')', '|', '%', '%2e', '%u002e', '\\', '\0', ' ', '\t', ',', ';', '"', "'", '^', '&#46;', '\\x2e', 'AbC', 'x', '\xc3\xae', '\xff', '+'];
+  for (const name of [...CHANGES_ON.keys(), 'cmdline']) {
+    const fn = TRANSFORMATIONS.get(name)!;
+    for (const literal of literals) {
+      const effect = literalEffect(name, literal);
+      if (effect === undefined) continue;
+      const usable = pieces.filter((p) => (charMask(p) & effect.creating) === 0);
+      for (let k = 0; k < 2000; k++) {
+        let s = '';
+        for (let n = r.int(10); n >= 0; n--) s += r.pick(usable);
+        if (s.includes(literal)) continue;
+        const out = fn(s);
+        assert.ok(!out.includes(literal), `${name} made ${JSON.stringify(literal)} from ${JSON.stringify(s)}: ${JSON.stringify(out)}`);
+        assert.equal(charMask(out) & ~(charMask(s) | effect.adds), 0, `${name} added kinds to ${JSON.stringify(s)}: ${JSON.stringify(out)}`);
+      }
+    }
+  }
+  assert.equal(literalEffect('cmdline', 'a.'), undefined, 'a literal with a letter: not known');
+  assert.equal(literalEffect('cmdline', ' /'), undefined, 'a literal cmdLine can join across a space: not known');
+});
