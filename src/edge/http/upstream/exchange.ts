@@ -1,6 +1,6 @@
 /**
- * The upstream exchange: sends the request to an origin and streams the response back (with the WAF's
- * response side in between when a hook wants it).
+ * The upstream exchange: sends the request to an origin and streams the response back, letting the
+ * response phase (phases/waf-response.ts) hold the origin's response back first when it wants to.
  *
  * - The host comes from the proxy's `HostPool` (delivery method, passive health). A request without
  *   a body, or whose body is held whole (read for the WAF), goes through our own keep-alive client
