@@ -17,7 +17,7 @@
  * and equals what the export reports.
  */
 import type { Db, Queryable, SqlValue } from './db.ts';
-import type { InsightEvent, InsightEventType } from '../insight/event.ts';
+import type { InsightEvent, InsightEventType } from '@tps/model';
 import { requestsOf } from '../insight/sampler.ts';
 import { dayOf, decodeEventBody } from './insight-body.ts';
 

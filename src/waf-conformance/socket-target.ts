@@ -16,7 +16,7 @@ import { HttpProxy } from '../edge/http/http-proxy.ts';
 import { loadGeoLookup } from '../edge/geo/geo-lookup.ts';
 import { freePort } from '../net/ports.ts';
 import { permissiveOriginGuard } from '../edge/net/test-support.ts';
-import type { HttpProxyAttributes } from '../api/schemas/traffic-config.ts';
+import type { HttpProxyAttributes } from '@tps/model';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngineOptions, logLine, type ConformanceTarget, type StageDestination, type StageOutcome } from './target.ts';
 
 const PROXY_IP = '127.0.0.80';

@@ -5,7 +5,7 @@
  */
 import type { ComponentChildren } from 'preact';
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { TrafficConfigDocument } from '../../../api/schemas/traffic-config.ts';
+import { TrafficConfigDocument } from '@tps/model';
 import { api, ApiFailure, type IpAttributes, type ProxyAttributes, type Resource } from '../api.ts';
 import { validate } from '../validate.ts';
 import {
