@@ -36,7 +36,11 @@ export const API_ERRORS = {
       'A value breaks the schema: 422 for the body (source.pointer names the field), 400 for a query or path parameter ' +
       '(source.parameter). The detail says which rule.',
   },
-  BAD_REQUEST: { status: 400, title: 'Bad request', description: 'Another request the HTTP layer refuses before any route reads it (4xx).' },
+  BAD_REQUEST: {
+    status: 400,
+    title: 'Bad request',
+    description: 'Another request the HTTP layer refuses before any route reads it, with the 4xx status it gives.',
+  },
   NOT_FOUND: {
     status: 404,
     title: 'Not found',
