@@ -3,7 +3,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh" --tests
 cd "$TPS_ROOT"
-npx tsc -p .
+npm run --silent typecheck
 # The OWASP CRS regression suite, our WAF conformance yardstick (docs/waf-conformance.md), when present.
 CRS_SUITE="$TPS_ROOT/../shared/crs-regression-v3.3.4"
 if [ -d "$CRS_SUITE" ]; then node src/waf-conformance/run.ts "$CRS_SUITE" --target socket --quiet | sed -n '1,2p'; fi
