@@ -1,7 +1,8 @@
 /**
  * The control-plane HTTP server: the spec's REST API (JSON:API), the token issuer, the OpenAPI
- * document and its docs page. Route modules in ./routes, one per resource. Health and metrics are
- * operators' business and live on their own listener (src/metrics-listener.ts), not here.
+ * document and its docs page. Route plugins in ./routes, one per resource; what they share is in
+ * ./types.ts, their error codes in ./error-catalogue.ts. Health and metrics are operators' business
+ * and live on their own listener (src/metrics-listener.ts), not here.
  */
 import Fastify, { type FastifyInstance, type FastifyError, type FastifyReply, type FastifyRequest } from 'fastify';
 import swagger from '@fastify/swagger';
