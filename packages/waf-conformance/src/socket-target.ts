@@ -18,7 +18,7 @@ import { HttpProxy } from '../../../src/edge/http/http-proxy.ts';
 import { loadGeoLookup } from '../../../src/edge/geo/geo-lookup.ts';
 import { freePort } from '../../../src/net/ports.ts';
 import { permissiveOriginGuard } from '../../../src/edge/net/test-support.ts';
-import type { HttpProxyAttributes } from '../../../src/api/schemas/traffic-config.ts';
+import type { HttpProxyAttributes } from '@tps/model';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngine, logLine, type ConformanceTarget, type EngineName, type StageDestination, type StageOutcome } from './target.ts';
 
 const PROXY_IP = '127.0.0.80';

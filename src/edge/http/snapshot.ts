@@ -6,7 +6,7 @@
  * reset them: the origin pools (warm keep-alive connections, host health) and the rate limiter
  * (counters, blocks, episodes).
  */
-import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { HttpProxyAttributes } from '@tps/model';
 import type { HttpProxyDeps, ResolvedHttpProxy } from './http-proxy.ts';
 import type { HttpLimits } from './limits.ts';
 import { OriginSet, originSetKey } from './origins.ts';

@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { unmapIpv4 } from '../../../net/ip.ts';
-import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '../../../insight/event.ts';
+import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '@tps/model';
 import type { RequestCtx } from '../ctx.ts';
 import type { HttpProxyDeps } from '../http-proxy.ts';
 import type { RateEpisode } from '../rate-limit/limiter.ts';
