@@ -81,7 +81,7 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   npm install --no-audit --no-fund --loglevel=error
 fi
 # The portal (src/portal, served under /portal): built unless the build is newer than its sources.
-if [ ! -f src/portal/dist/index.html ] || [ -n "$(find src/portal src/api/schemas package-lock.json -newer src/portal/dist/index.html -type f -not -path 'src/portal/dist/*' -print -quit)" ]; then
+if [ ! -f src/portal/dist/index.html ] || [ -n "$(find src/portal packages/model package-lock.json -newer src/portal/dist/index.html -type f -not -path 'src/portal/dist/*' -print -quit)" ]; then
   npm run --silent build:portal
 fi
 # The ModSecurity v3 addon of the optional package @tps/waf-modsecurity (the reference engine; the

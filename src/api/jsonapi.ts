@@ -1,9 +1,10 @@
 /**
  * JSON:API documents and errors. Every error the API answers is a JSON:API error object with a
- * stable `code` and, where one field is at fault, `source.pointer` (body) or `source.parameter`
- * (query string).
+ * stable `code` of the error catalogue (./error-catalogue.ts), the status the catalogue gives it
+ * and, where one field is at fault, `source.pointer` (body) or `source.parameter` (query string).
  */
 import type { ErrorObject } from 'ajv';
+import { API_ERRORS, type ApiErrorCode } from './error-catalogue.ts';
 
 export const JSONAPI_MEDIA_TYPE = 'application/vnd.api+json';
 
@@ -13,9 +14,10 @@ export interface ErrorSource {
   header?: string;
 }
 
-export interface JsonApiErrorObject {
+/** An error object; a client reading another service's answers sees codes as plain strings. */
+export interface JsonApiErrorObject<Code extends string = ApiErrorCode> {
   status: string;
-  code: string;
+  code: Code;
   title: string;
   detail: string;
   source?: ErrorSource;
@@ -36,27 +38,36 @@ const TITLES: Record<number, string> = {
   503: 'Service Unavailable',
 };
 
-/** An error the API answers as it is; thrown anywhere in a handler. */
+/** An error the API answers as it is, with the status the catalogue gives its code; thrown anywhere in a handler. */
 export class ApiError extends Error {
-  readonly status: number;
   readonly errors: JsonApiErrorObject[];
   readonly headers: Record<string, string>;
 
-  constructor(status: number, code: string, detail: string, source?: ErrorSource, headers: Record<string, string> = {}) {
+  constructor(code: ApiErrorCode, detail: string, source?: ErrorSource, headers: Record<string, string> = {}) {
     super(detail);
-    this.status = status;
-    this.errors = [errorObject(status, code, detail, source)];
+    this.errors = [errorObject(code, detail, source)];
     this.headers = headers;
   }
 
-  static many(status: number, errors: JsonApiErrorObject[]): ApiError {
-    const error = new ApiError(status, errors[0]?.code ?? 'ERROR', errors[0]?.detail ?? '');
-    error.errors.splice(0, 1, ...errors);
+  /** The answer's status: its first error's (the errors of one answer share it). */
+  get status(): number {
+    return Number(this.errors[0]!.status);
+  }
+
+  static many(errors: readonly JsonApiErrorObject[]): ApiError {
+    const [first] = errors;
+    if (first === undefined) throw new Error('an ApiError needs at least one error object');
+    const error = new ApiError(first.code, first.detail);
+    error.errors.splice(0, error.errors.length, ...errors);
     return error;
   }
 }
 
-export function errorObject(status: number, code: string, detail: string, source?: ErrorSource): JsonApiErrorObject {
+/**
+ * One error object. `status` is the catalogue's for the code unless given: the few codes that have
+ * a second status (INVALID_VALUE in a query string, BAD_REQUEST) pass it.
+ */
+export function errorObject(code: ApiErrorCode, detail: string, source?: ErrorSource, status: number = API_ERRORS[code].status): JsonApiErrorObject {
   return { status: String(status), code, title: TITLES[status] ?? 'Error', detail, ...(source && { source }) };
 }
 
@@ -64,13 +75,13 @@ export function errorObject(status: number, code: string, detail: string, source
 export function checkAccount(relationships: { belongsTo: { data: { id: string } } } | undefined, tenantId: string): void {
   const accountId = relationships?.belongsTo.data.id;
   if (accountId !== undefined && accountId !== tenantId) {
-    throw new ApiError(403, 'FOREIGN_ACCOUNT', 'the account is not the one of this access token', {
+    throw new ApiError('FOREIGN_ACCOUNT', 'the account is not the one of this access token', {
       pointer: '/data/relationships/belongsTo/data/id',
     });
   }
 }
 
-export const notFound = (what: string, id: string) => new ApiError(404, 'NOT_FOUND', `${what} ${id} does not exist`);
+export const notFound = (what: string, id: string) => new ApiError('NOT_FOUND', `${what} ${id} does not exist`);
 
 /** Turns schema validation errors into JSON:API errors pointing at the offending fields. */
 export function validationErrors(errors: readonly ErrorObject[], location: 'body' | 'querystring' | 'params'): JsonApiErrorObject[] {
@@ -103,7 +114,7 @@ export function validationErrors(errors: readonly ErrorObject[], location: 'body
         ? { pointer: path || '/' }
         : { parameter: path.split('/').filter(Boolean).map(unescapePointer).join('.') || location };
     const where = source.pointer ?? source.parameter;
-    result.push(errorObject(location === 'body' ? 422 : 400, 'INVALID_VALUE', `${where} ${detail}`, source));
+    result.push(errorObject('INVALID_VALUE', `${where} ${detail}`, source, location === 'body' ? 422 : 400));
   }
   return result;
 }

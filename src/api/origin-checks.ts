@@ -8,12 +8,10 @@
 import { ApiError, errorObject, type JsonApiErrorObject } from './jsonapi.ts';
 import { describeRefusal, literalAddress, type OriginPolicy } from '../edge/net/origin-policy.ts';
 
-export const ORIGIN_NOT_ALLOWED = 'ORIGIN_NOT_ALLOWED';
-
 /** The policy, or 503 while the service is still binding its listeners (they are part of it). */
 export function originPolicyOf(deps: { readonly originPolicy: OriginPolicy | undefined }): OriginPolicy {
   const policy = deps.originPolicy;
-  if (policy === undefined) throw new ApiError(503, 'STARTING', 'the service is starting; try again in a moment');
+  if (policy === undefined) throw new ApiError('STARTING', 'the service is starting; try again in a moment');
   return policy;
 }
 
@@ -24,7 +22,7 @@ export function originError(policy: OriginPolicy, address: string, port: number,
   const verdict = policy.check(literal, port);
   if (verdict.allowed) return undefined;
   const spelled = literal === address ? '' : ` (${literal})`;
-  return errorObject(422, ORIGIN_NOT_ALLOWED, `${address}${spelled} may not be an origin: it is ${describeRefusal(verdict.reason)}`, { pointer });
+  return errorObject('ORIGIN_NOT_ALLOWED', `${address}${spelled} may not be an origin: it is ${describeRefusal(verdict.reason)}`, { pointer });
 }
 
 /** The error for a crlUrl whose host is a literal address the policy refuses. */
@@ -40,5 +38,5 @@ export function crlUrlError(policy: OriginPolicy, crlUrl: string, pointer: strin
   if (literal === undefined) return undefined;
   const verdict = policy.check(literal, port);
   if (verdict.allowed) return undefined;
-  return errorObject(422, ORIGIN_NOT_ALLOWED, `the CRL may not be fetched from ${url.host}: it is ${describeRefusal(verdict.reason)}`, { pointer });
+  return errorObject('ORIGIN_NOT_ALLOWED', `the CRL may not be fetched from ${url.host}: it is ${describeRefusal(verdict.reason)}`, { pointer });
 }

@@ -1,68 +1,29 @@
 /**
  * The control-plane HTTP server: the spec's REST API (JSON:API), the token issuer, the OpenAPI
- * document and its docs page. Route modules in ./routes, one per resource. Health and metrics are
- * operators' business and live on their own listener (src/metrics-listener.ts), not here.
+ * document and its docs page. Route plugins in ./routes, one per resource; what they share is in
+ * ./types.ts, their error codes in ./error-catalogue.ts. Health and metrics are operators' business
+ * and live on their own listener (src/metrics-listener.ts), not here.
  */
 import Fastify, { type FastifyInstance, type FastifyError, type FastifyReply, type FastifyRequest } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
 import type { TSchema } from '@sinclair/typebox';
-import type { Store } from '../store/index.ts';
-import type { Settings } from '../config/settings.ts';
-import { BearerError, OAuthError, type Principal, type TokenIssuer } from '../auth/token-issuer.ts';
+import { BearerError, OAuthError } from '../auth/token-issuer.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, errorObject, validationErrors } from './jsonapi.ts';
+import { apiErrorCodeSchema, type ApiErrorCode } from './error-catalogue.ts';
 import { bodyAjv, queryAjv, isDocumentOnly, checkDocumentFrame } from './schemas/validator.ts';
 import { ConflictError, NotFoundError } from '../store/errors.ts';
 import { QuotaExceededError } from '../store/quotas.ts';
-import type { Metrics } from '../metrics.ts';
-import type { Scope } from '../store/service-accounts.ts';
-import { registerTokenRoutes } from './routes/oauth-token.ts';
-import { registerTrafficConfigRoutes } from './routes/traffic-configs.ts';
-import { registerAccountIpRoutes } from './routes/account-ips.ts';
-import { registerCertificateRoutes } from './routes/certificates.ts';
-import { registerCaCertificateRoutes } from './routes/ca-certificates.ts';
-import { registerInsightRoutes } from './routes/insight.ts';
-import { registerPortalRoutes, portalSessionPrincipal, loadedPortalSession } from './routes/portal.ts';
-import type { SecretBox } from '../certs/secret-box.ts';
+import { tokenRoutes } from './routes/oauth-token.ts';
+import { trafficConfigRoutes } from './routes/traffic-configs.ts';
+import { accountIpRoutes } from './routes/account-ips.ts';
+import { certificateRoutes } from './routes/certificates.ts';
+import { caCertificateRoutes } from './routes/ca-certificates.ts';
+import { insightRoutes } from './routes/insight.ts';
+import { portalRoutes, portalSessionPrincipal, loadedPortalSession } from './routes/portal.ts';
 import { sourceKey } from '../edge/net/source-key.ts';
-import type { AcmeService } from '../certs/acme.ts';
-import type { OriginPolicy } from '../edge/net/origin-policy.ts';
-
-/** The addresses the service is known by; filled in once the listener's port is known. */
-export interface PublicUrls {
-  baseUrl: string;
-  authUrl: string;
-}
-
-export interface ApiDeps {
-  settings: Settings;
-  store: Store;
-  tokens: TokenIssuer;
-  secrets: SecretBox;
-  metrics: Metrics;
-  urls: PublicUrls;
-  /** The ACME service, when this process runs one: the certificate routes hand it new work. */
-  acme?: Pick<AcmeService, 'enqueue' | 'renewNow'> | undefined;
-  /**
-   * Where the service may connect on a tenant's behalf: literal origin addresses and crlUrls are
-   * checked against it. Undefined until the listeners are bound (their ports are part of it);
-   * writes that need it answer 503 until then.
-   */
-  readonly originPolicy: OriginPolicy | undefined;
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    principal?: Principal;
-  }
-  interface FastifyContextConfig {
-    /** The scope a route needs; routes without one are public (token endpoint, docs, health). */
-    scope?: Scope;
-    /** Write routes whose body must be a JSON:API document (`application/vnd.api+json`). */
-    jsonApiBody?: boolean;
-  }
-}
+import type { ApiDeps } from './types.ts';
 
 export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   const { settings } = deps;
@@ -84,7 +45,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
       const reply = frameworkReply as unknown as FastifyReply;
       const detail =
         error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'a path segment is longer than any id this API knows' : 'the path is not a valid URL path';
-      void reply.code(400).type(JSONAPI_MEDIA_TYPE).send({ errors: [errorObject(400, 'BAD_URL', detail)] });
+      void reply.code(400).type(JSONAPI_MEDIA_TYPE).send({ errors: [errorObject('BAD_URL', detail)] });
     },
   });
 
@@ -117,7 +78,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
     if (!request.routeOptions.config.jsonApiBody) return;
     const mediaType = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (mediaType !== JSONAPI_MEDIA_TYPE) {
-      throw new ApiError(415, 'UNSUPPORTED_MEDIA_TYPE', `the body must be sent as Content-Type: ${JSONAPI_MEDIA_TYPE}`, {
+      throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `the body must be sent as Content-Type: ${JSONAPI_MEDIA_TYPE}`, {
         header: 'Content-Type',
       });
     }
@@ -139,7 +100,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
     void reply
       .code(404)
       .type(JSONAPI_MEDIA_TYPE)
-      .send({ errors: [errorObject(404, 'NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)] });
+      .send({ errors: [errorObject('NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)] });
   });
 
   // JSON:API routes say so in the OpenAPI document too (added before swagger collects the routes).
@@ -156,12 +117,14 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
         version: '2.0.0',
         description:
           'Layer 4 and HTTP proxies with WAF, rate limiting, geo fencing, TLS and mutual TLS. ' +
-          'Errors are JSON:API error objects with a `code` and a `source.pointer` or `source.parameter`.',
+          'Errors are JSON:API error objects with a `code` and a `source.pointer` or `source.parameter`. ' +
+          'The schema ApiErrorCode lists every code with its HTTP status.',
       },
       components: {
         securitySchemes: {
           bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'An access token from POST /oauth/token.' },
         },
+        schemas: { ApiErrorCode: apiErrorCodeSchema() },
       },
     },
   });
@@ -181,20 +144,17 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
       const kind = key.slice(0, key.indexOf(':'));
       deps.metrics.apiRateLimited.inc({ key: kind });
       const per = kind === 'client' ? 'per service account' : kind === 'portal-user' ? 'per signed-in user' : 'per client address without a token';
-      return new ApiError(429, 'TOO_MANY_REQUESTS', `at most ${context.max} API calls per minute ${per}`, undefined, {
+      return new ApiError('TOO_MANY_REQUESTS', `at most ${context.max} API calls per minute ${per}`, undefined, {
         'Retry-After': String(Math.max(1, Math.ceil(context.ttl / 1000))),
       });
     },
   });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  registerTokenRoutes(app, deps);
-  registerAccountIpRoutes(app, deps);
-  registerTrafficConfigRoutes(app, deps);
-  registerCertificateRoutes(app, deps);
-  registerCaCertificateRoutes(app, deps);
-  registerInsightRoutes(app, deps);
-  registerPortalRoutes(app, deps);
+  // In this order in the OpenAPI document.
+  for (const routes of [tokenRoutes, accountIpRoutes, trafficConfigRoutes, certificateRoutes, caCertificateRoutes, insightRoutes, portalRoutes]) {
+    await app.register(routes, { deps });
+  }
   return app;
 }
 
@@ -214,25 +174,25 @@ interface ErrorResponse {
 }
 
 function toErrorResponse(error: unknown, request: FastifyRequest): ErrorResponse {
-  const jsonApi = (status: number, code: string, detail: string, headers: Record<string, string> = {}): ErrorResponse => ({
-    status,
-    body: { errors: [errorObject(status, code, detail)] },
-    headers,
-  });
+  const jsonApi = (code: ApiErrorCode, detail: string, headers: Record<string, string> = {}, status?: number): ErrorResponse => {
+    const error = errorObject(code, detail, undefined, status);
+    return { status: Number(error.status), body: { errors: [error] }, headers };
+  };
   if (error instanceof ApiError) return { status: error.status, body: { errors: error.errors }, headers: error.headers };
   if (error instanceof OAuthError) {
     return { status: error.status, body: { error: error.error, error_description: error.message }, headers: { 'Cache-Control': 'no-store' } };
   }
   if (error instanceof BearerError) {
-    return jsonApi(error.status, error.status === 401 ? 'UNAUTHORIZED' : 'INSUFFICIENT_SCOPE', error.message, {
+    return jsonApi(error.status === 401 ? 'UNAUTHORIZED' : 'INSUFFICIENT_SCOPE', error.message, {
       'WWW-Authenticate': error.wwwAuthenticate,
     });
   }
-  if (error instanceof NotFoundError) return jsonApi(404, 'NOT_FOUND', error.message);
+  if (error instanceof NotFoundError) return jsonApi('NOT_FOUND', error.message);
   if (error instanceof ConflictError) {
+    // Every code of ConflictCode but EMAIL_TAKEN, which no route can meet, is in the catalogue (error-catalogue.test.ts).
     return {
       status: 409,
-      body: { errors: [errorObject(409, error.code, error.message, error.pointer ? { pointer: error.pointer } : undefined)] },
+      body: { errors: [errorObject(error.code as ApiErrorCode, error.message, error.pointer ? { pointer: error.pointer } : undefined, 409)] },
       headers: {},
     };
   }
@@ -247,20 +207,20 @@ function toErrorResponse(error: unknown, request: FastifyRequest): ErrorResponse
   }
   switch (fastifyError.code) {
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return jsonApi(415, 'UNSUPPORTED_MEDIA_TYPE', `Content-Type ${request.headers['content-type'] ?? '(none)'} is not supported here`);
+      return jsonApi('UNSUPPORTED_MEDIA_TYPE', `Content-Type ${request.headers['content-type'] ?? '(none)'} is not supported here`);
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return jsonApi(400, 'MALFORMED_BODY', 'the body is empty');
+      return jsonApi('MALFORMED_BODY', 'the body is empty');
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-      return jsonApi(400, 'MALFORMED_BODY', 'the body is not valid JSON');
+      return jsonApi('MALFORMED_BODY', 'the body is not valid JSON');
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return jsonApi(413, 'BODY_TOO_LARGE', 'the body is larger than 1 MiB');
+      return jsonApi('BODY_TOO_LARGE', 'the body is larger than 1 MiB');
   }
   if (error instanceof SyntaxError || fastifyError.statusCode === 400) {
-    return jsonApi(400, 'MALFORMED_BODY', 'the body is not valid JSON');
+    return jsonApi('MALFORMED_BODY', 'the body is not valid JSON');
   }
   if (fastifyError.statusCode && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {
-    return jsonApi(fastifyError.statusCode, 'BAD_REQUEST', fastifyError.message);
+    return jsonApi('BAD_REQUEST', fastifyError.message, {}, fastifyError.statusCode);
   }
-  return jsonApi(500, 'INTERNAL_ERROR', 'the service failed to handle this request; it has been logged');
+  return jsonApi('INTERNAL_ERROR', 'the service failed to handle this request; it has been logged');
 }

@@ -26,7 +26,7 @@ import crypto from 'node:crypto';
 // @peculiar/x509 resolves its algorithms through tsyringe, which needs the Reflect metadata polyfill first.
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
-import type { AcmeChallengeRecord, AcmeChallengeRepository } from '../store/certificates.ts';
+import type { AcmeChallengeRecord, AcmeChallengeRepository } from '../store/acme-challenges.ts';
 
 // `as never`: Node's WebCrypto is the Crypto @peculiar/x509 wants, whichever lib typings are loaded.
 x509.cryptoProvider.set(crypto.webcrypto as never);

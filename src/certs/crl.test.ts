@@ -12,7 +12,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { openStore, type Store } from '../store/index.ts';
-import type { CaCertificateEntry } from '../store/certificates.ts';
+import type { CaCertificateEntry } from '@tps/model';
 import { CRL_FETCH_FAILED, CrlService, verifyCrl } from './crl.ts';
 import { TestCa, type IssuedCertificate } from '../../test/support/pki.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';

@@ -25,7 +25,7 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import { Counter, type Registry } from 'prom-client';
 import type { Store } from '../store/index.ts';
-import type { CrlStatus } from '../store/certificates.ts';
+import type { CrlStatus } from '@tps/model';
 import { isOriginRefused, type OriginGuard, type ScopedOriginGuard } from '../edge/net/origin-guard.ts';
 import { CrlError } from './crl-verify.ts';
 import { CrlVerifier } from './crl-verifier.ts';

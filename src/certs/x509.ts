@@ -3,13 +3,25 @@
  * Each failed check is a CertificateCheckError naming the check and the field at fault.
  */
 import crypto, { X509Certificate } from 'node:crypto';
-import type { CertificateFacts } from '../store/certificates.ts';
+import type { CertificateFacts } from '@tps/model';
+
+/** The check an upload failed; the API answers each as a 422 with this code. */
+export type CertificateCheckCode =
+  | 'INVALID_CERTIFICATE'
+  | 'INVALID_PRIVATE_KEY'
+  | 'KEY_MISMATCH'
+  | 'WEAK_KEY'
+  | 'UNSUPPORTED_KEY'
+  | 'CERTIFICATE_NOT_YET_VALID'
+  | 'CERTIFICATE_EXPIRED'
+  | 'CHAIN_BROKEN'
+  | 'NOT_A_CA_CERTIFICATE';
 
 export class CertificateCheckError extends Error {
-  readonly code: string;
+  readonly code: CertificateCheckCode;
   /** The attribute at fault, relative to /data/attributes. */
   readonly field: string;
-  constructor(code: string, field: string, detail: string) {
+  constructor(code: CertificateCheckCode, field: string, detail: string) {
     super(detail);
     this.code = code;
     this.field = field;

@@ -19,7 +19,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Settings } from '../config/settings.ts';
 import type { Store } from '../store/index.ts';
 import type { Scope } from '../store/service-accounts.ts';
-import type { PublicUrls } from '../api/server.ts';
+import type { PublicUrls } from '../api/types.ts';
 import type { EdgeSupervisor } from '../edge/runtime/supervisor.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';

@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { InsightSampler, requestsOf } from './sampler.ts';
-import type { InsightEvent, WafEvent } from './event.ts';
+import type { InsightEvent, WafEvent } from '@tps/model';
 import { wafEvent, rateLimitEvent } from '../../test/support/events.ts';
 
 const TENANT = '00000000-0000-4000-8000-000000000001';

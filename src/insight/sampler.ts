@@ -16,7 +16,7 @@
  * (counted by the caller: the outcome says so). APP_DDOS_ATTACK events (one per client and
  * episode already) are always kept whole.
  */
-import type { InsightEvent, WafEvent } from './event.ts';
+import type { InsightEvent, WafEvent } from '@tps/model';
 
 export interface InsightSamplerOptions {
   /** Events of one group kept whole per window. */

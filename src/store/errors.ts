@@ -9,10 +9,13 @@ export class NotFoundError extends Error {
   }
 }
 
+/** What a write conflicts with; the API answers each as a 409 with this code (EMAIL_TAKEN: `tps user create` only). */
+export type ConflictCode = 'PORT_IN_USE' | 'CONCURRENT_DELETE' | 'QUOTA_EXCEEDED' | 'EMAIL_TAKEN';
+
 export class ConflictError extends Error {
-  readonly code: string;
+  readonly code: ConflictCode;
   readonly pointer: string | undefined;
-  constructor(code: string, message: string, pointer?: string) {
+  constructor(code: ConflictCode, message: string, pointer?: string) {
     super(message);
     this.code = code;
     this.pointer = pointer;

@@ -5,13 +5,11 @@ import { TenantRepository } from './tenants.ts';
 import { ServiceAccountRepository } from './service-accounts.ts';
 import { SigningKeyRepository } from './signing-keys.ts';
 import { TrafficConfigRepository } from './traffic-configs.ts';
-import {
-  CertificateRepository,
-  CaCertificateRepository,
-  AcmeAccountRepository,
-  AcmeChallengeRepository,
-  CrlCacheRepository,
-} from './certificates.ts';
+import { CertificateRepository } from './certificates.ts';
+import { CaCertificateRepository } from './ca-certificates.ts';
+import { AcmeAccountRepository } from './acme-accounts.ts';
+import { AcmeChallengeRepository } from './acme-challenges.ts';
+import { CrlCacheRepository } from './crl-cache.ts';
 import { InsightEventRepository } from './insight-events.ts';
 import { InsightAggregates } from './insight-aggregates.ts';
 import { PortalUserRepository } from './portal-users.ts';

@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { openStore } from './index.ts';
 import { dashboardRange } from './insight-aggregates.ts';
-import type { InsightEvent } from '../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 
 const total = Number(process.argv.slice(2).find((arg) => /^\d+$/.test(arg)) ?? 1_000_000);

@@ -15,7 +15,7 @@ import { migrate } from './migrations.ts';
 import { dashboardRange, type InsightFilter, type TopDimension } from './insight-aggregates.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 import { wafEvent, rateLimitEvent } from '../../test/support/events.ts';
-import type { InsightEvent } from '../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 
 const HOUR = 3600;
 const RULES = [

@@ -17,7 +17,7 @@
  * and equals what the export reports.
  */
 import type { Db, Queryable, SqlValue } from './db.ts';
-import type { InsightEvent, InsightEventType } from '../insight/event.ts';
+import type { InsightEvent, InsightEventType } from '@tps/model';
 import { requestsOf } from '../insight/sampler.ts';
 import { dayOf, decodeEventBody } from './insight-body.ts';
 
@@ -212,7 +212,7 @@ const RAW_KEY: Record<Exclude<TopDimension, 'rule'>, string> = {
 };
 
 interface TopRow {
-  k: string;
+  item_key: string;
   label: string | null;
   events: number;
   blocked: number;
@@ -273,27 +273,31 @@ export class InsightAggregates {
   async #top(filter: InsightFilter, dimension: TopDimension, limit: number): Promise<{ entries: TopEntry[]; distinct: number }> {
     const { sql, params } = this.#union(filter, dimension);
     if (!sql) return { entries: [], distinct: 0 };
-    const rows = await this.db.all<TopRow & { keys: number }>(
-      `SELECT k, MAX(l) AS label, CAST(SUM(n) AS BIGINT) AS events, CAST(SUM(b) AS BIGINT) AS blocked, COUNT(*) OVER () AS keys
-       FROM (${sql}) AS parts GROUP BY k ORDER BY events DESC, k LIMIT ?`,
+    const rows = await this.db.all<TopRow & { distinct_keys: number }>(
+      `SELECT item_key, MAX(item_label) AS label, CAST(SUM(all_events) AS BIGINT) AS events, CAST(SUM(blocked_events) AS BIGINT) AS blocked,
+         COUNT(*) OVER () AS distinct_keys
+       FROM (${sql}) AS parts GROUP BY item_key ORDER BY events DESC, item_key LIMIT ?`,
       [...params, limit],
     );
     const entries = rows.map((row) => ({
-      key: row.k,
+      key: row.item_key,
       label: row.label ?? null,
       events: Number(row.events),
       blocked: Number(row.blocked),
       logged: Number(row.events) - Number(row.blocked),
     }));
-    return { entries, distinct: Number(rows[0]?.keys ?? 0) };
+    return { entries, distinct: Number(rows[0]?.distinct_keys ?? 0) };
   }
 
   /** How many distinct keys of a dimension have events in the range. */
   async distinct(filter: InsightFilter, dimension: TopDimension): Promise<number> {
     const { sql, params } = this.#union(filter, dimension);
     if (!sql) return 0;
-    const row = await this.db.one<{ n: number }>(`SELECT COUNT(*) AS n FROM (SELECT k FROM (${sql}) AS parts GROUP BY k) AS d`, params);
-    return Number(row?.n ?? 0);
+    const row = await this.db.one<{ keys: number }>(
+      `SELECT COUNT(*) AS keys FROM (SELECT item_key FROM (${sql}) AS parts GROUP BY item_key) AS distinct_items`,
+      params,
+    );
+    return Number(row?.keys ?? 0);
   }
 
   #union(filter: InsightFilter, dimension: TopDimension): { sql: string; params: SqlValue[] } {
@@ -305,7 +309,7 @@ export class InsightAggregates {
     const params: SqlValue[] = [];
     for (const rollup of rollups) {
       parts.push(
-        `SELECT dim_key AS k, label AS l, CASE WHEN action = 'BLOCKED' THEN events ELSE 0 END AS b, events AS n
+        `SELECT dim_key AS item_key, label AS item_label, CASE WHEN action = 'BLOCKED' THEN events ELSE 0 END AS blocked_events, events AS all_events
          FROM ${rollup.table} WHERE tenant_id = ? AND dim = ? AND type = ? AND ${rollup.column} >= ? AND ${rollup.column} < ?${config}`,
       );
       params.push(filter.tenantId, dimension, filter.type, rollup.from, rollup.to, ...configParam);
@@ -313,13 +317,15 @@ export class InsightAggregates {
     for (const [start, end] of raw) {
       if (dimension === 'rule') {
         parts.push(
-          `SELECT CAST(rule_id AS TEXT) AS k, rule_name AS l, CASE WHEN action = 'BLOCKED' THEN requests ELSE 0 END AS b, requests AS n
+          `SELECT CAST(rule_id AS TEXT) AS item_key, rule_name AS item_label, CASE WHEN action = 'BLOCKED' THEN requests ELSE 0 END AS blocked_events,
+             requests AS all_events
            FROM insight_event_rules WHERE tenant_id = ? AND occurred_at >= ? AND occurred_at < ?${config}`,
         );
         params.push(filter.tenantId, start, end, ...configParam);
       } else {
         parts.push(
-          `SELECT ${RAW_KEY[dimension]} AS k, NULL AS l, CASE WHEN action = 'BLOCKED' THEN requests ELSE 0 END AS b, requests AS n
+          `SELECT ${RAW_KEY[dimension]} AS item_key, NULL AS item_label, CASE WHEN action = 'BLOCKED' THEN requests ELSE 0 END AS blocked_events,
+             requests AS all_events
            FROM insight_events WHERE tenant_id = ? AND type = ? AND occurred_at >= ? AND occurred_at < ?${config}`,
         );
         params.push(filter.tenantId, filter.type, start, end, ...configParam);

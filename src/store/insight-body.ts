@@ -6,7 +6,7 @@
  * header values cannot hold a line feed (the parsers refuse them); an event whose headers would not
  * come back identical is stored with both, so reading always gives back what was written.
  */
-import type { InsightEvent } from '../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 
 /**
  * Bytes a stored event costs beside its JSON: its other columns and the entries of its indexes.

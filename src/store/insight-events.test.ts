@@ -15,7 +15,7 @@ import { openStore, type Store } from './index.ts';
 import { InsightWriter } from './insight-writer.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 import { wafEvent, rateLimitEvent } from '../../test/support/events.ts';
-import type { InsightEvent } from '../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 
 const CONFIG = '00000000-0000-4000-8000-0000000000e1';
 const LIMITS = { retentionDays: 30, maxBytes: 1024 ** 3, tenantSharePercent: 100 };

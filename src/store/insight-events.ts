@@ -1,5 +1,5 @@
 import type { Db, Queryable, SqlValue } from './db.ts';
-import type { AppDdosAttackEvent, InsightEvent, InsightEventType } from '../insight/event.ts';
+import type { AppDdosAttackEvent, InsightEvent, InsightEventType } from '@tps/model';
 import { requestsOf } from '../insight/sampler.ts';
 import { recordInsightAggregates } from './insight-aggregates.ts';
 import { dayOf, decodeEventBody, encodeEventBody, storedBytes } from './insight-body.ts';

@@ -14,7 +14,7 @@ import { enforceInsightRetention, tenantTargets, tenantUsage } from './insight-r
 import { InsightEventRepository } from './insight-events.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 import { wafEvent, rateLimitEvent } from '../../test/support/events.ts';
-import type { InsightEvent } from '../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 
 const DAY = 86_400_000;
 const NOW = Date.UTC(2026, 2, 10, 12, 0, 0);

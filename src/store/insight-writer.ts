@@ -10,7 +10,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { InsightEvent } from '../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 import type { EpisodeUpdate, InsightEventRepository } from './insight-events.ts';
 import type { InsightLimits, RetentionReport } from './insight-retention.ts';
 

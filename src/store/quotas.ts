@@ -4,9 +4,9 @@
  * resource, so two concurrent creates cannot both take the last slot.
  */
 import type { Queryable } from './db.ts';
-import { ConflictError } from './errors.ts';
+import { ConflictError, type ConflictCode } from './errors.ts';
 
-export const QUOTA_EXCEEDED = 'QUOTA_EXCEEDED';
+export const QUOTA_EXCEEDED = 'QUOTA_EXCEEDED' satisfies ConflictCode;
 
 export interface TenantQuotas {
   /** Traffic configurations (each is a listener on every worker of every edge node). */

@@ -1,11 +1,10 @@
 import crypto from 'node:crypto';
 import type { Db, Queryable } from './db.ts';
 import { UniqueViolation } from './db.ts';
-import { ConflictError } from './errors.ts';
+import { ConflictError, type ConflictCode } from './errors.ts';
 import { bumpRevision } from './revision.ts';
 import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
-import type { ProxyType, TrafficConfigAttributes, HttpProxyAttributes, L4ProxyAttributes } from '../api/schemas/traffic-config.ts';
-import { HTTP_PROXY } from '../api/schemas/traffic-config.ts';
+import { HTTP_PROXY, type ProxyType, type TrafficConfigAttributes, type HttpProxyAttributes, type L4ProxyAttributes } from '@tps/model';
 import { canonicalIp } from '../edge/net/ip.ts';
 
 /** Attributes as stored: what the client sent, with defaults applied, without read-only fields. */
@@ -170,7 +169,7 @@ export function configReferences(type: ProxyType, attributes: StoredAttributes):
   return refs.filter((ref, i) => refs.findIndex((other) => other.kind === ref.kind && other.id === ref.id) === i);
 }
 
-export const PORT_IN_USE = 'PORT_IN_USE';
+export const PORT_IN_USE = 'PORT_IN_USE' satisfies ConflictCode;
 
 /**
  * Rows that hang off a configuration (bindings, references, edge status), reached only through a

@@ -1,6 +1,6 @@
 /** Insight events as the edge writes them, for tests that read them back through the API. */
 import crypto from 'node:crypto';
-import type { AppDdosAttackEvent, InsightEvent, WafEvent } from '../../src/insight/event.ts';
+import type { AppDdosAttackEvent, InsightEvent, WafEvent } from '@tps/model';
 
 export function wafEvent(tenantId: string, trafficConfigId: string, overrides: Partial<WafEvent> = {}): WafEvent {
   return {

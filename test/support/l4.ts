@@ -7,7 +7,7 @@
 import { createServer, connect, type Server, type Socket, type AddressInfo } from 'node:net';
 import { createSocket, type Socket as DatagramSocket } from 'node:dgram';
 import { createHash } from 'node:crypto';
-import type { L4ProxyAttributes } from '../../src/api/schemas/traffic-config.ts';
+import type { L4ProxyAttributes } from '@tps/model';
 
 export interface ParsedProxyHeader {
   version: 1 | 2;

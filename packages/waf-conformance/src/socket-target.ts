@@ -19,7 +19,7 @@ import { loadGeoLookup } from '../../../src/edge/geo/geo-lookup.ts';
 import { OriginGuard } from '../../../src/edge/net/origin-guard.ts';
 import { OriginPolicy } from '../../../src/edge/net/origin-policy.ts';
 import { createOriginResolver } from '../../../src/edge/net/origin-resolver.ts';
-import type { HttpProxyAttributes } from '../../../src/api/schemas/traffic-config.ts';
+import type { HttpProxyAttributes } from '@tps/model';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngine, logLine, type ConformanceTarget, type EngineName, type StageDestination, type StageOutcome } from './target.ts';
 
 const PROXY_IP = '127.0.0.80';

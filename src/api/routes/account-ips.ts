@@ -1,10 +1,13 @@
+/**
+ * The account's front-end IPs (the operator's pool, TPS_FRONTEND_IPS) with the ports proxies hold
+ * on each: what a tenant picks a proxy's front end from.
+ */
 import crypto from 'node:crypto';
 import net from 'node:net';
-import type { FastifyInstance } from 'fastify';
 import { Type } from '@sinclair/typebox';
-import type { ApiDeps } from '../server.ts';
+import { Uuid } from '@tps/model';
+import type { RoutePlugin } from '../types.ts';
 import { JSONAPI_MEDIA_TYPE, notFound } from '../jsonapi.ts';
-import { Uuid } from '../schemas/common.ts';
 import { canonicalIp } from '../../edge/net/ip.ts';
 
 const IpResource = Type.Object({
@@ -28,7 +31,7 @@ export function ipId(address: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
 }
 
-export function registerAccountIpRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export const accountIpRoutes: RoutePlugin = async (app, { deps }) => {
   app.get(
     '/api/v1/traffic-mgmt/accounts/:tenantId/ips',
     {
@@ -43,7 +46,7 @@ export function registerAccountIpRoutes(app: FastifyInstance, deps: ApiDeps): vo
       },
     },
     async (request, reply) => {
-      const { tenantId } = request.params as { tenantId: string };
+      const { tenantId } = request.params;
       // Another tenant's account is answered as unknown: its existence is not revealed.
       if (tenantId !== request.principal!.tenantId) throw notFound('account', tenantId);
       const bindings = await deps.store.db.all<{ ip: string; port: number; protocol: string }>(
@@ -52,7 +55,7 @@ export function registerAccountIpRoutes(app: FastifyInstance, deps: ApiDeps): vo
       void reply.type(JSONAPI_MEDIA_TYPE);
       return {
         data: deps.settings.frontendIps.map((address) => ({
-          type: 'ip',
+          type: 'ip' as const,
           id: ipId(address),
           attributes: {
             address,
@@ -65,4 +68,4 @@ export function registerAccountIpRoutes(app: FastifyInstance, deps: ApiDeps): vo
       };
     },
   );
-}
+};

@@ -2,51 +2,22 @@
  * CA certificates: they validate client certificates (client-to-proxy mutual TLS) and origin
  * certificates (CUSTOM_TRUSTSTORE). Each entry may name the URL of its revocation list.
  */
-import type { FastifyInstance } from 'fastify';
 import { Type } from '@sinclair/typebox';
-import type { ApiDeps } from '../server.ts';
+import { AccountRelationship, CaCertificateAttributes, CaCertificateUploadAttributes, Uuid, type CaCertificateEntry } from '@tps/model';
+import type { RoutePlugin } from '../types.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, errorObject, type JsonApiErrorObject } from '../jsonapi.ts';
-import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { CertificateCheckError, checkCaCertificate } from '../../certs/x509.ts';
-import type { CaCertificateEntry, CaCertificateRecord } from '../../store/certificates.ts';
+import type { CaCertificateRecord } from '../../store/ca-certificates.ts';
 import { registerOwnedResourceRoutes } from './owned-resources.ts';
 import { crlUrlError, originPolicyOf } from '../origin-checks.ts';
 
 const BASE = '/api/v2/traffic-mgmt/ca-certificates';
 
-export const CaCertificateDocument = Type.Object(
+/** Body of `POST /ca-certificates`. */
+const CaCertificateDocument = Type.Object(
   {
     data: Type.Object(
-      {
-        type: Type.Literal('caCertificate'),
-        attributes: Type.Object(
-          {
-            certificates: Type.Array(
-              Type.Object(
-                {
-                  certificate: Type.String({ minLength: 1, maxLength: 65536, description: 'PEM-encoded CA certificate.' }),
-                  crlUrl: Type.Optional(
-                    Type.String({
-                      format: 'uri',
-                      pattern: '^https?://',
-                      maxLength: 2048,
-                      description:
-                        "URL of the certificate revocation list. Fetched under the same origin policy as proxies' origins (an " +
-                        'internal address is refused: 422 ORIGIN_NOT_ALLOWED, or a failed fetch when a name or redirect leads there).',
-                    }),
-                  ),
-                },
-                { additionalProperties: false },
-              ),
-              { minItems: 1, maxItems: 50 },
-            ),
-          },
-          { additionalProperties: false },
-        ),
-        relationships: Type.Optional(
-          Type.Object({ belongsTo: Type.Object({ data: Type.Object({ type: Type.Literal('account'), id: Uuid }) }) }),
-        ),
-      },
+      { type: Type.Literal('caCertificate'), attributes: CaCertificateUploadAttributes, relationships: AccountRelationship },
       { additionalProperties: false },
     ),
   },
@@ -56,18 +27,7 @@ export const CaCertificateDocument = Type.Object(
 const CaResource = Type.Object({
   type: Type.Literal('caCertificate'),
   id: Uuid,
-  attributes: Type.Object({
-    certificates: Type.Array(
-      Type.Object({
-        certificate: Type.String(),
-        crlUrl: Type.Optional(Type.String()),
-        subject: Type.String(),
-        fingerprint: Type.String(),
-        notAfter: Type.String({ format: 'date-time' }),
-      }),
-    ),
-    ...ReadOnlyTimestamps,
-  }),
+  attributes: CaCertificateAttributes,
 });
 const CaDocument = Type.Object({ data: CaResource });
 const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
@@ -82,7 +42,7 @@ function toResource(record: CaCertificateRecord) {
   };
 }
 
-export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export const caCertificateRoutes: RoutePlugin = async (app, { deps }) => {
   const tags = ['CA certificates'];
   const security = [{ bearer: [] }];
 
@@ -99,7 +59,7 @@ export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps)
       },
     },
     async (request, reply) => {
-      const { data } = request.body as { data: { attributes: { certificates: { certificate: string; crlUrl?: string }[] }; relationships?: { belongsTo: { data: { id: string } } } } };
+      const { data } = request.body;
       checkAccount(data.relationships, request.principal!.tenantId);
       const errors: JsonApiErrorObject[] = [];
       const entries: CaCertificateEntry[] = [];
@@ -120,10 +80,10 @@ export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps)
           });
         } catch (error) {
           if (!(error instanceof CertificateCheckError)) throw error;
-          errors.push(errorObject(422, error.code, error.message, { pointer: field }));
+          errors.push(errorObject(error.code, error.message, { pointer: field }));
         }
       }
-      if (errors.length > 0) throw ApiError.many(422, errors);
+      if (errors.length > 0) throw ApiError.many(errors);
       const record = await deps.store.caCertificates.create(request.principal!.tenantId, entries);
       void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${record.id}`);
       return { data: toResource(record) };
@@ -140,4 +100,4 @@ export function registerCaCertificateRoutes(app: FastifyInstance, deps: ApiDeps)
     delete: (tenantId, id) => deps.store.caCertificates.delete(tenantId, id),
     present: toResource,
   });
-}
+};

@@ -9,66 +9,37 @@
  * nor are refused: anyone can make a self-signed certificate for any name, and that must not
  * block the name's owner from ordering.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { Type } from '@sinclair/typebox';
-import type { ApiDeps } from '../server.ts';
+import type { FastifyRequest } from 'fastify';
+import { Type, type Static } from '@sinclair/typebox';
+import { AccountRelationship, CertificateAttributes, CertificateOrderAttributes, CertificateUploadAttributes, Uuid } from '@tps/model';
+import type { ApiDeps, RoutePlugin } from '../types.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, errorObject, notFound } from '../jsonapi.ts';
 import { registerOwnedResourceRoutes } from './owned-resources.ts';
-import { Uuid, ReadOnlyTimestamps } from '../schemas/common.ts';
 import { validateBody } from '../schemas/validator.ts';
 import { CertificateCheckError, checkCustomerCertificate } from '../../certs/x509.ts';
-import { AcmeOrderRefused, CertificateRepository, type AcmeOrderLimits, type CertificateRecord } from '../../store/certificates.ts';
+import { CertificateRepository, type CertificateRecord } from '../../store/certificates.ts';
+import { AcmeOrderRefused, type AcmeOrderLimits } from '../../store/acme-order-checks.ts';
 import { normalizeDomain } from '../../certs/acme-challenges.ts';
 import { certificateKeyBinding } from '../../certs/secret-box.ts';
 
 const BASE = '/api/v2/traffic-mgmt/certificates';
 
-const AccountRelationship = Type.Optional(
-  Type.Object({ belongsTo: Type.Object({ data: Type.Object({ type: Type.Literal('account'), id: Uuid }) }) }),
-);
-
-export const CertificatePemDocument = Type.Object(
+/** Body of `POST /certificates/pem` (and of the spec's GET form of it). */
+const CertificatePemDocument = Type.Object(
   {
     data: Type.Object(
-      {
-        type: Type.Literal('certificate'),
-        attributes: Type.Object(
-          {
-            certificate: Type.String({ minLength: 1, maxLength: 65536, description: 'PEM leaf certificate (intermediates may follow it).' }),
-            intermediateCertificates: Type.Optional(Type.String({ maxLength: 262144, description: 'PEM intermediate certificates.' })),
-            privateKey: Type.String({ minLength: 1, maxLength: 65536, description: 'PEM private key (unencrypted), RSA 2048+ or EC P-256+.' }),
-          },
-          { additionalProperties: false },
-        ),
-        relationships: AccountRelationship,
-      },
+      { type: Type.Literal('certificate'), attributes: CertificateUploadAttributes, relationships: AccountRelationship },
       { additionalProperties: false },
     ),
   },
   { additionalProperties: false },
 );
 
-export const AcmeCertificateDocument = Type.Object(
+/** Body of `POST /certificates/lets-encrypt`. */
+const AcmeCertificateDocument = Type.Object(
   {
     data: Type.Object(
-      {
-        type: Type.Literal('certificate'),
-        attributes: Type.Object(
-          {
-            domains: Type.Array(Type.String({ format: 'hostname', minLength: 1, maxLength: 253 }), {
-              minItems: 1,
-              maxItems: 100,
-              uniqueItems: true,
-              description:
-                'DNS names; each must resolve to a front-end IP where a proxy of this account answers the challenge (HTTP-01 on port 80, ' +
-                'or TLS-ALPN-01 on the port of a proxy serving this certificate). A name another account holds a PENDING or ISSUED ' +
-                'service-issued certificate for is refused (409 DOMAIN_CLAIMED).',
-            }),
-          },
-          { additionalProperties: false },
-        ),
-        relationships: AccountRelationship,
-      },
+      { type: Type.Literal('certificate'), attributes: CertificateOrderAttributes, relationships: AccountRelationship },
       { additionalProperties: false },
     ),
   },
@@ -78,21 +49,7 @@ export const AcmeCertificateDocument = Type.Object(
 const CertificateResource = Type.Object({
   type: Type.Literal('certificate'),
   id: Uuid,
-  attributes: Type.Object({
-    source: Type.String({ enum: ['CUSTOMER', 'ACME'] }),
-    status: Type.String({ enum: ['PENDING', 'ISSUED', 'FAILED'] }),
-    statusDetail: Type.Union([Type.String(), Type.Null()]),
-    domains: Type.Array(Type.String()),
-    subject: Type.Optional(Type.String()),
-    subjectAltNames: Type.Optional(Type.Array(Type.String())),
-    issuer: Type.Optional(Type.String()),
-    notBefore: Type.Optional(Type.String({ format: 'date-time' })),
-    notAfter: Type.Optional(Type.String({ format: 'date-time' })),
-    fingerprint: Type.Optional(Type.String({ description: 'SHA-256 of the leaf certificate.' })),
-    certificate: Type.Optional(Type.String({ description: 'PEM leaf certificate (public).' })),
-    intermediateCertificates: Type.Optional(Type.String()),
-    ...ReadOnlyTimestamps,
-  }),
+  attributes: CertificateAttributes,
 });
 const CertificateDocument = Type.Object({ data: CertificateResource });
 const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
@@ -130,26 +87,23 @@ function orderRefused(deps: ApiDeps, refusal: AcmeOrderRefused): ApiError {
     // Every quota refusal is in one counter, whatever the resource.
     if (code === 'QUOTA_EXCEEDED') deps.metrics.quotaExceeded.inc({ resource: 'pending ACME orders' });
   }
-  return ApiError.many(
-    409,
-    refusal.problems.map((problem) => errorObject(409, problem.code, problem.detail, { pointer: problem.pointer })),
-  );
+  return ApiError.many(refusal.problems.map((problem) => errorObject(problem.code, problem.detail, { pointer: problem.pointer })));
 }
 
-export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
   const tags = ['certificates'];
   const security = [{ bearer: [] }];
   const orderLimits = (): AcmeOrderLimits => ({ maxPendingOrders: deps.settings.quotaPendingAcmeOrders });
 
-  const upload = async (request: FastifyRequest, body: unknown) => {
-    const { data } = validateBody(CertificatePemDocument, body);
+  const upload = async (request: FastifyRequest, body: Static<typeof CertificatePemDocument>) => {
+    const { data } = body;
     checkAccount(data.relationships, request.principal!.tenantId);
     let checked;
     try {
       checked = checkCustomerCertificate(data.attributes);
     } catch (error) {
       if (!(error instanceof CertificateCheckError)) throw error;
-      throw new ApiError(422, error.code, error.message, { pointer: `/data/attributes/${error.field}` });
+      throw new ApiError(error.code, error.message, { pointer: `/data/attributes/${error.field}` });
     }
     const tenantId = request.principal!.tenantId;
     const id = CertificateRepository.newId();
@@ -178,7 +132,7 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
           'Checks: the key matches the leaf, the intermediates link the leaf to its issuer, the dates are valid, ' +
           'the key is RSA 2048+ or EC P-256+. Each failure is a 422 whose code names the check. ' +
           'The spec names GET for this path; a GET carrying the same body is accepted the same way.',
-        // Checked by the handler (shared with the GET form), documented here.
+        // The GET form below reads and checks the same body itself.
         body: CertificatePemDocument,
         response: { 201: CertificateDocument, 415: ErrorDocument, 422: ErrorDocument },
       },
@@ -198,9 +152,9 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
     async (request, reply) => {
       const mediaType = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
       if (mediaType !== JSONAPI_MEDIA_TYPE) {
-        throw new ApiError(415, 'UNSUPPORTED_MEDIA_TYPE', `the body must be sent as Content-Type: ${JSONAPI_MEDIA_TYPE}`, { header: 'Content-Type' });
+        throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `the body must be sent as Content-Type: ${JSONAPI_MEDIA_TYPE}`, { header: 'Content-Type' });
       }
-      const document = await upload(request, await readJsonBody(request));
+      const document = await upload(request, validateBody(CertificatePemDocument, await readJsonBody(request)));
       void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${document.data.id}`);
       return document;
     },
@@ -227,16 +181,16 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
       },
     },
     async (request, reply) => {
-      const { data } = request.body as { data: { attributes: { domains: string[] }; relationships?: { belongsTo: { data: { id: string } } } } };
+      const { data } = request.body;
       const tenantId = request.principal!.tenantId;
       checkAccount(data.relationships, tenantId);
       const domains = data.attributes.domains.map(normalizeDomain);
       const duplicates = domains.flatMap((domain, index) =>
         domains.indexOf(domain) === index
           ? []
-          : [errorObject(422, 'DUPLICATE_DOMAIN', `${domain} is named twice (names are compared without case and trailing dot)`, { pointer: `/data/attributes/domains/${index}` })],
+          : [errorObject('DUPLICATE_DOMAIN', `${domain} is named twice (names are compared without case and trailing dot)`, { pointer: `/data/attributes/domains/${index}` })],
       );
-      if (duplicates.length > 0) throw ApiError.many(422, duplicates);
+      if (duplicates.length > 0) throw ApiError.many(duplicates);
       let record: CertificateRecord;
       try {
         record = await deps.store.certificates.createAcme(tenantId, domains, orderLimits());
@@ -267,12 +221,12 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
       },
     },
     async (request, reply) => {
-      const { id } = request.params as { id: string };
+      const { id } = request.params;
       const tenantId = request.principal!.tenantId;
       const existing = await deps.store.certificates.get(tenantId, id);
       if (!existing) throw notFound('certificate', id);
       if (existing.source !== 'ACME') {
-        throw new ApiError(409, 'NOT_SERVICE_ISSUED', `certificate ${id} was uploaded by the customer; renew it by uploading a new one`);
+        throw new ApiError('NOT_SERVICE_ISSUED', `certificate ${id} was uploaded by the customer; renew it by uploading a new one`);
       }
       // Without an ACME service in this process the request waits in the store for the node that runs one.
       let record: CertificateRecord | undefined;
@@ -298,19 +252,19 @@ export function registerCertificateRoutes(app: FastifyInstance, deps: ApiDeps): 
     delete: (tenantId, id) => deps.store.certificates.delete(tenantId, id),
     present: toCertificateResource,
   });
-}
+};
 
 async function readJsonBody(request: FastifyRequest): Promise<unknown> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of request.raw) {
     size += (chunk as Buffer).length;
-    if (size > 1024 * 1024) throw new ApiError(413, 'BODY_TOO_LARGE', 'the body is larger than 1 MiB');
+    if (size > 1024 * 1024) throw new ApiError('BODY_TOO_LARGE', 'the body is larger than 1 MiB');
     chunks.push(chunk as Buffer);
   }
   try {
     return JSON.parse(Buffer.concat(chunks).toString('utf8'));
   } catch {
-    throw new ApiError(400, 'MALFORMED_BODY', 'the body is not valid JSON');
+    throw new ApiError('MALFORMED_BODY', 'the body is not valid JSON');
   }
 }

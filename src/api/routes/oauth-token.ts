@@ -1,6 +1,5 @@
-import type { FastifyInstance } from 'fastify';
 import { Type } from '@sinclair/typebox';
-import type { ApiDeps } from '../server.ts';
+import type { RoutePlugin } from '../types.ts';
 import { documentOnly } from '../schemas/validator.ts';
 
 const TokenRequest = Type.Object(
@@ -26,7 +25,7 @@ const OAuthErrorBody = Type.Object({
 });
 
 /** The token issuer's routes, under the path of {auth_url}. */
-export function registerTokenRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export const tokenRoutes: RoutePlugin = async (app, { deps }) => {
   const prefix = deps.settings.authUrl ? new URL(deps.settings.authUrl).pathname.replace(/\/+$/, '') : '';
 
   app.post(
@@ -43,6 +42,7 @@ export function registerTokenRoutes(app: FastifyInstance, deps: ApiDeps): void {
       },
     },
     async (request, reply) => {
+      // The body is whatever the client sent (documentOnly): the issuer checks every field.
       const body = request.body && typeof request.body === 'object' ? (request.body as Record<string, unknown>) : {};
       const token = await deps.tokens.issue(body);
       void reply.header('Cache-Control', 'no-store').header('Pragma', 'no-cache');
@@ -53,4 +53,4 @@ export function registerTokenRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.get(`${prefix}/.well-known/jwks.json`, { schema: { tags: ['auth'], summary: 'Public keys that verify access tokens' } }, async () =>
     deps.tokens.jwks(),
   );
-}
+};

@@ -2,11 +2,11 @@
  * List, get and delete of a tenant-owned resource that proxies refer to (certificates, CA
  * certificates): the same three routes, answers and errors for each such resource.
  */
-import type { FastifyInstance } from 'fastify';
 import { Type, type TSchema } from '@sinclair/typebox';
+import { Uuid } from '@tps/model';
+import type { RouteInstance } from '../types.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, notFound } from '../jsonapi.ts';
-import { Uuid } from '../schemas/common.ts';
-import type { DeleteOutcome } from '../../store/certificates.ts';
+import type { DeleteOutcome } from '../../store/referenced-resources.ts';
 
 export interface OwnedResource<R> {
   base: string;
@@ -25,10 +25,10 @@ const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
 /** Names the tenant's own configurations only (the store never hands over another tenant's). */
 export function inUse(what: string, id: string, configIds: readonly string[]): ApiError {
   const users = configIds.length > 0 ? `the traffic configurations ${configIds.join(', ')}` : 'a traffic configuration';
-  return new ApiError(409, 'IN_USE', `${what} ${id} is used by ${users}`);
+  return new ApiError('IN_USE', `${what} ${id} is used by ${users}`);
 }
 
-export function registerOwnedResourceRoutes<R>(app: FastifyInstance, resource: OwnedResource<R>): void {
+export function registerOwnedResourceRoutes<R>(app: RouteInstance, resource: OwnedResource<R>): void {
   const { base, name, tags } = resource;
   const security = [{ bearer: [] }];
   const params = Type.Object({ id: Uuid });
@@ -52,7 +52,7 @@ export function registerOwnedResourceRoutes<R>(app: FastifyInstance, resource: O
       schema: { tags, security, summary: `Get one ${name}`, params, response: { 200: Type.Object({ data: resource.resourceSchema }), 404: ErrorDocument } },
     },
     async (request, reply) => {
-      const { id } = request.params as { id: string };
+      const { id } = request.params;
       const record = await resource.get(request.principal!.tenantId, id);
       if (!record) throw notFound(name, id);
       void reply.type(JSONAPI_MEDIA_TYPE);
@@ -73,7 +73,7 @@ export function registerOwnedResourceRoutes<R>(app: FastifyInstance, resource: O
       },
     },
     async (request, reply) => {
-      const { id } = request.params as { id: string };
+      const { id } = request.params;
       const outcome = await resource.delete(request.principal!.tenantId, id);
       if (!outcome.deleted) {
         if (outcome.notFound) throw notFound(name, id);

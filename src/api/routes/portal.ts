@@ -21,19 +21,19 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import fastifyStatic from '@fastify/static';
-import { Type, type Static } from '@sinclair/typebox';
-import type { ApiDeps } from '../server.ts';
+import { Type } from '@sinclair/typebox';
+import { Enum, INSIGHT_EVENT_TYPES, Uuid } from '@tps/model';
+import type { ApiDeps, RoutePlugin } from '../types.ts';
 import { ApiError, errorObject } from '../jsonapi.ts';
 import { ConcurrencyGate, GateFullError } from '../concurrency-gate.ts';
+import { toEventResource } from '../insight-event-resource.ts';
 import { sourceKey } from '../../edge/net/source-key.ts';
-import { Uuid } from '../schemas/common.ts';
 import type { Principal } from '../../auth/token-issuer.ts';
 import { SCOPES, type Scope } from '../../store/service-accounts.ts';
 import type { PortalSession } from '../../store/portal-users.ts';
 import { BadCursorError, dashboardRange } from '../../store/insight-aggregates.ts';
-import { toEventResource } from './insight.ts';
 
 /** The built portal (`npm run build:portal`). */
 export const PORTAL_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../portal/dist');
@@ -89,7 +89,7 @@ async function sessionOf(deps: ApiDeps, request: FastifyRequest): Promise<Portal
 function checkCsrf(request: FastifyRequest, session: PortalSession): void {
   const sent = request.headers['x-csrf-token'];
   if (typeof sent !== 'string' || sent !== session.csrfToken) {
-    throw new ApiError(403, 'CSRF_TOKEN_INVALID', 'this call needs the X-CSRF-Token header of the signed-in session', { header: 'X-CSRF-Token' });
+    throw new ApiError('CSRF_TOKEN_INVALID', 'this call needs the X-CSRF-Token header of the signed-in session', { header: 'X-CSRF-Token' });
   }
 }
 
@@ -114,11 +114,11 @@ const Login = Type.Object(
 const NewServiceAccount = Type.Object(
   {
     name: Type.String({ minLength: 1, maxLength: 100 }),
-    scopes: Type.Array(Type.String({ enum: [...SCOPES] }), { minItems: 1, uniqueItems: true }),
+    scopes: Type.Array(Enum(SCOPES), { minItems: 1, uniqueItems: true }),
   },
   { additionalProperties: false },
 );
-const EventType = Type.String({ enum: ['WAF_EVENT', 'APP_DDOS_ATTACK'], default: 'WAF_EVENT' });
+const EventType = Enum(INSIGHT_EVENT_TYPES, { default: 'WAF_EVENT' });
 const RangeQuery = {
   type: EventType,
   configId: Type.Optional(Uuid),
@@ -139,195 +139,186 @@ const EventsQuery = Type.Object(
   { additionalProperties: false },
 );
 
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** Portal endpoints that work without a session (sign-in, session probe). */
-    portalPublic?: boolean;
-  }
-}
-
-export function registerPortalRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export const portalRoutes: RoutePlugin = async (portal, { deps }) => {
   const { store } = deps;
   const concurrency = deps.settings.passwordHashConcurrency;
   const passwordHashes = new ConcurrencyGate(concurrency, HASH_QUEUE_PER_SLOT * concurrency);
 
-  void app.register(async (portal) => {
-    // Every portal endpoint but sign-in needs a session; state-changing ones the CSRF token too.
-    portal.addHook('onRequest', async (request) => {
-      if (!request.url.startsWith(`${API}/`) || request.routeOptions.config.portalPublic) return;
-      const session = await sessionOf(deps, request);
-      if (!session) throw new ApiError(401, 'NOT_SIGNED_IN', 'sign in to the portal first');
-      if (!SAFE_METHODS.has(request.method)) checkCsrf(request, session);
-    });
-    portal.addHook('onSend', async (request, reply) => {
-      if (request.url.startsWith(`${API}/`)) void reply.header('Cache-Control', 'no-store').header('X-Content-Type-Options', 'nosniff');
-    });
+  // Every portal endpoint but sign-in needs a session; state-changing ones the CSRF token too.
+  portal.addHook('onRequest', async (request) => {
+    if (!request.url.startsWith(`${API}/`) || request.routeOptions.config.portalPublic) return;
+    const session = await sessionOf(deps, request);
+    if (!session) throw new ApiError('NOT_SIGNED_IN', 'sign in to the portal first');
+    if (!SAFE_METHODS.has(request.method)) checkCsrf(request, session);
+  });
+  portal.addHook('onSend', async (request, reply) => {
+    if (request.url.startsWith(`${API}/`)) void reply.header('Cache-Control', 'no-store').header('X-Content-Type-Options', 'nosniff');
+  });
 
-    const session = (request: FastifyRequest) => loaded.get(request)!;
-    const describe = async (current: PortalSession) => ({
-      user: { email: current.email, tenantId: current.tenantId, tenantName: (await store.tenants.get(current.tenantId))?.name ?? '' },
-      csrfToken: current.csrfToken,
-      expiresAt: new Date(current.expiresAt).toISOString(),
-    });
+  const session = (request: FastifyRequest) => loaded.get(request)!;
+  const describe = async (current: PortalSession) => ({
+    user: { email: current.email, tenantId: current.tenantId, tenantName: (await store.tenants.get(current.tenantId))?.name ?? '' },
+    csrfToken: current.csrfToken,
+    expiresAt: new Date(current.expiresAt).toISOString(),
+  });
 
-    portal.post(`${API}/login`, { config: { portalPublic: true }, schema: { hide: true, body: Login } }, async (request, reply) => {
-      // JSON only: a cross-site HTML form cannot send it without the browser asking first (CORS).
-      if (!(request.headers['content-type'] ?? '').toLowerCase().startsWith('application/json')) {
-        throw new ApiError(415, 'UNSUPPORTED_MEDIA_TYPE', 'sign in with Content-Type: application/json', { header: 'Content-Type' });
-      }
-      const { email, password } = request.body as Static<typeof Login>;
-      // The attempt's place in the throttle first: it counts as a failure unless the password is right.
-      // An IPv6 client counts by its prefix, as at the edge: one host has a whole /64 to rotate through.
-      const client = sourceKey(request.ip, deps.settings.rateLimitIpv6Prefix);
-      const { wait, attempt } = await store.portalUsers.reserveSignIn(email, client);
-      if (wait > 0 || attempt === undefined) {
-        deps.metrics.signInsRefused.inc({ reason: 'THROTTLED' });
-        const seconds = Math.ceil(wait / 1000);
-        throw new ApiError(429, 'TOO_MANY_SIGN_IN_ATTEMPTS', `too many failed sign-ins: try again in ${Math.ceil(seconds / 60)} minutes`, undefined, {
-          'Retry-After': String(seconds),
-        });
-      }
-      let user: Awaited<ReturnType<typeof store.portalUsers.authenticate>>;
-      try {
-        user = await passwordHashes.run(() => store.portalUsers.authenticate(email, password));
-      } catch (error) {
-        if (!(error instanceof GateFullError)) throw error;
-        await store.portalUsers.signInAbandoned(attempt);
-        deps.metrics.signInsRefused.inc({ reason: 'BUSY' });
-        request.log.warn({ waiting: passwordHashes.waiting }, 'portal sign-in refused: the password hashing queue is full');
-        throw new ApiError(503, 'SIGN_IN_BUSY', 'too many sign-ins at once: try again in a few seconds', undefined, { 'Retry-After': '2' });
-      }
-      if (!user) throw new ApiError(401, 'INVALID_CREDENTIALS', 'wrong email or password', { pointer: '/password' });
-      await store.portalUsers.signInSucceeded(attempt);
-      const opened = await store.portalUsers.openSession(user);
-      request.log.info({ portalUser: user.id, tenantId: user.tenantId }, 'portal sign-in');
-      void reply.header('Set-Cookie', sessionCookie(deps, opened.token, Math.floor((opened.session.expiresAt - Date.now()) / 1000)));
-      return describe(opened.session);
-    });
+  portal.post(`${API}/login`, { config: { portalPublic: true }, schema: { hide: true, body: Login } }, async (request, reply) => {
+    // JSON only: a cross-site HTML form cannot send it without the browser asking first (CORS).
+    if (!(request.headers['content-type'] ?? '').toLowerCase().startsWith('application/json')) {
+      throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'sign in with Content-Type: application/json', { header: 'Content-Type' });
+    }
+    const { email, password } = request.body;
+    // The attempt's place in the throttle first: it counts as a failure unless the password is right.
+    // An IPv6 client counts by its prefix, as at the edge: one host has a whole /64 to rotate through.
+    const client = sourceKey(request.ip, deps.settings.rateLimitIpv6Prefix);
+    const { wait, attempt } = await store.portalUsers.reserveSignIn(email, client);
+    if (wait > 0 || attempt === undefined) {
+      deps.metrics.signInsRefused.inc({ reason: 'THROTTLED' });
+      const seconds = Math.ceil(wait / 1000);
+      throw new ApiError('TOO_MANY_SIGN_IN_ATTEMPTS', `too many failed sign-ins: try again in ${Math.ceil(seconds / 60)} minutes`, undefined, {
+        'Retry-After': String(seconds),
+      });
+    }
+    let user: Awaited<ReturnType<typeof store.portalUsers.authenticate>>;
+    try {
+      user = await passwordHashes.run(() => store.portalUsers.authenticate(email, password));
+    } catch (error) {
+      if (!(error instanceof GateFullError)) throw error;
+      await store.portalUsers.signInAbandoned(attempt);
+      deps.metrics.signInsRefused.inc({ reason: 'BUSY' });
+      request.log.warn({ waiting: passwordHashes.waiting }, 'portal sign-in refused: the password hashing queue is full');
+      throw new ApiError('SIGN_IN_BUSY', 'too many sign-ins at once: try again in a few seconds', undefined, { 'Retry-After': '2' });
+    }
+    if (!user) throw new ApiError('INVALID_CREDENTIALS', 'wrong email or password', { pointer: '/password' });
+    await store.portalUsers.signInSucceeded(attempt);
+    const opened = await store.portalUsers.openSession(user);
+    request.log.info({ portalUser: user.id, tenantId: user.tenantId }, 'portal sign-in');
+    void reply.header('Set-Cookie', sessionCookie(deps, opened.token, Math.floor((opened.session.expiresAt - Date.now()) / 1000)));
+    return describe(opened.session);
+  });
 
-    portal.get(`${API}/session`, { schema: { hide: true } }, async (request) => describe(session(request)));
+  portal.get(`${API}/session`, { schema: { hide: true } }, async (request) => describe(session(request)));
 
-    portal.post(`${API}/logout`, { schema: { hide: true } }, async (request, reply) => {
-      const token = readCookie(request, cookieName(deps));
-      if (token) await store.portalUsers.closeSession(token);
-      void reply.code(204).header('Set-Cookie', sessionCookie(deps, '', 0));
-    });
+  portal.post(`${API}/logout`, { schema: { hide: true } }, async (request, reply) => {
+    const token = readCookie(request, cookieName(deps));
+    if (token) await store.portalUsers.closeSession(token);
+    void reply.code(204).header('Set-Cookie', sessionCookie(deps, '', 0));
+  });
 
-    // ---- service accounts of the session's tenant -------------------------------------------
-    const account = (a: { clientId: string; name: string; scopes: string[]; createdAt: string; revokedAt: string | null }) => ({
-      clientId: a.clientId,
-      name: a.name,
-      scopes: a.scopes,
-      createdAt: a.createdAt,
-      revokedAt: a.revokedAt,
-    });
+  // ---- service accounts of the session's tenant -------------------------------------------
+  const account = (a: { clientId: string; name: string; scopes: string[]; createdAt: string; revokedAt: string | null }) => ({
+    clientId: a.clientId,
+    name: a.name,
+    scopes: a.scopes,
+    createdAt: a.createdAt,
+    revokedAt: a.revokedAt,
+  });
 
-    portal.get(`${API}/service-accounts`, { schema: { hide: true } }, async (request) => ({
-      data: (await store.serviceAccounts.list(session(request).tenantId)).map(account),
-    }));
+  portal.get(`${API}/service-accounts`, { schema: { hide: true } }, async (request) => ({
+    data: (await store.serviceAccounts.list(session(request).tenantId)).map(account),
+  }));
 
-    portal.post(`${API}/service-accounts`, { schema: { hide: true, body: NewServiceAccount } }, async (request, reply) => {
-      const { name, scopes } = request.body as Static<typeof NewServiceAccount>;
-      const created = await store.serviceAccounts.create(session(request).tenantId, name.trim(), scopes as Scope[]);
-      request.log.info({ clientId: created.clientId, tenantId: created.tenantId }, 'service account created in the portal');
-      void reply.code(201);
-      // The secret exists nowhere else: this answer is the only time anyone sees it.
-      return { data: { ...account(created), clientSecret: created.clientSecret } };
-    });
+  portal.post(`${API}/service-accounts`, { schema: { hide: true, body: NewServiceAccount } }, async (request, reply) => {
+    const { name, scopes } = request.body;
+    const created = await store.serviceAccounts.create(session(request).tenantId, name.trim(), scopes);
+    request.log.info({ clientId: created.clientId, tenantId: created.tenantId }, 'service account created in the portal');
+    void reply.code(201);
+    // The secret exists nowhere else: this answer is the only time anyone sees it.
+    return { data: { ...account(created), clientSecret: created.clientSecret } };
+  });
 
-    portal.delete(
-      `${API}/service-accounts/:clientId`,
-      { schema: { hide: true, params: Type.Object({ clientId: Uuid }) } },
-      async (request) => {
-        const { clientId } = request.params as { clientId: string };
-        const revoked = await store.serviceAccounts.revoke(session(request).tenantId, clientId);
-        if (!revoked) throw new ApiError(404, 'NOT_FOUND', `service account ${clientId} does not exist`);
-        return { data: account(revoked) };
-      },
-    );
+  portal.delete(
+    `${API}/service-accounts/:clientId`,
+    { schema: { hide: true, params: Type.Object({ clientId: Uuid }) } },
+    async (request) => {
+      const { clientId } = request.params;
+      const revoked = await store.serviceAccounts.revoke(session(request).tenantId, clientId);
+      if (!revoked) throw new ApiError('NOT_FOUND', `service account ${clientId} does not exist`);
+      return { data: account(revoked) };
+    },
+  );
 
-    // ---- dashboards ---------------------------------------------------------------------------
-    const rangeOf = (query: { from?: string | undefined; to?: string | undefined }) => {
-      const to = query.to === undefined ? Date.now() / 1000 : Date.parse(query.to) / 1000;
-      const from = query.from === undefined ? to - 86_400 : Date.parse(query.from) / 1000;
-      if (!(from < to)) throw new ApiError(400, 'INVALID_RANGE', '`from` must be before `to`', { parameter: 'from' });
-      if (to - from > MAX_RANGE_SECONDS) throw new ApiError(400, 'RANGE_TOO_LONG', 'a dashboard covers at most 92 days', { parameter: 'from' });
-      return dashboardRange(from, to);
+  // ---- dashboards ---------------------------------------------------------------------------
+  const rangeOf = (query: { from?: string | undefined; to?: string | undefined }) => {
+    const to = query.to === undefined ? Date.now() / 1000 : Date.parse(query.to) / 1000;
+    const from = query.from === undefined ? to - 86_400 : Date.parse(query.from) / 1000;
+    if (!(from < to)) throw new ApiError('INVALID_RANGE', '`from` must be before `to`', { parameter: 'from' });
+    if (to - from > MAX_RANGE_SECONDS) throw new ApiError('RANGE_TOO_LONG', 'a dashboard covers at most 92 days', { parameter: 'from' });
+    return dashboardRange(from, to);
+  };
+
+  portal.get(`${API}/insight/dashboard`, { schema: { hide: true, querystring: DashboardQuery } }, async (request) => {
+    const query = request.query;
+    const range = rangeOf(query);
+    const filter = {
+      tenantId: session(request).tenantId,
+      type: query.type,
+      configId: query.configId,
+      from: range.from,
+      to: range.to,
     };
+    const dashboard = await store.insightAggregates.dashboard(filter, range, query.limit);
+    return {
+      ...dashboard,
+      range: { from: new Date(range.from * 1000).toISOString(), to: new Date(range.to * 1000).toISOString(), stepSeconds: range.step },
+      series: dashboard.series.map((bucket) => ({ ...bucket, start: new Date(bucket.start * 1000).toISOString() })),
+    };
+  });
 
-    portal.get(`${API}/insight/dashboard`, { schema: { hide: true, querystring: DashboardQuery } }, async (request) => {
-      const query = request.query as Static<typeof DashboardQuery>;
-      const range = rangeOf(query);
-      const filter = {
+  portal.get(`${API}/insight/events`, { schema: { hide: true, querystring: EventsQuery } }, async (request) => {
+    const query = request.query;
+    const range = rangeOf(query);
+    try {
+      const page = await store.insightAggregates.events({
         tenantId: session(request).tenantId,
-        type: query.type as 'WAF_EVENT' | 'APP_DDOS_ATTACK',
+        type: query.type,
         configId: query.configId,
         from: range.from,
         to: range.to,
-      };
-      const dashboard = await store.insightAggregates.dashboard(filter, range, query.limit);
-      return {
-        ...dashboard,
-        range: { from: new Date(range.from * 1000).toISOString(), to: new Date(range.to * 1000).toISOString(), stepSeconds: range.step },
-        series: dashboard.series.map((bucket) => ({ ...bucket, start: new Date(bucket.start * 1000).toISOString() })),
-      };
-    });
-
-    portal.get(`${API}/insight/events`, { schema: { hide: true, querystring: EventsQuery } }, async (request) => {
-      const query = request.query as Static<typeof EventsQuery>;
-      const range = rangeOf(query);
-      try {
-        const page = await store.insightAggregates.events({
-          tenantId: session(request).tenantId,
-          type: query.type as 'WAF_EVENT' | 'APP_DDOS_ATTACK',
-          configId: query.configId,
-          from: range.from,
-          to: range.to,
-          ruleId: query.ruleId,
-          sourceIp: query.sourceIp,
-          countryCode: query.countryCode,
-          path: query.path,
-          cursor: query.cursor,
-          size: query.size,
-        });
-        return { data: page.events.map(toEventResource), next: page.next };
-      } catch (error) {
-        if (error instanceof BadCursorError) throw new ApiError(400, 'UNKNOWN_CURSOR', error.message, { parameter: 'cursor' });
-        throw error;
-      }
-    });
-
-    portal.get(`${API}/insight/events/:id`, { schema: { hide: true, params: Type.Object({ id: Uuid }) } }, async (request) => {
-      const { id } = request.params as { id: string };
-      const event = await store.insightAggregates.event(session(request).tenantId, id);
-      if (!event) throw new ApiError(404, 'NOT_FOUND', `event ${id} does not exist`);
-      return { data: toEventResource(event) };
-    });
-
-    // Unknown portal endpoints are JSON errors, never the page.
-    portal.all(`${API}/*`, { config: { portalPublic: true }, schema: { hide: true } }, async (request, reply) => {
-      void reply.code(404).send({ errors: [errorObject(404, 'NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)] });
-    });
-
-    // ---- the built UI: hashed assets cached for good, every other path gets the page --------
-    const built = fs.existsSync(path.join(PORTAL_DIST, 'index.html'));
-    if (built) {
-      await portal.register(fastifyStatic, {
-        root: path.join(PORTAL_DIST, 'assets'),
-        prefix: '/portal/assets/',
-        immutable: true,
-        maxAge: '365d',
-        index: false,
+        ruleId: query.ruleId,
+        sourceIp: query.sourceIp,
+        countryCode: query.countryCode,
+        path: query.path,
+        cursor: query.cursor,
+        size: query.size,
       });
+      return { data: page.events.map(toEventResource), next: page.next };
+    } catch (error) {
+      if (error instanceof BadCursorError) throw new ApiError('UNKNOWN_CURSOR', error.message, { parameter: 'cursor' });
+      throw error;
     }
-    const page = async (_request: FastifyRequest, reply: FastifyReply) => {
-      void reply.headers(PAGE_HEADERS).header('Cache-Control', 'no-cache');
-      if (!built) {
-        return reply.code(503).type('text/plain').send('The portal is not built: run `npm run build:portal`, then restart tps.\n');
-      }
-      return reply.type('text/html; charset=utf-8').sendFile('index.html', PORTAL_DIST);
-    };
-    portal.get('/portal', { schema: { hide: true } }, page);
-    portal.get('/portal/*', { schema: { hide: true } }, page);
   });
-}
+
+  portal.get(`${API}/insight/events/:id`, { schema: { hide: true, params: Type.Object({ id: Uuid }) } }, async (request) => {
+    const { id } = request.params;
+    const event = await store.insightAggregates.event(session(request).tenantId, id);
+    if (!event) throw new ApiError('NOT_FOUND', `event ${id} does not exist`);
+    return { data: toEventResource(event) };
+  });
+
+  // Unknown portal endpoints are JSON errors, never the page.
+  portal.all(`${API}/*`, { config: { portalPublic: true }, schema: { hide: true } }, async (request, reply) => {
+    void reply.code(404).send({ errors: [errorObject('NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)] });
+  });
+
+  // ---- the built UI: hashed assets cached for good, every other path gets the page --------
+  const built = fs.existsSync(path.join(PORTAL_DIST, 'index.html'));
+  if (built) {
+    await portal.register(fastifyStatic, {
+      root: path.join(PORTAL_DIST, 'assets'),
+      prefix: '/portal/assets/',
+      immutable: true,
+      maxAge: '365d',
+      index: false,
+    });
+  }
+  const page = async (_request: FastifyRequest, reply: FastifyReply) => {
+    void reply.headers(PAGE_HEADERS).header('Cache-Control', 'no-cache');
+    if (!built) {
+      return reply.code(503).type('text/plain').send('The portal is not built: run `npm run build:portal`, then restart tps.\n');
+    }
+    return reply.type('text/html; charset=utf-8').sendFile('index.html', PORTAL_DIST);
+  };
+  portal.get('/portal', { schema: { hide: true } }, page);
+  portal.get('/portal/*', { schema: { hide: true } }, page);
+};

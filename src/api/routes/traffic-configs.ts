@@ -3,18 +3,11 @@
  * A request is checked whole (schema, then references to IPs, certificates and CA certificates)
  * before anything is written, so a rejected request changes nothing.
  */
-import type { FastifyInstance } from 'fastify';
 import { Type } from '@sinclair/typebox';
-import type { ApiDeps } from '../server.ts';
+import { HTTP_PROXY, TrafficConfigDocument, TrafficConfigPatchDocument, Uuid, type HttpProxyAttributes, type ProxyType } from '@tps/model';
+import type { ApiDeps, RoutePlugin } from '../types.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE, checkAccount, errorObject, notFound, type JsonApiErrorObject } from '../jsonapi.ts';
-import {
-  HTTP_PROXY,
-  TrafficConfigDocument,
-  TrafficConfigPatchDocument,
-  type HttpProxyAttributes,
-  type ProxyType,
-} from '../schemas/traffic-config.ts';
-import { Uuid } from '../schemas/common.ts';
+import type { ApiErrorCode } from '../error-catalogue.ts';
 import { validateBody } from '../schemas/validator.ts';
 import type { StoredAttributes, TrafficConfigRecord } from '../../store/traffic-configs.ts';
 import type { ServedStatus } from '../../store/edge-status.ts';
@@ -28,7 +21,7 @@ const IdParams = Type.Object({ id: Uuid });
 const ResourceDocument = Type.Object({ data: Type.Unknown({ description: 'The traffic configuration, as in the request plus id, status, statusDetail, createdAt, updatedAt.' }) });
 const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
 
-export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export const trafficConfigRoutes: RoutePlugin = async (app, { deps }) => {
   const { store } = deps;
   const tags = ['traffic configurations'];
   const security = [{ bearer: [] }];
@@ -62,7 +55,7 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
       schema: { tags, security, summary: 'Get one traffic configuration', params: IdParams, response: { 200: ResourceDocument, 404: ErrorDocument } },
     },
     async (request, reply) => {
-      const { id } = request.params as { id: string };
+      const { id } = request.params;
       const record = await store.trafficConfigs.get(request.principal!.tenantId, id);
       if (!record) throw notFound('traffic configuration', id);
       void reply.type(JSONAPI_MEDIA_TYPE);
@@ -85,7 +78,7 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
     },
     async (request, reply) => {
       const tenantId = request.principal!.tenantId;
-      const { data } = request.body as TrafficConfigDocument;
+      const { data } = request.body;
       checkAccount(data.relationships, tenantId);
       const attributes = withoutReadOnly(data.attributes);
       await checkReferences(deps, tenantId, data.type, attributes);
@@ -116,8 +109,8 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
     },
     async (request, reply) => {
       const tenantId = request.principal!.tenantId;
-      const { id } = request.params as { id: string };
-      const { data } = request.body as TrafficConfigDocument;
+      const { id } = request.params;
+      const { data } = request.body;
       const current = await loadForChange(deps, tenantId, id, data);
       checkAccount(data.relationships, tenantId);
       const attributes = withoutReadOnly(data.attributes);
@@ -146,8 +139,8 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
     },
     async (request, reply) => {
       const tenantId = request.principal!.tenantId;
-      const { id } = request.params as { id: string };
-      const { data } = request.body as TrafficConfigPatchDocument;
+      const { id } = request.params;
+      const { data } = request.body;
       const current = await loadForChange(deps, tenantId, id, data);
       const merged = mergePatch(structuredClone(current.attributes), data.attributes) as Record<string, unknown>;
       const document = validateBody(TrafficConfigDocument, { data: { type: current.type, attributes: withoutReadOnly(merged) } });
@@ -166,12 +159,12 @@ export function registerTrafficConfigRoutes(app: FastifyInstance, deps: ApiDeps)
       schema: { tags, security, summary: 'Delete a proxy and free its port', params: IdParams, response: { 204: Type.Null(), 404: ErrorDocument } },
     },
     async (request, reply) => {
-      const { id } = request.params as { id: string };
+      const { id } = request.params;
       if (!(await store.trafficConfigs.delete(request.principal!.tenantId, id))) throw notFound('traffic configuration', id);
       void reply.code(204);
     },
   );
-}
+};
 
 function toResource(record: TrafficConfigRecord, served: ServedStatus | undefined) {
   return {
@@ -193,10 +186,10 @@ async function loadForChange(deps: ApiDeps, tenantId: string, id: string, data: 
   const current = await deps.store.trafficConfigs.get(tenantId, id);
   if (!current) throw notFound('traffic configuration', id);
   if (data.id !== undefined && data.id !== id) {
-    throw new ApiError(409, 'ID_MISMATCH', `data.id ${data.id} is not the id in the path`, { pointer: '/data/id' });
+    throw new ApiError('ID_MISMATCH', `data.id ${data.id} is not the id in the path`, { pointer: '/data/id' });
   }
   if (data.type !== current.type) {
-    throw new ApiError(409, 'TYPE_MISMATCH', `this traffic configuration is a ${current.type}; its type cannot change`, {
+    throw new ApiError('TYPE_MISMATCH', `this traffic configuration is a ${current.type}; its type cannot change`, {
       pointer: '/data/type',
     });
   }
@@ -227,18 +220,17 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
  */
 async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<void> {
   const errors: JsonApiErrorObject[] = [];
-  const fail = (status: number, code: string, pointer: string, detail: string) =>
-    errors.push(errorObject(status, code, detail, { pointer: `/data/attributes/${pointer}` }));
+  const fail = (code: ApiErrorCode, pointer: string, detail: string) => errors.push(errorObject(code, detail, { pointer: `/data/attributes/${pointer}` }));
 
   const pool = new Set(deps.settings.frontendIps.map(canonicalIp));
   const { frontend } = attributes;
   if (frontend.ipv4 === undefined && frontend.ipv6 === undefined) {
-    fail(422, 'FRONTEND_IP_REQUIRED', 'frontend', 'frontend needs ipv4, ipv6 or both');
+    fail('FRONTEND_IP_REQUIRED', 'frontend', 'frontend needs ipv4, ipv6 or both');
   }
   for (const family of ['ipv4', 'ipv6'] as const) {
     const ip = frontend[family];
     if (ip !== undefined && !pool.has(canonicalIp(ip))) {
-      fail(422, 'UNKNOWN_FRONTEND_IP', `frontend/${family}`, `${ip} is not one of the account's available front-end IPs`);
+      fail('UNKNOWN_FRONTEND_IP', `frontend/${family}`, `${ip} is not one of the account's available front-end IPs`);
     }
   }
   const policy = originPolicyOf(deps);
@@ -251,15 +243,15 @@ async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType,
     const http = attributes as HttpProxyAttributes;
     const certificate = async (id: string, pointer: string, purpose: 'frontend' | 'origin client') => {
       const record = await deps.store.certificates.get(tenantId, id);
-      if (!record) return fail(422, 'UNKNOWN_CERTIFICATE', pointer, `certificate ${id} does not exist`);
+      if (!record) return fail('UNKNOWN_CERTIFICATE', pointer, `certificate ${id} does not exist`);
       if (purpose === 'origin client' && record.source !== 'CUSTOMER') {
-        fail(422, 'CUSTOMER_CERTIFICATE_REQUIRED', pointer, 'the certificate presented to the origin must be a customer-uploaded one');
+        fail('CUSTOMER_CERTIFICATE_REQUIRED', pointer, 'the certificate presented to the origin must be a customer-uploaded one');
       }
     };
     const caCertificates = async (ids: readonly string[], pointer: string) => {
       for (const [index, id] of ids.entries()) {
         if (!(await deps.store.caCertificates.get(tenantId, id))) {
-          fail(422, 'UNKNOWN_CA_CERTIFICATE', `${pointer}/${index}`, `CA certificate ${id} does not exist`);
+          fail('UNKNOWN_CA_CERTIFICATE', `${pointer}/${index}`, `CA certificate ${id} does not exist`);
         }
       }
     };
@@ -268,7 +260,7 @@ async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType,
     const verification = http.frontend.clientCertificateVerification;
     if (verification) {
       if (!http.frontend.certificateId) {
-        fail(422, 'TLS_REQUIRED', 'frontend/clientCertificateVerification', 'client certificate verification needs HTTPS: set frontend.certificateId');
+        fail('TLS_REQUIRED', 'frontend/clientCertificateVerification', 'client certificate verification needs HTTPS: set frontend.certificateId');
       }
       await caCertificates(verification.caCertificateIds, 'frontend/clientCertificateVerification/caCertificateIds');
     }
@@ -277,13 +269,13 @@ async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType,
     const verify = tls?.verifyCertificate;
     if (verify?.mode === 'CUSTOM_TRUSTSTORE') {
       if (!verify.caCertificateIds?.length) {
-        fail(422, 'CA_CERTIFICATES_REQUIRED', 'backend/tlsSettings/verifyCertificate/caCertificateIds', 'CUSTOM_TRUSTSTORE needs at least one CA certificate ID');
+        fail('CA_CERTIFICATES_REQUIRED', 'backend/tlsSettings/verifyCertificate/caCertificateIds', 'CUSTOM_TRUSTSTORE needs at least one CA certificate ID');
       } else {
         await caCertificates(verify.caCertificateIds, 'backend/tlsSettings/verifyCertificate/caCertificateIds');
       }
     } else if (verify?.mode === 'SYSTEM_TRUSTSTORE' && verify.caCertificateIds?.length) {
-      fail(422, 'UNEXPECTED_CA_CERTIFICATES', 'backend/tlsSettings/verifyCertificate/caCertificateIds', 'caCertificateIds go with CUSTOM_TRUSTSTORE only');
+      fail('UNEXPECTED_CA_CERTIFICATES', 'backend/tlsSettings/verifyCertificate/caCertificateIds', 'caCertificateIds go with CUSTOM_TRUSTSTORE only');
     }
   }
-  if (errors.length > 0) throw ApiError.many(422, errors);
+  if (errors.length > 0) throw ApiError.many(errors);
 }

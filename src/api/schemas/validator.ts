@@ -4,7 +4,7 @@
  */
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
-import type { TSchema, Static } from '@sinclair/typebox';
+import { Type, type TSchema, type Static, type TUnsafe } from '@sinclair/typebox';
 import { ApiError, validationErrors } from '../jsonapi.ts';
 
 // ajv-formats is CommonJS with a default export that TypeScript's nodenext view sees as the module.
@@ -37,7 +37,7 @@ export function validateBody<T extends TSchema>(schema: T, value: unknown): Stat
     validate = bodyAjv.compile(schema);
     compiled.set(schema, validate);
   }
-  if (!validate(value)) throw ApiError.many(422, validationErrors(validate.errors ?? [], 'body'));
+  if (!validate(value)) throw ApiError.many(validationErrors(validate.errors ?? [], 'body'));
   return value as Static<T>;
 }
 
@@ -50,10 +50,10 @@ const isPlainObject = (value: unknown): value is Record<string, unknown> => type
  */
 export function checkDocumentFrame(body: unknown): void {
   if (!isPlainObject(body)) {
-    throw new ApiError(422, 'INVALID_VALUE', 'the body must be a JSON:API document: an object with a `data` object', { pointer: '/' });
+    throw new ApiError('INVALID_VALUE', 'the body must be a JSON:API document: an object with a `data` object', { pointer: '/' });
   }
-  if (!('data' in body)) throw new ApiError(422, 'INVALID_VALUE', '/data is required', { pointer: '/data' });
-  if (!isPlainObject(body.data)) throw new ApiError(422, 'INVALID_VALUE', '/data must be an object (one resource)', { pointer: '/data' });
+  if (!('data' in body)) throw new ApiError('INVALID_VALUE', '/data is required', { pointer: '/data' });
+  if (!isPlainObject(body.data)) throw new ApiError('INVALID_VALUE', '/data must be an object (one resource)', { pointer: '/data' });
 }
 
 const DOCUMENT_ONLY = 'x-document-only';
@@ -62,8 +62,8 @@ const DOCUMENT_ONLY = 'x-document-only';
  * A schema that documents a body in OpenAPI but that the route checks itself, for routes whose
  * errors follow another standard (the token endpoint answers RFC 6749 errors).
  */
-export function documentOnly<T extends TSchema>(schema: T): T {
-  return { ...schema, [DOCUMENT_ONLY]: true };
+export function documentOnly(schema: TSchema): TUnsafe<unknown> {
+  return Type.Unsafe<unknown>({ ...schema, [DOCUMENT_ONLY]: true });
 }
 
 export function isDocumentOnly(schema: unknown): boolean {

@@ -11,8 +11,8 @@ import type { CurrentCaCertificate, CurrentCertificate, CurrentState, CurrentTra
 /** An answer of the API that is not a success, with its JSON:API errors. */
 export class ApiCallError extends Error {
   readonly status: number;
-  readonly errors: JsonApiErrorObject[];
-  constructor(status: number, errors: JsonApiErrorObject[], what: string) {
+  readonly errors: JsonApiErrorObject<string>[];
+  constructor(status: number, errors: JsonApiErrorObject<string>[], what: string) {
     super(`${what}: ${status} ${errors.map((error) => `${error.code}: ${error.detail}`).join('; ')}`);
     this.status = status;
     this.errors = errors;
@@ -67,7 +67,7 @@ export class ApiSession {
       }
       const parsed = await readJson(response);
       if (response.status >= 200 && response.status < 300) return parsed as T;
-      const errors = (parsed as { errors?: JsonApiErrorObject[] } | undefined)?.errors;
+      const errors = (parsed as { errors?: JsonApiErrorObject<string>[] } | undefined)?.errors;
       throw new ApiCallError(
         response.status,
         Array.isArray(errors) && errors.length > 0 ? errors : [{ status: String(response.status), code: 'HTTP_ERROR', title: 'Error', detail: `${method} ${path} answered ${response.status}` }],

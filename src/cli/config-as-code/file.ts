@@ -20,10 +20,7 @@ import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Document } fro
 import { Type } from '@sinclair/typebox';
 import { validateBody } from '../../api/schemas/validator.ts';
 import { ApiError } from '../../api/jsonapi.ts';
-import { Enum, Uuid } from '../../api/schemas/common.ts';
-import { HTTP_PROXY, L4_PROXY, type ProxyType } from '../../api/schemas/traffic-config.ts';
-import { CaCertificateDocument } from '../../api/routes/ca-certificates.ts';
-import { AcmeCertificateDocument } from '../../api/routes/certificates.ts';
+import { CaCertificateUploadAttributes, CertificateOrderAttributes, Enum, Uuid, HTTP_PROXY, L4_PROXY, type ProxyType } from '@tps/model';
 import type { CertificateUpload, DesiredCaCertificate, DesiredCertificate, DesiredState, DesiredTrafficConfig, FilePath, FileProblem } from './types.ts';
 
 /** Bounds on what apply reads: the file itself and each PEM file it names. */
@@ -40,8 +37,8 @@ const Fingerprint = Type.String({
 const Pem = Type.String({ minLength: 1, maxLength: 262144 });
 const PemFile = Type.String({ minLength: 1, maxLength: 4096, description: 'Path of a PEM file, relative to this file.' });
 
-const caAttributes = CaCertificateDocument.properties.data.properties.attributes.properties;
-const acmeAttributes = AcmeCertificateDocument.properties.data.properties.attributes.properties;
+const caAttributes = CaCertificateUploadAttributes.properties;
+const acmeAttributes = CertificateOrderAttributes.properties;
 
 const FileSchema = Type.Object(
   {

@@ -14,7 +14,7 @@ import { planChanges } from './plan.ts';
 import { parseConfigFile } from './file.ts';
 import { exportState, exportYaml } from './export.ts';
 import { validateBody } from '../../api/schemas/validator.ts';
-import { TrafficConfigDocument, type ProxyType } from '../../api/schemas/traffic-config.ts';
+import { TrafficConfigDocument, type ProxyType } from '@tps/model';
 import { TestCa } from '../../../test/support/pki.ts';
 import type { CurrentCaCertificate, CurrentCertificate, CurrentState, CurrentTrafficConfig, DesiredState } from './types.ts';
 

@@ -2,7 +2,7 @@
  * Configuration as code: the state a file asks for (`tps apply -f`), the state the API reports,
  * and the changes between them. Shared by the file reader, the planner, the applier and export.
  */
-import type { ProxyType } from '../../api/schemas/traffic-config.ts';
+import type { ProxyType } from '@tps/model';
 
 /** A place in the file, as keys and indexes from its root. */
 export type FilePath = (string | number)[];

@@ -9,7 +9,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import tls from 'node:tls';
 import { after, before, describe, it } from 'node:test';
-import type { AppDdosAttackEvent, WafEvent } from '../../insight/event.ts';
+import type { AppDdosAttackEvent, WafEvent } from '@tps/model';
 import { ClientAddressPolicy } from '../net/client-address.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
 import { encodeProxyV1, encodeProxyV2 } from '../net/proxy-protocol.ts';

@@ -5,7 +5,7 @@
  * that fails loses the event, never the request: it is logged instead.
  */
 import { randomUUID } from 'node:crypto';
-import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '../../insight/event.ts';
+import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '@tps/model';
 import type { RequestCtx } from './ctx.ts';
 import type { RateEpisode } from './rate-limit/limiter.ts';
 import type { HttpProxyDeps, WafEventDraft } from './types.ts';

@@ -4,8 +4,8 @@
  * finished request leaves behind (the access-log entry, the metrics). Types only: any module of the
  * proxy may import this file, and it imports no module of the proxy that holds code.
  */
-import type { HttpProxyAttributes } from '../../api/schemas/traffic-config.ts';
-import type { InsightSink, MatchedRule } from '../../insight/event.ts';
+import type { HttpProxyAttributes } from '@tps/model';
+import type { InsightSink, MatchedRule } from '@tps/model';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
 import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
 import type { ClientAddressPolicy } from '../net/client-address.ts';

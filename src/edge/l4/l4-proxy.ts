@@ -22,7 +22,7 @@
  * kernel spreads connections, and UDP flows stay with one worker); caps are then per worker.
  */
 import type { Server, Socket } from 'node:net';
-import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { L4ProxyAttributes } from '@tps/model';
 import type { ClientAddressPolicy } from '../net/client-address.ts';
 import { headerReadOptions, readProxyHeader } from '../net/proxy-header.ts';
 import { HostPool, type DeliveryMethod } from '../balance/index.ts';

@@ -20,7 +20,7 @@ import { SecretBox } from '../../certs/secret-box.ts';
 import { createMetrics } from '../../metrics.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
-import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { L4ProxyAttributes } from '@tps/model';
 import { PERMISSIVE_ORIGIN_POLICY } from '../../../test/support/origin-guard.ts';
 
 const FRONTEND = '127.0.9.41';

@@ -11,7 +11,7 @@ import { InsightIngest, type InsightCounterName } from './insight-ingest.ts';
 import { InsightWriteError, type InsightWrites } from '../../store/insight-writer.ts';
 import type { EpisodeUpdate } from '../../store/insight-events.ts';
 import { requestsOf } from '../../insight/sampler.ts';
-import type { AppDdosAttackEvent, InsightEvent } from '../../insight/event.ts';
+import type { AppDdosAttackEvent, InsightEvent } from '@tps/model';
 import { wafEvent, rateLimitEvent } from '../../../test/support/events.ts';
 
 const TENANT = '00000000-0000-4000-8000-0000000000a1';

@@ -8,7 +8,7 @@
  * episode updates change their event in place while it waits, else follow it to the store.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { AppDdosAttackEvent, InsightEvent } from '../../insight/event.ts';
+import type { AppDdosAttackEvent, InsightEvent } from '@tps/model';
 import { InsightSampler, type SamplerOutcome } from '../../insight/sampler.ts';
 import { InsightWriteError, type InsightWrites } from '../../store/insight-writer.ts';
 import type { EpisodeUpdate } from '../../store/insight-events.ts';

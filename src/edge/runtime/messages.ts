@@ -3,9 +3,9 @@
  * per core) say to each other. Workers never touch the store: the supervisor resolves every
  * configuration (keys decrypted, CA certificates gathered) and sends whole snapshots.
  */
-import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { L4ProxyAttributes } from '@tps/model';
 import type { ResolvedHttpProxy } from '../http/types.ts';
-import type { InsightEvent } from '../../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 import type { SharedIpSet } from '../net/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { HistogramIncrement } from './histograms.ts';

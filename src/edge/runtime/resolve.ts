@@ -6,7 +6,7 @@ import crypto from 'node:crypto';
 import type { Store } from '../../store/index.ts';
 import { certificateKeyBinding, type SecretBox } from '../../certs/secret-box.ts';
 import type { TrafficConfigRecord } from '../../store/traffic-configs.ts';
-import type { HttpProxyAttributes, L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { HttpProxyAttributes, L4ProxyAttributes } from '@tps/model';
 import type { ResolvedHttpProxy } from '../http/types.ts';
 import type { ConfigEntry } from './messages.ts';
 

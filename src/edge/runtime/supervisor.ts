@@ -33,7 +33,7 @@ import type { EdgeLogger } from './types.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
 import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
-import type { InsightEvent } from '../../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;

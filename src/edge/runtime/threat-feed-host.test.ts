@@ -19,7 +19,7 @@ import { ThreatFeedHost, type ThreatFeedSet } from './threat-feed-host.ts';
 import { IpSet } from '../net/ip-set.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
-import type { L4ProxyAttributes } from '../../api/schemas/traffic-config.ts';
+import type { L4ProxyAttributes } from '@tps/model';
 import { PERMISSIVE_ORIGIN_POLICY } from '../../../test/support/origin-guard.ts';
 
 const FRONTEND = '127.0.0.71';

@@ -14,7 +14,7 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import os from 'node:os';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { InsightEvent } from '../event.ts';
+import type { InsightEvent } from '@tps/model';
 import { LineWriter } from '../../edge/access-log/line-writer.ts';
 import type { SinkAddress } from './sink-address.ts';
 import { MAX_DATAGRAM_BYTES, eventJson, octetCounted, syslogMessage, truncatedEventJson, type SyslogOrigin } from './syslog.ts';

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { parseSinkAddress, parseSinkAddresses, SinkAddressError } from './sink-address.ts';
 import { eventJson, headerField, octetCounted, syslogMessage, truncatedEventJson } from './syslog.ts';
-import type { WafEvent } from '../event.ts';
+import type { WafEvent } from '@tps/model';
 
 describe('event sink addresses (TPS_EVENT_SINKS)', () => {
   it('reads syslog over UDP and TCP (port 514 by default) and JSON-lines files', () => {

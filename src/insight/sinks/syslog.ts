@@ -11,7 +11,7 @@
  *   APP_DDOS_ATTACK); no structured data (`-`): everything is in the JSON of MSG, which carries no
  *   BOM (MSG-ANY), as SIEM pipelines that parse JSON expect.
  */
-import type { InsightEvent } from '../event.ts';
+import type { InsightEvent } from '@tps/model';
 
 export const EVENT_SCHEMA = 'tps.event/1';
 

@@ -2,7 +2,7 @@
  * The portal's only way to the service: the public API (JSON:API, authenticated by the session
  * cookie, with the session's CSRF token on writes) and the few /portal/api endpoints.
  */
-import type { InsightEvent } from '../../insight/event.ts';
+import type { InsightEvent } from '@tps/model';
 
 export const JSONAPI = 'application/vnd.api+json';
 

@@ -1,6 +1,6 @@
 /**
  * The proxy forms check a body against the very schema the API validates it with
- * (src/api/schemas/traffic-config.ts, bundled into the portal), so a mistake is shown beside its
+ * (@tps/model, bundled into the portal), so a mistake is shown beside its
  * field before the request is sent, with the API's wording and pointers. This interprets the
  * JSON Schema keywords those schemas use; no code is generated at run time (the page's CSP forbids
  * eval). The API stays the judge: what a schema cannot say (front-end IP pool, certificate ids,

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { HttpProxyAttributes } from '../../../api/schemas/traffic-config.ts';
+import type { HttpProxyAttributes } from '@tps/model';
 import { HttpProxy } from '../http-proxy.ts';
 import { request } from '../../../../test/support/http-client.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../../test/support/http-servers.ts';

@@ -18,7 +18,7 @@
  * `waf.failMode`: CLOSED (default) answers 503 with the page and the support id, OPEN lets the
  * request through uninspected. Either way it is counted (`wafUninspected`) and logged (rate-limited).
  */
-import type { MatchedRule } from '../../../insight/event.ts';
+import type { MatchedRule } from '@tps/model';
 import type { RequestCtx } from '../ctx.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Readable } from 'node:stream';
-import type { WafEvent } from '../../../insight/event.ts';
+import type { WafEvent } from '@tps/model';
 import { HttpProxy } from '../http-proxy.ts';
 import { request } from '../../../../test/support/http-client.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../../test/support/http-servers.ts';

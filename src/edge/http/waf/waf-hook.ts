@@ -19,7 +19,7 @@
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
 import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../types.ts';
-import type { MatchedRule } from '../../../insight/event.ts';
+import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
 
 export interface WafHookOptions {

@@ -9,11 +9,11 @@ export function CaCertificatesPage() {
   const [crlUrl, setCrlUrl] = useState('');
   const [board, setBoard] = useState(new ErrorBoard([]));
   const [problem, setProblem] = useState<Error | null>(null);
-  const P = '/data/attributes/certificates/0';
+  const FIRST_ENTRY_POINTER = '/data/attributes/certificates/0';
 
   const submit = async (event: Event) => {
     event.preventDefault();
-    if (!certificate.trim()) return setBoard(new ErrorBoard([{ pointer: `${P}/certificate`, message: 'is required' }]));
+    if (!certificate.trim()) return setBoard(new ErrorBoard([{ pointer: `${FIRST_ENTRY_POINTER}/certificate`, message: 'is required' }]));
     try {
       await api.uploadCaCertificate([{ certificate, ...(crlUrl.trim() && { crlUrl: crlUrl.trim() }) }]);
       setCertificate('');
@@ -100,10 +100,10 @@ export function CaCertificatesPage() {
         </Card>
         <Card title="Upload a CA certificate">
           <form onSubmit={submit} noValidate>
-            <Field label="CA certificate (PEM)" pointer={`${P}/certificate`} board={board}>
+            <Field label="CA certificate (PEM)" pointer={`${FIRST_ENTRY_POINTER}/certificate`} board={board}>
               <textarea rows={6} value={certificate} placeholder="-----BEGIN CERTIFICATE-----" onInput={(e) => setCertificate(e.currentTarget.value)} />
             </Field>
-            <Field label="CRL URL (optional)" pointer={`${P}/crlUrl`} board={board} hint="Fetched and refreshed by the service.">
+            <Field label="CRL URL (optional)" pointer={`${FIRST_ENTRY_POINTER}/crlUrl`} board={board} hint="Fetched and refreshed by the service.">
               <input type="text" value={crlUrl} placeholder="http://ca.example.com/ca.crl" onInput={(e) => setCrlUrl(e.currentTarget.value)} />
             </Field>
             <ErrorSummary board={board} />

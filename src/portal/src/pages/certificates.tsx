@@ -91,23 +91,23 @@ export function CertificatesPage() {
 }
 
 function CertificateRow(props: { certificate: Resource<CertificateAttributes>; onDelete: () => void }) {
-  const a = props.certificate.attributes;
+  const attributes = props.certificate.attributes;
   const [asking, setAsking] = useState(false);
-  const days = a.notAfter ? daysUntil(a.notAfter) : undefined;
+  const days = attributes.notAfter ? daysUntil(attributes.notAfter) : undefined;
   return (
     <tr class={days !== undefined && days <= EXPIRING_SOON_DAYS ? 'row-warning' : ''} data-certificate-id={props.certificate.id}>
       <td>
-        <div class="strong">{(a.subjectAltNames?.length ? a.subjectAltNames : a.domains).join(', ') || a.subject}</div>
+        <div class="strong">{(attributes.subjectAltNames?.length ? attributes.subjectAltNames : attributes.domains).join(', ') || attributes.subject}</div>
         <div class="muted small mono">{props.certificate.id}</div>
       </td>
-      <td>{a.source === 'ACME' ? <Badge tone="blue">issued by the service</Badge> : <Badge tone="gray">uploaded</Badge>}</td>
+      <td>{attributes.source === 'ACME' ? <Badge tone="blue">issued by the service</Badge> : <Badge tone="gray">uploaded</Badge>}</td>
       <td>
-        <StatusBadge status={a.status} detail={a.statusDetail} />
-        {a.statusDetail && <div class="small error-text">{a.statusDetail}</div>}
+        <StatusBadge status={attributes.status} detail={attributes.statusDetail} />
+        {attributes.statusDetail && <div class="small error-text">{attributes.statusDetail}</div>}
       </td>
-      <td class="small">{a.issuer ?? '—'}</td>
+      <td class="small">{attributes.issuer ?? '—'}</td>
       <td>
-        <Expiry notAfter={a.notAfter} />
+        <Expiry notAfter={attributes.notAfter} />
       </td>
       <td class="right">
         {asking ? (
@@ -135,12 +135,12 @@ function UploadCard(props: { onDone: () => void }) {
   const [key, setKey] = useState('');
   const [board, setBoard] = useState(new ErrorBoard([]));
   const [busy, setBusy] = useState(false);
-  const P = '/data/attributes';
+  const ATTRIBUTES_POINTER = '/data/attributes';
   const submit = async (event: Event) => {
     event.preventDefault();
     const errors = [
-      ...(certificate.trim() ? [] : [{ pointer: `${P}/certificate`, message: 'is required' }]),
-      ...(key.trim() ? [] : [{ pointer: `${P}/privateKey`, message: 'is required' }]),
+      ...(certificate.trim() ? [] : [{ pointer: `${ATTRIBUTES_POINTER}/certificate`, message: 'is required' }]),
+      ...(key.trim() ? [] : [{ pointer: `${ATTRIBUTES_POINTER}/privateKey`, message: 'is required' }]),
     ];
     setBoard(new ErrorBoard(errors));
     if (errors.length) return;
@@ -160,14 +160,14 @@ function UploadCard(props: { onDone: () => void }) {
   return (
     <Card title="Upload a certificate">
       <form onSubmit={submit} noValidate>
-        <Field label="Certificate (PEM)" pointer={`${P}/certificate`} board={board}>
+        <Field label="Certificate (PEM)" pointer={`${ATTRIBUTES_POINTER}/certificate`} board={board}>
           <textarea id="f--data-attributes-certificate" rows={4} value={certificate} placeholder="-----BEGIN CERTIFICATE-----" onInput={(e) => setCertificate(e.currentTarget.value)} />
           <input type="file" accept=".pem,.crt,.cer" onChange={(e) => readFileInto(e.currentTarget, setCertificate)} />
         </Field>
-        <Field label="Intermediate certificates (PEM, optional)" pointer={`${P}/intermediateCertificates`} board={board}>
+        <Field label="Intermediate certificates (PEM, optional)" pointer={`${ATTRIBUTES_POINTER}/intermediateCertificates`} board={board}>
           <textarea rows={3} value={chain} onInput={(e) => setChain(e.currentTarget.value)} />
         </Field>
-        <Field label="Private key (PEM)" pointer={`${P}/privateKey`} board={board} hint="Encrypted at rest and never shown again.">
+        <Field label="Private key (PEM)" pointer={`${ATTRIBUTES_POINTER}/privateKey`} board={board} hint="Encrypted at rest and never shown again.">
           <textarea rows={3} value={key} placeholder="-----BEGIN PRIVATE KEY-----" onInput={(e) => setKey(e.currentTarget.value)} />
           <input type="file" accept=".pem,.key" onChange={(e) => readFileInto(e.currentTarget, setKey)} />
         </Field>
@@ -183,11 +183,11 @@ function UploadCard(props: { onDone: () => void }) {
 function AcmeCard(props: { onDone: () => void }) {
   const [domains, setDomains] = useState('');
   const [board, setBoard] = useState(new ErrorBoard([]));
-  const P = '/data/attributes/domains';
+  const DOMAINS_POINTER = '/data/attributes/domains';
   const submit = async (event: Event) => {
     event.preventDefault();
     const list = domains.split(/[\s,]+/).filter(Boolean);
-    if (!list.length) return setBoard(new ErrorBoard([{ pointer: P, message: 'name at least one domain' }]));
+    if (!list.length) return setBoard(new ErrorBoard([{ pointer: DOMAINS_POINTER, message: 'name at least one domain' }]));
     try {
       await api.requestCertificate(list);
       setDomains('');
@@ -204,7 +204,7 @@ function AcmeCard(props: { onDone: () => void }) {
           Each name must point (DNS) to a front-end IP with a proxy on port 80: the CA checks it there (HTTP-01). The certificate is renewed by
           itself every 30 days.
         </p>
-        <Field label="Domains" pointer={P} board={board} deep>
+        <Field label="Domains" pointer={DOMAINS_POINTER} board={board} deep>
           <input type="text" value={domains} placeholder="shop.example.com, www.shop.example.com" onInput={(e) => setDomains(e.currentTarget.value)} />
         </Field>
         <ErrorSummary board={board} />

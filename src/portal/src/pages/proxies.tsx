@@ -56,7 +56,7 @@ export function ProxiesPage() {
             </thead>
             <tbody>
               {proxies.data.data.map((proxy) => {
-                const a = proxy.attributes as ProxyAttributes & {
+                const attributes = proxy.attributes as ProxyAttributes & {
                   waf?: { mode: string; paranoiaLevel: number };
                   rateLimiting?: unknown;
                   geoFencing?: { mode: string } | null;
@@ -66,33 +66,33 @@ export function ProxiesPage() {
                 return (
                   <tr data-proxy-id={proxy.id}>
                     <td>
-                      <Badge tone={proxy.type === 'httpProxy' ? 'blue' : 'gray'}>{proxy.type === 'httpProxy' ? 'HTTP' : `L4 ${(a.protocols ?? ['TCP']).join('+')}`}</Badge>
+                      <Badge tone={proxy.type === 'httpProxy' ? 'blue' : 'gray'}>{proxy.type === 'httpProxy' ? 'HTTP' : `L4 ${(attributes.protocols ?? ['TCP']).join('+')}`}</Badge>
                     </td>
                     <td>
                       <Link to={`/proxies/${proxy.id}`} class="strong">
-                        {frontendOf(a)}
+                        {frontendOf(attributes)}
                       </Link>
                       {proxy.type === 'httpProxy' && (
-                        <span class="muted small"> {a.frontend.certificateId ? '· TLS' : '· plain HTTP'}</span>
+                        <span class="muted small"> {attributes.frontend.certificateId ? '· TLS' : '· plain HTTP'}</span>
                       )}
                     </td>
-                    <td class="mono small">{a.backend.hosts.map((host) => `${host.address}:${host.port}`).join(', ')}</td>
+                    <td class="mono small">{attributes.backend.hosts.map((host) => `${host.address}:${host.port}`).join(', ')}</td>
                     <td class="small">
                       {proxy.type === 'httpProxy' ? (
                         <>
-                          WAF {a.waf?.mode?.toLowerCase() ?? 'blocking'} (PL{a.waf?.paranoiaLevel ?? 1})
-                          {a.rateLimiting ? ' · rate limit' : ''}
-                          {a.geoFencing ? ` · geo ${a.geoFencing.mode === 'ALLOW_LISTED' ? 'allow list' : 'block list'}` : ''}
+                          WAF {attributes.waf?.mode?.toLowerCase() ?? 'blocking'} (PL{attributes.waf?.paranoiaLevel ?? 1})
+                          {attributes.rateLimiting ? ' · rate limit' : ''}
+                          {attributes.geoFencing ? ` · geo ${attributes.geoFencing.mode === 'ALLOW_LISTED' ? 'allow list' : 'block list'}` : ''}
                         </>
                       ) : (
-                        <>{a.threatIntelligence?.enabled === false ? 'threat feed off' : 'threat feed'}</>
+                        <>{attributes.threatIntelligence?.enabled === false ? 'threat feed off' : 'threat feed'}</>
                       )}
                     </td>
                     <td data-testid="proxy-status">
-                      <StatusBadge status={a.status} detail={a.statusDetail} />
-                      {a.status === 'ERROR' && a.statusDetail && <div class="small error-text">{a.statusDetail}</div>}
+                      <StatusBadge status={attributes.status} detail={attributes.statusDetail} />
+                      {attributes.status === 'ERROR' && attributes.statusDetail && <div class="small error-text">{attributes.statusDetail}</div>}
                     </td>
-                    <td class="nowrap small">{formatTime(a.updatedAt)}</td>
+                    <td class="nowrap small">{formatTime(attributes.updatedAt)}</td>
                   </tr>
                 );
               })}

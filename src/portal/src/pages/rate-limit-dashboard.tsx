@@ -17,10 +17,10 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
     to: new Date(now).toISOString(),
   };
   const dashboard = useLoad(() => portal.dashboard(range), [filters.proxy, filters.range.key, now]);
-  const d = dashboard.data;
+  const summary = dashboard.data;
   const link = (changes: Record<string, string | undefined>) => withFilters(BASE, props.query, changes);
-  const series = useMemo(() => (d ? [{ label: 'Episodes', color: '#8b5cf6', values: d.series.map((bucket) => bucket.blocked + bucket.logged) }] : []), [d]);
-  const starts = useMemo(() => d?.series.map((bucket) => bucket.start) ?? [], [d]);
+  const series = useMemo(() => (summary ? [{ label: 'Episodes', color: '#8b5cf6', values: summary.series.map((bucket) => bucket.blocked + bucket.logged) }] : []), [summary]);
+  const starts = useMemo(() => summary?.series.map((bucket) => bucket.start) ?? [], [summary]);
 
   const [episodes, setEpisodes] = useState<EventResource[] | null>(null);
   const [selected, setSelected] = useState<EventResource | null>(null);
@@ -37,10 +37,10 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
         subtitle={
           <>
             Clients that crossed a proxy's request threshold and were blocked: one episode per client and block period
-            {d && (
+            {summary && (
               <>
                 {' '}
-                · {formatTime(d.range.from)} – {formatTime(d.range.to)}
+                · {formatTime(summary.range.from)} – {formatTime(summary.range.to)}
               </>
             )}
           </>
@@ -48,31 +48,31 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
       />
       <FilterBar base={BASE} query={props.query} filters={filters} onRefresh={() => setNow(Date.now())} />
       {dashboard.error && <Problem error={dashboard.error} />}
-      {!d && !dashboard.error && <Loading what="the dashboard" />}
-      {d && (
+      {!summary && !dashboard.error && <Loading what="the dashboard" />}
+      {summary && (
         <>
           <div class="stats">
-            <Stat label="Episodes" value={d.totals.events} tone="stat-violet" testid="total-episodes" />
-            <Stat label="Sources blocked" value={d.totals.distinctSourceIps} testid="total-sources" />
+            <Stat label="Episodes" value={summary.totals.events} tone="stat-violet" testid="total-episodes" />
+            <Stat label="Sources blocked" value={summary.totals.distinctSourceIps} testid="total-sources" />
             <Stat
               label="Busiest source"
-              value={d.top.ip[0]?.key ?? '—'}
+              value={summary.top.ip[0]?.key ?? '—'}
               testid="busiest-source"
-              sub={d.top.ip[0] ? `${formatNumber(d.top.ip[0].events)} episodes` : undefined}
+              sub={summary.top.ip[0] ? `${formatNumber(summary.top.ip[0].events)} episodes` : undefined}
             />
           </div>
           <Card title="Episodes over time" class="chart-card">
-            {d.totals.events === 0 ? <Empty>No rate-limit episodes in this range.</Empty> : <TimeChart starts={starts} series={series} stepSeconds={d.range.stepSeconds} testid="ddos-chart" />}
+            {summary.totals.events === 0 ? <Empty>No rate-limit episodes in this range.</Empty> : <TimeChart starts={starts} series={series} stepSeconds={summary.range.stepSeconds} testid="ddos-chart" />}
           </Card>
           <div class="grid-2">
             <Card>
-              <TopList title="Top sources" testid="top-sources" entries={d.top.ip} link={(entry) => link({ ip: entry.key })} render={(entry) => <code>{entry.key}</code>} />
+              <TopList title="Top sources" testid="top-sources" entries={summary.top.ip} link={(entry) => link({ ip: entry.key })} render={(entry) => <code>{entry.key}</code>} />
             </Card>
             <Card>
               <TopList
                 title="Top countries"
                 testid="top-countries"
-                entries={d.top.country}
+                entries={summary.top.country}
                 link={(entry) => link({ country: entry.key })}
                 render={(entry) => (
                   <>
@@ -111,18 +111,18 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
             </thead>
             <tbody>
               {episodes.map((episode) => {
-                const a = episode.attributes;
+                const attributes = episode.attributes;
                 return (
                   <tr class={`clickable ${selected?.id === episode.id ? 'selected' : ''}`} onClick={() => setSelected(episode)} data-event-id={episode.id}>
-                    <td class="nowrap small">{a.timestamp.replace('T', ' ').slice(0, 19)}</td>
+                    <td class="nowrap small">{attributes.timestamp.replace('T', ' ').slice(0, 19)}</td>
                     <td class="nowrap">
-                      <CountryTag code={a.source.countryCode} /> <code>{a.source.ip}</code>
+                      <CountryTag code={attributes.source.countryCode} /> <code>{attributes.source.ip}</code>
                     </td>
                     <td class="small">
-                      {a.rateLimit ? `${formatNumber(a.rateLimit.observedRequests)} > ${formatNumber(a.rateLimit.threshold.requests)} requests / ${a.rateLimit.threshold.periodSeconds} s` : '—'}
+                      {attributes.rateLimit ? `${formatNumber(attributes.rateLimit.observedRequests)} > ${formatNumber(attributes.rateLimit.threshold.requests)} requests / ${attributes.rateLimit.threshold.periodSeconds} s` : '—'}
                     </td>
-                    <td class="right">{a.rateLimit ? formatNumber(a.rateLimit.blockedRequests) : '—'}</td>
-                    <td class="nowrap small">{a.rateLimit ? formatTime(a.rateLimit.blockedUntil) : '—'}</td>
+                    <td class="right">{attributes.rateLimit ? formatNumber(attributes.rateLimit.blockedRequests) : '—'}</td>
+                    <td class="nowrap small">{attributes.rateLimit ? formatTime(attributes.rateLimit.blockedUntil) : '—'}</td>
                   </tr>
                 );
               })}

@@ -24,29 +24,29 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
   const [now, setNow] = useState(() => Date.now());
   const range = rangeQuery(filters, 'WAF_EVENT', now);
   const dashboard = useLoad(() => portal.dashboard(range), [filters.proxy, filters.range.key, now]);
-  const d = dashboard.data;
+  const summary = dashboard.data;
   const link = (changes: Record<string, string | undefined>) => withFilters(BASE, props.query, changes);
 
   const chartSeries = useMemo(
     () =>
-      d
+      summary
         ? [
-            { label: 'Blocked', color: '#ef4444', values: d.series.map((bucket) => bucket.blocked) },
-            { label: 'Logged', color: '#f59e0b', values: d.series.map((bucket) => bucket.logged) },
+            { label: 'Blocked', color: '#ef4444', values: summary.series.map((bucket) => bucket.blocked) },
+            { label: 'Logged', color: '#f59e0b', values: summary.series.map((bucket) => bucket.logged) },
           ]
         : [],
-    [d],
+    [summary],
   );
-  const starts = useMemo(() => d?.series.map((bucket) => bucket.start) ?? [], [d]);
+  const starts = useMemo(() => summary?.series.map((bucket) => bucket.start) ?? [], [summary]);
 
   return (
     <div class="page">
       <PageHeader
         title="WAF events"
         subtitle={
-          d ? (
+          summary ? (
             <>
-              Requests the web application firewall blocked or, in logging mode, would have blocked · {formatTime(d.range.from)} – {formatTime(d.range.to)}
+              Requests the web application firewall blocked or, in logging mode, would have blocked · {formatTime(summary.range.from)} – {formatTime(summary.range.to)}
             </>
           ) : (
             'Requests the web application firewall blocked or, in logging mode, would have blocked.'
@@ -55,24 +55,24 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
       />
       <FilterBar base={BASE} query={props.query} filters={filters} onRefresh={() => setNow(Date.now())} />
       {dashboard.error && <Problem error={dashboard.error} />}
-      {!d && !dashboard.error && <Loading what="the dashboard" />}
-      {d && (
+      {!summary && !dashboard.error && <Loading what="the dashboard" />}
+      {summary && (
         <>
           <div class="stats">
-            <Stat label="Events" value={d.totals.events} testid="total-events" />
-            <Stat label="Blocked" value={d.totals.blocked} tone="stat-red" testid="total-blocked" />
-            <Stat label="Logged only" value={d.totals.logged} tone="stat-amber" testid="total-logged" />
-            <Stat label="Source IPs" value={d.totals.distinctSourceIps} testid="total-sources" />
+            <Stat label="Events" value={summary.totals.events} testid="total-events" />
+            <Stat label="Blocked" value={summary.totals.blocked} tone="stat-red" testid="total-blocked" />
+            <Stat label="Logged only" value={summary.totals.logged} tone="stat-amber" testid="total-logged" />
+            <Stat label="Source IPs" value={summary.totals.distinctSourceIps} testid="total-sources" />
           </div>
           <Card title="Events over time" class="chart-card">
-            {d.totals.events === 0 ? <Empty>No WAF events in this range.</Empty> : <TimeChart starts={starts} series={chartSeries} stepSeconds={d.range.stepSeconds} testid="waf-chart" />}
+            {summary.totals.events === 0 ? <Empty>No WAF events in this range.</Empty> : <TimeChart starts={starts} series={chartSeries} stepSeconds={summary.range.stepSeconds} testid="waf-chart" />}
           </Card>
           <div class="grid-2">
             <Card>
               <TopList
                 title="Top rules"
                 testid="top-rules"
-                entries={d.top.rule}
+                entries={summary.top.rule}
                 split
                 link={(entry) => link({ rule: entry.key })}
                 render={(entry) => (
@@ -83,13 +83,13 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
               />
             </Card>
             <Card>
-              <TopList title="Top source IPs" testid="top-ips" entries={d.top.ip} split link={(entry) => link({ ip: entry.key })} render={(entry) => <code>{entry.key}</code>} />
+              <TopList title="Top source IPs" testid="top-ips" entries={summary.top.ip} split link={(entry) => link({ ip: entry.key })} render={(entry) => <code>{entry.key}</code>} />
             </Card>
             <Card>
               <TopList
                 title="Top countries"
                 testid="top-countries"
-                entries={d.top.country}
+                entries={summary.top.country}
                 split
                 link={(entry) => link({ country: entry.key })}
                 render={(entry) => (
@@ -100,7 +100,7 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
               />
             </Card>
             <Card>
-              <TopList title="Top paths" testid="top-paths" entries={d.top.path} split link={(entry) => link({ path: entry.key })} render={(entry) => <code class="path">{entry.key}</code>} />
+              <TopList title="Top paths" testid="top-paths" entries={summary.top.path} split link={(entry) => link({ path: entry.key })} render={(entry) => <code class="path">{entry.key}</code>} />
             </Card>
           </div>
           <div class="legend-note muted small">
@@ -164,30 +164,30 @@ function EventList(props: { filters: Filters; query: URLSearchParams; range: Ret
           </thead>
           <tbody>
             {events.map((event) => {
-              const a = event.attributes;
+              const attributes = event.attributes;
               return (
                 <tr
                   class={`clickable ${props.selected === event.id ? 'selected' : ''}`}
                   data-event-id={event.id}
                   onClick={() => navigate(withFilters(`${BASE}/events/${event.id}`, props.query, {}))}
                 >
-                  <td class="nowrap small">{a.timestamp.replace('T', ' ').slice(0, 19)}</td>
+                  <td class="nowrap small">{attributes.timestamp.replace('T', ' ').slice(0, 19)}</td>
                   <td class="nowrap">
-                    {a.action === 'BLOCKED' ? <Badge tone="red">blocked</Badge> : <Badge tone="amber">logged</Badge>}
-                    {(a.requestCount ?? 1) > 1 && (
+                    {attributes.action === 'BLOCKED' ? <Badge tone="red">blocked</Badge> : <Badge tone="amber">logged</Badge>}
+                    {(attributes.requestCount ?? 1) > 1 && (
                       <span class="small" title="A sampled event: it stands for this many requests" data-testid="request-count">
                         {' '}
-                        ×{formatNumber(a.requestCount!)}
+                        ×{formatNumber(attributes.requestCount!)}
                       </span>
                     )}
                   </td>
                   <td class="nowrap">
-                    <CountryTag code={a.source.countryCode} /> <code>{a.source.ip}</code>
+                    <CountryTag code={attributes.source.countryCode} /> <code>{attributes.source.ip}</code>
                   </td>
                   <td class="request-cell">
-                    <span class="method">{a.request.method}</span> <code class="path">{a.request.path}</code>
+                    <span class="method">{attributes.request.method}</span> <code class="path">{attributes.request.path}</code>
                   </td>
-                  <td class="small">{a.rules.map((rule) => rule.modSecId).join(', ')}</td>
+                  <td class="small">{attributes.rules.map((rule) => rule.modSecId).join(', ')}</td>
                 </tr>
               );
             })}
@@ -223,63 +223,63 @@ function EventDetail(props: { id: string; query: URLSearchParams }) {
 
 export function EventBody(props: { event: EventResource }) {
   const { event } = props;
-  const a = event.attributes;
+  const attributes = event.attributes;
   const [exclusionFor, setExclusionFor] = useState<number | null>(null);
   return (
     <div class="drawer-body">
       <dl class="facts">
         <dt>Action</dt>
-        <dd>{a.action === 'BLOCKED' ? <Badge tone="red">blocked</Badge> : <Badge tone="amber">logged only</Badge>}</dd>
+        <dd>{attributes.action === 'BLOCKED' ? <Badge tone="red">blocked</Badge> : <Badge tone="amber">logged only</Badge>}</dd>
         <dt>Time</dt>
-        <dd>{formatTime(a.timestamp)}</dd>
-        {(a.requestCount ?? 1) > 1 && (
+        <dd>{formatTime(attributes.timestamp)}</dd>
+        {(attributes.requestCount ?? 1) > 1 && (
           <>
             <dt>Requests</dt>
             <dd>
-              {formatNumber(a.requestCount!)}: a sample of the requests from this source that matched these rules in this minute, after
+              {formatNumber(attributes.requestCount!)}: a sample of the requests from this source that matched these rules in this minute, after
               the first ones stored whole
             </dd>
           </>
         )}
         <dt>Request</dt>
         <dd>
-          <span class="method">{a.request.method}</span> <code class="path">{a.request.path}</code> → {a.request.statusCode}
+          <span class="method">{attributes.request.method}</span> <code class="path">{attributes.request.path}</code> → {attributes.request.statusCode}
         </dd>
         <dt>Source</dt>
         <dd>
-          <CountryTag code={a.source.countryCode} /> <code>{a.source.ip}</code>:{a.source.port} ({countryName(a.source.countryCode)})
+          <CountryTag code={attributes.source.countryCode} /> <code>{attributes.source.ip}</code>:{attributes.source.port} ({countryName(attributes.source.countryCode)})
         </dd>
         <dt>Front end</dt>
         <dd>
-          <code>{a.destinationIp}</code> · edge {a.tpc}
+          <code>{attributes.destinationIp}</code> · edge {attributes.tpc}
         </dd>
         <dt>Support id</dt>
         <dd>
-          <code data-testid="support-id">{a.supportId}</code>
+          <code data-testid="support-id">{attributes.supportId}</code>
         </dd>
         <dt>Event id</dt>
         <dd>
           <code class="small">{event.id}</code>
         </dd>
       </dl>
-      {a.rateLimit && (
+      {attributes.rateLimit && (
         <>
           <h3>Rate limit episode</h3>
           <dl class="facts">
             <dt>Threshold</dt>
             <dd>
-              {formatNumber(a.rateLimit.threshold.requests)} requests per {a.rateLimit.threshold.periodSeconds} s (observed {formatNumber(a.rateLimit.observedRequests)})
+              {formatNumber(attributes.rateLimit.threshold.requests)} requests per {attributes.rateLimit.threshold.periodSeconds} s (observed {formatNumber(attributes.rateLimit.observedRequests)})
             </dd>
             <dt>Blocked</dt>
             <dd>
-              {formatNumber(a.rateLimit.blockedRequests)} requests, {formatTime(a.rateLimit.firstBlockedAt)} – {formatTime(a.rateLimit.lastBlockedAt)}
+              {formatNumber(attributes.rateLimit.blockedRequests)} requests, {formatTime(attributes.rateLimit.firstBlockedAt)} – {formatTime(attributes.rateLimit.lastBlockedAt)}
             </dd>
             <dt>Blocked until</dt>
-            <dd>{formatTime(a.rateLimit.blockedUntil)}</dd>
+            <dd>{formatTime(attributes.rateLimit.blockedUntil)}</dd>
           </dl>
         </>
       )}
-      {a.rules.length > 0 && (
+      {attributes.rules.length > 0 && (
         <>
           <h3>Matched rules</h3>
           <table class="table rules-table" data-testid="event-rules">
@@ -292,7 +292,7 @@ export function EventBody(props: { event: EventResource }) {
               </tr>
             </thead>
             <tbody>
-              {a.rules.map((rule, index) => (
+              {attributes.rules.map((rule, index) => (
                 <tr>
                   <td>
                     <code>{rule.modSecId}</code>
@@ -317,13 +317,13 @@ export function EventBody(props: { event: EventResource }) {
               ))}
             </tbody>
           </table>
-          {exclusionFor !== null && a.rules[exclusionFor] && (
-            <ExclusionForm key={exclusionFor} event={event} rule={a.rules[exclusionFor]!} onClose={() => setExclusionFor(null)} />
+          {exclusionFor !== null && attributes.rules[exclusionFor] && (
+            <ExclusionForm key={exclusionFor} event={event} rule={attributes.rules[exclusionFor]!} onClose={() => setExclusionFor(null)} />
           )}
         </>
       )}
       <h3>Request headers</h3>
-      <pre class="headers">{a.request.messageHeader}</pre>
+      <pre class="headers">{attributes.request.messageHeader}</pre>
     </div>
   );
 }

@@ -1,6 +1,19 @@
+/**
+ * Building blocks of the model's schemas: one spelling of ids, timestamps, closed sets and
+ * nullable values, so that validation errors and the OpenAPI document read the same everywhere.
+ */
 import { Type, type SchemaOptions, type Static, type TSchema, type TUnion, type TUnsafe } from '@sinclair/typebox';
 
 export const Uuid = Type.String({ format: 'uuid', description: 'UUID.' });
+
+/** `relationships` of a request body: it may name the account, which must be the caller's own. */
+export const AccountRelationship = Type.Optional(
+  Type.Object({
+    belongsTo: Type.Object({
+      data: Type.Object({ type: Type.Literal('account'), id: Uuid }),
+    }),
+  }),
+);
 
 export const ReadOnlyTimestamps = {
   createdAt: Type.Optional(Type.String({ format: 'date-time', readOnly: true })),

@@ -7,7 +7,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { ISO_COUNTRY_CODES } from './countries.ts';
-import { Uuid, ReadOnlyTimestamps, DiscriminatedUnion, Enum, Nullable } from './common.ts';
+import { AccountRelationship, Uuid, ReadOnlyTimestamps, DiscriminatedUnion, Enum, Nullable } from './schema-helpers.ts';
 
 export const HTTP_PROXY = 'httpProxy';
 export const L4_PROXY = 'l4Proxy';
@@ -317,14 +317,6 @@ export const L4ProxyAttributes = Type.Object(
 export type HttpProxyAttributes = Static<typeof HttpProxyAttributes>;
 export type L4ProxyAttributes = Static<typeof L4ProxyAttributes>;
 
-const BelongsToAccount = Type.Optional(
-  Type.Object({
-    belongsTo: Type.Object({
-      data: Type.Object({ type: Type.Literal('account'), id: Uuid }),
-    }),
-  }),
-);
-
 const proxyData = <T extends typeof HTTP_PROXY | typeof L4_PROXY, A extends typeof HttpProxyAttributes | typeof L4ProxyAttributes>(
   type: T,
   attributes: A,
@@ -334,7 +326,7 @@ const proxyData = <T extends typeof HTTP_PROXY | typeof L4_PROXY, A extends type
       type: Type.Literal(type),
       id: Type.Optional(Uuid),
       attributes,
-      relationships: BelongsToAccount,
+      relationships: AccountRelationship,
     },
     { additionalProperties: false },
   );
