@@ -33,8 +33,8 @@ import { startTps, createTenant, type Tps } from '../../test/support/tps.ts';
 import { TenantApi } from '../../test/support/api-client.ts';
 import { TestCa } from '../../test/support/pki.ts';
 import { waitFor } from '../../test/support/wait.ts';
-import { freePort } from '../../src/net/ports.ts';
-import { rapidReset } from '../../src/edge/http/test-support/rapid-reset.ts';
+import { freePort } from '../../test/support/ports.ts';
+import { rapidReset } from '../../test/support/rapid-reset.ts';
 import { fixed, printTable } from '../support/table.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);

@@ -8,7 +8,7 @@
 import { fileURLToPath } from 'node:url';
 import { L4Proxy } from '../../src/edge/l4/l4-proxy.ts';
 import { ThreatFeed } from '../../src/edge/l4/threat-feed.ts';
-import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
+import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 import type { L4ProxyAttributes } from '@tps/model';
 
 interface Settings {

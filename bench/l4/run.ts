@@ -11,7 +11,7 @@
  * measured in interleaved rounds and the median of each figure is printed, because the machine's
  * cores are shared (load, origin, proxy, and whatever else runs).
  */
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../../test/support/ports.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
 import { processCpuSeconds } from '../support/cpu.ts';
 import { median } from '../support/table.ts';

@@ -1,7 +1,7 @@
 /** Loopback helpers of the benchmarks. */
 import net from 'node:net';
 
-export { freePort } from '../../src/net/ports.ts';
+export { freePort } from '../../test/support/ports.ts';
 
 /** Resolves once something accepts connections on `host:port`; rejects after `timeoutMs`. */
 export async function waitForPort(address: string, timeoutMs = 10_000): Promise<void> {

@@ -13,7 +13,7 @@ import { createModSecurityEngine } from '@tps/waf-modsecurity';
 import { createCompiledEngine } from '@tps/waf';
 import { createWafHook } from '../../src/edge/http/waf/waf-hook.ts';
 import { splitAddress } from '../support/net.ts';
-import { permissiveOriginGuard } from '../../src/edge/net/test-support.ts';
+import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 import { AccessLog } from '../../src/edge/access-log/access-log.ts';
 
 export interface TpsProxyArgs {

@@ -22,7 +22,7 @@ import { certificateRoutes } from './routes/certificates.ts';
 import { caCertificateRoutes } from './routes/ca-certificates.ts';
 import { insightRoutes } from './routes/insight.ts';
 import { portalRoutes, portalSessionPrincipal, loadedPortalSession } from './routes/portal.ts';
-import { sourceKey } from '../net/source-key.ts';
+import { sourceKey } from '../edge/net/source-key.ts';
 import type { ApiDeps } from './types.ts';
 
 export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {

@@ -1,6 +1,6 @@
 /**
  * The edge's side of the ACME challenges: HTTP-01 key authorizations and TLS-ALPN-01 certificates
- * looked up in the store, the ClientHello reader that tells a validation connection from a
+ * looked up in the store, the ClientHello reader telling a validation connection from a
  * browser's, and the TLS server that presents the challenge certificate, over real loopback sockets.
  */
 import { describe, it, before, after } from 'node:test';
@@ -15,7 +15,8 @@ import acme from 'acme-client';
 import * as x509 from '@peculiar/x509';
 import { openStore, type Store } from '../store/index.ts';
 import { AcmeChallengeResponder, ACME_IDENTIFIER_OID, tlsAlpnCertificate } from './acme-challenges.ts';
-import { ACME_TLS_ALPN_PROTOCOL, createAcmeTlsAlpnServer, isAcmeTlsAlpn, parseClientHello, readClientHello, type ClientHelloInfo } from './acme-tls-alpn.ts';
+import { ACME_TLS_ALPN_PROTOCOL, createAcmeTlsAlpnServer, isAcmeTlsAlpn } from './acme-tls-alpn.ts';
+import { readClientHello, type ClientHelloInfo } from '../edge/net/client-hello.ts';
 import { TestCa } from '../../test/support/pki.ts';
 
 const inOneHour = () => new Date(Date.now() + 3600_000).toISOString();
@@ -178,12 +179,5 @@ describe('ACME challenge answers from the store', () => {
       acmeServer.close();
       proxyServer.close();
     }
-  });
-
-  it('parses ClientHellos, and says when it needs more bytes or sees something else', () => {
-    assert.equal(parseClientHello(Buffer.from('GET / HTTP/1.1\r\n')), undefined);
-    assert.equal(parseClientHello(Buffer.from([0x16, 0x03, 0x01])), 'incomplete');
-    assert.equal(parseClientHello(Buffer.from([0x16, 0x03, 0x01, 0x00, 0x40, 0x01])), 'incomplete');
-    assert.equal(parseClientHello(Buffer.from([0x16, 0x03, 0x01, 0x00, 0x02, 0x01, 0x00])), undefined, 'truncated');
   });
 });

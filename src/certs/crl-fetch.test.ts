@@ -15,7 +15,7 @@ import { CRL_FETCH_FAILED, CrlFetchError, CrlService, MAX_CRL_REDIRECTS, crlDisp
 import { CrlError } from './crl-verify.ts';
 import { CrlVerifier } from './crl-verifier.ts';
 import { openStore, type Store } from '../store/index.ts';
-import { recordingOriginGuard } from '../edge/net/test-support.ts';
+import { recordingOriginGuard } from '../../test/support/origin-guard.ts';
 import { TestCa } from '../../test/support/pki.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 

@@ -16,7 +16,7 @@ import type { CaCertificateEntry } from '@tps/model';
 import { CRL_FETCH_FAILED, CrlService, verifyCrl } from './crl.ts';
 import { TestCa, type IssuedCertificate } from '../../test/support/pki.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
-import { permissiveOriginGuard } from '../edge/net/test-support.ts';
+import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 
 /** A local CRL distribution point whose answer the test sets. */
 class CrlServer {

@@ -15,7 +15,7 @@ import { openStore, type Store } from '../store/index.ts';
 import { SecretBox, certificateKeyBinding } from '../certs/secret-box.ts';
 import { checkCustomerCertificate } from '../certs/x509.ts';
 import { LATEST_MIGRATION } from '../store/migrations.ts';
-import { selfSigned } from '../edge/http/test-support/pki.ts';
+import { selfSigned } from '../../test/support/pki.ts';
 import { backupStore, restoreStore } from './backup.ts';
 import { CliError } from './output.ts';
 
@@ -35,8 +35,8 @@ describe('tps backup and tps restore (SQLite)', () => {
     const box = SecretBox.fromSettings(source);
     const tenant = await store.tenants.create('acme');
     await store.serviceAccounts.create(tenant.id, 'ci', ['read', 'write']);
-    const pem = selfSigned(root, 'www.example.com', { dns: ['www.example.com'] });
-    const checked = checkCustomerCertificate({ certificate: pem.certPem, privateKey: pem.keyPem });
+    const pem = await selfSigned({ commonName: 'www.example.com', dnsNames: ['www.example.com'] });
+    const checked = checkCustomerCertificate({ certificate: pem.certificatePem, privateKey: pem.privateKeyPem });
     certificateId = crypto.randomUUID();
     const sealedPrivateKey = box.seal(checked.privateKeyPem, certificateKeyBinding({ id: certificateId, tenantId: tenant.id }));
     await store.certificates.createCustomer(tenant.id, { id: certificateId, certificatePem: checked.certificatePem, chainPem: checked.chainPem, sealedPrivateKey }, checked.facts);

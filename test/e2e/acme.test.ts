@@ -28,10 +28,11 @@ import type { Store } from '../../src/store/index.ts';
 import { SecretBox, acmeAccountKeyBinding, certificateKeyBinding } from '../../src/certs/secret-box.ts';
 import { AcmeChallengeResponder } from '../../src/certs/acme-challenges.ts';
 import { AcmeService } from '../../src/certs/acme.ts';
-import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../src/certs/acme-tls-alpn.ts';
+import { createAcmeTlsAlpnServer, isAcmeTlsAlpn } from '../../src/certs/acme-tls-alpn.ts';
+import { readClientHello } from '../../src/edge/net/client-hello.ts';
 import { crlsFor, verifyCrl } from '../../src/certs/crl.ts';
 import { TestCa } from '../support/pki.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 
 const PROXY_IP = '127.0.0.61';
 const DEAD_IP = '127.0.0.69';

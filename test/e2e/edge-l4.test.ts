@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/wait.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';

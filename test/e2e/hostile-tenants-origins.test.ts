@@ -23,7 +23,7 @@ import { TenantApi, type Answer, type ErrorBody } from '../support/api-client.ts
 import { startTestDns, type TestDns } from '../support/dns-server.ts';
 import { TestCa } from '../support/pki.ts';
 import { waitFor } from '../support/wait.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const CA_CERTIFICATES = '/api/v2/traffic-mgmt/ca-certificates';

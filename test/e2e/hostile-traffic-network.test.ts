@@ -17,10 +17,10 @@ import https from 'node:https';
 import net from 'node:net';
 import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/wait.ts';
 import { TestCa } from '../support/pki.ts';
-import { rapidReset } from '../../src/edge/http/test-support/rapid-reset.ts';
+import { rapidReset } from '../support/rapid-reset.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const FRONTEND = '127.0.2.1';

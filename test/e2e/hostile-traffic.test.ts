@@ -14,7 +14,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/wait.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startTps, createTenant, openStoreOf, type Tps, type StoreKind } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/wait.ts';
 import { dashboardRange } from '../../src/store/insight-aggregates.ts';
 

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { startTps, createTenant, REPO_ROOT, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { waitFor } from '../support/wait.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 
 const FRONTEND = '127.0.0.57';
 const CLIENT = '127.0.0.58';

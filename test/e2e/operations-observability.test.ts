@@ -19,7 +19,7 @@ import { startTps, createTenant, REPO_ROOT, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { waitFor } from '../support/wait.ts';
 import { TestCa } from '../support/pki.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 
 const execFileAsync = promisify(execFile);
 

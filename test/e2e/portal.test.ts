@@ -17,7 +17,7 @@ import { startTps, createTenant, openStoreOf, REPO_ROOT, type Tps, type Credenti
 import { TenantApi, request } from '../support/api-client.ts';
 import { wafEvent, rateLimitEvent, type InsightEvent } from '../support/events.ts';
 import { launchBrowser, screenshot, until, type Browser } from '../support/browser.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from '../support/ports.ts';
 import { TestCa } from '../support/pki.ts';
 import type { Store } from '../../src/store/index.ts';
 

@@ -19,7 +19,7 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { TestCa } from './pki.ts';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from './ports.ts';
 
 export interface PebbleOptions {
   /** Loopback address Pebble and its DNS server listen on. */

@@ -1,8 +1,13 @@
 /**
- * Certificates made in the tests: CAs, intermediates, server and client leaves with any dates and
- * key types, and CRLs. Built with @peculiar/x509 over Node's WebCrypto, so no openssl process.
+ * The tests' PKI: CAs, intermediates, server and client leaves with any dates and key types,
+ * self-signed certificates, and CRLs. Built with @peculiar/x509 over Node's WebCrypto, so no
+ * openssl process; `writePemFile` puts a PEM where a command-line tool (curl, openssl s_client)
+ * can read it.
  */
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 // @peculiar/x509 resolves its algorithms through tsyringe, which needs the Reflect metadata polyfill first.
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
@@ -23,7 +28,24 @@ export interface IssuedCertificate {
   certificatePem: string;
   privateKeyPem: string;
   serialNumber: string;
+  /** SHA-256 of the DER certificate as Node prints it: upper-case hex pairs joined by colons. */
   fingerprint256: string;
+  /** The same, lower-case hex without colons: how the proxy forwards it (X-Client-Cert-Fingerprint). */
+  fingerprintHex: string;
+}
+
+/** Names and key of a leaf certificate. */
+export interface LeafOptions {
+  commonName: string;
+  /** An `O=` attribute after the common name in the subject. */
+  organization?: string;
+  dnsNames?: string[];
+  ipAddresses?: string[];
+  key?: KeyKind;
+  notBefore?: Date;
+  notAfter?: Date;
+  /** A client certificate (extendedKeyUsage clientAuth) instead of a server one. */
+  client?: boolean;
 }
 
 const DAY = 24 * 3600 * 1000;
@@ -59,6 +81,44 @@ async function privateKeyPem(key: CryptoKey): Promise<string> {
 }
 
 const randomSerial = () => `01${crypto.randomBytes(15).toString('hex')}`;
+
+/** RFC 4514 escaping of one attribute value, so that any common name stays one attribute. */
+function escapeDnValue(value: string): string {
+  return value
+    .replace(/[\\,+"<>;=]/g, (c) => `\\${c}`)
+    .replace(/^([ #])/, '\\$1')
+    .replace(/ $/, '\\ ');
+}
+
+function subjectOf(options: Pick<LeafOptions, 'commonName' | 'organization'>): string {
+  const commonName = `CN=${escapeDnValue(options.commonName)}`;
+  return options.organization === undefined ? commonName : `${commonName}, O=${escapeDnValue(options.organization)}`;
+}
+
+function leafExtensions(options: LeafOptions): x509.Extension[] {
+  const names = [
+    ...(options.dnsNames ?? []).map((value) => ({ type: 'dns' as const, value })),
+    ...(options.ipAddresses ?? []).map((value) => ({ type: 'ip' as const, value })),
+  ];
+  return [
+    new x509.BasicConstraintsExtension(false, undefined, true),
+    new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
+    new x509.ExtendedKeyUsageExtension([options.client ? x509.ExtendedKeyUsage.clientAuth : x509.ExtendedKeyUsage.serverAuth]),
+    ...(names.length ? [new x509.SubjectAlternativeNameExtension(names)] : []),
+  ];
+}
+
+async function issued(certificate: x509.X509Certificate, privateKey: CryptoKey, serialNumber: string): Promise<IssuedCertificate> {
+  const certificatePem = `${certificate.toString('pem')}\n`;
+  const fingerprint256 = new crypto.X509Certificate(certificatePem).fingerprint256;
+  return {
+    certificatePem,
+    privateKeyPem: await privateKeyPem(privateKey),
+    serialNumber,
+    fingerprint256,
+    fingerprintHex: fingerprint256.replaceAll(':', '').toLowerCase(),
+  };
+}
 
 export class TestCa {
   readonly name: string;
@@ -123,44 +183,21 @@ export class TestCa {
     return this.parent ? this.certificatePem + this.parent.chainPem : '';
   }
 
-  async issue(options: {
-    commonName: string;
-    dnsNames?: string[];
-    ipAddresses?: string[];
-    key?: KeyKind;
-    notBefore?: Date;
-    notAfter?: Date;
-    client?: boolean;
-  }): Promise<IssuedCertificate> {
+  async issue(options: LeafOptions): Promise<IssuedCertificate> {
     const keys = await generateKeys(options.key ?? 'p256');
     const serialNumber = randomSerial();
-    const names = [
-      ...(options.dnsNames ?? []).map((value) => ({ type: 'dns' as const, value })),
-      ...(options.ipAddresses ?? []).map((value) => ({ type: 'ip' as const, value })),
-    ];
     const certificate = await x509.X509CertificateGenerator.create({
       serialNumber,
-      subject: `CN=${options.commonName}`,
+      subject: subjectOf(options),
       issuer: this.certificate.subject,
       notBefore: options.notBefore ?? new Date(Date.now() - DAY),
       notAfter: options.notAfter ?? new Date(Date.now() + 365 * DAY),
       publicKey: keys.publicKey,
       signingKey: this.keys.privateKey,
       signingAlgorithm: signingAlgorithm(this.keys.privateKey),
-      extensions: [
-        new x509.BasicConstraintsExtension(false, undefined, true),
-        new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
-        new x509.ExtendedKeyUsageExtension([options.client ? x509.ExtendedKeyUsage.clientAuth : x509.ExtendedKeyUsage.serverAuth]),
-        ...(names.length ? [new x509.SubjectAlternativeNameExtension(names)] : []),
-        await x509.AuthorityKeyIdentifierExtension.create(this.certificate),
-      ],
+      extensions: [...leafExtensions(options), await x509.AuthorityKeyIdentifierExtension.create(this.certificate)],
     });
-    return {
-      certificatePem: `${certificate.toString('pem')}\n`,
-      privateKeyPem: await privateKeyPem(keys.privateKey),
-      serialNumber,
-      fingerprint256: new crypto.X509Certificate(certificate.toString('pem')).fingerprint256,
-    };
+    return issued(certificate, keys.privateKey, serialNumber);
   }
 
   revoke(serialNumber: string): void {
@@ -181,4 +218,33 @@ export class TestCa {
     // Node's TLS reads CRLs labelled "X509 CRL" (OpenSSL's PEM name); @peculiar/x509 writes "CRL".
     return `${crl.toString('pem').replace(/-----(BEGIN|END) CRL-----/g, '-----$1 X509 CRL-----')}\n`;
   }
+}
+
+/** A self-signed leaf certificate: no CA vouches for it. */
+export async function selfSigned(options: LeafOptions): Promise<IssuedCertificate> {
+  const keys = await generateKeys(options.key ?? 'p256');
+  const serialNumber = randomSerial();
+  const certificate = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber,
+    name: subjectOf(options),
+    notBefore: options.notBefore ?? new Date(Date.now() - DAY),
+    notAfter: options.notAfter ?? new Date(Date.now() + 365 * DAY),
+    keys,
+    signingAlgorithm: signingAlgorithm(keys.privateKey),
+    extensions: leafExtensions(options),
+  });
+  return issued(certificate, keys.privateKey, serialNumber);
+}
+
+/** A fresh folder under the system's temporary one, and how to remove it. */
+export function tempDir(prefix: string): { dir: string; remove(): void } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `tps-${prefix}-`));
+  return { dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Writes `pem` to `dir/name` and returns the path, for tools that read certificates from files. */
+export function writePemFile(dir: string, name: string, pem: string): string {
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, pem, { mode: 0o600 });
+  return file;
 }

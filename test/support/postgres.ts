@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { freePort } from '../../src/net/ports.ts';
+import { freePort } from './ports.ts';
 
 export interface PostgresCluster {
   adminUrl: string;

@@ -16,8 +16,9 @@ import type { WafEngine, WafEngineSettings, WafEngineVerdict, WafExchange, WafRe
 import { createWafHook } from '../../../src/edge/http/waf/waf-hook.ts';
 import { HttpProxy } from '../../../src/edge/http/http-proxy.ts';
 import { loadGeoLookup } from '../../../src/edge/geo/geo-lookup.ts';
-import { freePort } from '../../../src/net/ports.ts';
-import { permissiveOriginGuard } from '../../../src/edge/net/test-support.ts';
+import { OriginGuard } from '../../../src/edge/net/origin-guard.ts';
+import { OriginPolicy } from '../../../src/edge/net/origin-policy.ts';
+import { createOriginResolver } from '../../../src/edge/net/origin-resolver.ts';
 import type { HttpProxyAttributes } from '@tps/model';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngine, logLine, type ConformanceTarget, type EngineName, type StageDestination, type StageOutcome } from './target.ts';
 
@@ -106,9 +107,9 @@ export class SocketTarget implements ConformanceTarget {
     });
     await new Promise<void>((resolve) => origin.listen(0, ORIGIN_IP, resolve));
     const engine = new RecordingEngine(await crsRegressionEngine(options.engine ?? 'compiled', options.workers ?? 1));
-    const port = await freePort(PROXY_IP);
     const attributes: HttpProxyAttributes = {
-      frontend: { ipv4: PROXY_IP, port },
+      // Port 0: the system picks a free one (`proxy.addresses`).
+      frontend: { ipv4: PROXY_IP, port: 0 },
       backend: { hosts: [{ address: ORIGIN_IP, port: (origin.address() as net.AddressInfo).port }], deliveryMethod: 'LEAST_CONNECTIONS' },
       waf: { mode: 'LOGGING', paranoiaLevel: CRS_REGRESSION_SETTINGS.paranoiaLevel, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
       // The runner is one source opening a connection per stage, faster than a client's fair share.
@@ -121,12 +122,13 @@ export class SocketTarget implements ConformanceTarget {
         geo: loadGeoLookup({ withoutMmdb: true }),
         location: 'FTW',
         waf: createWafHook(engine),
-        // The conformance origin runs in this process on loopback, which the product's origin policy refuses by default.
-        originGuard: permissiveOriginGuard(),
+        // The conformance origin runs in this process on loopback, which the product's origin policy
+        // refuses by default: this proxy may connect anywhere.
+        originGuard: new OriginGuard(new OriginPolicy({ allowedNetworks: ['0.0.0.0/0', '::/0'], ownHosts: [], ownListeners: [] }), createOriginResolver([])),
       },
     );
     await proxy.start();
-    return new SocketTarget(engine, proxy, origin, port);
+    return new SocketTarget(engine, proxy, origin, proxy.addresses[0]!.port);
   }
 
   async send(request: Buffer, _destination: StageDestination): Promise<StageOutcome> {

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { formatPath, normalizeFingerprint, parseConfigFile, pointerSegments } from './file.ts';
-import { selfSigned } from '../../edge/http/test-support/pki.ts';
+import { selfSigned } from '../../../test/support/pki.ts';
 
 const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-config-file-'));
 const parse = (text: string) => parseConfigFile('proxies.yaml', text, folder);
@@ -17,7 +17,7 @@ const placeOf = (text: string, code: string) => {
   return { problem, position: problem.position ?? file.locate(problem.path), path: formatPath(problem.path) };
 };
 
-const { certPem: certificatePem, keyPem } = selfSigned(folder, 'www.example.com', { dns: ['www.example.com'] });
+const { certificatePem, privateKeyPem: keyPem } = await selfSigned({ commonName: 'www.example.com', dnsNames: ['www.example.com'] });
 const fingerprint = new crypto.X509Certificate(certificatePem).fingerprint256;
 
 describe('config file: form', () => {

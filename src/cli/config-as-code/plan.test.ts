@@ -15,11 +15,11 @@ import { parseConfigFile } from './file.ts';
 import { exportState, exportYaml } from './export.ts';
 import { validateBody } from '../../api/schemas/validator.ts';
 import { TrafficConfigDocument, type ProxyType } from '@tps/model';
-import { selfSigned } from '../../edge/http/test-support/pki.ts';
+import { TestCa } from '../../../test/support/pki.ts';
 import type { CurrentCaCertificate, CurrentCertificate, CurrentState, CurrentTrafficConfig, DesiredState } from './types.ts';
 
 const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-plan-'));
-const caPems = ['Partner CA', 'Staff CA', 'Origin CA'].map((name) => selfSigned(folder, name).certPem);
+const caPems = await Promise.all(['Partner CA', 'Staff CA', 'Origin CA'].map(async (name) => (await TestCa.create(name)).certificatePem));
 const FRONTEND_IPS = ['127.0.0.2', '127.0.0.3', '::1'];
 
 /** A configuration as the API answers it: the attributes with defaults, plus the read-only ones. */

@@ -9,8 +9,8 @@
  * the proxy refused or answered itself (WAF, rate limit, geo fencing, caps, threat feed), origin
  * errors and 4xx/5xx answers, connections that failed. Those are what an operator looks for.
  */
-import type { AccessLogEntry } from '../http/pipeline/events.ts';
-import type { L4AccessLogEntry } from '../l4/access-log.ts';
+import type { AccessLogEntry } from '../http/types.ts';
+import type { L4AccessLogEntry } from '../l4/types.ts';
 import { LineWriter, type LineWriterOptions } from './line-writer.ts';
 
 export interface AccessLogSettings {

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { LineWriter } from './line-writer.ts';
 import { AccessLog } from './access-log.ts';
-import type { AccessLogEntry } from '../http/pipeline/events.ts';
+import type { AccessLogEntry } from '../http/types.ts';
 
 const tempFile = () => path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'tps-lines-')), 'sub', 'access.log');
 

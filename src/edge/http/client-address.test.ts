@@ -2,7 +2,7 @@
  * The client address behind load balancers, over real sockets on loopback: X-Forwarded-For and
  * PROXY protocol (v1, v2, before TLS) from a trusted peer name the client for every phase (geo
  * fencing, rate limiting, WAF, events, access log, the origin's headers); from anyone else they
- * change nothing. See src/edge/client-address/policy.ts.
+ * change nothing. See src/edge/net/client-address.ts.
  */
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';
@@ -10,12 +10,14 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { after, before, describe, it } from 'node:test';
 import type { AppDdosAttackEvent, WafEvent } from '@tps/model';
-import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
-import { encodeProxyV1, encodeProxyV2 } from '../l4/proxy-protocol.ts';
-import { HttpProxy, type AccessLogEntry, type HttpProxyDeps, type WafHook, type WafRequestInput } from './http-proxy.ts';
-import { request } from './test-support/client.ts';
-import { TestCa, tempDir, type KeyPair } from './test-support/pki.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from './test-support/servers.ts';
+import { ClientAddressPolicy } from '../net/client-address.ts';
+import type { ClientAddressSettings } from '../net/types.ts';
+import { encodeProxyV1, encodeProxyV2 } from '../net/proxy-protocol.ts';
+import { HttpProxy } from './http-proxy.ts';
+import type { AccessLogEntry, HttpProxyDeps, WafHook, WafRequestInput } from './types.ts';
+import { request } from '../../../test/support/http-client.ts';
+import { TestCa, type IssuedCertificate } from '../../../test/support/pki.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 /** The load balancer in front of the edge, and a CDN in front of it: both trusted. */
@@ -69,9 +71,8 @@ const get = (path: string, headers: Record<string, string> = {}, close = true) =
 const proxied = (sourceAddress: string, port: number) => ({ sourceAddress, sourcePort: 40123, destinationAddress: FRONT_IP, destinationPort: port });
 
 describe('HTTP proxy behind load balancers (client address)', () => {
-  const tmp = tempDir('client-address');
   let ca: TestCa;
-  let leaf: KeyPair;
+  let leaf: IssuedCertificate;
   let origin: TestOrigin;
   const started: HttpProxy[] = [];
 
@@ -99,15 +100,14 @@ describe('HTTP proxy behind load balancers (client address)', () => {
   }
 
   before(async () => {
-    ca = TestCa.create(tmp.dir, 'Client address CA');
-    leaf = ca.issue('shop.test', { dns: ['shop.test'], ips: [FRONT_IP] });
+    ca = await TestCa.create('Client address CA');
+    leaf = await ca.issue({ commonName: 'shop.test', dnsNames: ['shop.test'], ipAddresses: [FRONT_IP] });
     origin = await startOrigin();
   });
 
   after(async () => {
     await Promise.all(started.map((proxy) => proxy.stop()));
     await origin.close();
-    tmp.remove();
   });
 
   describe('X-Forwarded-For', () => {
@@ -266,7 +266,7 @@ describe('HTTP proxy behind load balancers (client address)', () => {
         socket.on('error', () => {});
         await new Promise((resolve) => socket.once('connect', resolve));
         if (header !== undefined) await new Promise((resolve) => socket.write(header, resolve));
-        const secure = tls.connect({ socket, servername: 'shop.test', ca: ca.cert.certPem, ALPNProtocols: [alpn] });
+        const secure = tls.connect({ socket, servername: 'shop.test', ca: ca.certificatePem, ALPNProtocols: [alpn] });
         await new Promise<void>((resolve, reject) => {
           secure.once('secureConnect', resolve);
           secure.once('error', reject);
@@ -275,7 +275,7 @@ describe('HTTP proxy behind load balancers (client address)', () => {
       }
 
       it('HTTP/1.1 over TLS after a v2 header', T, async () => {
-        const { port, accessLog } = await startProxy(required, { frontendCertificate: { certificatePem: leaf.certPem, privateKeyPem: leaf.keyPem } });
+        const { port, accessLog } = await startProxy(required, { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } });
         const secure = await tlsAfterHeader(port, encodeProxyV2(proxied('198.51.100.7', port), 'TCP'), 'http/1.1');
         let text = '';
         secure.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
@@ -290,7 +290,7 @@ describe('HTTP proxy behind load balancers (client address)', () => {
       });
 
       it('HTTP/2 over TLS after a v1 header', T, async () => {
-        const { port, base } = await startProxy(optional, { frontendCertificate: { certificatePem: leaf.certPem, privateKeyPem: leaf.keyPem } });
+        const { port, base } = await startProxy(optional, { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } });
         const secure = await tlsAfterHeader(port, encodeProxyV1(proxied('198.51.100.8', port)), 'h2');
         assert.equal(secure.alpnProtocol, 'h2');
         const session = http2.connect(base, { createConnection: () => secure });
@@ -312,10 +312,10 @@ describe('HTTP proxy behind load balancers (client address)', () => {
       });
 
       it('required: a trusted peer starting TLS without a header gets no handshake', T, async () => {
-        const { port } = await startProxy(required, { frontendCertificate: { certificatePem: leaf.certPem, privateKeyPem: leaf.keyPem } });
+        const { port } = await startProxy(required, { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } });
         await assert.rejects(tlsAfterHeader(port, undefined, 'http/1.1'));
         // An untrusted peer's TLS needs no header.
-        const res = await request(`https://${FRONT_IP}:${port}/`, { localAddress: DIRECT, ca: ca.cert.certPem, servername: 'shop.test' });
+        const res = await request(`https://${FRONT_IP}:${port}/`, { localAddress: DIRECT, ca: ca.certificatePem, servername: 'shop.test' });
         assert.equal((JSON.parse(res.text) as EchoReply).headers['x-forwarded-for'], DIRECT);
       });
     });

@@ -7,10 +7,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
-import type { ClientAddressSource } from '../client-address/policy.ts';
-import type { PhaseName } from './pipeline/phase.ts';
-import type { WafEventDraft } from './pipeline/waf.ts';
+import type { ClientAddressSource } from '../net/types.ts';
 import type { ProxySnapshot } from './snapshot.ts';
+import type { PhaseName, WafEventDraft } from './types.ts';
 
 export type ClientRequest = IncomingMessage | Http2ServerRequest;
 
@@ -75,7 +74,7 @@ export class RequestCtx {
   /** The client: the socket peer, or what a trusted load balancer said (`clientAddressSource`). */
   clientIp = '';
   clientPort = 0;
-  /** Where `clientIp` came from (see src/edge/client-address/policy.ts). */
+  /** Where `clientIp` came from (see src/edge/net/client-address.ts). */
   clientAddressSource: ClientAddressSource = 'socket';
   /** Resolved from X-Forwarded-For: the entries left of the client, passed on to the origin before it. */
   forwardedForBefore: string | undefined = undefined;
@@ -119,8 +118,8 @@ export class RequestCtx {
   /** The WAF hook gave a verdict on the request (it may keep an exchange until the request is over). */
   wafInspected = false;
   /** The origin exchange in flight, told when the client goes away so it stops the origin request. */
-  upstreamCall: { clientClosed(): void } | undefined = undefined;
-  /** Set once the events phase ran. */
+  upstreamExchange: { clientClosed(): void } | undefined = undefined;
+  /** Set once the logging phase ran. */
   finished = false;
 
   private countryCode: string | undefined = undefined;

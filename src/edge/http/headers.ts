@@ -7,7 +7,7 @@
  *   Expect is dropped too (Node already answered 100-continue to the client).
  * - X-Forwarded-For: the client's own value, if any, with the client address appended (the origin must
  *   trust only the last entry, ours). The client address is the socket peer, or the one resolved from
- *   a trusted load balancer (src/edge/client-address/policy.ts); when that came from X-Forwarded-For,
+ *   a trusted load balancer (src/edge/net/client-address.ts); when that came from X-Forwarded-For,
  *   the entries right of the client (the trusted hops) are dropped, so the last entry is the client.
  *   X-Real-IP is the client address alone. X-Forwarded-Proto and X-Forwarded-Host are replaced by ours.
  * - X-Request-Id: the client's when it sent a sane one, else our support id.
@@ -116,6 +116,15 @@ export function clientResponseHeaders(raw: readonly (Buffer | string)[]): string
   }
   if (listed !== undefined) removeListed(out, listed);
   return out;
+}
+
+/** The first value of `lowerName` in a flat `[name, value, ...]` list, names in any case. */
+export function headerValue(flat: readonly string[], lowerName: string): string | undefined {
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const name = flat[i]!;
+    if (name.length === lowerName.length && name.toLowerCase() === lowerName) return flat[i + 1];
+  }
+  return undefined;
 }
 
 /** Header bytes as Node writes them back (latin1 round-trips every byte, obs-text included). */

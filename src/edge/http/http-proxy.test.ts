@@ -9,8 +9,8 @@ import net from 'node:net';
 import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy } from './http-proxy.ts';
-import { request } from './test-support/client.ts';
-import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from './test-support/servers.ts';
+import { request } from '../../../test/support/http-client.ts';
+import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 
@@ -334,8 +334,8 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
   });
 
   it('counts the clients of a trusted load balancer by its PROXY header, and its own header-less connections towards the total only', T, async () => {
-    const { ClientAddressPolicy } = await import('../client-address/policy.ts');
-    const { encodeProxyV1 } = await import('../l4/proxy-protocol.ts');
+    const { ClientAddressPolicy } = await import('../net/client-address.ts');
+    const { encodeProxyV1 } = await import('../net/proxy-protocol.ts');
     const capPort = await freePort(FRONT_IP);
     const capped = new HttpProxy(
       resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1, maxConnections: 100 } } }),

@@ -1,6 +1,6 @@
 /**
  * One HTTP proxy (one `httpProxy` traffic configuration) of the data plane: its listeners on the
- * front-end addresses, and the request pipeline behind them (see `pipeline/index.ts`).
+ * front-end addresses, and the request phases behind them (see `phases/index.ts`).
  *
  * - Plain HTTP/1.1 (no `frontend.certificateId`), or TLS with HTTP/2 and HTTP/1.1 chosen by ALPN.
  * - `update` applies a new revision live: with the same front end (addresses, port, TLS or not)
@@ -14,68 +14,24 @@
 import http from 'node:http';
 import http2 from 'node:http2';
 import tls from 'node:tls';
-import { createAcmeTlsAlpnServer, isAcmeTlsAlpn, readClientHello } from '../../certs/acme-tls-alpn.ts';
+import { createAcmeTlsAlpnServer, isAcmeTlsAlpn } from '../../certs/acme-tls-alpn.ts';
+import { readClientHello } from '../net/client-hello.ts';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { HttpProxyAttributes } from '@tps/model';
-import type { InsightSink } from '@tps/model';
-import type { ClientAddressPolicy } from '../client-address/policy.ts';
-import { acceptProxyHeaders, proxiedAddressesOf } from '../client-address/proxy-header.ts';
-import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from '../l4/flood-limits.ts';
-import { unmapIpv4 } from '../../net/ip.ts';
-import { Http2SessionGuard, type Http2Refusal } from './http2-guard.ts';
-import type { GeoLookup } from '../geo/geo-lookup.ts';
-import type { OriginGuard } from '../net/origin-guard.ts';
+import { acceptProxyHeaders, proxiedAddressesOf } from '../net/proxy-header.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../l4/flood-limits.ts';
+import { unmapIpv4 } from '../net/ip.ts';
+import { Http2SessionGuard } from './http2-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
+import { recordEpisodeUpdate } from './insight-events.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
-import type { AcmeChallengeLookup } from './pipeline/acme-challenge.ts';
-import { finishRequest, type AccessLogEntry, type HttpProxyMetrics } from './pipeline/events.ts';
-import { runPipeline } from './pipeline/index.ts';
-import { isWebSocketUpgrade } from './pipeline/upgrade.ts';
-import type { WafHook } from './pipeline/waf.ts';
-import type { RateLimitPolicy } from './rate-limit/limiter.ts';
-import type { RateLimitStore } from './rate-limit/store.ts';
+import { loggingPhase } from './phases/logging.ts';
+import { runRequestPhases } from './phases/index.ts';
+import type { RateEpisode } from './rate-limit/limiter.ts';
 import { ProxySnapshot } from './snapshot.ts';
-import { frontendTlsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
-
-export type { AccessLogEntry, HttpProxyMetrics } from './pipeline/events.ts';
-export type { AcmeChallengeLookup } from './pipeline/acme-challenge.ts';
-export type { WafHook, WafRequestInput, WafResponseInput, WafVerdict, WafEventDraft } from './pipeline/waf.ts';
-export type { HttpLimits } from './limits.ts';
-export type { RateLimitStore, RateHit } from './rate-limit/store.ts';
-export type { RateLimitPolicy } from './rate-limit/limiter.ts';
-export { DEFAULT_HTTP_LIMITS } from './limits.ts';
-export { formatAccessLogLine } from './pipeline/events.ts';
-
-/** What the runtime resolves from the store for one httpProxy configuration. */
-export interface ResolvedHttpProxy {
-  id: string;
-  tenantId: string;
-  revision: number;
-  /** Defaults applied. */
-  attributes: HttpProxyAttributes;
-  /** From `frontend.certificateId`: the leaf followed by its intermediates, and the private key. Absent = plain HTTP. */
-  frontendCertificate?: { certificatePem: string; privateKeyPem: string };
-  /**
-   * From `frontend.clientCertificateVerification`. `crlPems`: the CAs' CRLs fetched so far, only with
-   * `verifyCrl`; a CA without one then fails every certificate it issued (see tls.ts).
-   */
-  clientVerification?: { mode: 'VERIFY_AND_REJECT' | 'VERIFY_AND_FORWARD'; caPems: string[]; verifyCrl: boolean; crlPems: string[] };
-  /** From `backend.tlsSettings.clientCertificateId`: what the proxy presents to the origin. */
-  originClientCertificate?: { certificatePem: string; privateKeyPem: string };
-  /** From `backend.tlsSettings.verifyCertificate` (absent with tlsSettings = NONE). */
-  originTrust?: { mode: 'NONE' } | { mode: 'SYSTEM_TRUSTSTORE' } | { mode: 'CUSTOM_TRUSTSTORE'; caPems: string[] };
-}
-
-/** pino-compatible: a pino logger (or child) can be passed as is. */
-export interface HttpProxyLogger {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
-
-/** Why a connection or an HTTP/2 session was refused or ended before reaching an origin. */
-export type HttpRefusalReason = FloodRefusal | Http2Refusal;
+import { frontendTlsSettingsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
+import type { HttpProxyDeps, HttpRefusalReason, ResolvedHttpProxy } from './types.ts';
+import { isWebSocketUpgrade } from './upstream/upgrade.ts';
 
 /** The connection caps of a proxy: `connectionLimits` over the operator's defaults. */
 export const DEFAULT_HTTP_CONNECTION_LIMITS: Readonly<FloodLimitSettings> = Object.freeze({
@@ -83,73 +39,6 @@ export const DEFAULT_HTTP_CONNECTION_LIMITS: Readonly<FloodLimitSettings> = Obje
   maxNewConnectionsPerSecondPerSource: 100,
   maxConnections: 10_000,
 });
-
-export interface HttpProxyDeps {
-  /** Where APP_DDOS_ATTACK and WAF_EVENT events go. */
-  insight: InsightSink;
-  /** Country of client addresses; share one (`sharedGeoLookup`) between all proxies. */
-  geo: GeoLookup;
-  /**
-   * Where the proxy may connect: every connection to an origin (requests, upgrades) is checked by
-   * the origin policy, names once resolved. No default: tests with loopback origins pass a
-   * permissive one of their own.
-   */
-  originGuard: OriginGuard;
-  /** Three-letter code of this edge location: `tpc` of events, shown on our pages. */
-  location: string;
-  logger?: HttpProxyLogger;
-  /** Receives one entry per finished request. */
-  accessLog?: (entry: AccessLogEntry) => void;
-  metrics?: HttpProxyMetrics;
-  /** The WAF engine's hook; absent = no WAF phase (and request bodies are never buffered). */
-  waf?: WafHook;
-  /** Pending ACME HTTP-01 challenges; absent = /.well-known/acme-challenge/ goes to the origin. */
-  acmeChallenge?: AcmeChallengeLookup;
-  /** Node-wide limits (sizes, timeouts); see `DEFAULT_HTTP_LIMITS`. */
-  limits?: Partial<HttpLimits>;
-  rateLimit?: {
-    /** Clients held per proxy by the in-memory counter store. Default 100,000. */
-    maxEntries?: number;
-    /** Default 60 s. See `RateLimiter`. */
-    episodeGapMs?: number;
-    /** How often episode updates reach the insight sink. Default 1 s. */
-    updateIntervalMs?: number;
-    /** A shared counter store (Redis) instead of process memory. */
-    createStore?: (policy: RateLimitPolicy, proxyId: string) => RateLimitStore;
-    /** IPv6 clients are counted per prefix of this length (src/edge/client-address/source-key.ts). Default 64. */
-    ipv6Prefix?: number;
-  };
-  /**
-   * Connection caps: the operator's defaults (a proxy's `connectionLimits` override them), and the
-   * counter they are kept in (the edge passes one shared by its workers). Absent: the defaults of
-   * `DEFAULT_HTTP_CONNECTION_LIMITS`, counted in this thread.
-   */
-  connectionLimits?: {
-    defaults?: FloodLimitSettings;
-    create?: (proxyId: string, limits: FloodLimitSettings) => FloodAdmission;
-  };
-  /** How long an origin that refused a connection is skipped. Default 10 s. */
-  hostDownForMs?: number;
-  /**
-   * Bind with SO_REUSEPORT (Linux), so that several worker threads or processes of one edge node can
-   * each run this proxy on the same address and port; the kernel spreads new connections among them.
-   * Rate-limit counters must then be shared (`rateLimit.createStore`). Default false.
-   */
-  reusePort?: boolean;
-  /**
-   * ACME TLS-ALPN-01 (renewal when no proxy answers port 80 any more): a TLS connection that offers
-   * only `acme-tls/1` gets the challenge certificate of its SNI name instead of the site, when the
-   * proxy's tenant (`tenantId`) has an order pending for that name. Absent = TLS listeners hand
-   * every connection to the site.
-   */
-  acmeTlsAlpn?: { alpnChallengeCertificate(servername: string, tenantId: string): Promise<{ certPem: string; keyPem: string } | undefined> };
-  /**
-   * Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL): from their
-   * networks only, listeners read PROXY headers and requests' X-Forwarded-For names the client.
-   * Absent = the socket peer is the client.
-   */
-  clientAddress?: ClientAddressPolicy;
-}
 
 interface ListenerSpec {
   key: string;
@@ -231,17 +120,20 @@ export class HttpProxy {
   private readonly admission: FloodAdmission;
   private readonly http2Guard: Http2SessionGuard;
   private listeners: Listener[] = [];
-  private tlsKey: string;
+  /** The TLS settings the listeners serve (`frontendTlsSettingsKey`): a change is applied to them live. */
+  private tlsSettingsKey: string;
   private started = false;
   private stopped = false;
   /** Answers TLS-ALPN-01 validation connections (made on the first TLS listener when deps ask for it). */
   private acmeTlsServer: tls.Server | undefined;
+  /** Where the rate limiter sends an attack episode's counters while it lasts: the insight sink. */
+  private readonly onEpisodeUpdate = (episode: RateEpisode): void => recordEpisodeUpdate(this.deps, episode);
 
   constructor(config: ResolvedHttpProxy, deps: HttpProxyDeps) {
     this.deps = deps;
     this.limits = resolveLimits(deps.limits);
-    this.snapshot = new ProxySnapshot(config, deps, this.limits, undefined);
-    this.tlsKey = frontendTlsKey(config);
+    this.snapshot = new ProxySnapshot(config, deps, this.limits, undefined, this.onEpisodeUpdate);
+    this.tlsSettingsKey = frontendTlsSettingsKey(config);
     const limits = connectionLimitsOf(config, deps);
     this.admission = deps.connectionLimits?.create?.(config.id, limits) ?? new FloodLimiter(limits);
     this.http2Guard = new Http2SessionGuard(this.limits, {
@@ -280,14 +172,14 @@ export class HttpProxy {
   async update(config: ResolvedHttpProxy): Promise<void> {
     if (this.stopped) throw new Error('HttpProxy stopped');
     const previous = this.snapshot;
-    const next = new ProxySnapshot(config, this.deps, this.limits, previous);
-    const tlsKey = frontendTlsKey(config);
+    const next = new ProxySnapshot(config, this.deps, this.limits, previous, this.onEpisodeUpdate);
+    const tlsSettingsKey = frontendTlsSettingsKey(config);
     const tlsOptions = frontendTlsOptions(config);
     this.snapshot = next;
     this.admission.configure(connectionLimitsOf(config, this.deps));
     void previous.retire(next, this.limits.stopGraceMs);
     if (!this.started) {
-      this.tlsKey = tlsKey;
+      this.tlsSettingsKey = tlsSettingsKey;
       return;
     }
     const wanted = listenerSpecs(config, this.deps.reusePort === true);
@@ -298,10 +190,10 @@ export class HttpProxy {
       if (wantedKeys.has(listener.spec.key)) kept.push(listener);
       else draining.push(listener.close(this.limits.stopGraceMs));
     }
-    if (tlsKey !== this.tlsKey && tlsOptions !== undefined) {
+    if (tlsSettingsKey !== this.tlsSettingsKey && tlsOptions !== undefined) {
       for (const listener of kept) if (listener.spec.secure) applyTls(listener.server as http2.Http2SecureServer, tlsOptions);
     }
-    this.tlsKey = tlsKey;
+    this.tlsSettingsKey = tlsSettingsKey;
     this.listeners = kept;
     const keptKeys = new Set(kept.map((l) => l.spec.key));
     for (const spec of wanted) {
@@ -438,10 +330,10 @@ export class HttpProxy {
   private readonly onRequest = (req: ClientRequest, res: http.ServerResponse | http2.Http2ServerResponse): void => {
     const ctx = new RequestCtx(this.snapshot, req, res);
     res.on('close', () => {
-      ctx.upstreamCall?.clientClosed();
-      finishRequest(ctx);
+      ctx.upstreamExchange?.clientClosed();
+      loggingPhase.run(ctx);
     });
-    runPipeline(ctx);
+    runRequestPhases(ctx);
   };
 
   /**
@@ -476,7 +368,7 @@ export class HttpProxy {
       socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
       return;
     }
-    runPipeline(new RequestCtx(this.snapshot, req, undefined, { socket, head }));
+    runRequestPhases(new RequestCtx(this.snapshot, req, undefined, { socket, head }));
   };
 }
 

@@ -6,14 +6,10 @@
  * reset them: the origin pools (warm keep-alive connections, host health) and the rate limiter
  * (counters, blocks, episodes).
  */
-import type { HttpProxyAttributes } from '@tps/model';
-import type { HttpProxyDeps, ResolvedHttpProxy } from './http-proxy.ts';
 import type { HttpLimits } from './limits.ts';
-import { OriginSet, originSetKey } from './origins.ts';
-import { RateLimiter } from './rate-limit/limiter.ts';
-import { recordEpisodeUpdate } from './pipeline/events.ts';
-
-export type WafSettings = NonNullable<HttpProxyAttributes['waf']>;
+import { RateLimiter, type RateEpisode } from './rate-limit/limiter.ts';
+import type { HttpProxyDeps, ResolvedHttpProxy, WafSettings } from './types.ts';
+import { OriginSet, originSetKey } from './upstream/origins.ts';
 
 export interface GeoFence {
   /** ALLOW_LISTED: only `countries` pass. BLOCK_LISTED: `countries` are refused. */
@@ -43,10 +39,18 @@ export class ProxySnapshot {
    * proxy's hard `maxBodySize`.
    */
   readonly wafBody: { readonly limit: number; readonly multipartLimit: number; readonly reject: boolean };
-  /** The events phase must run when the response ends (access log or metrics wired). */
-  readonly observeEnd: boolean;
 
-  constructor(config: ResolvedHttpProxy, deps: HttpProxyDeps, limits: HttpLimits, previous: ProxySnapshot | undefined) {
+  /**
+   * `previous`: the revision this one replaces (its origin pools and rate limiter are kept when their
+   * settings did not change). `onEpisodeUpdate`: where a new rate limiter sends its episodes' counters.
+   */
+  constructor(
+    config: ResolvedHttpProxy,
+    deps: HttpProxyDeps,
+    limits: HttpLimits,
+    previous: ProxySnapshot | undefined,
+    onEpisodeUpdate: (episode: RateEpisode) => void,
+  ) {
     const attributes = config.attributes;
     this.config = config;
     this.id = config.id;
@@ -76,7 +80,7 @@ export class ProxySnapshot {
         ...(options.maxEntries !== undefined ? { maxEntries: options.maxEntries } : {}),
         ...(options.episodeGapMs !== undefined ? { episodeGapMs: options.episodeGapMs } : {}),
         ...(options.updateIntervalMs !== undefined ? { updateIntervalMs: options.updateIntervalMs } : {}),
-        onEpisodeUpdate: (episode) => recordEpisodeUpdate(deps, episode),
+        onEpisodeUpdate,
       });
     }
 
@@ -93,7 +97,6 @@ export class ProxySnapshot {
       multipartLimit: Math.min(Math.max(limit, hook?.multipartBodyLimit ?? 0), limits.maxBodySize),
       reject: (this.waf.bodyLimitAction ?? hook?.bodyLimitAction ?? 'REJECT') === 'REJECT',
     };
-    this.observeEnd = deps.accessLog !== undefined || deps.metrics !== undefined;
   }
 
   /** Releases what this snapshot owns and `next` does not reuse (`next` undefined: the proxy stops). */

@@ -12,11 +12,12 @@ import { after, before, describe, it } from 'node:test';
 import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import { Agent } from 'undici';
-import { HttpProxy, type ResolvedHttpProxy } from './http-proxy.ts';
-import { request } from './test-support/client.ts';
-import { rapidReset } from './test-support/rapid-reset.ts';
-import { TestCa, tempDir, type KeyPair } from './test-support/pki.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from './test-support/servers.ts';
+import { HttpProxy } from './http-proxy.ts';
+import type { ResolvedHttpProxy } from './types.ts';
+import { request } from '../../../test/support/http-client.ts';
+import { rapidReset } from '../../../test/support/rapid-reset.ts';
+import { TestCa, tempDir, writePemFile, type IssuedCertificate } from '../../../test/support/pki.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 
@@ -34,12 +35,16 @@ describe('HTTP proxy, TLS front end', () => {
   let serverCa: TestCa;
   let clientCa: TestCa;
   let rogueCa: TestCa;
-  let leaf: KeyPair;
-  let renewed: KeyPair;
-  let alice: KeyPair;
-  let mallory: KeyPair;
-  let stranger: KeyPair;
+  let leaf: IssuedCertificate;
+  let renewed: IssuedCertificate;
+  let alice: IssuedCertificate;
+  let mallory: IssuedCertificate;
+  let stranger: IssuedCertificate;
   let crl: string;
+  /** Files for curl and openssl s_client. */
+  let serverCaFile: string;
+  let malloryCertificateFile: string;
+  let malloryKeyFile: string;
   let origin: TestOrigin;
   const proxies: HttpProxy[] = [];
   const deps = testDeps();
@@ -50,7 +55,7 @@ describe('HTTP proxy, TLS front end', () => {
   ): Promise<{ proxy: HttpProxy; url: string; config: ResolvedHttpProxy }> {
     const port = await freePort(FRONT_IP);
     const config = resolvedProxy(port, [origin], {
-      frontendCertificate: { certificatePem: leaf.certPem, privateKeyPem: leaf.keyPem },
+      frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem },
       ...extra,
     });
     const proxy = new HttpProxy(config, proxyDeps);
@@ -60,16 +65,19 @@ describe('HTTP proxy, TLS front end', () => {
   }
 
   before(async () => {
-    serverCa = TestCa.create(tmp.dir, 'Server CA');
-    clientCa = TestCa.create(tmp.dir, 'Client CA');
-    rogueCa = TestCa.create(tmp.dir, 'Rogue CA');
-    leaf = serverCa.issue('proxy.test', { dns: ['proxy.test'], ips: [FRONT_IP] });
-    renewed = serverCa.issue('proxy.test renewed', { dns: ['proxy.test'], ips: [FRONT_IP] });
-    alice = clientCa.issue('alice, "the admin"', { client: true });
-    mallory = clientCa.issue('mallory', { client: true });
-    clientCa.revoke(mallory);
-    crl = clientCa.crl();
-    stranger = rogueCa.issue('stranger', { client: true });
+    serverCa = await TestCa.create('Server CA');
+    clientCa = await TestCa.create('Client CA');
+    rogueCa = await TestCa.create('Rogue CA');
+    leaf = await serverCa.issue({ commonName: 'proxy.test', dnsNames: ['proxy.test'], ipAddresses: [FRONT_IP] });
+    renewed = await serverCa.issue({ commonName: 'proxy.test renewed', dnsNames: ['proxy.test'], ipAddresses: [FRONT_IP] });
+    alice = await clientCa.issue({ commonName: 'alice, "the admin"', organization: 'TPS tests', client: true });
+    mallory = await clientCa.issue({ commonName: 'mallory', client: true });
+    clientCa.revoke(mallory.serialNumber);
+    crl = await clientCa.crlPem();
+    stranger = await rogueCa.issue({ commonName: 'stranger', client: true });
+    serverCaFile = writePemFile(tmp.dir, 'server-ca.pem', serverCa.certificatePem);
+    malloryCertificateFile = writePemFile(tmp.dir, 'mallory.pem', mallory.certificatePem);
+    malloryKeyFile = writePemFile(tmp.dir, 'mallory.key', mallory.privateKeyPem);
     origin = await startOrigin();
   });
 
@@ -81,15 +89,15 @@ describe('HTTP proxy, TLS front end', () => {
 
   it('serves the configured certificate and tells the origin the scheme was https', T, async () => {
     const { url } = await startProxy({});
-    const res = await request(`${url}/secure`, { ca: serverCa.cert.certPem });
+    const res = await request(`${url}/secure`, { ca: serverCa.certificatePem });
     assert.equal(res.status, 200);
-    assert.equal(res.serverCertificate, leaf.fingerprint);
+    assert.equal(res.serverCertificate, leaf.fingerprintHex);
     assert.equal((JSON.parse(res.text) as EchoReply).headers['x-forwarded-proto'], 'https');
   });
 
   it('serves a replaced certificate to new connections at once, while an open connection keeps working', T, async () => {
     const { proxy, url, config } = await startProxy({});
-    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: serverCa.cert.certPem, maxCachedSessions: 0 });
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: serverCa.certificatePem, maxCachedSessions: 0 });
     const viaAgent = () =>
       new Promise<{ status: number; fingerprint: string; localPort: number }>((resolve, reject) => {
         https
@@ -103,10 +111,10 @@ describe('HTTP proxy, TLS front end', () => {
       });
     try {
       const before = await viaAgent();
-      assert.equal(before.fingerprint, leaf.fingerprint);
-      await proxy.update({ ...config, revision: config.revision + 1, frontendCertificate: { certificatePem: renewed.certPem, privateKeyPem: renewed.keyPem } });
-      const fresh = await request(`${url}/`, { ca: serverCa.cert.certPem });
-      assert.equal(fresh.serverCertificate, renewed.fingerprint, 'a new connection gets the new certificate');
+      assert.equal(before.fingerprint, leaf.fingerprintHex);
+      await proxy.update({ ...config, revision: config.revision + 1, frontendCertificate: { certificatePem: renewed.certificatePem, privateKeyPem: renewed.privateKeyPem } });
+      const fresh = await request(`${url}/`, { ca: serverCa.certificatePem });
+      assert.equal(fresh.serverCertificate, renewed.fingerprintHex, 'a new connection gets the new certificate');
       const kept = await viaAgent();
       assert.equal(kept.localPort, before.localPort, 'the open connection was not closed');
       assert.equal(kept.status, 200);
@@ -117,7 +125,7 @@ describe('HTTP proxy, TLS front end', () => {
 
   it('speaks HTTP/2 to clients that offer it by ALPN (and HTTP/1.1 to the origin)', T, async () => {
     const { url } = await startProxy({});
-    const session = http2.connect(url, { ca: serverCa.cert.certPem });
+    const session = http2.connect(url, { ca: serverCa.certificatePem });
     try {
       const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
         const stream = session.request({ ':path': '/h2?x=1', ':method': 'GET', cookie: 'a=1' });
@@ -142,15 +150,15 @@ describe('HTTP proxy, TLS front end', () => {
       session.close();
     }
     // curl negotiates h2 by itself: the version it reports is the proof.
-    const curl = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_version} %{http_code}', '--http2', '--cacert', serverCa.cert.certPath, `${url}/curl`]);
+    const curl = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_version} %{http_code}', '--http2', '--cacert', serverCaFile, `${url}/curl`]);
     assert.equal(curl.stdout, '2 200');
-    const curl1 = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_version} %{http_code}', '--http1.1', '--cacert', serverCa.cert.certPath, `${url}/curl`]);
+    const curl1 = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_version} %{http_code}', '--http1.1', '--cacert', serverCaFile, `${url}/curl`]);
     assert.equal(curl1.stdout, '1.1 200');
   });
 
   it('posts a body over HTTP/2', T, async () => {
     const { url } = await startProxy({});
-    const session = http2.connect(url, { ca: serverCa.cert.certPem });
+    const session = http2.connect(url, { ca: serverCa.certificatePem });
     try {
       const body = await new Promise<string>((resolve, reject) => {
         const stream = session.request({ ':path': '/upload', ':method': 'POST' });
@@ -174,7 +182,7 @@ describe('HTTP proxy, TLS front end', () => {
     assert.notEqual(tls11.code, 0, 'TLS 1.1 handshake must fail');
     const cbc = await run('openssl', ['s_client', '-connect', target, '-tls1_2', '-cipher', 'ECDHE-ECDSA-AES128-SHA:AES128-SHA'], 'Q\n');
     assert.notEqual(cbc.code, 0, 'CBC suites must not be offered');
-    const good = await run('openssl', ['s_client', '-connect', target, '-tls1_2', '-CAfile', serverCa.cert.certPath], 'Q\n');
+    const good = await run('openssl', ['s_client', '-connect', target, '-tls1_2', '-CAfile', serverCaFile], 'Q\n');
     assert.equal(good.code, 0);
     assert.match(good.stdout, /Cipher is ECDHE-ECDSA-(AES\d+-GCM-SHA\d+|CHACHA20-POLY1305)/);
   });
@@ -182,11 +190,11 @@ describe('HTTP proxy, TLS front end', () => {
   describe('mutual TLS, VERIFY_AND_REJECT with CRL', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [crl] } }));
+      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [crl] } }));
     });
 
     it('accepts a client certificate issued by the configured CA', T, async () => {
-      const res = await request(`${url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem });
+      const res = await request(`${url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem });
       assert.equal(res.status, 200);
       const echo = JSON.parse(res.text) as EchoReply;
       assert.equal(echo.headers['x-client-cert-verified'], undefined, 'headers are for VERIFY_AND_FORWARD only');
@@ -194,12 +202,12 @@ describe('HTTP proxy, TLS front end', () => {
 
     it('refuses the TLS handshake without a client certificate (no HTTP response at all)', T, async () => {
       const before = origin.requests;
-      await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem }));
-      const curl = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--cacert', serverCa.cert.certPath, `${url}/`]);
+      await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem }));
+      const curl = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--cacert', serverCaFile, `${url}/`]);
       assert.notEqual(curl.code, 0);
       assert.equal(curl.stdout, '000', 'no HTTP status line');
       // With TLS 1.2 the refusal happens inside the handshake itself: the server's alert ends it.
-      const tls12 = await run('openssl', ['s_client', '-connect', new URL(url).host, '-tls1_2', '-CAfile', serverCa.cert.certPath], 'Q\n');
+      const tls12 = await run('openssl', ['s_client', '-connect', new URL(url).host, '-tls1_2', '-CAfile', serverCaFile], 'Q\n');
       assert.notEqual(tls12.code, 0);
       assert.match(tls12.stderr, /alert handshake failure|certificate required/i);
       assert.equal(origin.requests, before, 'nothing reached the origin');
@@ -207,28 +215,28 @@ describe('HTTP proxy, TLS front end', () => {
 
     it('refuses a revoked client certificate (CRL): the connection ends without any HTTP response', T, async () => {
       const before = origin.requests;
-      await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem, cert: mallory.certPem, key: mallory.keyPem }));
+      await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem, cert: mallory.certificatePem, key: mallory.privateKeyPem }));
       // Node checks the chain verdict right after the handshake and closes the connection: curl sees
       // no status line at all (exit code 56, or 35 when the close races the handshake).
-      const curl = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--cacert', serverCa.cert.certPath, '--cert', mallory.certPath, '--key', mallory.keyPath, `${url}/`]);
+      const curl = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--cacert', serverCaFile, '--cert', malloryCertificateFile, '--key', malloryKeyFile, `${url}/`]);
       assert.notEqual(curl.code, 0);
       assert.equal(curl.stdout, '000');
       assert.equal(origin.requests, before, 'nothing reached the origin');
     });
 
     it('refuses a client certificate from another CA', T, async () => {
-      await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem, cert: stranger.certPem, key: stranger.keyPem }));
+      await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem, cert: stranger.certificatePem, key: stranger.privateKeyPem }));
     });
   });
 
   describe('mutual TLS, VERIFY_AND_FORWARD', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [crl] } }));
+      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [crl] } }));
     });
 
-    const seen = async (client: KeyPair | undefined, headers: http.OutgoingHttpHeaders = {}) => {
-      const res = await request(`${url}/`, { ca: serverCa.cert.certPem, headers, ...(client ? { cert: client.certPem, key: client.keyPem } : {}) });
+    const seen = async (client: IssuedCertificate | undefined, headers: http.OutgoingHttpHeaders = {}) => {
+      const res = await request(`${url}/`, { ca: serverCa.certificatePem, headers, ...(client ? { cert: client.certificatePem, key: client.privateKeyPem } : {}) });
       assert.equal(res.status, 200);
       return (JSON.parse(res.text) as EchoReply).headers;
     };
@@ -238,7 +246,7 @@ describe('HTTP proxy, TLS front end', () => {
       assert.equal(headers['x-client-cert-verified'], 'SUCCESS');
       // RFC 4514 order: the most specific RDN first.
       assert.equal(headers['x-client-cert-subject'], 'CN=alice\\, \\"the admin\\",O=TPS tests');
-      assert.equal(headers['x-client-cert-fingerprint'], alice.fingerprint);
+      assert.equal(headers['x-client-cert-fingerprint'], alice.fingerprintHex);
     });
 
     it('passes NONE without a certificate, and replaces forged headers', T, async () => {
@@ -255,17 +263,17 @@ describe('HTTP proxy, TLS front end', () => {
   });
 
   it('with verifyCrl and no CRL fetched yet, refuses every client certificate (fail closed)', T, async () => {
-    const { url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [] } });
-    await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem, cert: mallory.certPem, key: mallory.keyPem }), 'the revoked one');
-    await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem }), 'and the good one: revocation cannot be checked');
-    const forwarding = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.cert.certPem], verifyCrl: true, crlPems: [] } });
-    const res = await request(`${forwarding.url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem });
+    const { url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [] } });
+    await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem, cert: mallory.certificatePem, key: mallory.privateKeyPem }), 'the revoked one');
+    await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem }), 'and the good one: revocation cannot be checked');
+    const forwarding = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [] } });
+    const res = await request(`${forwarding.url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem });
     assert.equal((JSON.parse(res.text) as EchoReply).headers['x-client-cert-verified'], 'FAILED:UNABLE_TO_GET_CRL');
   });
 
   it('turns on VERIFY_AND_REJECT live: connections opened before get 403, new ones need a certificate', T, async () => {
     const { proxy, url, config } = await startProxy({});
-    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: serverCa.cert.certPem });
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: serverCa.certificatePem });
     const viaAgent = () =>
       new Promise<number>((resolve, reject) => {
         https.get(`${url}/`, { agent }, (res) => {
@@ -275,10 +283,10 @@ describe('HTTP proxy, TLS front end', () => {
       });
     try {
       assert.equal(await viaAgent(), 200);
-      await proxy.update({ ...config, revision: config.revision + 1, clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.cert.certPem], verifyCrl: false, crlPems: [] } });
+      await proxy.update({ ...config, revision: config.revision + 1, clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: false, crlPems: [] } });
       assert.equal(await viaAgent(), 403);
-      await assert.rejects(request(`${url}/`, { ca: serverCa.cert.certPem }));
-      assert.equal((await request(`${url}/`, { ca: serverCa.cert.certPem, cert: alice.certPem, key: alice.keyPem })).status, 200);
+      await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem }));
+      assert.equal((await request(`${url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem })).status, 200);
     } finally {
       agent.destroy();
     }
@@ -291,7 +299,7 @@ describe('HTTP proxy, TLS front end', () => {
     silent.on('error', () => {});
     await new Promise<void>((resolve) => silent.on('close', () => resolve()));
 
-    const slow = tls.connect({ host: hostname, port: Number(port), ca: serverCa.cert.certPem, ALPNProtocols: ['http/1.1'] });
+    const slow = tls.connect({ host: hostname, port: Number(port), ca: serverCa.certificatePem, ALPNProtocols: ['http/1.1'] });
     slow.on('error', () => {});
     await new Promise<void>((resolve) => slow.once('secureConnect', () => resolve()));
     const trickle = 'GET / HTTP/1.1\r\nHost: slow\r\nX-Slow: ' + 'a'.repeat(1000);
@@ -311,11 +319,11 @@ describe('HTTP proxy, TLS front end', () => {
     const wsOrigin = await startOrigin({ websocket: true });
     const port = await freePort(FRONT_IP);
     const proxy = new HttpProxy(
-      resolvedProxy(port, [wsOrigin], { frontendCertificate: { certificatePem: leaf.certPem, privateKeyPem: leaf.keyPem } }),
+      resolvedProxy(port, [wsOrigin], { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } }),
       deps,
     );
     await proxy.start();
-    const dispatcher = new Agent({ connect: { ca: serverCa.cert.certPem } });
+    const dispatcher = new Agent({ connect: { ca: serverCa.certificatePem } });
     try {
       // undici's WebSocket takes a dispatcher (a Node extension of the WHATWG constructor) for the custom CA.
       const WebSocketWithOptions = WebSocket as unknown as new (url: string, options: { dispatcher: Agent }) => WebSocket;
@@ -340,13 +348,13 @@ describe('HTTP proxy, TLS front end', () => {
 describe('HTTP proxy, HTTP/2 bounds', () => {
   const tmp = tempDir('h2-bounds');
   let ca: TestCa;
-  let leaf: KeyPair;
+  let leaf: IssuedCertificate;
   let origin: TestOrigin;
   const proxies: HttpProxy[] = [];
 
   before(async () => {
-    ca = TestCa.create(tmp.dir, 'H2 CA');
-    leaf = ca.issue('proxy.test', { dns: ['proxy.test'], ips: [FRONT_IP] });
+    ca = await TestCa.create('H2 CA');
+    leaf = await ca.issue({ commonName: 'proxy.test', dnsNames: ['proxy.test'], ipAddresses: [FRONT_IP] });
     origin = await startOrigin();
   });
   after(async () => {
@@ -359,7 +367,7 @@ describe('HTTP proxy, HTTP/2 bounds', () => {
     const port = await freePort(FRONT_IP);
     const refused: string[] = [];
     const proxy = new HttpProxy(
-      resolvedProxy(port, [origin], { frontendCertificate: { certificatePem: leaf.certPem, privateKeyPem: leaf.keyPem } }),
+      resolvedProxy(port, [origin], { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } }),
       testDeps({ metrics: { connectionRefused: (_proxy, protocol, reason) => refused.push(`${protocol} ${reason}`) }, ...limits }),
     );
     await proxy.start();
@@ -381,12 +389,12 @@ describe('HTTP proxy, HTTP/2 bounds', () => {
   it('ends a session whose client opens and resets streams (rapid reset), and serves others meanwhile', T, async () => {
     const { url, refused } = await start();
     const { hostname, port } = new URL(url);
-    const attack = await rapidReset({ host: hostname, port: Number(port), ca: ca.cert.certPem, streams: 10_000 });
+    const attack = await rapidReset({ host: hostname, port: Number(port), ca: ca.certificatePem, streams: 10_000 });
     assert.equal(attack.closed, true, 'the session was ended');
     // The GOAWAY may be overtaken by the reset of a close with the client's frames unread.
     assert.ok(attack.goawayCode === undefined || attack.goawayCode === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, String(attack.goawayCode));
     assert.ok(refused.includes('HTTP/2 RAPID_RESET'), JSON.stringify(refused));
-    const other = http2.connect(url, { ca: ca.cert.certPem });
+    const other = http2.connect(url, { ca: ca.certificatePem });
     try {
       assert.equal(await get(other), 200, 'another client is served');
     } finally {
@@ -396,7 +404,7 @@ describe('HTTP proxy, HTTP/2 bounds', () => {
 
   it('answers 408 to a request whose body does not arrive in time, and ends a session that opens no stream', T, async () => {
     const { url, refused } = await start({ limits: { requestTimeoutMs: 600, headersTimeoutMs: 600, connectionsCheckingIntervalMs: 100 } });
-    const session = http2.connect(url, { ca: ca.cert.certPem });
+    const session = http2.connect(url, { ca: ca.certificatePem });
     session.on('error', () => {});
     try {
       const status = await new Promise<number>((resolve, reject) => {
@@ -411,7 +419,7 @@ describe('HTTP proxy, HTTP/2 bounds', () => {
     } finally {
       session.close();
     }
-    const idle = http2.connect(url, { ca: ca.cert.certPem });
+    const idle = http2.connect(url, { ca: ca.certificatePem });
     idle.on('error', () => {});
     await new Promise<void>((resolve) => idle.once('close', () => resolve()));
     assert.ok(refused.includes('HTTP/2 HEADERS_TIMEOUT'), JSON.stringify(refused));

@@ -17,7 +17,7 @@
  * origin wants mutual TLS.
  */
 import type { ConnectionOptions, SecureContextOptions } from 'node:tls';
-import type { ResolvedHttpProxy } from './http-proxy.ts';
+import type { ResolvedHttpProxy } from './types.ts';
 
 export const TLS_MIN_VERSION = 'TLSv1.2' as const;
 
@@ -89,11 +89,18 @@ export function frontendTlsOptions(config: ResolvedHttpProxy): FrontendTlsOption
 }
 
 /** A string that changes whenever the listener's TLS options change (what `update` compares). */
-export function frontendTlsKey(config: ResolvedHttpProxy): string {
-  const c = config.frontendCertificate;
-  if (c === undefined) return '';
-  const v = config.clientVerification;
-  return [c.certificatePem, c.privateKeyPem, v?.mode ?? '', ...(v?.caPems ?? []), v?.verifyCrl ? '--crl--' : '--no-crl--', ...(v?.crlPems ?? [])].join('\0');
+export function frontendTlsSettingsKey(config: ResolvedHttpProxy): string {
+  const certificate = config.frontendCertificate;
+  if (certificate === undefined) return '';
+  const verification = config.clientVerification;
+  return [
+    certificate.certificatePem,
+    certificate.privateKeyPem,
+    verification?.mode ?? '',
+    ...(verification?.caPems ?? []),
+    verification?.verifyCrl ? '--crl--' : '--no-crl--',
+    ...(verification?.crlPems ?? []),
+  ].join('\0');
 }
 
 /**

@@ -3,17 +3,18 @@
  * at once and the new connections per second; for the whole proxy, the connections open at once.
  * A UDP session counts as a connection.
  *
- * The new-connection rate is a sliding window estimated from two fixed one-second windows, as
- * Pingora's `pingora-limits/src/rate.rs` does: `previous * (1 - elapsedFraction) + current`. Only
- * admitted connections count, so the cap reads "at most N new connections per second from one
- * source reach the origin", and a source that stops flooding is admitted again within a second.
+ * The new-connection rate is the edge's sliding-window estimate over one second
+ * (src/edge/shared-counters/sliding-window.ts, Pingora's rate.rs). Only admitted connections
+ * count, so the cap reads "at most N new connections per second from one source reach the origin",
+ * and a source that stops flooding is admitted again within a second.
  *
  * Memory stays bounded under millions of distinct sources: a source with open connections is kept
  * (there are at most `maxConnections` of those), a source with none is kept only for its rate window,
  * at most `maxIdleSources` of them in least-recently-released order, the oldest forgotten first.
  * An evicted source loses only its rate history, which after a second of silence is zero anyway.
  */
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../net/source-key.ts';
+import { WINDOW_PAIR_WORDS, countEvent, estimate } from '../shared-counters/sliding-window.ts';
 
 export interface FloodLimitSettings {
   maxConnectionsPerSource: number;
@@ -52,23 +53,25 @@ export interface FloodLimiterOptions {
 /** One source's counters; handed out by `acquire` so that `release` needs no map lookup. */
 export class SourceSlot {
   readonly source: string;
-  open = 0;
-  /** Start (ms) of the current one-second window. */
-  windowStart = 0;
-  currentWindow = 0;
-  previousWindow = 0;
+  /** Its connections open now. */
+  openConnections = 0;
+  /** New connections: the window pair of the sliding-window estimate. */
+  readonly window: Float64Array;
   /** Neighbours in the list of idle sources (no open connection), oldest first. */
   olderIdle: SourceSlot | undefined;
   newerIdle: SourceSlot | undefined;
 
-  constructor(source: string) {
+  constructor(source: string, window: Float64Array = new Float64Array(WINDOW_PAIR_WORDS)) {
     this.source = source;
+    this.window = window;
   }
 }
 
 const WINDOW_MS = 1000;
 /** The source of a ticket that counts towards the total only (not an address, so no source has it). */
 const TOTAL_ONLY = '*';
+/** Tickets that count towards the total only have no rate to keep. */
+const NO_WINDOW = new Float64Array(0);
 export const DEFAULT_MAX_IDLE_SOURCES = 65_536;
 
 export class FloodLimiter implements FloodAdmission<SourceSlot> {
@@ -80,7 +83,7 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
   private oldestIdle: SourceSlot | undefined;
   private newestIdle: SourceSlot | undefined;
   private idleCount = 0;
-  private open = 0;
+  private openConnections = 0;
   readonly refused: Record<FloodRefusal, number> = { SOURCE_CONNECTIONS: 0, SOURCE_RATE: 0, GLOBAL_CONNECTIONS: 0 };
 
   constructor(settings: FloodLimitSettings, options: FloodLimiterOptions = {}) {
@@ -100,7 +103,7 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
 
   /** Connections (and UDP sessions) open now. */
   get connections(): number {
-    return this.open;
+    return this.openConnections;
   }
 
   /** Sources remembered now (with open connections, and idle ones within the bound). */
@@ -110,55 +113,58 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
 
   /**
    * Admits a new connection from `source` (a client IP; IPv4-mapped IPv6 counts as its IPv4, other
-   * IPv6 by its /64: src/edge/client-address/source-key.ts), or says which cap refuses it. An
+   * IPv6 by its /64: src/edge/net/source-key.ts), or says which cap refuses it. An
    * admitted connection must be `release`d exactly once.
    */
   acquire(source: string | undefined): SourceSlot | FloodRefusal {
     const settings = this.settings;
-    if (this.open >= settings.maxConnections) {
+    if (this.openConnections >= settings.maxConnections) {
       this.refused.GLOBAL_CONNECTIONS++;
       return 'GLOBAL_CONNECTIONS';
     }
     if (source === undefined) {
-      this.open++;
-      return new SourceSlot(TOTAL_ONLY);
+      this.openConnections++;
+      const ticket = new SourceSlot(TOTAL_ONLY, NO_WINDOW);
+      ticket.openConnections = 1;
+      return ticket;
     }
     const key = sourceKey(source);
     let slot = this.sources.get(key);
     const now = this.now();
     if (slot !== undefined) {
-      if (slot.open >= settings.maxConnectionsPerSource) {
+      if (slot.openConnections >= settings.maxConnectionsPerSource) {
         this.refused.SOURCE_CONNECTIONS++;
         return 'SOURCE_CONNECTIONS';
       }
-      advanceWindow(slot, now);
-      const elapsed = (now - slot.windowStart) / WINDOW_MS;
-      const rate = slot.previousWindow * (1 - elapsed) + slot.currentWindow;
-      if (rate + 1 > settings.maxNewConnectionsPerSecondPerSource) {
+      if (estimate(slot.window, 0, WINDOW_MS, now) + 1 > settings.maxNewConnectionsPerSecondPerSource) {
         this.refused.SOURCE_RATE++;
         return 'SOURCE_RATE';
       }
-      if (slot.open === 0) this.unlinkIdle(slot);
+      if (slot.openConnections === 0) this.unlinkIdle(slot);
     } else {
       slot = new SourceSlot(key);
-      slot.windowStart = now;
+      // A new source has no rate yet: this only moves its empty window pair to now's window.
+      estimate(slot.window, 0, WINDOW_MS, now);
       this.sources.set(key, slot);
     }
-    slot.currentWindow++;
-    slot.open++;
-    this.open++;
+    countEvent(slot.window, 0);
+    slot.openConnections++;
+    this.openConnections++;
     return slot;
   }
 
   release(slot: SourceSlot): void {
     if (slot.source === TOTAL_ONLY) {
-      if (slot.windowStart === 0) this.open--;
-      slot.windowStart = 1; // released: a second release changes nothing
+      // A second release of the same ticket changes nothing.
+      if (slot.openConnections > 0) {
+        slot.openConnections = 0;
+        this.openConnections--;
+      }
       return;
     }
-    if (slot.open <= 0) return;
-    this.open--;
-    if (--slot.open > 0) return;
+    if (slot.openConnections <= 0) return;
+    this.openConnections--;
+    if (--slot.openConnections > 0) return;
     this.appendIdle(slot);
     if (this.idleCount > this.maxIdleSources) {
       const oldest = this.oldestIdle!;
@@ -185,18 +191,4 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
     slot.newerIdle = undefined;
     this.idleCount--;
   }
-}
-
-/** Rolls the two fixed windows forward to the one containing `now`. */
-function advanceWindow(slot: SourceSlot, now: number): void {
-  const elapsed = now - slot.windowStart;
-  if (elapsed < WINDOW_MS) return;
-  if (elapsed < 2 * WINDOW_MS) {
-    slot.previousWindow = slot.currentWindow;
-    slot.windowStart += WINDOW_MS;
-  } else {
-    slot.previousWindow = 0;
-    slot.windowStart = now;
-  }
-  slot.currentWindow = 0;
 }

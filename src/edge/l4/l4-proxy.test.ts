@@ -10,12 +10,12 @@ import { createServer, type Socket } from 'node:net';
 import { createSocket } from 'node:dgram';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ClientAddressPolicy } from '../client-address/policy.ts';
+import { ClientAddressPolicy } from '../net/client-address.ts';
 import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
-import { permissiveOriginGuard, recordingOriginGuard } from '../net/test-support.ts';
-import { encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
+import { permissiveOriginGuard, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
+import { encodeProxyV1, encodeProxyV2 } from '../net/proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
-import type { L4AccessLogEntry } from './access-log.ts';
+import type { L4AccessLogEntry } from './types.ts';
 import {
   connectTo,
   connectionOutcome,
@@ -30,7 +30,7 @@ import {
   udpExchange,
   waitForClose,
   type TcpOrigin,
-} from './test-support.ts';
+} from '../../../test/support/l4.ts';
 
 const FRONT = '127.0.0.2';
 const noThreats = ThreatFeed.fromEntries([]);

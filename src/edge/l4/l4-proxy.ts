@@ -23,59 +23,17 @@
  */
 import type { Server, Socket } from 'node:net';
 import type { L4ProxyAttributes } from '@tps/model';
-import type { ClientAddressPolicy } from '../client-address/policy.ts';
-import { headerReadOptions, readProxyHeader } from '../client-address/proxy-header.ts';
-import { HostPool, type BackendHost, type DeliveryMethod } from '../balance/index.ts';
+import type { ClientAddressPolicy } from '../net/client-address.ts';
+import { headerReadOptions, readProxyHeader } from '../net/proxy-header.ts';
+import { HostPool, type DeliveryMethod } from '../balance/index.ts';
 import type { OriginGuard, ScopedOriginGuard } from '../net/origin-guard.ts';
-import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from './flood-limits.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from './flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
-import { unmapIpv4 } from '../../net/ip.ts';
-import { refusalAnsweredBy, roundMs, type L4AccessLogEntry } from './access-log.ts';
-import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute, type TcpTunnelResult } from './tcp.ts';
-import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute, type UdpSessionResult } from './udp.ts';
-
-export type L4Protocol = 'TCP' | 'UDP';
-
-/** Why a connection (TCP) or a datagram of a would-be session (UDP) was refused. */
-export type L4RefusalReason =
-  | 'THREAT_FEED'
-  | FloodRefusal
-  /** UDP only: the relay holds its maximum number of sessions. */
-  | 'SESSION_LIMIT'
-  /** TCP from a trusted load balancer: no PROXY header (`required`), a malformed one, or none in time. */
-  | 'PROXY_HEADER';
-
-export interface L4ConnectionClosed {
-  /** How it ended (TCP: `NO_HOST` when no origin host could be reached). */
-  reason: TcpTunnelResult['reason'] | UdpSessionResult['reason'];
-  /** Payload bytes from the client to the origin (without PROXY headers). */
-  bytesFromClient: number;
-  bytesToClient: number;
-  /** From accept (TCP) or the first datagram (UDP) to the end. */
-  durationSeconds: number;
-}
-
-/**
- * Counters a proxy reports. The edge maps them to its metrics system; each call names the proxy
- * (traffic configuration id) so that one implementation serves every proxy.
- */
-export interface L4Metrics {
-  /** A connection (TCP) or session (UDP) passed admission. */
-  connectionAccepted(proxyId: string, protocol: L4Protocol): void;
-  /** Refused before any byte reached an origin. For UDP, counted per dropped datagram. */
-  connectionRefused(proxyId: string, protocol: L4Protocol, reason: L4RefusalReason): void;
-  /** An accepted connection or session ended; its bytes are counted here, once. */
-  connectionClosed(proxyId: string, protocol: L4Protocol, closed: L4ConnectionClosed): void;
-  /** A connect to an origin host failed (or the origin policy refused it): the host is marked down for a while, the next one is tried. */
-  originConnectFailed(proxyId: string, protocol: L4Protocol, host: BackendHost, error: Error): void;
-  /** UDP: a reply dropped within an admitted session (REPLY_BUDGET: over the anti-amplification budget). */
-  datagramDropped?(proxyId: string, protocol: L4Protocol, reason: 'REPLY_BUDGET'): void;
-}
-
-/** Something to report operational trouble to (pino's signature fits). */
-export interface L4Logger {
-  warn(details: object, message: string): void;
-}
+import { unmapIpv4 } from '../net/ip.ts';
+import { refusalAnsweredBy, roundMs } from './access-log.ts';
+import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute } from './tcp.ts';
+import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute } from './udp.ts';
+import type { L4AccessLogEntry, L4ConnectionClosed, L4Logger, L4Metrics, L4Protocol, L4RefusalReason } from './types.ts';
 
 export interface L4ProxyOptions {
   /** Traffic configuration id (for logs and metrics labels). */

@@ -10,11 +10,11 @@ import net from 'node:net';
 import http from 'node:http';
 import tls from 'node:tls';
 import { Pool } from 'undici';
-import { TestCa, tempDir } from '../http/test-support/pki.ts';
+import { TestCa } from '../../../test/support/pki.ts';
 import { startTestDns, type TestDns } from '../../../test/support/dns-server.ts';
 import { isOriginRefused, ORIGIN_REFUSED, type OriginRefusal } from './origin-guard.ts';
 import { createOriginResolver } from './origin-resolver.ts';
-import { recordingOriginGuard } from './test-support.ts';
+import { recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 
 const DNS_IP = '127.0.0.230';
 const ALLOWED_IP = '127.0.0.231';
@@ -149,23 +149,21 @@ describe('origin guard: connections on a tenant\'s behalf', () => {
   });
 
   it('keeps the name for TLS: the certificate is checked against it, the socket goes to the checked address', async () => {
-    const temp = tempDir('tps-guard-tls-');
-    const ca = TestCa.create(temp.dir, 'Guard CA');
-    const leaf = ca.issue('good.test', { dns: ['good.test'] });
-    const server = tls.createServer({ cert: leaf.certPem, key: leaf.keyPem }, (socket) => socket.end('secure hello'));
+    const ca = await TestCa.create('Guard CA');
+    const leaf = await ca.issue({ commonName: 'good.test', dnsNames: ['good.test'] });
+    const server = tls.createServer({ cert: leaf.certificatePem, key: leaf.privateKeyPem }, (socket) => socket.end('secure hello'));
     await new Promise<void>((resolve) => server.listen(0, ALLOWED_IP, resolve));
     const port = (server.address() as net.AddressInfo).port;
     dns.set('alias.test', [ALLOWED_IP]);
     try {
-      const result = await outcome(guard.for('proxy-f').connectTls({ host: 'good.test', port, ca: ca.cert.certPem }));
+      const result = await outcome(guard.for('proxy-f').connectTls({ host: 'good.test', port, ca: ca.certificatePem }));
       assert.equal(result.error, undefined);
       assert.equal(result.data, 'secure hello');
       // Same address, another name: the certificate does not name it.
-      const alias = await outcome(guard.for('proxy-f').connectTls({ host: 'alias.test', port, ca: ca.cert.certPem }));
+      const alias = await outcome(guard.for('proxy-f').connectTls({ host: 'alias.test', port, ca: ca.certificatePem }));
       assert.equal(alias.error?.code, 'ERR_TLS_CERT_ALTNAME_INVALID');
     } finally {
       server.close();
-      temp.remove();
     }
   });
 

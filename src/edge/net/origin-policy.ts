@@ -22,7 +22,7 @@
  * 4. Anything else (a public address) is allowed.
  */
 import net from 'node:net';
-import { IpSet, parseIpInto } from '../l4/ip-set.ts';
+import { IpSet, parseIpInto } from './ip-set.ts';
 
 export type OriginRefusalReason =
   | 'own-listener'

@@ -21,7 +21,7 @@ import { createMetrics } from '../../metrics.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '@tps/model';
-import { PERMISSIVE_ORIGIN_POLICY } from '../net/test-support.ts';
+import { PERMISSIVE_ORIGIN_POLICY } from '../../../test/support/origin-guard.ts';
 
 const FRONTEND = '127.0.9.41';
 const ORIGINS = '127.0.9.42';

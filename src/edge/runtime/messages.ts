@@ -4,9 +4,9 @@
  * configuration (keys decrypted, CA certificates gathered) and sends whole snapshots.
  */
 import type { L4ProxyAttributes } from '@tps/model';
-import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
+import type { ResolvedHttpProxy } from '../http/types.ts';
 import type { InsightEvent } from '@tps/model';
-import type { SharedIpSet } from '../l4/ip-set.ts';
+import type { SharedIpSet } from '../net/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { HistogramIncrement } from './histograms.ts';
 

@@ -7,7 +7,7 @@ import type { Store } from '../../store/index.ts';
 import { certificateKeyBinding, type SecretBox } from '../../certs/secret-box.ts';
 import type { TrafficConfigRecord } from '../../store/traffic-configs.ts';
 import type { HttpProxyAttributes, L4ProxyAttributes } from '@tps/model';
-import type { ResolvedHttpProxy } from '../http/http-proxy.ts';
+import type { ResolvedHttpProxy } from '../http/types.ts';
 import type { ConfigEntry } from './messages.ts';
 
 /** One CA entry's last good CRL (`crlPem` null while none was fetched), as the certificates service keeps it. */

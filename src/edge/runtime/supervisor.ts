@@ -25,10 +25,11 @@ import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import { DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
-import type { ClientAddressSettings } from '../client-address/policy.ts';
+import type { ClientAddressSettings } from '../net/types.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
+import type { EdgeLogger } from './types.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
 import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
@@ -67,12 +68,6 @@ export const NO_THREAT_FEED_DETAIL =
  * least recently used source is recycled; the proxy's total stays exact.
  */
 const FLOOD_SLOTS_PER_PROXY = 8_192;
-
-export interface EdgeLogger {
-  info(details: object, message: string): void;
-  warn(details: object, message: string): void;
-  error(details: object, message: string): void;
-}
 
 export interface EdgeOptions {
   store: Store;

@@ -13,14 +13,14 @@ import { pino } from 'pino';
 import { openStore, type Store } from '../../store/index.ts';
 import { SecretBox } from '../../certs/secret-box.ts';
 import { createMetrics, type Metrics } from '../../metrics.ts';
-import { freePort } from '../../net/ports.ts';
+import { freePort } from '../../../test/support/ports.ts';
 import { EdgeSupervisor } from './supervisor.ts';
 import { ThreatFeedHost, type ThreatFeedSet } from './threat-feed-host.ts';
-import { IpSet } from '../l4/ip-set.ts';
+import { IpSet } from '../net/ip-set.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '@tps/model';
-import { PERMISSIVE_ORIGIN_POLICY } from '../net/test-support.ts';
+import { PERMISSIVE_ORIGIN_POLICY } from '../../../test/support/origin-guard.ts';
 
 const FRONTEND = '127.0.0.71';
 const ORIGIN = '127.0.0.72';

@@ -7,16 +7,18 @@
  * (its listeners and connections untouched), a changed one is updated live, a missing one stopped.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { L4Proxy, type L4Metrics } from '../l4/l4-proxy.ts';
+import { L4Proxy } from '../l4/l4-proxy.ts';
+import type { L4Metrics } from '../l4/types.ts';
 import { ThreatFeed } from '../l4/threat-feed.ts';
-import { HttpProxy, type HttpProxyDeps } from '../http/http-proxy.ts';
+import { HttpProxy } from '../http/http-proxy.ts';
+import type { HttpProxyDeps } from '../http/types.ts';
 import { sharedGeoLookup } from '../geo/geo-lookup.ts';
 import type { InsightSink } from '@tps/model';
 import { InsightSampler } from '../../insight/sampler.ts';
 import { SharedTable } from '../shared-counters/shared-table.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { FloodLimitSettings } from '../l4/flood-limits.ts';
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../net/source-key.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
@@ -27,7 +29,8 @@ import { startWafEngine as startEngine } from '../http/waf/engines.ts';
 import type { ExchangingEngine } from '../http/waf/engines.ts';
 import type { WafEngine } from '@tps/waf';
 import { MAX_WAF_REQUEST_BODY_LIMIT } from '@tps/model';
-import { ClientAddressPolicy, type ClientAddressSettings } from '../client-address/policy.ts';
+import { ClientAddressPolicy } from '../net/client-address.ts';
+import type { ClientAddressSettings } from '../net/types.ts';
 import { OriginPolicy, type OriginPolicySettings } from '../net/origin-policy.ts';
 import { OriginGuard } from '../net/origin-guard.ts';
 import { createOriginResolver } from '../net/origin-resolver.ts';

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { RedisRateLimitStore } from './redis-rate-store.ts';
-import { freePort } from '../../net/ports.ts';
+import { freePort } from '../../../test/support/ports.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 
 describe('Redis rate-limit store', () => {

@@ -1,7 +1,8 @@
 /**
  * Rate-limit counters in Redis, for several edge nodes: a client's requests count once whichever
- * node (and worker) serves them. The same two-window estimate as the in-memory stores, done by one
- * Lua script per request so that the read-modify-write is atomic on the server.
+ * node (and worker) serves them. The same sliding-window estimate as the in-memory stores
+ * (sliding-window.ts: a window index, the previous and the current count per period), written out
+ * in Lua so that one script per request does the read-modify-write atomically on the server.
  *
  * Each proxy (scope) keeps at most `maxClients` clients: an index of its keys by last use (a sorted
  * set) is trimmed oldest first by the script that adds to it. So a flood of sources on one proxy

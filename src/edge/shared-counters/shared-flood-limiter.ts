@@ -3,20 +3,19 @@
  * "at most N connections from one source" means N across all proxy workers, not N per worker.
  *
  * The same semantics as FloodLimiter (src/edge/l4/flood-limits.ts): open connections per source,
- * new connections per second per source (two one-second windows, Pingora's estimate), and open
+ * new connections per second per source (the sliding-window estimate, sliding-window.ts), and open
  * connections of the whole proxy. Each proxy counts in a table of its own (`ProxyCounterTables`):
  * a flood of sources on one proxy cannot push another proxy's counts out.
  */
 import { SharedTable } from './shared-table.ts';
 import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
-import { sourceKey as defaultSourceKey } from '../../net/source-key.ts';
+import { sourceKey as defaultSourceKey } from '../net/source-key.ts';
+import { WINDOW_PAIR_WORDS, countEvent, estimate } from './sliding-window.ts';
 
-/** Payload of a slot: open connections, window start (ms), previous window count, current window count. */
-export const FLOOD_SLOT_WORDS = 4;
-const OPEN = 0;
-const WINDOW_START = 1;
-const PREVIOUS = 2;
-const CURRENT = 3;
+/** Payload of a slot: open connections, then the new connections' window pair. */
+export const FLOOD_SLOT_WORDS = 1 + WINDOW_PAIR_WORDS;
+const OPEN_CONNECTIONS = 0;
+const WINDOW = 1;
 const WINDOW_MS = 1000;
 
 export function createFloodTable(slots: number): SharedTable {
@@ -71,8 +70,8 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
     const now = this.#now();
     const seconds = now / 1000;
     const admittedGlobally = this.#table.update(GLOBAL_KEY, seconds, (words, offset) => {
-      if (words[offset + OPEN]! >= settings.maxConnections) return false;
-      words[offset + OPEN]! += 1;
+      if (words[offset + OPEN_CONNECTIONS]! >= settings.maxConnections) return false;
+      words[offset + OPEN_CONNECTIONS]! += 1;
       return true;
     });
     if (!admittedGlobally) {
@@ -82,23 +81,10 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
     if (source === undefined) return { sourceKey: undefined };
     const sourceKey = this.#sourceKey(source);
     const refusal = this.#table.update(sourceKey, seconds, (words, offset): FloodRefusal | undefined => {
-      if (words[offset + OPEN]! >= settings.maxConnectionsPerSource) return 'SOURCE_CONNECTIONS';
-      const start = words[offset + WINDOW_START]!;
-      const elapsed = now - start;
-      if (start === 0 || elapsed >= 2 * WINDOW_MS) {
-        words[offset + WINDOW_START] = now;
-        words[offset + PREVIOUS] = 0;
-        words[offset + CURRENT] = 0;
-      } else if (elapsed >= WINDOW_MS) {
-        words[offset + WINDOW_START] = start + WINDOW_MS;
-        words[offset + PREVIOUS] = words[offset + CURRENT]!;
-        words[offset + CURRENT] = 0;
-      }
-      const fraction = (now - words[offset + WINDOW_START]!) / WINDOW_MS;
-      const rate = words[offset + PREVIOUS]! * (1 - fraction) + words[offset + CURRENT]!;
-      if (rate + 1 > settings.maxNewConnectionsPerSecondPerSource) return 'SOURCE_RATE';
-      words[offset + CURRENT]! += 1;
-      words[offset + OPEN]! += 1;
+      if (words[offset + OPEN_CONNECTIONS]! >= settings.maxConnectionsPerSource) return 'SOURCE_CONNECTIONS';
+      if (estimate(words, offset + WINDOW, WINDOW_MS, now) + 1 > settings.maxNewConnectionsPerSecondPerSource) return 'SOURCE_RATE';
+      countEvent(words, offset + WINDOW);
+      words[offset + OPEN_CONNECTIONS]! += 1;
       return undefined;
     });
     if (refusal !== undefined) {
@@ -113,7 +99,7 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
     const seconds = this.#now() / 1000;
     if (ticket.sourceKey !== undefined) {
       this.#table.update(ticket.sourceKey, seconds, (words, offset) => {
-        if (words[offset + OPEN]! > 0) words[offset + OPEN]! -= 1;
+        if (words[offset + OPEN_CONNECTIONS]! > 0) words[offset + OPEN_CONNECTIONS]! -= 1;
       });
     }
     this.#releaseGlobal(seconds);
@@ -121,7 +107,7 @@ export class SharedFloodLimiter implements FloodAdmission<SharedTicket> {
 
   #releaseGlobal(seconds: number): void {
     this.#table.update(GLOBAL_KEY, seconds, (words, offset) => {
-      if (words[offset + OPEN]! > 0) words[offset + OPEN]! -= 1;
+      if (words[offset + OPEN_CONNECTIONS]! > 0) words[offset + OPEN_CONNECTIONS]! -= 1;
     });
   }
 }

@@ -8,11 +8,12 @@
  */
 import type { RateHit, RateLimitStore } from '../http/rate-limit/store.ts';
 import { SharedTable } from './shared-table.ts';
+import { WINDOW_PAIR_WORDS, countAndEstimate } from './sliding-window.ts';
 
 /** Thresholds per proxy that the shared table has room for (the API allows at most 10). */
 export const MAX_PERIODS = 10;
-/** Payload of a slot: block deadline, then per period [window index, previous count, current count]. */
-export const rateSlotWords = (periods: number): number => 1 + 3 * periods;
+/** Payload of a slot: block deadline, then a window pair per period (sliding-window.ts). */
+export const rateSlotWords = (periods: number): number => 1 + WINDOW_PAIR_WORDS * periods;
 
 /** A table for a proxy with `periods` thresholds (one table per proxy and set of periods). */
 export function createRateTable(slots: number, periods: number): SharedTable {
@@ -40,21 +41,7 @@ export class SharedRateLimitStore implements RateLimitStore {
     this.#table.update(key, now / 1000, (words, offset) => {
       result.blockedUntil = words[offset]!;
       if (result.blockedUntil > now) return;
-      for (let i = 0; i < periods.length; i++) {
-        const period = periods[i]!;
-        const base = offset + 1 + i * 3;
-        const index = Math.floor(now / period);
-        const seen = words[base]!;
-        if (index !== seen) {
-          // The window rolled over: the current one becomes the previous one, unless a whole window passed.
-          words[base + 1] = index === seen + 1 ? words[base + 2]! : 0;
-          words[base + 2] = 0;
-          words[base] = index;
-        }
-        const current = words[base + 2]! + 1;
-        words[base + 2] = current;
-        result.estimates[i] = words[base + 1]! * (1 - (now - index * period) / period) + current;
-      }
+      for (let i = 0; i < periods.length; i++) result.estimates[i] = countAndEstimate(words, offset + 1 + i * WINDOW_PAIR_WORDS, periods[i]!, now);
     });
     return result;
   }

@@ -3,13 +3,10 @@
  * from the counters so that a shared store (Redis, for several edge nodes) can replace the in-memory
  * one without touching the policy: a store only counts, estimates and remembers blocks.
  *
- * Counting is Cloudflare's and Pingora's sliding-window estimate (pingora-limits/src/rate.rs,
- * https://blog.cloudflare.com/counting-things-a-lot-of-different-things/): per period `p`, two
- * fixed windows aligned on multiples of `p`; the rate over the last `p` is estimated as
- *     previous * (1 - elapsed / p) + current
- * where `elapsed` is the time since the current window began. Two numbers per period and client,
- * within a few percent of an exact sliding log, and no per-request timestamps.
+ * Every store counts with the same sliding-window estimate (src/edge/shared-counters/sliding-window.ts):
+ * two numbers per period and client, no per-request timestamps.
  */
+import { WINDOW_PAIR_WORDS, countAndEstimate } from '../../shared-counters/sliding-window.ts';
 
 export interface RateHit {
   /** > now: the client is blocked until then and this request was not counted. */
@@ -65,22 +62,7 @@ export class MemoryRateLimitStore implements RateLimitStore {
     if (counters.blockedUntil > now) return result;
     const windows = counters.windows;
     const periods = this.periodsMs;
-    for (let i = 0; i < periods.length; i++) {
-      const period = periods[i]!;
-      const base = i * 3;
-      const index = Math.floor(now / period);
-      const seen = windows[base]!;
-      if (index !== seen) {
-        // The window rolled over: the current one becomes the previous one, unless a whole window passed.
-        windows[base + 1] = index === seen + 1 ? windows[base + 2]! : 0;
-        windows[base + 2] = 0;
-        windows[base] = index;
-      }
-      const current = windows[base + 2]! + 1;
-      windows[base + 2] = current;
-      const elapsed = (now - index * period) / period;
-      result.estimates[i] = windows[base + 1]! * (1 - elapsed) + current;
-    }
+    for (let i = 0; i < periods.length; i++) result.estimates[i] = countAndEstimate(windows, i * WINDOW_PAIR_WORDS, periods[i]!, now);
     return result;
   }
 
@@ -97,7 +79,7 @@ export class MemoryRateLimitStore implements RateLimitStore {
     if (counters !== undefined) {
       this.old.delete(key);
     } else {
-      counters = { blockedUntil: 0, windows: new Float64Array(this.periodsMs.length * 3) };
+      counters = { blockedUntil: 0, windows: new Float64Array(this.periodsMs.length * WINDOW_PAIR_WORDS) };
     }
     if (this.young.size >= this.generationSize) {
       this.old = this.young;
@@ -110,6 +92,6 @@ export class MemoryRateLimitStore implements RateLimitStore {
 
 interface Counters {
   blockedUntil: number;
-  /** Per period: [window index, previous window's count, current window's count]. */
+  /** Per period, a window pair (sliding-window.ts). */
   windows: Float64Array;
 }

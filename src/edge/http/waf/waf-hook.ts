@@ -1,5 +1,5 @@
 /**
- * The bridge between the HTTP proxy's WAF phases (src/edge/http/pipeline/waf.ts) and a WAF engine
+ * The bridge between the HTTP proxy's WAF phases (src/edge/http/phases/waf-request.ts) and a WAF engine
  * (ModSecurity now, our compiled engine later): it turns the proxy's request into the engine's,
  * the engine's verdict into block / continue, and matched rules into the WAF_EVENT of the spec.
  *
@@ -14,11 +14,11 @@
  *   the response side ends it, and so does the end of a request that never got that far
  *   (`endExchange`: client gone, origin failed, our own page, upgrade). The TTL only catches what
  *   those would miss; `exchangeCounts` says how each one ended.
- * - Body limits are the proxy's (pipeline/waf.ts): the options here are the defaults of proxies
+ * - Body limits are the proxy's (phases/waf-request.ts): the options here are the defaults of proxies
  *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
-import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../pipeline/waf.ts';
+import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../types.ts';
 import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
 

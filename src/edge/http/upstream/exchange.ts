@@ -1,0 +1,372 @@
+/**
+ * The upstream exchange: sends the request to an origin and streams the response back, letting the
+ * response phase (phases/waf-response.ts) hold the origin's response back first when it wants to.
+ *
+ * - The host comes from the proxy's `HostPool` (delivery method, passive health). A request without
+ *   a body, or whose body is held whole (read for the WAF), goes through our own keep-alive client
+ *   (`origin-client.ts`, the hot path); one whose body still streams through the host's undici pool.
+ *   Bodies stream both ways with backpressure; only what the WAF inspects is buffered.
+ * - A failed attempt is handed to the retry decision (retry-decision.ts: Pingora's fail_to_connect,
+ *   error_while_proxy and fail_to_proxy), which says whether the request goes to another host,
+ *   which error page answers, or whether the response is cut.
+ *
+ * This is the hot path of the benchmark: one handler object per request, no closure per chunk, the
+ * response head passed to Node as a flat list, and a Content-Length body's last chunk sent with the
+ * end of the response in one write.
+ */
+import net from 'node:net';
+import type { Dispatcher } from 'undici';
+import type { PooledHost } from '../../balance/index.ts';
+import type { RequestCtx } from '../ctx.ts';
+import { clientResponseHeaders, headerValue, originRequestHeaders } from '../headers.ts';
+import type { OriginHandler } from './origin-client.ts';
+import { isConnectFailure } from './origins.ts';
+import { decideAfterFailure, failurePage } from './retry-decision.ts';
+import type { HeldResponse, ResponseRelay } from '../phases/phase.ts';
+import { respond, pageAnswer } from '../phases/respond.ts';
+import { wafResponsePhase } from '../phases/waf-response.ts';
+import type { Answer } from '../types.ts';
+
+type OriginBody = null | Buffer | NodeJS.ReadableStream | AsyncIterable<Buffer>;
+
+export function proxyToOrigin(ctx: RequestCtx): void {
+  new OriginExchange(ctx).attempt();
+}
+
+class ClientGoneError extends Error {
+  readonly code = 'TPS_CLIENT_GONE';
+}
+
+/** The request body streamed past the proxy's size limit (`maxBodySize`). */
+class BodyTooLargeError extends Error {
+  readonly code = 'TPS_BODY_TOO_LARGE';
+  constructor() {
+    super('request body over the size limit');
+  }
+}
+
+/**
+ * One request's trip to the origins (all its attempts). It implements undici's native handler
+ * interface (onConnect/onHeaders/onData/onComplete/onError), which our own origin client speaks too:
+ * undici's controller-style interface wraps it and first parses the response head into an object,
+ * which we would only take apart again.
+ */
+class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, ResponseRelay {
+  private readonly ctx: RequestCtx;
+  private readonly headers: string[];
+  private readonly body: OriginBody;
+  /** The body can be sent again (none, or held whole in memory). */
+  private readonly replayable: boolean;
+  private readonly method: string;
+  private tried: Set<number> | undefined = undefined;
+  private host: PooledHost | undefined = undefined;
+  /** `HostPool.begin` was called for `host` and `end` not yet. */
+  private counted = false;
+  private abortAttempt: ((err?: Error) => void) | undefined = undefined;
+  private resumeAttempt: (() => void) | undefined = undefined;
+  private responseStarted = false;
+  /** Response body bytes still expected by Content-Length (-1: unknown): the last chunk ends the response in one write. */
+  private remaining = -1;
+  /** Completed, failed for good, or abandoned: later callbacks only clean up. */
+  private over = false;
+  /** The client's response closed before the exchange was over. */
+  clientGone = false;
+  /** The failed attempt may be repeated on its own host (the retry decision's `sameHostIfLast`). */
+  private retrySameHost = false;
+  private resumeOnDrain: (() => void) | undefined = undefined;
+  /** The origin's response while the response phase holds it back (the WAF's response side). */
+  private held: HeldResponse | undefined = undefined;
+
+  constructor(ctx: RequestCtx) {
+    this.ctx = ctx;
+    this.method = ctx.req.method ?? 'GET';
+    this.headers = originRequestHeaders(ctx);
+    if (ctx.body === null) {
+      this.body = null;
+      this.replayable = true;
+    } else {
+      const { body, replayable } = originBody(ctx);
+      this.body = body;
+      this.replayable = replayable;
+    }
+    ctx.upstreamExchange = this;
+  }
+
+  attempt(): void {
+    const ctx = this.ctx;
+    const origins = ctx.proxy.origins;
+    let host = origins.hostPool.pick(ctx.clientIp, this.tried);
+    if (host === undefined) {
+      // Every host was tried. A single host gets one more chance after a broken kept-alive connection.
+      if (ctx.upstreamAttempts === 1 && this.host !== undefined && this.retrySameHost) host = this.host;
+      else return this.failToProxy();
+    }
+    this.retrySameHost = false;
+    this.host = host;
+    ctx.upstreamHost = host;
+    ctx.upstreamAttempts++;
+    if (ctx.upstreamStartedAt < 0) ctx.upstreamStartedAt = performance.now();
+    origins.hostPool.begin(host);
+    this.counted = true;
+    this.responseStarted = false;
+    this.remaining = -1;
+    this.abortAttempt = undefined;
+    this.resumeAttempt = undefined;
+    const path = ctx.req.url ?? '/';
+    const body = this.body;
+    if (body === null || Buffer.isBuffer(body)) {
+      // An HTTP/1.0 client may send no Host; HTTP/1.1 to the origin needs one (undici adds its own).
+      const headers = ctx.host === '' ? [...this.headers, 'host', hostHeader(host)] : this.headers;
+      const servername = origins.tls === undefined ? undefined : sniName(ctx.host);
+      origins.originClients[host.index]!.request(this.method, path, headers, servername, this, body ?? undefined);
+      return;
+    }
+    origins.pools[host.index]!.dispatch(
+      {
+        path,
+        method: this.method,
+        headers: this.headers,
+        // undici's types want a Node Readable or an iterable; both are what we pass.
+        body: this.body as Dispatcher.DispatchOptions['body'],
+      },
+      this,
+    );
+  }
+
+  /** Called when the client's response closes before the exchange is over. */
+  clientClosed(): void {
+    if (this.over) return;
+    this.clientGone = true;
+    this.abortAttempt?.(new ClientGoneError('client went away'));
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortAttempt = abort;
+    if (this.clientGone) abort(new ClientGoneError('client went away'));
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[] | string[], resume: () => void): boolean {
+    // 1xx interim responses (102, 103) are not relayed; the final response follows.
+    if (statusCode < 200) return true;
+    const ctx = this.ctx;
+    ctx.upstreamAnsweredAt = performance.now();
+    const host = this.host!;
+    if (host.downUntil !== 0) ctx.proxy.origins.hostPool.markUp(host);
+    this.responseStarted = true;
+    this.resumeAttempt = resume;
+    const flat = clientResponseHeaders(rawHeaders);
+    const held = wafResponsePhase.onResponseHead(ctx, this.method, statusCode, flat);
+    if (held !== undefined) {
+      this.held = held;
+      if (held.wantsBody) return true;
+      wafResponsePhase.decide(ctx, held, this);
+      return false;
+    }
+    if (this.method !== 'HEAD' && statusCode !== 204 && statusCode !== 304) {
+      const length = headerValue(flat, 'content-length');
+      if (length !== undefined) this.remaining = Number(length);
+    }
+    this.sendHead(statusCode, flat);
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.clientGone) return true;
+    const held = this.held;
+    if (held !== undefined) {
+      held.chunks.push(chunk);
+      held.length += chunk.length;
+      if (!wafResponsePhase.onResponseBody(this.ctx, held)) return true;
+      wafResponsePhase.decide(this.ctx, held, this);
+      return false;
+    }
+    const res = this.ctx.res!;
+    this.ctx.bytesOut += chunk.length;
+    if (this.remaining === chunk.length) {
+      // The whole (rest of the) body: head, body and end leave in one write.
+      this.remaining = 0;
+      res.end(chunk);
+      return true;
+    }
+    if (this.remaining > 0) this.remaining -= chunk.length;
+    if (res.write(chunk)) return true;
+    this.resumeOnDrain ??= () => this.resumeAttempt?.();
+    res.once('drain', this.resumeOnDrain);
+    return false;
+  }
+
+  onComplete(): void {
+    this.release();
+    this.over = true;
+    this.ctx.upstreamExchange = undefined;
+    if (this.clientGone) return;
+    const held = this.held;
+    if (held !== undefined) {
+      held.ended = true;
+      if (wafResponsePhase.onResponseEnd(this.ctx, held)) wafResponsePhase.decide(this.ctx, held, this);
+      return;
+    }
+    const res = this.ctx.res!;
+    if (!res.writableEnded) res.end();
+  }
+
+  onError(err: Error): void {
+    this.release();
+    if (this.over || this.clientGone) {
+      this.over = true;
+      return;
+    }
+    const ctx = this.ctx;
+    const code = errorCode(err);
+    ctx.upstreamError = code;
+    const host = this.host;
+    if (host !== undefined) ctx.proxy.deps.metrics?.upstreamFailed?.(ctx.proxy.id, `${host.address}:${host.port}`, code);
+    const decision = decideAfterFailure({
+      code,
+      beforeRequestSent: isConnectFailure(err),
+      responseForwarded: this.responseStarted && this.held === undefined,
+      responseHeld: this.held !== undefined,
+      bodyTooLarge: err instanceof BodyTooLargeError,
+      method: this.method,
+      replayable: this.replayable,
+    });
+    switch (decision.action) {
+      case 'cut-response':
+        this.over = true;
+        ctx.res!.destroy(err);
+        return;
+      case 'refuse':
+        this.over = true;
+        respond(
+          ctx,
+          decision.reason === 'body-too-large'
+            ? pageAnswer(ctx, 'upstream', 'body-too-large', { close: true })
+            : { phase: 'upstream', status: 400, headers: ['content-type', 'text/plain'], body: 'bad request\n', close: true },
+        );
+        return;
+      case 'retry':
+        if (host === undefined) break;
+        if (decision.markHostDown) ctx.proxy.origins.hostPool.markDown(host);
+        (this.tried ??= new Set()).add(host.index);
+        this.retrySameHost = decision.sameHostIfLast;
+        this.held = undefined;
+        this.attempt();
+        return;
+      case 'fail':
+        break;
+    }
+    this.failToProxy();
+  }
+
+  private failToProxy(): void {
+    this.over = true;
+    this.ctx.upstreamExchange = undefined;
+    const ctx = this.ctx;
+    respond(ctx, pageAnswer(ctx, 'upstream', failurePage(ctx.upstreamError), { close: this.body !== null && !this.replayable }));
+  }
+
+  private release(): void {
+    if (!this.counted) return;
+    this.counted = false;
+    this.ctx.proxy.origins.hostPool.end(this.host!);
+  }
+
+  private sendHead(status: number, headers: string[]): void {
+    const ctx = this.ctx;
+    ctx.answeredBy = 'upstream';
+    ctx.originAnswered = true;
+    ctx.statusCode = status;
+    try {
+      ctx.res!.writeHead(status, headers);
+    } catch (err) {
+      // A header HTTP/2 cannot carry, or a status Node refuses: the origin's response cannot be relayed.
+      ctx.proxy.deps.logger?.warn({ err, proxyId: ctx.proxy.id, supportId: ctx.supportId }, 'origin response head refused');
+      this.clientGone = true;
+      this.remaining = -1;
+      this.abortAttempt?.(err as Error);
+      ctx.res!.destroy();
+    }
+  }
+
+  /** The response phase replaces the held response with `answer` (a block, or 503 when it could not inspect). */
+  replaceResponse(answer: Answer): void {
+    const wasOver = this.over;
+    this.over = true;
+    this.ctx.upstreamExchange = undefined;
+    if (!wasOver) this.abortAttempt?.(new Error('response blocked by the WAF'));
+    respond(this.ctx, answer);
+  }
+
+  /** Sends what the response phase held back, then lets the rest stream. */
+  releaseHeld(): void {
+    const held = this.held!;
+    this.held = undefined;
+    if (this.clientGone) return;
+    this.sendHead(held.status, held.headers);
+    if (this.clientGone) return;
+    const res = this.ctx.res!;
+    this.ctx.bytesOut += held.length;
+    for (const chunk of held.chunks) res.write(chunk);
+    if (held.ended) res.end();
+    else this.resumeAttempt?.();
+  }
+}
+
+function hostHeader(host: PooledHost): string {
+  return net.isIPv6(host.address) ? `[${host.address}]:${host.port}` : `${host.address}:${host.port}`;
+}
+
+/** SNI name for a TLS origin: the Host name, unless it is an IP literal (then none, as undici does). */
+function sniName(host: string): string | undefined {
+  let name = host;
+  if (name.startsWith('[')) return undefined;
+  const colon = name.lastIndexOf(':');
+  if (colon !== -1) name = name.slice(0, colon);
+  if (name === '' || net.isIP(name) !== 0) return undefined;
+  return name;
+}
+
+/** What undici sends as the body, and whether it could be sent again. */
+function originBody(ctx: RequestCtx): { body: OriginBody; replayable: boolean } {
+  const body = ctx.body;
+  const max = ctx.proxy.limits.maxBodySize;
+  if (body === null) return { body: null, replayable: true };
+  if (body === 'stream') {
+    // A declared length is enforced by the parsers (and checked against the limit in accept);
+    // otherwise (chunked, HTTP/2 without content-length) we count as it streams.
+    if (ctx.declaredLength >= 0) {
+      // Counted at the end from the declared length, once the parser has taken it whole.
+      ctx.bodyStreamedWhole = true;
+      return { body: ctx.req, replayable: false };
+    }
+    return { body: limited(ctx, ctx.req as AsyncIterable<Buffer>, max), replayable: false };
+  }
+  if (body.rest === null) return { body: Buffer.concat(body.chunks, body.length), replayable: true };
+  return { body: resumed(ctx, body.chunks, body.rest, max), replayable: false };
+}
+
+/** The client's body as it streams, counted into `ctx.bytesIn` and held to `max` bytes. */
+async function* limited(ctx: RequestCtx, source: AsyncIterable<Buffer>, max: number): AsyncGenerator<Buffer> {
+  for await (const chunk of source) {
+    ctx.bytesIn += chunk.length;
+    if (ctx.bytesIn > max) throw new BodyTooLargeError();
+    yield chunk;
+  }
+}
+
+/** The part the WAF read (counted already), then the rest as it streams. */
+async function* resumed(ctx: RequestCtx, chunks: Buffer[], rest: AsyncIterator<Buffer>, max: number): AsyncGenerator<Buffer> {
+  yield* chunks;
+  for (;;) {
+    const next = await rest.next();
+    if (next.done) return;
+    ctx.bytesIn += next.value.length;
+    if (ctx.bytesIn > max) throw new BodyTooLargeError();
+    yield next.value;
+  }
+}
+
+function errorCode(err: Error): string {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? code : err.name;
+}
