@@ -14,8 +14,10 @@
  *   cancel some streams (a browser leaving a page), never half of hundreds. nghttp2 (Node 20.8+)
  *   also rate-limits RST_STREAM frames itself (1,000 at once, 33 a second) and ends the session with
  *   its own GOAWAY when a burst read in one go passes that before this count has seen the streams
- *   close; such a session (at least 100 streams, half of them reset prematurely) is counted and
- *   logged the same.
+ *   close; such a session (at least 100 streams reset by the client within 1 s of opening, half of
+ *   its streams) is counted and logged the same. That count takes resets after a response head too:
+ *   when the proxy answers at once (a 503 of a WAF that sheds load, a 429), Envoy's rule does not
+ *   call them premature, yet nghttp2 ends the session for them all the same.
  * - **Headers deadline**: a session must open its first stream (complete request headers) within
  *   `headersTimeoutMs`, as an HTTP/1 connection must send its first request head; afterwards a
  *   session with no open stream for `idleTimeoutMs` is closed gracefully. Both count streams, not
@@ -49,7 +51,7 @@ export interface Http2GuardEvents {
   onRefused(reason: Http2Refusal, details: { remoteAddress: string | undefined; streams: number; premature: number }): void;
 }
 
-/** A session closed by someone else is put down to rapid reset only with this many streams behind it. */
+/** A session closed by someone else is put down to rapid reset only with this many client resets behind it. */
 const MIN_STREAMS_FOR_BLAME = 100;
 
 interface PendingStream {
@@ -65,6 +67,8 @@ class SessionState {
   /** Streams closed so far, and how many of them the client reset prematurely. */
   closed = 0;
   premature = 0;
+  /** Streams the client reset within the premature lifetime, answered or not (nghttp2's own limit counts these). */
+  clientResets = 0;
   open = 0;
   /** Since when no stream has been open (the session's start for a new one). */
   idleSince: number;
@@ -106,7 +110,7 @@ export class Http2SessionGuard {
       this.#sessions.delete(state);
       // nghttp2's own RST_STREAM limit can end the session first (a burst read in one go, before our
       // count saw the streams close): the same abuse, counted the same.
-      if (!state.ended && state.closed >= MIN_STREAMS_FOR_BLAME && state.premature * 2 >= state.closed) {
+      if (!state.ended && state.clientResets >= MIN_STREAMS_FOR_BLAME && state.clientResets * 2 >= state.closed) {
         state.ended = true;
         this.#events.onRefused('RAPID_RESET', { remoteAddress: undefined, streams: state.opened, premature: state.premature });
       }
@@ -135,7 +139,9 @@ export class Http2SessionGuard {
       if (state.open === 0) state.idleSince = now;
       // A reset by the client: closed with an error code we did not send, before any response head.
       const resetByClient = stream.rstCode !== undefined && stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && !closedByUs.has(stream);
-      if (resetByClient && !stream.headersSent && now - openedAt < this.#guard.prematureResetLifetimeMs) {
+      if (!resetByClient || now - openedAt >= this.#guard.prematureResetLifetimeMs) return;
+      state.clientResets++;
+      if (!stream.headersSent) {
         state.premature++;
         this.#checkPrematureResets(state);
       }
