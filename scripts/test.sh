@@ -4,6 +4,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh" --tests
 cd "$TPS_ROOT"
 npm run --silent typecheck
+# Formatting and lint rules (biome.jsonc): `npm run format` fixes what it can.
+npx biome check --reporter=summary
 # The OWASP CRS regression suite, our WAF conformance yardstick (docs/waf-conformance.md), when present:
 # through the proxy with each engine (ours, the default, then ModSecurity), and given to the tests
 # that need it (the differential test, the golden vectors' live check). A run below the figure of

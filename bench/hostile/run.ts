@@ -71,7 +71,7 @@ interface Row {
 
 /** The n-th attacker address: 127.0.5.1..127.0.5.254, then 127.0.6.x. */
 function attackerAddress(n: number): string {
-  return n < 254 ? `127.0.5.${n + 1}` : `127.0.6.${(n - 254) % 254 + 1}`;
+  return n < 254 ? `127.0.5.${n + 1}` : `127.0.6.${((n - 254) % 254) + 1}`;
 }
 
 function p99(values: number[]): number {
@@ -88,10 +88,14 @@ async function benignHttp1(url: string, stop: { done: boolean }): Promise<Benign
     while (!stop.done) {
       const started = performance.now();
       const status = await new Promise<number>((resolve) => {
-        const req = http.get(`${url}/products?page=2`, { agent, localAddress: BENIGN, headers: { 'user-agent': 'Mozilla/5.0', accept: 'text/html' } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
+        const req = http.get(
+          `${url}/products?page=2`,
+          { agent, localAddress: BENIGN, headers: { 'user-agent': 'Mozilla/5.0', accept: 'text/html' } },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.setTimeout(10_000, () => req.destroy());
         req.on('error', () => resolve(0));
       });
@@ -158,7 +162,15 @@ async function main(): Promise<void> {
   await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
   const originPort = (origin.address() as net.AddressInfo).port;
 
-  const tps: Tps = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: String(WORKERS), TPS_WAF_THREADS: String(WAF_THREADS), TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+  const tps: Tps = await startTps({
+    env: {
+      TPS_EDGE: 'true',
+      TPS_EDGE_WORKERS: String(WORKERS),
+      TPS_WAF_THREADS: String(WAF_THREADS),
+      TPS_FRONTEND_IPS: FRONTEND,
+      TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
+    },
+  });
   const rows: Row[] = [];
   try {
     const api = await TenantApi.connect(tps, await createTenant(tps));
@@ -170,11 +182,22 @@ async function main(): Promise<void> {
     const create = async (frontend: Record<string, unknown>): Promise<{ url: string; port: number }> => {
       const port = await freePort(FRONTEND);
       const created = await api.call('POST', '/api/v2/traffic-mgmt/traffic-configs', {
-        data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port, ...frontend }, backend: { hosts: [{ address: ORIGIN, port: originPort }] }, waf: { mode: 'BLOCKING', paranoiaLevel: 1 } } },
+        data: {
+          type: 'httpProxy',
+          attributes: {
+            frontend: { ipv4: FRONTEND, port, ...frontend },
+            backend: { hosts: [{ address: ORIGIN, port: originPort }] },
+            waf: { mode: 'BLOCKING', paranoiaLevel: 1 },
+          },
+        },
       });
       if (created.status !== 201) throw new Error(`proxy not created: ${JSON.stringify(created.body)}`);
       const id = created.body.data.id as string;
-      await waitFor('ACTIVE', async () => (await api.get(`/api/v2/traffic-mgmt/traffic-configs/${id}`)).body.data.attributes.status === 'ACTIVE', { timeoutMs: 60_000 });
+      await waitFor(
+        'ACTIVE',
+        async () => (await api.get(`/api/v2/traffic-mgmt/traffic-configs/${id}`)).body.data.attributes.status === 'ACTIVE',
+        { timeoutMs: 60_000 },
+      );
       return { url: `${frontend.certificateId ? 'https' : 'http'}://${FRONTEND}:${port}`, port };
     };
     const plain = await create({});
@@ -204,7 +227,12 @@ async function main(): Promise<void> {
             const status = await new Promise<number>((resolve) => {
               const req = http.request(
                 `${plain.url}/account/search`,
-                { method: 'POST', agent, localAddress, headers: { 'content-type': 'application/x-www-form-urlencoded', 'user-agent': 'Mozilla/5.0', accept: '*/*' } },
+                {
+                  method: 'POST',
+                  agent,
+                  localAddress,
+                  headers: { 'content-type': 'application/x-www-form-urlencoded', 'user-agent': 'Mozilla/5.0', accept: '*/*' },
+                },
                 (res) => {
                   res.resume();
                   res.on('end', () => resolve(res.statusCode ?? 0));
@@ -246,7 +274,9 @@ async function main(): Promise<void> {
       const open = (n: number): void => {
         if (stop.done) return;
         opened++;
-        const socket = net.connect({ host: FRONTEND, port: plain.port, localAddress: attackerAddress(Math.floor(n / 50)) }, () => socket.write('GET / HTTP/1.1\r\nHost: shop.test\r\n'));
+        const socket = net.connect({ host: FRONTEND, port: plain.port, localAddress: attackerAddress(Math.floor(n / 50)) }, () =>
+          socket.write('GET / HTTP/1.1\r\nHost: shop.test\r\n'),
+        );
         sockets.add(socket);
         socket.on('error', () => {});
         // A real slowloris comes straight back when the server lets go.
@@ -268,7 +298,15 @@ async function main(): Promise<void> {
       clearInterval(trickle);
       const held = sockets.size;
       for (const socket of sockets) socket.destroy();
-      rows.push({ scenario: 'slowloris', attack: `${SLOWLORIS} conns (${held} open at end, ${opened} opened)`, delivered: '-', blocked: '-', unavailable: '-', other: '-', benign: await benign });
+      rows.push({
+        scenario: 'slowloris',
+        attack: `${SLOWLORIS} conns (${held} open at end, ${opened} opened)`,
+        delivered: '-',
+        blocked: '-',
+        unavailable: '-',
+        other: '-',
+        benign: await benign,
+      });
     }
 
     if (SCENARIOS.has('rapid-reset')) {
@@ -278,7 +316,15 @@ async function main(): Promise<void> {
       let streams = 0;
       const attacker = async (n: number): Promise<void> => {
         while (!stop.done) {
-          const result = await rapidReset({ host: FRONTEND, port: secure.port, ca: ca.certificatePem, servername: 'shop.test', streams: 100_000, localAddress: attackerAddress(n), lingerMs: 1_000 });
+          const result = await rapidReset({
+            host: FRONTEND,
+            port: secure.port,
+            ca: ca.certificatePem,
+            servername: 'shop.test',
+            streams: 100_000,
+            localAddress: attackerAddress(n),
+            lingerMs: 1_000,
+          });
           sessions++;
           streams += result.streamsSent;
           if (result.closed) ended++;
@@ -289,14 +335,24 @@ async function main(): Promise<void> {
       await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000));
       stop.done = true;
       await Promise.all(attackers);
-      rows.push({ scenario: 'h2 rapid reset', attack: `4 clients: ${sessions} sessions (${ended} ended by the server), ${streams} streams written`, delivered: '-', blocked: '-', unavailable: '-', other: '-', benign: await benign });
+      rows.push({
+        scenario: 'h2 rapid reset',
+        attack: `4 clients: ${sessions} sessions (${ended} ended by the server), ${streams} streams written`,
+        delivered: '-',
+        blocked: '-',
+        unavailable: '-',
+        other: '-',
+        benign: await benign,
+      });
     }
   } finally {
     await tps.stop();
     origin.close();
   }
 
-  console.log(`\nbench/hostile: tps serve, ${WORKERS} edge workers, ${WAF_THREADS} WAF thread(s) each, WAF capacity ${WAF_CAPACITY} requests, ${SECONDS} s per row, ${os.availableParallelism()} CPUs (origin, clients and service on the same machine)\n`);
+  console.log(
+    `\nbench/hostile: tps serve, ${WORKERS} edge workers, ${WAF_THREADS} WAF thread(s) each, WAF capacity ${WAF_CAPACITY} requests, ${SECONDS} s per row, ${os.availableParallelism()} CPUs (origin, clients and service on the same machine)\n`,
+  );
   printTable(
     ['scenario', 'attack', 'attacks delivered', '403', '503', 'other', 'benign requests', 'benign ok %', 'benign p99 ms'],
     rows.map((row) => [

@@ -104,8 +104,26 @@ async function main(): Promise<void> {
     const targets = [
       { name: 'direct', url: `http://${originAddress}/`, cpu: undefined as undefined | (() => number) },
       { name: 'nginx', url: `http://${nginxAddress}/`, cpu: () => processCpuSeconds(nginxWorker) },
-      { name: 'tps', url: `http://${TPS_IP}:${tpsPort}/`, cpu: () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; } },
-      ...(ACCESS_LOG ? [{ name: 'tps+log', url: `http://${TPS_IP}:${loggingPort}/`, cpu: () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; } }] : []),
+      {
+        name: 'tps',
+        url: `http://${TPS_IP}:${tpsPort}/`,
+        cpu: () => {
+          const u = process.cpuUsage();
+          return (u.user + u.system) / 1e6;
+        },
+      },
+      ...(ACCESS_LOG
+        ? [
+            {
+              name: 'tps+log',
+              url: `http://${TPS_IP}:${loggingPort}/`,
+              cpu: () => {
+                const u = process.cpuUsage();
+                return (u.user + u.system) / 1e6;
+              },
+            },
+          ]
+        : []),
     ];
     const results = new Map<string, (WrkResult & { cpuUsPerRequest: number })[]>();
     for (const target of targets) {
@@ -144,7 +162,9 @@ async function main(): Promise<void> {
       summary.map((s) => [s.name, s.rps.toFixed(0), s.p99.toFixed(2), fixed(s.cpu, 1), ratio(s.rps, nginx.rps), ratio(s.rps, direct.rps)]),
     );
     const tps = summary.find((s) => s.name === 'tps')!;
-    console.log(`\ngoal: tps >= 0.5x nginx req/s -> ${(tps.rps / nginx.rps).toFixed(2)}x ${tps.rps >= 0.5 * nginx.rps ? 'MET' : 'NOT MET'}`);
+    console.log(
+      `\ngoal: tps >= 0.5x nginx req/s -> ${(tps.rps / nginx.rps).toFixed(2)}x ${tps.rps >= 0.5 * nginx.rps ? 'MET' : 'NOT MET'}`,
+    );
     const logged = summary.find((s) => s.name === 'tps+log');
     if (logged !== undefined && accessLog !== undefined) {
       await accessLog.flush();

@@ -80,7 +80,13 @@ async function blockedOn(metricsUrl: string, proxyId: string): Promise<number> {
   const text = await (await fetch(`${metricsUrl}/metrics`)).text();
   let sum = 0;
   for (const line of text.split('\n')) {
-    if (!line.startsWith('tps_edge_http_requests_total{') || !line.includes(`proxy="${proxyId}"`) || !line.includes('answered_by="waf"') || !line.includes('status_class="4xx"')) continue;
+    if (
+      !line.startsWith('tps_edge_http_requests_total{') ||
+      !line.includes(`proxy="${proxyId}"`) ||
+      !line.includes('answered_by="waf"') ||
+      !line.includes('status_class="4xx"')
+    )
+      continue;
     sum += Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return sum;
@@ -122,9 +128,13 @@ async function startEdgeNode(tps: Tps): Promise<{ child: ChildProcess; metricsUr
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const line = await waitFor('the second edge node', async () => output.split('\n').find((candidate) => candidate.includes('"tps edge ready"')), {
-    timeoutMs: 30_000,
-  });
+  const line = await waitFor(
+    'the second edge node',
+    async () => output.split('\n').find((candidate) => candidate.includes('"tps edge ready"')),
+    {
+      timeoutMs: 30_000,
+    },
+  );
   return { child, metricsUrl: (JSON.parse(line) as { metricsUrl: string }).metricsUrl };
 }
 
@@ -198,8 +208,12 @@ async function runStore(kind: StoreKind, originPort: number): Promise<Result> {
     try {
       const dashboard = async () => {
         const to = Math.ceil(Date.now() / 1000) + 60;
-        return (await storeOfTps.insightAggregates.dashboard({ tenantId: api.tenantId, type: 'WAF_EVENT', from: started - 120, to }, dashboardRange(started - 120, to)))
-          .totals.blocked;
+        return (
+          await storeOfTps.insightAggregates.dashboard(
+            { tenantId: api.tenantId, type: 'WAF_EVENT', from: started - 120, to },
+            dashboardRange(started - 120, to),
+          )
+        ).totals.blocked;
       };
       await waitFor(
         'the dashboards to count every blocked request',
@@ -275,7 +289,25 @@ const mb = (bytes: number) => bytes / 1024 / 1024;
 console.log('');
 console.log(
   formatTable(
-    ['store', 'nodes', 'blocked', 'req/s', 'events', 'requests in events', 'growth MB', 'B/event', 'est. B/event', 'MB per 1M blocked', 'API p50 ms', 'p99 ms', 'max ms', 'probes', 'dashboards', 'exported (unique)', 'export requests'],
+    [
+      'store',
+      'nodes',
+      'blocked',
+      'req/s',
+      'events',
+      'requests in events',
+      'growth MB',
+      'B/event',
+      'est. B/event',
+      'MB per 1M blocked',
+      'API p50 ms',
+      'p99 ms',
+      'max ms',
+      'probes',
+      'dashboards',
+      'exported (unique)',
+      'export requests',
+    ],
     results.map((r) => [
       r.store,
       String(r.nodes),

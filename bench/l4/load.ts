@@ -71,10 +71,13 @@ if (mode === 'bulk') {
     });
   };
   for (let i = 0; i < count; i++) loop();
-  setTimeout(() => {
-    process.send?.({ type: 'result', completed, failed, seconds: measureMs / 1000 });
-    setTimeout(() => process.exit(0), 50);
-  }, warmupMs + measureMs + 100);
+  setTimeout(
+    () => {
+      process.send?.({ type: 'result', completed, failed, seconds: measureMs / 1000 });
+      setTimeout(() => process.exit(0), 50);
+    },
+    warmupMs + measureMs + 100,
+  );
 } else {
   console.error('usage: load.ts bulk|download|connections ...');
   process.exit(2);

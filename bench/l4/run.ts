@@ -249,7 +249,11 @@ const targets: Target[] = [
 ];
 
 if (haproxyPath !== undefined) {
-  const ports = { upload: await freePort(HAPROXY_ADDRESS), download: await freePort(HAPROXY_ADDRESS), connections: await freePort(HAPROXY_ADDRESS) };
+  const ports = {
+    upload: await freePort(HAPROXY_ADDRESS),
+    download: await freePort(HAPROXY_ADDRESS),
+    connections: await freePort(HAPROXY_ADDRESS),
+  };
   const config = join(workDir, 'haproxy.cfg');
   writeFileSync(config, haproxyConfig(ports, originPorts));
   const haproxy = spawn(haproxyPath, ['-f', config, '-db'], { stdio: ['ignore', 'inherit', 'inherit'] });
@@ -323,7 +327,8 @@ const perConnection = (rate: Rate) => (rate.cpu === undefined ? '-' : `${Math.ro
 
 function table(header: string[], rows: string[][]): void {
   const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]) => `| ${cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join(' | ')} |`;
+  const line = (cells: string[]) =>
+    `| ${cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join(' | ')} |`;
   console.log(line(header));
   console.log(`|${widths.map((width, i) => (i === 0 ? '-'.repeat(width + 2) : `${'-'.repeat(width + 1)}:`)).join('|')}|`);
   for (const row of rows) console.log(line(row));

@@ -81,7 +81,10 @@ if (!isMainThread) {
   const random = xorshift(0x2545f491);
   for (let i = 0; i < entries; i++) {
     if (i % 10 === 9) lines.push(`2001:db8:${(random() & 0xffff).toString(16)}:${(random() & 0xffff).toString(16)}::/64`);
-    else lines.push(`${random() >>> 24}.${(random() >>> 16) & 255}.${(random() >>> 8) & 255}.${random() & 255}/${[32, 32, 24, 20][random() % 4]}`);
+    else
+      lines.push(
+        `${random() >>> 24}.${(random() >>> 16) & 255}.${(random() >>> 8) & 255}.${random() & 255}/${[32, 32, 24, 20][random() % 4]}`,
+      );
   }
   const writeFeed = (extra: string) => {
     writeFileSync(`${file}.tmp`, `${lines.join('\n')}\n${extra}\n`);
@@ -107,7 +110,9 @@ if (!isMainThread) {
   const changed = await ask(builder, 'source changed');
   await builder.terminate();
   console.log(`entries: ${entries}, set size ${changed.size}`);
-  console.log(`per worker:  worker loop blocked ${first.blockMs.toFixed(0)} ms at start, ${changed.blockMs.toFixed(0)} ms on a source change; ${changed.arrayBuffers.toFixed(1)} MB of array buffers in the worker`);
+  console.log(
+    `per worker:  worker loop blocked ${first.blockMs.toFixed(0)} ms at start, ${changed.blockMs.toFixed(0)} ms on a source change; ${changed.arrayBuffers.toFixed(1)} MB of array buffers in the worker`,
+  );
 
   // Now: the node's feed thread builds; the worker adopts.
   writeFeed('');
@@ -144,9 +149,13 @@ if (!isMainThread) {
     `per node:    worker loop blocked ${adoptFirst.blockMs.toFixed(0)} ms at start, ${adoptChanged.blockMs.toFixed(0)} ms on a source change` +
       ` (set size ${adoptChanged.size}, ${sets} sets built); ${adoptChanged.arrayBuffers.toFixed(1)} MB of array buffers in the worker`,
   );
-  console.log(`             supervisor loop blocked ${supervisorFirst.toFixed(0)} ms at start, ${supervisorChanged.toFixed(0)} ms on a source change`);
+  console.log(
+    `             supervisor loop blocked ${supervisorFirst.toFixed(0)} ms at start, ${supervisorChanged.toFixed(0)} ms on a source change`,
+  );
   const shared = host.current!.set;
-  console.log(`shared set: ${((shared.nodes.byteLength + shared.keys.byteLength + (shared.ipv4Start?.byteLength ?? 0)) / 1048576).toFixed(1)} MB once per node`);
+  console.log(
+    `shared set: ${((shared.nodes.byteLength + shared.keys.byteLength + (shared.ipv4Start?.byteLength ?? 0)) / 1048576).toFixed(1)} MB once per node`,
+  );
   supervisorProbe.stop();
   await host.stop();
   await adopter.terminate();

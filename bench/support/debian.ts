@@ -19,7 +19,10 @@ export function hasCommand(command: string): boolean {
 /** True when the Debian package is installed. */
 export function hasDebianPackage(name: string): boolean {
   try {
-    return execFileSync('dpkg-query', ['-W', '-f=${Status}', name], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).includes('install ok installed');
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format syntax, not a template
+    return execFileSync('dpkg-query', ['-W', '-f=${Status}', name], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).includes(
+      'install ok installed',
+    );
   } catch {
     return false;
   }

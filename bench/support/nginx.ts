@@ -63,7 +63,9 @@ export function writeNginxConf(config: NginxConfig): string {
   fs.mkdirSync(temp, { recursive: true, mode: 0o777 });
   fs.chmodSync(temp, 0o777);
   const modules = (config.loadModules ?? []).map((m) => `load_module ${m};\n`).join('');
-  const upstreams = (config.upstreams ?? []).map((u) => `  upstream ${u.name} { server ${u.server}; keepalive ${u.keepalive}; }\n`).join('');
+  const upstreams = (config.upstreams ?? [])
+    .map((u) => `  upstream ${u.name} { server ${u.server}; keepalive ${u.keepalive}; }\n`)
+    .join('');
   const servers = config.servers
     .map(
       (s) => `  server {

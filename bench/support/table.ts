@@ -26,7 +26,9 @@ export interface Column {
 
 /** Formats rows under their titles, each column as wide as its widest cell, 3 spaces between columns. */
 export function formatTable(columns: readonly (Column | string)[], rows: readonly (readonly string[])[]): string {
-  const cols = columns.map((c) => (typeof c === 'string' ? { title: c } : c)).map((c, i) => ({ ...c, align: c.align ?? (i === 0 ? 'left' : 'right') }));
+  const cols = columns
+    .map((c) => (typeof c === 'string' ? { title: c } : c))
+    .map((c, i) => ({ ...c, align: c.align ?? (i === 0 ? 'left' : 'right') }));
   const widths = cols.map((c, i) => Math.max(c.title.length, ...rows.map((row) => (row[i] ?? '').length)));
   const line = (cells: readonly string[]) =>
     cols

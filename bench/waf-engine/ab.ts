@@ -24,7 +24,9 @@ if (!base) throw new Error('BASE=<path of the other checkout> is required');
 
 /** The engine's inspector in a checkout: in @tps/waf, or where it was before the packages (src/edge/http/waf/compiled/). */
 async function load(root: string): Promise<CompiledInspector> {
-  const file = ['packages/waf/src/inspector.ts', 'src/edge/http/waf/compiled/inspector.ts'].map((f) => resolve(root, f)).find((f) => existsSync(f));
+  const file = ['packages/waf/src/inspector.ts', 'src/edge/http/waf/compiled/inspector.ts']
+    .map((f) => resolve(root, f))
+    .find((f) => existsSync(f));
   if (file === undefined) throw new Error(`no compiled engine in ${root}`);
   const module = (await import(pathToFileURL(file).href)) as typeof import('@tps/waf');
   return module.CompiledInspector.load();
@@ -32,10 +34,21 @@ async function load(root: string): Promise<CompiledInspector> {
 
 const scenario = SCENARIOS.find((s) => s.key === (process.env.SCENARIO ?? 'get'));
 if (!scenario) throw new Error(`SCENARIO: one of ${SCENARIOS.map((s) => s.key).join(', ')}`);
-const settings: WafEngineSettings = { paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'], mode: 'BLOCKING' };
+const settings: WafEngineSettings = {
+  paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'],
+  mode: 'BLOCKING',
+};
 const rounds = Number(process.env.ROUNDS ?? 21);
 const perRound = Number(process.env.N ?? 400);
-const response: WafResponse = { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain'], ['Content-Length', '57']], body: Buffer.alloc(57, 0x78) };
+const response: WafResponse = {
+  status: 200,
+  httpVersion: '1.1',
+  headers: [
+    ['Content-Type', 'text/plain'],
+    ['Content-Length', '57'],
+  ],
+  body: Buffer.alloc(57, 0x78),
+};
 
 function exchange(inspector: CompiledInspector, request: WafRequest): void {
   if (!process.env.RESPONSE) {

@@ -46,7 +46,8 @@ function formBody(): string {
     ['timezone', 'America/Los_Angeles'],
   ];
   let body = fields.map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join('&');
-  const about = 'I manage the online shop of our family business. We sell handmade furniture and garden tools, ship across the country and love good customer service. Please contact me by mail rather than by phone during business hours. Thank you for the great product and the quick support last month';
+  const about =
+    'I manage the online shop of our family business. We sell handmade furniture and garden tools, ship across the country and love good customer service. Please contact me by mail rather than by phone during business hours. Thank you for the great product and the quick support last month';
   body += `&about=${encodeURIComponent(about)}`;
   while (body.length < 1000) body += `&note${body.length}=${encodeURIComponent('thank you')}`;
   return body;
@@ -55,14 +56,29 @@ function formBody(): string {
 function jsonBody(): string {
   const items = [];
   for (let i = 0; JSON.stringify(items).length < 10_000; i++) {
-    items.push({ id: i, sku: `SKU-${1000 + i}`, name: `Product ${i} deluxe edition`, price: 19.99 + i, tags: ['new', 'sale', `group${i % 7}`], stock: { warehouse: 'north', count: i * 3 } });
+    items.push({
+      id: i,
+      sku: `SKU-${1000 + i}`,
+      name: `Product ${i} deluxe edition`,
+      price: 19.99 + i,
+      tags: ['new', 'sale', `group${i % 7}`],
+      stock: { warehouse: 'north', count: i * 3 },
+    });
   }
   return JSON.stringify({ order: { customer: { name: 'Jane Doe', email: 'jane@example.com' }, items } });
 }
 
 export const SCENARIOS: { key: string; name: string; request: WafRequest }[] = [
   { key: 'get', name: 'benign GET', request: request('GET', '/products/shoes?color=red&size=42&sort=price_asc&page=2') },
-  { key: 'post', name: '1 KB form POST', request: request('POST', '/account/profile', [['Content-Type', 'application/x-www-form-urlencoded']], formBody()) },
+  {
+    key: 'post',
+    name: '1 KB form POST',
+    request: request('POST', '/account/profile', [['Content-Type', 'application/x-www-form-urlencoded']], formBody()),
+  },
   { key: 'json', name: '10 KB JSON POST', request: request('POST', '/api/v1/orders', [['Content-Type', 'application/json']], jsonBody()) },
-  { key: 'attack', name: 'blocked attack', request: request('GET', "/products?id=1%27%20UNION%20SELECT%20username,password%20FROM%20users--%20-") },
+  {
+    key: 'attack',
+    name: 'blocked attack',
+    request: request('GET', '/products?id=1%27%20UNION%20SELECT%20username,password%20FROM%20users--%20-'),
+  },
 ];

@@ -51,7 +51,7 @@ function measure(engine: Engine, request: WafRequest, settings: WafEngineSetting
  * The same time for both engines. Not a count of requests: V8 tiers the compiled rule set up function
  * by function and regular expression by regular expression, and a blocked attack's own code (its
  * regexes, libinjection's paths) is still being compiled on background threads 10,000 requests in:
- * after 3,000 requests (this bench until session 12) a round's CPU time was 10-30 % above its wall
+ * after a warm-up of 3,000 requests a round's CPU time was 10-30 % above its wall
  * time and the median read 110-140 µs for a PL1 attack whose steady state is ~105. A proxy runs in
  * the steady state; that is what is measured.
  */
@@ -73,7 +73,9 @@ async function main(): Promise<void> {
   const tm = performance.now();
   const compiled = CompiledInspector.load();
   const tc = performance.now();
-  process.stdout.write(`rule set load: ModSecurity ${(tm - t0).toFixed(0)} ms, compiled ${(tc - tm).toFixed(0)} ms (${compiled.ruleCount} rules); ${mallocOf('self')}\n`);
+  process.stdout.write(
+    `rule set load: ModSecurity ${(tm - t0).toFixed(0)} ms, compiled ${(tc - tm).toFixed(0)} ms (${compiled.ruleCount} rules); ${mallocOf('self')}\n`,
+  );
   const engines: Engine[] = [
     {
       name: 'ModSecurity',
@@ -101,7 +103,7 @@ async function main(): Promise<void> {
       for (const e of engines) warmUp(e, scenario.request, settings);
       const samples: number[][] = engines.map(() => []);
       for (let round = 0; round < ROUNDS; round++) {
-        engines.forEach((e, k) => samples[k]!.push(measure(e, scenario.request, settings, ITERATIONS)));
+        for (const [k, e] of engines.entries()) samples[k]!.push(measure(e, scenario.request, settings, ITERATIONS));
       }
       const [m, c] = samples.map(median) as [number, number];
       rows.push([
@@ -119,8 +121,8 @@ async function main(): Promise<void> {
   const widths = header.map((h, k) => Math.max(h.length, ...rows.map((r) => r[k]!.length)));
   const line = (cells: string[]): string => cells.map((c, k) => c.padEnd(widths[k]!)).join('  ');
   process.stdout.write(`CPU microseconds per request (median of ${ROUNDS} rounds x ${ITERATIONS} requests, one thread)\n`);
-  process.stdout.write(line(header) + '\n' + line(widths.map((w) => '-'.repeat(w))) + '\n');
-  for (const r of rows) process.stdout.write(line(r) + '\n');
+  process.stdout.write(`${line(header)}\n${line(widths.map((w) => '-'.repeat(w)))}\n`);
+  for (const r of rows) process.stdout.write(`${line(r)}\n`);
   modsec.close();
 }
 

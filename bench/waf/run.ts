@@ -22,7 +22,7 @@
  *   BENCH_SECONDS=3 BENCH_ROUNDS=3 BENCH_CONNECTIONS=32 BENCH_CORES=1 node bench/waf/run.ts
  *   BENCH_PARANOIA=1 BENCH_REQUESTS=get,post node bench/waf/run.ts     (a subset)
  *   BENCH_WAF_THREADS=2 ...                                           (our WAF engine threads; default BENCH_CORES)
- *   BENCH_ENGINE=compiled ...                                         (our side with the compiled engine, issue 6)
+ *   BENCH_ENGINE=compiled ...                                         (our side with the compiled engine)
  *   BENCH_ACCESS_LOG=1 ...                                            (a third side, tps+log: ours with the access log
  *                                                                      on, every request a line in a file; prints its cost)
  */
@@ -128,7 +128,10 @@ function request(address: string, scenario: Scenario): Promise<number> {
 
 function startTps(args: TpsProxyArgs, cpus: string): Promise<ChildProcess> {
   const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
-  const child = spawn('taskset', ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, script, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'], env: productEnvironment() });
+  const child = spawn('taskset', ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, script, JSON.stringify(args)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: productEnvironment(),
+  });
   return new Promise((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => {
@@ -198,7 +201,8 @@ async function main(): Promise<void> {
       { name: 'attack', path: '/catalog/books?id=1%27%20UNION%20SELECT%20password%20FROM%20users--%20', status: 403 },
     ] satisfies Scenario[]
   ).filter((s) => REQUESTS.includes(s.name));
-  if (scenarios.length === 0 || PARANOIA_LEVELS.some((l) => ![1, 2, 3, 4].includes(l))) throw new RangeError('BENCH_REQUESTS: get,post,attack; BENCH_PARANOIA: 1-4, comma-separated');
+  if (scenarios.length === 0 || PARANOIA_LEVELS.some((l) => ![1, 2, 3, 4].includes(l)))
+    throw new RangeError('BENCH_REQUESTS: get,post,attack; BENCH_PARANOIA: 1-4, comma-separated');
 
   const nginxes: NginxProcess[] = [];
   let tps: ChildProcess | undefined;
@@ -220,12 +224,22 @@ async function main(): Promise<void> {
     });
     // BENCH_NGINX_MALLOC=jemalloc: nginx on the allocator we run on too (its workers inherit the master's preload).
     const nginxEnv = process.env.BENCH_NGINX_MALLOC === 'jemalloc' ? { ...process.env, LD_PRELOAD: jemallocPath() ?? '' } : process.env;
-    const nginx = await startNginx(wafConf, dir, [...nginxPorts.values()].map((p) => `${NGINX_IP}:${p}`), { cpus: sutCpus, env: nginxEnv });
+    const nginx = await startNginx(
+      wafConf,
+      dir,
+      [...nginxPorts.values()].map((p) => `${NGINX_IP}:${p}`),
+      { cpus: sutCpus, env: nginxEnv },
+    );
     const nginxMalloc = mallocOf(nginx.workerPids()[0] ?? nginx.pid);
     nginxes.push(nginx);
     const wafThreads = Number(process.env.BENCH_WAF_THREADS ?? cores);
     tps = await startTps(
-      { workers: wafThreads, engine: ENGINE, origin: originAddress, listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: tpsPorts.get(level)!, paranoiaLevel: level })) },
+      {
+        workers: wafThreads,
+        engine: ENGINE,
+        origin: originAddress,
+        listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: tpsPorts.get(level)!, paranoiaLevel: level })),
+      },
       sutCpus,
     );
     const tpsPid = tps.pid!;
@@ -277,7 +291,8 @@ async function main(): Promise<void> {
       for (const scenario of scenarios) {
         for (const side of sides) {
           const status = await request(`${ip(side)}:${side.ports.get(level)}`, scenario);
-          if (status !== scenario.status) throw new Error(`${side.name} PL${level} ${scenario.name}: status ${status}, expected ${scenario.status}`);
+          if (status !== scenario.status)
+            throw new Error(`${side.name} PL${level} ${scenario.name}: status ${status}, expected ${scenario.status}`);
         }
       }
     }
@@ -315,7 +330,8 @@ async function main(): Promise<void> {
             const cpuUsPerRequest = ((side.cpu() - cpuBefore) * 1e6) / r.requests;
             const partsAfter = side.parts();
             const partsUsPerRequest: Record<string, number> = {};
-            for (const [part, seconds] of Object.entries(partsAfter)) partsUsPerRequest[part] = ((seconds - (partsBefore[part] ?? 0)) * 1e6) / r.requests;
+            for (const [part, seconds] of Object.entries(partsAfter))
+              partsUsPerRequest[part] = ((seconds - (partsBefore[part] ?? 0)) * 1e6) / r.requests;
             const wrong = scenario.status === 200 ? r.non2xx : r.requests - r.non2xx;
             results.get(key(level, scenario, side))!.push({ ...r, cpuUsPerRequest, partsUsPerRequest });
             console.log(
@@ -369,17 +385,35 @@ async function main(): Promise<void> {
         `CRS 3.3.4, BLOCKING, anomaly threshold 5; nginx: ModSecurity 3.0.9, ${nginxMalloc}; tps: the ${ENGINE} engine, ${tpsMalloc}`,
     );
     printTable(
-      ['PL', 'request', 'status', 'nginx req/s', 'tps req/s', 'tps/nginx req/s', 'nginx p99 ms', 'tps p99 ms', 'nginx CPU us/req', 'tps CPU us/req', 'nginx/tps CPU'],
+      [
+        'PL',
+        'request',
+        'status',
+        'nginx req/s',
+        'tps req/s',
+        'tps/nginx req/s',
+        'nginx p99 ms',
+        'tps p99 ms',
+        'nginx CPU us/req',
+        'tps CPU us/req',
+        'nginx/tps CPU',
+      ],
       rows,
     );
-    console.log('\nour CPU per request by thread (us): loop = event loop (proxy + hand-off), waf = WAF engine threads (waf-modsecurity, waf-compiled), other = V8/libuv helpers');
+    console.log(
+      '\nour CPU per request by thread (us): loop = event loop (proxy + hand-off), waf = WAF engine threads (waf-modsecurity, waf-compiled), other = V8/libuv helpers',
+    );
     printTable(['PL', 'request', 'total', 'loop', 'waf', 'other'], partRows);
     const rpsMean = geomean(rpsRatios);
     const cpuMean = geomean(cpuRatios);
     const verdict = (r: number) => (r >= 1 ? 'MET' : 'NOT MET');
     console.log(`\ngoal: tps >= 1.0x nginx + ModSecurity (geometric mean of the ${rpsRatios.length} rows)`);
-    console.log(`  req/s            ${rpsMean.toFixed(2)}x  ${verdict(rpsMean)}  (${rpsRatios.filter((r) => r >= 1).length}/${rpsRatios.length} rows >= 1.0)`);
-    console.log(`  CPU per request  ${cpuMean.toFixed(2)}x  ${verdict(cpuMean)}  (${cpuRatios.filter((r) => r >= 1).length}/${cpuRatios.length} rows >= 1.0; nginx CPU / ours)`);
+    console.log(
+      `  req/s            ${rpsMean.toFixed(2)}x  ${verdict(rpsMean)}  (${rpsRatios.filter((r) => r >= 1).length}/${rpsRatios.length} rows >= 1.0)`,
+    );
+    console.log(
+      `  CPU per request  ${cpuMean.toFixed(2)}x  ${verdict(cpuMean)}  (${cpuRatios.filter((r) => r >= 1).length}/${cpuRatios.length} rows >= 1.0; nginx CPU / ours)`,
+    );
     console.log(
       '  on a core shared with other work, req/s favours the side with more runnable threads (ours: event loop + WAF engine threads);\n' +
         '  CPU per request is the comparison that does not depend on the share each side gets',
@@ -409,7 +443,9 @@ async function main(): Promise<void> {
       console.log(`\nthe access log (every request one JSON line in a file), in the same rounds: ${lines} lines written`);
       printTable(['PL', 'request', 'tps req/s', 'tps+log req/s', 'log/no log', 'tps CPU us/req', 'tps+log CPU us/req'], logRows);
       const logMean = geomean(logRatios);
-      console.log(`goal: the access log costs under 10 % of req/s -> ${logMean.toFixed(3)}x ${logMean >= 0.9 ? 'MET' : 'NOT MET'} (geometric mean)`);
+      console.log(
+        `goal: the access log costs under 10 % of req/s -> ${logMean.toFixed(3)}x ${logMean >= 0.9 ? 'MET' : 'NOT MET'} (geometric mean)`,
+      );
     }
     console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
   } finally {

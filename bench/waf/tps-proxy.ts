@@ -30,7 +30,9 @@ export interface TpsProxyArgs {
 
 const args = JSON.parse(process.argv[2] ?? '') as TpsProxyArgs;
 const engine =
-  args.engine === 'compiled' ? await createCompiledEngine({ workers: args.workers }) : await createModSecurityEngine({ workers: args.workers });
+  args.engine === 'compiled'
+    ? await createCompiledEngine({ workers: args.workers })
+    : await createModSecurityEngine({ workers: args.workers });
 const accessLog = args.accessLog === undefined ? undefined : new AccessLog({ destination: args.accessLog, sample: 1 });
 const deps = {
   ...(accessLog && { accessLog: accessLog.http }),
@@ -54,7 +56,11 @@ const proxies = args.listen.map(
           backend: { hosts: [{ address: originHost, port: originPort }], deliveryMethod: 'LEAST_CONNECTIONS' },
           waf: { mode: 'BLOCKING', paranoiaLevel: l.paranoiaLevel, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
           // wrk is one source opening all its connections at once; nginx has no caps either.
-          connectionLimits: { maxConnectionsPerSource: 1_000_000, maxNewConnectionsPerSecondPerSource: 1_000_000, maxConnections: 1_000_000 },
+          connectionLimits: {
+            maxConnectionsPerSource: 1_000_000,
+            maxNewConnectionsPerSecondPerSource: 1_000_000,
+            maxConnections: 1_000_000,
+          },
         },
       },
       deps,

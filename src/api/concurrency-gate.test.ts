@@ -17,7 +17,12 @@ describe('concurrency gate', () => {
           resolve('done');
         });
       });
-    const outcomes = Array.from({ length: 8 }, () => gate.run(task).then((value) => value, (error: unknown) => error));
+    const outcomes = Array.from({ length: 8 }, () =>
+      gate.run(task).then(
+        (value) => value,
+        (error: unknown) => error,
+      ),
+    );
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal(gate.running, 2);
     assert.equal(gate.waiting, 3);
@@ -34,7 +39,10 @@ describe('concurrency gate', () => {
 
   it('frees the turn of a task that fails', async () => {
     const gate = new ConcurrencyGate(1, 0);
-    await assert.rejects(gate.run(async () => Promise.reject(new Error('boom'))), /boom/);
+    await assert.rejects(
+      gate.run(async () => Promise.reject(new Error('boom'))),
+      /boom/,
+    );
     assert.equal(await gate.run(async () => 'next'), 'next');
   });
 });

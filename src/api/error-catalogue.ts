@@ -20,7 +20,11 @@ export interface ApiErrorKind {
 
 export const API_ERRORS = {
   // --- the request itself -----------------------------------------------------------------------
-  BAD_URL: { status: 400, title: 'Bad URL', description: 'The path is not a valid URL path, or a segment is longer than any id of this API.' },
+  BAD_URL: {
+    status: 400,
+    title: 'Bad URL',
+    description: 'The path is not a valid URL path, or a segment is longer than any id of this API.',
+  },
   MALFORMED_BODY: { status: 400, title: 'Malformed body', description: 'The body is empty or not valid JSON.' },
   BODY_TOO_LARGE: { status: 413, title: 'Body too large', description: 'The body is larger than 1 MiB.' },
   UNSUPPORTED_MEDIA_TYPE: {
@@ -44,7 +48,7 @@ export const API_ERRORS = {
   NOT_FOUND: {
     status: 404,
     title: 'Not found',
-    description: 'No such route, or no such resource of the caller\'s tenant: another tenant\'s id is answered the same way.',
+    description: "No such route, or no such resource of the caller's tenant: another tenant's id is answered the same way.",
   },
   TOO_MANY_REQUESTS: {
     status: 429,
@@ -54,7 +58,11 @@ export const API_ERRORS = {
       'Retry-After says when to try again.',
   },
   STARTING: { status: 503, title: 'Starting', description: 'The service is binding its listeners; try again in a moment.' },
-  INTERNAL_ERROR: { status: 500, title: 'Internal error', description: 'The service failed to handle the request; the operator\'s log has why.' },
+  INTERNAL_ERROR: {
+    status: 500,
+    title: 'Internal error',
+    description: "The service failed to handle the request; the operator's log has why.",
+  },
 
   // --- who calls --------------------------------------------------------------------------------
   UNAUTHORIZED: {
@@ -62,17 +70,25 @@ export const API_ERRORS = {
     title: 'Unauthorized',
     description: 'No access token, or one that is invalid, expired or of a revoked service account (WWW-Authenticate says which).',
   },
-  INSUFFICIENT_SCOPE: { status: 403, title: 'Insufficient scope', description: 'The access token lacks the scope this call needs (read, write, insight).' },
+  INSUFFICIENT_SCOPE: {
+    status: 403,
+    title: 'Insufficient scope',
+    description: 'The access token lacks the scope this call needs (read, write, insight).',
+  },
   FOREIGN_ACCOUNT: {
     status: 403,
     title: 'Foreign account',
-    description: 'relationships.belongsTo names an account other than the access token\'s.',
+    description: "relationships.belongsTo names an account other than the access token's.",
   },
-  FOREIGN_TENANT: { status: 403, title: 'Foreign tenant', description: 'filter[tenantId] names a tenant other than the access token\'s.' },
+  FOREIGN_TENANT: { status: 403, title: 'Foreign tenant', description: "filter[tenantId] names a tenant other than the access token's." },
 
   // --- traffic configurations ---------------------------------------------------------------
   FRONTEND_IP_REQUIRED: { status: 422, title: 'Front-end IP required', description: 'frontend has neither ipv4 nor ipv6.' },
-  UNKNOWN_FRONTEND_IP: { status: 422, title: 'Unknown front-end IP', description: "The address is not one of the account's available front-end IPs." },
+  UNKNOWN_FRONTEND_IP: {
+    status: 422,
+    title: 'Unknown front-end IP',
+    description: "The address is not one of the account's available front-end IPs.",
+  },
   ORIGIN_NOT_ALLOWED: {
     status: 422,
     title: 'Origin not allowed',
@@ -87,13 +103,29 @@ export const API_ERRORS = {
     description: 'The certificate presented to the origin (mutual TLS) must be one the customer uploaded.',
   },
   TLS_REQUIRED: { status: 422, title: 'TLS required', description: 'Client certificate verification needs HTTPS: frontend.certificateId.' },
-  UNKNOWN_CA_CERTIFICATE: { status: 422, title: 'Unknown CA certificate', description: 'A caCertificateIds entry names no CA certificate of the account.' },
-  CA_CERTIFICATES_REQUIRED: { status: 422, title: 'CA certificates required', description: 'CUSTOM_TRUSTSTORE needs at least one CA certificate id.' },
-  UNEXPECTED_CA_CERTIFICATES: { status: 422, title: 'Unexpected CA certificates', description: 'caCertificateIds go with CUSTOM_TRUSTSTORE only.' },
+  UNKNOWN_CA_CERTIFICATE: {
+    status: 422,
+    title: 'Unknown CA certificate',
+    description: 'A caCertificateIds entry names no CA certificate of the account.',
+  },
+  CA_CERTIFICATES_REQUIRED: {
+    status: 422,
+    title: 'CA certificates required',
+    description: 'CUSTOM_TRUSTSTORE needs at least one CA certificate id.',
+  },
+  UNEXPECTED_CA_CERTIFICATES: {
+    status: 422,
+    title: 'Unexpected CA certificates',
+    description: 'caCertificateIds go with CUSTOM_TRUSTSTORE only.',
+  },
   ID_MISMATCH: { status: 409, title: 'Id mismatch', description: 'data.id is not the id in the path.' },
   TYPE_MISMATCH: { status: 409, title: 'Type mismatch', description: 'A traffic configuration keeps its type (httpProxy, l4Proxy).' },
   PORT_IN_USE: { status: 409, title: 'Port in use', description: 'Another proxy holds the front-end IP, port and protocol.' },
-  CONCURRENT_DELETE: { status: 409, title: 'Deleted meanwhile', description: 'The traffic configuration was deleted while this change was made.' },
+  CONCURRENT_DELETE: {
+    status: 409,
+    title: 'Deleted meanwhile',
+    description: 'The traffic configuration was deleted while this change was made.',
+  },
   QUOTA_EXCEEDED: {
     status: 409,
     title: 'Quota exceeded',
@@ -103,15 +135,35 @@ export const API_ERRORS = {
   },
 
   // --- certificates and CA certificates -------------------------------------------------------
-  INVALID_CERTIFICATE: { status: 422, title: 'Invalid certificate', description: 'A PEM certificate is missing, cannot be parsed, or a CA entry holds more than one.' },
-  INVALID_PRIVATE_KEY: { status: 422, title: 'Invalid private key', description: 'privateKey is not a PEM private key, or it is encrypted.' },
+  INVALID_CERTIFICATE: {
+    status: 422,
+    title: 'Invalid certificate',
+    description: 'A PEM certificate is missing, cannot be parsed, or a CA entry holds more than one.',
+  },
+  INVALID_PRIVATE_KEY: {
+    status: 422,
+    title: 'Invalid private key',
+    description: 'privateKey is not a PEM private key, or it is encrypted.',
+  },
   KEY_MISMATCH: { status: 422, title: 'Key mismatch', description: 'The private key does not belong to the certificate.' },
   WEAK_KEY: { status: 422, title: 'Weak key', description: 'An RSA key under 2048 bits or an EC curve weaker than P-256.' },
   UNSUPPORTED_KEY: { status: 422, title: 'Unsupported key', description: 'A key that is neither RSA nor EC.' },
-  CERTIFICATE_NOT_YET_VALID: { status: 422, title: 'Certificate not yet valid', description: 'A certificate whose notBefore is still to come.' },
+  CERTIFICATE_NOT_YET_VALID: {
+    status: 422,
+    title: 'Certificate not yet valid',
+    description: 'A certificate whose notBefore is still to come.',
+  },
   CERTIFICATE_EXPIRED: { status: 422, title: 'Certificate expired', description: 'A certificate past its notAfter.' },
-  CHAIN_BROKEN: { status: 422, title: 'Chain broken', description: 'The intermediate certificates do not link the certificate to its issuer, each used once.' },
-  NOT_A_CA_CERTIFICATE: { status: 422, title: 'Not a CA certificate', description: 'An uploaded CA certificate lacks basicConstraints CA:TRUE.' },
+  CHAIN_BROKEN: {
+    status: 422,
+    title: 'Chain broken',
+    description: 'The intermediate certificates do not link the certificate to its issuer, each used once.',
+  },
+  NOT_A_CA_CERTIFICATE: {
+    status: 422,
+    title: 'Not a CA certificate',
+    description: 'An uploaded CA certificate lacks basicConstraints CA:TRUE.',
+  },
   DUPLICATE_DOMAIN: {
     status: 422,
     title: 'Duplicate domain',
@@ -120,13 +172,26 @@ export const API_ERRORS = {
   DOMAIN_CLAIMED: {
     status: 409,
     title: 'Domain claimed',
-    description: 'Another account holds a PENDING or unexpired ISSUED service-issued certificate for the domain (pointer /data/attributes/domains/N).',
+    description:
+      'Another account holds a PENDING or unexpired ISSUED service-issued certificate for the domain (pointer /data/attributes/domains/N).',
   },
-  NOT_SERVICE_ISSUED: { status: 409, title: 'Not service-issued', description: 'Only service-issued certificates are renewed by the service.' },
-  IN_USE: { status: 409, title: 'In use', description: 'A traffic configuration refers to the certificate or CA certificate; the detail names the account\'s own.' },
+  NOT_SERVICE_ISSUED: {
+    status: 409,
+    title: 'Not service-issued',
+    description: 'Only service-issued certificates are renewed by the service.',
+  },
+  IN_USE: {
+    status: 409,
+    title: 'In use',
+    description: "A traffic configuration refers to the certificate or CA certificate; the detail names the account's own.",
+  },
 
   // --- insight ------------------------------------------------------------------------------
-  UNKNOWN_CURSOR: { status: 400, title: 'Unknown cursor', description: 'page[after] (or the portal\'s cursor) names no event of the tenant.' },
+  UNKNOWN_CURSOR: {
+    status: 400,
+    title: 'Unknown cursor',
+    description: "page[after] (or the portal's cursor) names no event of the tenant.",
+  },
   INVALID_RANGE: { status: 400, title: 'Invalid range', description: 'A portal dashboard range whose from is not before its to.' },
   RANGE_TOO_LONG: { status: 400, title: 'Range too long', description: 'A portal dashboard range longer than 92 days.' },
 
@@ -139,7 +204,11 @@ export const API_ERRORS = {
     title: 'Too many sign-in attempts',
     description: 'Failed portal sign-ins throttled per email and client address, and per client address; Retry-After says when.',
   },
-  SIGN_IN_BUSY: { status: 503, title: 'Sign-in busy', description: 'Too many portal sign-ins wait for a password hash; Retry-After says when.' },
+  SIGN_IN_BUSY: {
+    status: 503,
+    title: 'Sign-in busy',
+    description: 'Too many portal sign-ins wait for a password hash; Retry-After says when.',
+  },
 } as const satisfies Record<string, ApiErrorKind>;
 
 export type ApiErrorCode = keyof typeof API_ERRORS;

@@ -67,7 +67,12 @@ export class ApiError extends Error {
  * One error object. `status` is the catalogue's for the code unless given: the few codes that have
  * a second status (INVALID_VALUE in a query string, BAD_REQUEST) pass it.
  */
-export function errorObject(code: ApiErrorCode, detail: string, source?: ErrorSource, status: number = API_ERRORS[code].status): JsonApiErrorObject {
+export function errorObject(
+  code: ApiErrorCode,
+  detail: string,
+  source?: ErrorSource,
+  status: number = API_ERRORS[code].status,
+): JsonApiErrorObject {
   return { status: String(status), code, title: TITLES[status] ?? 'Error', detail, ...(source && { source }) };
 }
 
@@ -128,7 +133,14 @@ function relevantErrors(errors: readonly ErrorObject[]): ErrorObject[] {
   return errors.filter((error) => {
     if (error.keyword === 'anyOf' || error.keyword === 'oneOf') {
       // Keep the union error only when no branch said anything more precise.
-      return !errors.some((other) => other !== error && other.instancePath.startsWith(error.instancePath) && other.keyword !== 'anyOf' && other.keyword !== 'oneOf' && !(other.keyword === 'type' && other.params.type === 'null'));
+      return !errors.some(
+        (other) =>
+          other !== error &&
+          other.instancePath.startsWith(error.instancePath) &&
+          other.keyword !== 'anyOf' &&
+          other.keyword !== 'oneOf' &&
+          !(other.keyword === 'type' && other.params.type === 'null'),
+      );
     }
     // "must be null" comes from the nullable branch of an optional object: noise when the value is an object.
     if (error.keyword === 'type' && error.params.type === 'null' && unionPaths.has(error.instancePath)) return false;

@@ -22,7 +22,9 @@ export function originError(policy: OriginPolicy, address: string, port: number,
   const verdict = policy.check(literal, port);
   if (verdict.allowed) return undefined;
   const spelled = literal === address ? '' : ` (${literal})`;
-  return errorObject('ORIGIN_NOT_ALLOWED', `${address}${spelled} may not be an origin: it is ${describeRefusal(verdict.reason)}`, { pointer });
+  return errorObject('ORIGIN_NOT_ALLOWED', `${address}${spelled} may not be an origin: it is ${describeRefusal(verdict.reason)}`, {
+    pointer,
+  });
 }
 
 /** The error for a crlUrl whose host is a literal address the policy refuses. */
@@ -38,5 +40,7 @@ export function crlUrlError(policy: OriginPolicy, crlUrl: string, pointer: strin
   if (literal === undefined) return undefined;
   const verdict = policy.check(literal, port);
   if (verdict.allowed) return undefined;
-  return errorObject('ORIGIN_NOT_ALLOWED', `the CRL may not be fetched from ${url.host}: it is ${describeRefusal(verdict.reason)}`, { pointer });
+  return errorObject('ORIGIN_NOT_ALLOWED', `the CRL may not be fetched from ${url.host}: it is ${describeRefusal(verdict.reason)}`, {
+    pointer,
+  });
 }

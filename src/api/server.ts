@@ -44,8 +44,13 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
       // Typed for the server's generic reply before the instance exists; the plain reply is what it is.
       const reply = frameworkReply as unknown as FastifyReply;
       const detail =
-        error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'a path segment is longer than any id this API knows' : 'the path is not a valid URL path';
-      void reply.code(400).type(JSONAPI_MEDIA_TYPE).send({ errors: [errorObject('BAD_URL', detail)] });
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? 'a path segment is longer than any id this API knows'
+          : 'the path is not a valid URL path';
+      void reply
+        .code(400)
+        .type(JSONAPI_MEDIA_TYPE)
+        .send({ errors: [errorObject('BAD_URL', detail)] });
     },
   });
 
@@ -86,14 +91,22 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   });
 
   app.addHook('onResponse', async (request, reply) => {
-    deps.metrics.apiRequests.inc({ method: request.method, route: request.routeOptions.url ?? 'unknown', status: String(reply.statusCode) });
+    deps.metrics.apiRequests.inc({
+      method: request.method,
+      route: request.routeOptions.url ?? 'unknown',
+      status: String(reply.statusCode),
+    });
   });
 
   app.setErrorHandler((error, request, reply) => {
     const { status, body, headers } = toErrorResponse(error, request);
     if (error instanceof QuotaExceededError) deps.metrics.quotaExceeded.inc({ resource: error.resource });
     if (status >= 500) request.log.error({ err: error }, 'request failed');
-    void reply.code(status).headers(headers).type(body.errors ? JSONAPI_MEDIA_TYPE : 'application/json').send(body);
+    void reply
+      .code(status)
+      .headers(headers)
+      .type(body.errors ? JSONAPI_MEDIA_TYPE : 'application/json')
+      .send(body);
   });
 
   app.setNotFoundHandler((request, reply) => {
@@ -138,12 +151,16 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
     hook: 'preHandler',
     timeWindow: 60_000,
     keyGenerator: (request: FastifyRequest) => rateLimitKey(request, settings.rateLimitIpv6Prefix),
-    max: (request: FastifyRequest) => (rateLimitKey(request, settings.rateLimitIpv6Prefix).startsWith('ip:') ? settings.apiUnauthenticatedRateLimitPerMinute : settings.apiRateLimitPerMinute),
+    max: (request: FastifyRequest) =>
+      rateLimitKey(request, settings.rateLimitIpv6Prefix).startsWith('ip:')
+        ? settings.apiUnauthenticatedRateLimitPerMinute
+        : settings.apiRateLimitPerMinute,
     errorResponseBuilder: (request, context) => {
       const key = rateLimitKey(request, settings.rateLimitIpv6Prefix);
       const kind = key.slice(0, key.indexOf(':'));
       deps.metrics.apiRateLimited.inc({ key: kind });
-      const per = kind === 'client' ? 'per service account' : kind === 'portal-user' ? 'per signed-in user' : 'per client address without a token';
+      const per =
+        kind === 'client' ? 'per service account' : kind === 'portal-user' ? 'per signed-in user' : 'per client address without a token';
       return new ApiError('TOO_MANY_REQUESTS', `at most ${context.max} API calls per minute ${per}`, undefined, {
         'Retry-After': String(Math.max(1, Math.ceil(context.ttl / 1000))),
       });
@@ -152,7 +169,15 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   // In this order in the OpenAPI document.
-  for (const routes of [tokenRoutes, accountIpRoutes, trafficConfigRoutes, certificateRoutes, caCertificateRoutes, insightRoutes, portalRoutes]) {
+  for (const routes of [
+    tokenRoutes,
+    accountIpRoutes,
+    trafficConfigRoutes,
+    certificateRoutes,
+    caCertificateRoutes,
+    insightRoutes,
+    portalRoutes,
+  ]) {
     await app.register(routes, { deps });
   }
   return app;
@@ -180,7 +205,11 @@ function toErrorResponse(error: unknown, request: FastifyRequest): ErrorResponse
   };
   if (error instanceof ApiError) return { status: error.status, body: { errors: error.errors }, headers: error.headers };
   if (error instanceof OAuthError) {
-    return { status: error.status, body: { error: error.error, error_description: error.message }, headers: { 'Cache-Control': 'no-store' } };
+    return {
+      status: error.status,
+      body: { error: error.error, error_description: error.message },
+      headers: { 'Cache-Control': 'no-store' },
+    };
   }
   if (error instanceof BearerError) {
     return jsonApi(error.status === 401 ? 'UNAUTHORIZED' : 'INSUFFICIENT_SCOPE', error.message, {
@@ -192,13 +221,16 @@ function toErrorResponse(error: unknown, request: FastifyRequest): ErrorResponse
     // Every code of ConflictCode but EMAIL_TAKEN, which no route can meet, is in the catalogue (error-catalogue.test.ts).
     return {
       status: 409,
-      body: { errors: [errorObject(error.code as ApiErrorCode, error.message, error.pointer ? { pointer: error.pointer } : undefined, 409)] },
+      body: {
+        errors: [errorObject(error.code as ApiErrorCode, error.message, error.pointer ? { pointer: error.pointer } : undefined, 409)],
+      },
       headers: {},
     };
   }
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) {
-    const location = fastifyError.validationContext === 'body' ? 'body' : fastifyError.validationContext === 'params' ? 'params' : 'querystring';
+    const location =
+      fastifyError.validationContext === 'body' ? 'body' : fastifyError.validationContext === 'params' ? 'params' : 'querystring';
     const errors = validationErrors(fastifyError.validation as Parameters<typeof validationErrors>[0], location);
     if (request.url.includes('/oauth/token')) {
       return { status: 400, body: { error: 'invalid_request', error_description: String(errors[0]?.detail) }, headers: {} };

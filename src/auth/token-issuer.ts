@@ -167,16 +167,20 @@ export class TokenIssuer {
     if (!match) throw new BearerError(401, undefined, 'an access token is required (Authorization: Bearer <token>)');
     let payload: JWTPayload;
     try {
-      ({ payload } = await jwtVerify(match[1]!, async (header) => {
-        const key = this.#keys.find((candidate) => candidate.kid === header.kid);
-        if (!key) throw new joseErrors.JWKSNoMatchingKey();
-        return key.publicKey;
-      }, {
-        algorithms: ['EdDSA'],
-        audience: this.#settings.audience,
-        issuer: this.#settings.issuer,
-        requiredClaims: ['exp', 'iat', 'sub'],
-      }));
+      ({ payload } = await jwtVerify(
+        match[1]!,
+        async (header) => {
+          const key = this.#keys.find((candidate) => candidate.kid === header.kid);
+          if (!key) throw new joseErrors.JWKSNoMatchingKey();
+          return key.publicKey;
+        },
+        {
+          algorithms: ['EdDSA'],
+          audience: this.#settings.audience,
+          issuer: this.#settings.issuer,
+          requiredClaims: ['exp', 'iat', 'sub'],
+        },
+      ));
     } catch (error) {
       throw new BearerError(401, 'invalid_token', describeJoseError(error));
     }

@@ -50,11 +50,19 @@ describe('ACME challenge answers from the store', () => {
       expiresAt: inOneHour(),
     });
     assert.equal(await responder.challengeResponse('tok-1', 'www.example.test', ORDERING), 'tok-1.thumbprint');
-    assert.equal(await responder.challengeResponse('tok-1', 'WWW.Example.Test.', ORDERING), 'tok-1.thumbprint', 'host compared case-insensitively');
+    assert.equal(
+      await responder.challengeResponse('tok-1', 'WWW.Example.Test.', ORDERING),
+      'tok-1.thumbprint',
+      'host compared case-insensitively',
+    );
     assert.equal(await responder.challengeResponse('tok-1', undefined, ORDERING), 'tok-1.thumbprint', 'no host given: token alone');
     assert.equal(await responder.challengeResponse('tok-1', 'other.example.test', ORDERING), undefined);
     assert.equal(await responder.challengeResponse('unknown', undefined, ORDERING), undefined);
-    assert.equal(await responder.challengeResponse('tok-1', 'www.example.test', OTHER), undefined, "another tenant's proxy does not answer it");
+    assert.equal(
+      await responder.challengeResponse('tok-1', 'www.example.test', OTHER),
+      undefined,
+      "another tenant's proxy does not answer it",
+    );
 
     await store.acmeChallenges.put({
       type: 'http-01',
@@ -86,11 +94,23 @@ describe('ACME challenge answers from the store', () => {
 
   it('presents the current TLS-ALPN-01 challenge of a domain, not the one it replaced a moment ago', async () => {
     const put = (keyAuthorization: string) =>
-      store.acmeChallenges.put({ type: 'tls-alpn-01', token: keyAuthorization, tenantId: ORDERING, domain: 'again.example.test', keyAuthorization, certificateId: 'c3', expiresAt: inOneHour() });
+      store.acmeChallenges.put({
+        type: 'tls-alpn-01',
+        token: keyAuthorization,
+        tenantId: ORDERING,
+        domain: 'again.example.test',
+        keyAuthorization,
+        certificateId: 'c3',
+        expiresAt: inOneHour(),
+      });
     await put('first.thumbprint');
     const first = await responder.alpnChallengeCertificate('again.example.test', ORDERING);
     assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(first!.certPem, 'first.thumbprint'), true);
-    assert.equal(await responder.alpnChallengeCertificate('again.example.test', OTHER), undefined, "another tenant's proxy does not present it");
+    assert.equal(
+      await responder.alpnChallengeCertificate('again.example.test', OTHER),
+      undefined,
+      "another tenant's proxy does not present it",
+    );
     // The order is retried at once (well within the snapshot's maxAgeMs): new challenge, same domain.
     await store.acmeChallenges.deleteForCertificate('c3');
     await put('second.thumbprint');
@@ -125,12 +145,17 @@ describe('ACME challenge answers from the store', () => {
     });
     const ca = await TestCa.create('Proxy Test CA');
     const served = await ca.issue({ commonName: 'tls.example.test', dnsNames: ['tls.example.test'] });
-    const proxyServer = tls.createServer({ cert: served.certificatePem, key: served.privateKeyPem, ALPNProtocols: ['h2', 'http/1.1'] }, (socket) =>
-      socket.end('proxy\n'),
+    const proxyServer = tls.createServer(
+      { cert: served.certificatePem, key: served.privateKeyPem, ALPNProtocols: ['h2', 'http/1.1'] },
+      (socket) => socket.end('proxy\n'),
     );
     // One listener per tenant's proxy, each with the challenge server bound to its tenant.
-    const acmeServer = createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => responder.alpnChallengeCertificate(servername, ORDERING) });
-    const otherAcmeServer = createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => responder.alpnChallengeCertificate(servername, OTHER) });
+    const acmeServer = createAcmeTlsAlpnServer({
+      alpnChallengeCertificate: (servername) => responder.alpnChallengeCertificate(servername, ORDERING),
+    });
+    const otherAcmeServer = createAcmeTlsAlpnServer({
+      alpnChallengeCertificate: (servername) => responder.alpnChallengeCertificate(servername, OTHER),
+    });
     const hellos: (ClientHelloInfo | undefined)[] = [];
     const listen = async (validations: tls.Server, record: boolean) => {
       const server = net.createServer(async (socket) => {
@@ -158,7 +183,11 @@ describe('ACME challenge answers from the store', () => {
       for (const maxVersion of ['TLSv1.2', 'TLSv1.3'] as const) {
         const validation = await connect({ servername: 'tls.example.test', ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL], maxVersion });
         assert.equal(validation.alpn, ACME_TLS_ALPN_PROTOCOL, maxVersion);
-        assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(validation.certificate.toString(), keyAuthorization), true, maxVersion);
+        assert.equal(
+          acme.crypto.isAlpnCertificateAuthorizationValid(validation.certificate.toString(), keyAuthorization),
+          true,
+          maxVersion,
+        );
 
         const browser = await connect({ servername: 'tls.example.test', ALPNProtocols: ['h2', 'http/1.1'], maxVersion });
         assert.equal(browser.certificate.fingerprint256, served.fingerprint256, maxVersion);

@@ -67,7 +67,10 @@ export class AcmeChallengeResponder implements AcmeChallengeProvider {
   readonly challengeResponse = async (token: string, host: string | undefined, tenantId: string): Promise<string | undefined> => {
     const wanted = host ? normalizeDomain(host) : undefined;
     const match = (challenge: AcmeChallengeRecord) =>
-      challenge.type === 'http-01' && challenge.token === token && challenge.tenantId === tenantId && (wanted === undefined || challenge.domain === wanted);
+      challenge.type === 'http-01' &&
+      challenge.token === token &&
+      challenge.tenantId === tenantId &&
+      (wanted === undefined || challenge.domain === wanted);
     return (await this.#find(match))?.keyAuthorization;
   };
 
@@ -88,7 +91,10 @@ export class AcmeChallengeResponder implements AcmeChallengeProvider {
     return certificate;
   };
 
-  async #find(match: (challenge: AcmeChallengeRecord) => boolean, options: { fresh?: boolean } = {}): Promise<AcmeChallengeRecord | undefined> {
+  async #find(
+    match: (challenge: AcmeChallengeRecord) => boolean,
+    options: { fresh?: boolean } = {},
+  ): Promise<AcmeChallengeRecord | undefined> {
     const asked = performance.now();
     // A snapshot younger than maxAgeMs answers hits (unless `fresh`); a miss waits for a snapshot
     // read after it was asked, since the challenge may have been written just before the CA's request.

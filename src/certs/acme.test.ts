@@ -26,7 +26,12 @@ import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 /** Answers the directory and nonces, and refuses new accounts the way the test says. */
 class RefusingCa {
   requests: string[] = [];
-  refusal = { status: 429, type: 'urn:ietf:params:acme:error:rateLimited', detail: 'too many new registrations from this IP', retryAfter: '7200' };
+  refusal = {
+    status: 429,
+    type: 'urn:ietf:params:acme:error:rateLimited',
+    detail: 'too many new registrations from this IP',
+    retryAfter: '7200',
+  };
   readonly server = http.createServer((request, response) => {
     this.requests.push(`${request.method} ${request.url}`);
     const base = `http://127.0.0.1:${(this.server.address() as net.AddressInfo).port}`;
@@ -100,7 +105,14 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     });
 
     const startService = (options: Partial<ConstructorParameters<typeof AcmeService>[0]> = {}) => {
-      service = new AcmeService({ store, secrets, directoryUrl: ca.directoryUrl, scanIntervalMs: 3600_000, retryBaseMs: 60_000, ...options });
+      service = new AcmeService({
+        store,
+        secrets,
+        directoryUrl: ca.directoryUrl,
+        scanIntervalMs: 3600_000,
+        retryBaseMs: 60_000,
+        ...options,
+      });
       service.start();
       return service;
     };
@@ -111,7 +123,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       await acme.idle();
       const after = (await store.certificates.get(tenantId, record.id))!;
       assert.equal(after.status, 'PENDING');
-      assert.match(after.statusDetail ?? '', /attempt 1 failed: registering the ACME account: the CA answered 429 urn:ietf:params:acme:error:rateLimited: too many new registrations/);
+      assert.match(
+        after.statusDetail ?? '',
+        /attempt 1 failed: registering the ACME account: the CA answered 429 urn:ietf:params:acme:error:rateLimited: too many new registrations/,
+      );
       assert.equal(after.acme!.attempts, 1);
       const waitMs = Date.parse(after.acme!.nextAttemptAt!) - Date.now();
       assert.ok(waitMs > 7000_000 && waitMs <= 7200_000, `next attempt after Retry-After (in ${waitMs} ms)`);
@@ -172,7 +187,11 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const facts = certificateFacts(new crypto.X509Certificate(leaf.certificatePem));
       await store.certificates.markIssued(
         record.id,
-        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)) },
+        {
+          certificatePem: leaf.certificatePem,
+          chainPem: '',
+          sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)),
+        },
         facts,
         new Date(Date.now() - 1000).toISOString(),
       );
@@ -186,12 +205,15 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const now = (await store.certificates.get(tenantId, record.id))!;
       assert.equal(now.status, 'ISSUED', 'the certificate in use stays ISSUED');
       assert.equal(now.fingerprint, facts.fingerprint, 'and keeps its material');
-      assert.match(now.statusDetail ?? '', /^renewal failed \(attempt 1\): .*rateLimited.*; next attempt at .*; the current certificate stays in use until /);
+      assert.match(
+        now.statusDetail ?? '',
+        /^renewal failed \(attempt 1\): .*rateLimited.*; next attempt at .*; the current certificate stays in use until /,
+      );
       assert.match(now.acme!.lastRenewalError ?? '', /rateLimited/);
       assert.equal(await store.revision(), revision, 'a failed renewal changes nothing the edge serves');
       const alert = logger.lines.find((line) => line.level === 'error');
       assert.equal(alert?.message, 'acme: certificate renewal failed');
-      assert.equal((alert?.object as { certificateId?: string }).certificateId, record.id);
+      assert.equal((alert?.object as { certificateId?: string } | undefined)?.certificateId, record.id);
       assert.match(await registry.metrics(), /tps_acme_renewal_failures_total 1/);
 
       // The operator's "renew now" skips the backoff: one more attempt at once.
@@ -205,8 +227,17 @@ for (const kind of ['sqlite', 'postgres'] as const) {
 
     it('registers a new account when the CA says the stored one is deactivated', async () => {
       // An account stored earlier, which the CA now refuses.
-      const key = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/dead`, sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)) });
+      const key = crypto
+        .generateKeyPairSync('ec', { namedCurve: 'prime256v1' })
+        .privateKey.export({ format: 'pem', type: 'pkcs8' })
+        .toString();
+      await store.acmeAccounts.add({
+        directoryUrl: ca.directoryUrl,
+        tenantId,
+        email: null,
+        accountUrl: `${ca.directoryUrl}/dead`,
+        sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)),
+      });
       ca.refusal = { status: 403, type: 'urn:ietf:params:acme:error:unauthorized', detail: 'Account has been deactivated', retryAfter: '' };
       try {
         const record = await store.certificates.createAcme(tenantId, ['dead.example.test']);
@@ -216,17 +247,35 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         assert.ok(logger.lines.some((line) => line.message === 'acme: the CA refused the account; registering a new one'));
         assert.ok(ca.requests.includes('POST /order'), 'the order was tried with the stored account');
         assert.ok(ca.requests.includes('POST /acct'), 'then a new account was registered');
-        assert.equal(await store.acmeAccounts.get(ca.directoryUrl, tenantId), undefined, 'the dead account is forgotten (the new registration was refused too)');
+        assert.equal(
+          await store.acmeAccounts.get(ca.directoryUrl, tenantId),
+          undefined,
+          'the dead account is forgotten (the new registration was refused too)',
+        );
         const now = (await store.certificates.get(tenantId, record.id))!;
         assert.equal(now.status, 'PENDING', 'a refused registration is retried later, not a final failure');
       } finally {
-        ca.refusal = { status: 429, type: 'urn:ietf:params:acme:error:rateLimited', detail: 'too many new registrations from this IP', retryAfter: '7200' };
+        ca.refusal = {
+          status: 429,
+          type: 'urn:ietf:params:acme:error:rateLimited',
+          detail: 'too many new registrations from this IP',
+          retryAfter: '7200',
+        };
       }
     });
 
     it('replaces a dead account found while updating its contact e-mail', async () => {
-      const key = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-      await store.acmeAccounts.add({ directoryUrl: ca.directoryUrl, tenantId, email: null, accountUrl: `${ca.directoryUrl}/old`, sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)) });
+      const key = crypto
+        .generateKeyPairSync('ec', { namedCurve: 'prime256v1' })
+        .privateKey.export({ format: 'pem', type: 'pkcs8' })
+        .toString();
+      await store.acmeAccounts.add({
+        directoryUrl: ca.directoryUrl,
+        tenantId,
+        email: null,
+        accountUrl: `${ca.directoryUrl}/old`,
+        sealedPrivateKey: secrets.seal(key, acmeAccountKeyBinding(ca.directoryUrl, tenantId)),
+      });
       ca.refusal = { status: 403, type: 'urn:ietf:params:acme:error:unauthorized', detail: 'Account has been deactivated', retryAfter: '' };
       try {
         await store.certificates.createAcme(tenantId, ['contact.example.test']);
@@ -238,7 +287,12 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         assert.ok(logger.lines.some((line) => line.message === 'acme: the CA refused the account; registering a new one'));
         assert.equal(await store.acmeAccounts.get(ca.directoryUrl, tenantId), undefined);
       } finally {
-        ca.refusal = { status: 429, type: 'urn:ietf:params:acme:error:rateLimited', detail: 'too many new registrations from this IP', retryAfter: '7200' };
+        ca.refusal = {
+          status: 429,
+          type: 'urn:ietf:params:acme:error:rateLimited',
+          detail: 'too many new registrations from this IP',
+          retryAfter: '7200',
+        };
       }
     });
 
@@ -265,22 +319,40 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const acme = new AcmeService({ store, secrets, directoryUrl: ca.directoryUrl });
       const backend = { hosts: [{ address: '127.0.0.12', port: 8080 }] };
       assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01'], 'no proxy yet: HTTP-01 first');
-      const config = await store.trafficConfigs.create(tenant, 'httpProxy', { frontend: { ipv4: '127.0.0.62', port: 80 }, backend } as unknown as StoredAttributes);
+      const config = await store.trafficConfigs.create(tenant, 'httpProxy', {
+        frontend: { ipv4: '127.0.0.62', port: 80 },
+        backend,
+      } as unknown as StoredAttributes);
       assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01']);
       // The spec's procedure: PUT on 443 with the certificate while it is still PENDING. Port 80
       // is still served (the interim attributes) and answers HTTP-01.
-      await store.trafficConfigs.replace(config.tenantId, config, { frontend: { ipv4: '127.0.0.62', port: 443, certificateId: record.id }, backend } as unknown as StoredAttributes);
-      assert.deepEqual(await acme.challengeTypes(record), ['http-01', 'tls-alpn-01'], 'port 80 still served while the certificate is pending');
+      await store.trafficConfigs.replace(config.tenantId, config, {
+        frontend: { ipv4: '127.0.0.62', port: 443, certificateId: record.id },
+        backend,
+      } as unknown as StoredAttributes);
+      assert.deepEqual(
+        await acme.challengeTypes(record),
+        ['http-01', 'tls-alpn-01'],
+        'port 80 still served while the certificate is pending',
+      );
       // Issued: port 80 is given up, and a renewal validates on 443.
       const leaf = await (await TestCa.create('Choice CA')).issue({ commonName: 'shop.example.test', dnsNames: ['shop.example.test'] });
       await store.certificates.markIssued(
         record.id,
-        { certificatePem: leaf.certificatePem, chainPem: '', sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)) },
+        {
+          certificatePem: leaf.certificatePem,
+          chainPem: '',
+          sealedPrivateKey: secrets.seal(leaf.privateKeyPem, certificateKeyBinding(record)),
+        },
         certificateFacts(new crypto.X509Certificate(leaf.certificatePem)),
         new Date(Date.now() + 3600_000).toISOString(),
       );
       assert.equal((await store.trafficConfigs.get(tenant, config.id))!.interimAttributes, undefined);
-      assert.deepEqual(await acme.challengeTypes(record), ['tls-alpn-01', 'http-01'], 'port 80 gone, the proxy serves this certificate on 443');
+      assert.deepEqual(
+        await acme.challengeTypes(record),
+        ['tls-alpn-01', 'http-01'],
+        'port 80 gone, the proxy serves this certificate on 443',
+      );
       await acme.stop();
     });
 
@@ -311,7 +383,11 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         const later = new Date(Date.now() + 60_000).toISOString();
         assert.equal(await store.certificates.claimAcme(record.id, 'next-process', later, now), false, 'leased while it runs');
         await acme.stop(50);
-        assert.equal(await store.certificates.claimAcme(record.id, 'next-process', later, new Date().toISOString()), true, 'free once the service stopped');
+        assert.equal(
+          await store.certificates.claimAcme(record.id, 'next-process', later, new Date().toISOString()),
+          true,
+          'free once the service stopped',
+        );
         await store.certificates.releaseAcme(record.id, 'next-process');
         assert.equal((await store.certificates.get(tenant, record.id))!.status, 'PENDING');
       } finally {

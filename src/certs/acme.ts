@@ -156,7 +156,9 @@ function noteResponse(context: CallContext | undefined, response: AxiosLikeRespo
           status: response.status,
           ...(typeof body.type === 'string' && { type: body.type }),
           ...(typeof body.detail === 'string' && { detail: body.detail }),
-          ...(retryAfterMs(response.headers['retry-after']) !== undefined && { retryAfterMs: retryAfterMs(response.headers['retry-after'])! }),
+          ...(retryAfterMs(response.headers['retry-after']) !== undefined && {
+            retryAfterMs: retryAfterMs(response.headers['retry-after'])!,
+          }),
         }
       : { status: response.status };
 }
@@ -166,7 +168,9 @@ function installAdapter(): void {
   if (adapterInstalled) return;
   adapterInstalled = true;
   // The axios module acme-client itself loaded, for its HTTP adapter.
-  const axiosOfAcme = createRequire(createRequire(import.meta.url).resolve('acme-client'))('axios') as { getAdapter(name: string): Adapter };
+  const axiosOfAcme = createRequire(createRequire(import.meta.url).resolve('acme-client'))('axios') as {
+    getAdapter(name: string): Adapter;
+  };
   const httpAdapter = axiosOfAcme.getAdapter('http');
   const instance = acme.axios as unknown as { defaults: { adapter: unknown; acmeSettings: { retryMaxAttempts: number } } };
   instance.defaults.acmeSettings.retryMaxAttempts = 0;
@@ -199,7 +203,10 @@ function classify(error: unknown, context: CallContext, step: string): AcmeFailu
     const type = last.type ?? '';
     const detail = `${step}: the CA answered ${last.status}${type ? ` ${type}` : ''}: ${last.detail ?? message}`;
     if (type === `${PROBLEM}rateLimited` || last.status === 429) return new AcmeFailure('transient', detail, last.retryAfterMs);
-    if (type === `${PROBLEM}accountDoesNotExist` || (type === `${PROBLEM}unauthorized` && /deactivated|revoked|does not exist/i.test(last.detail ?? ''))) {
+    if (
+      type === `${PROBLEM}accountDoesNotExist` ||
+      (type === `${PROBLEM}unauthorized` && /deactivated|revoked|does not exist/i.test(last.detail ?? ''))
+    ) {
       return new AcmeFailure('account', detail);
     }
     if (last.status >= 500 || type === `${PROBLEM}serverInternal` || type === `${PROBLEM}badNonce`) {
@@ -219,7 +226,8 @@ interface AccountInUse {
 }
 
 export class AcmeService {
-  readonly #o: Required<Omit<AcmeServiceOptions, 'email' | 'caBundlePem' | 'registry' | 'logger'>> & Pick<AcmeServiceOptions, 'email' | 'logger'>;
+  readonly #o: Required<Omit<AcmeServiceOptions, 'email' | 'caBundlePem' | 'registry' | 'logger'>> &
+    Pick<AcmeServiceOptions, 'email' | 'logger'>;
   readonly #agent: https.Agent | undefined;
   readonly #owner: string;
   readonly #running = new Map<string, Promise<void>>();
@@ -373,22 +381,34 @@ export class AcmeService {
   async #work(record: CertificateRecord): Promise<void> {
     const { store, logger } = this.#o;
     const renewal = record.status === 'ISSUED';
-    const keepLease = setInterval(() => {
-      void store.certificates.claimAcme(record.id, this.#owner, this.#leaseUntil(), new Date().toISOString()).catch(() => {});
-    }, Math.max(1000, this.#o.leaseMs / 3));
+    const keepLease = setInterval(
+      () => {
+        void store.certificates.claimAcme(record.id, this.#owner, this.#leaseUntil(), new Date().toISOString()).catch(() => {});
+      },
+      Math.max(1000, this.#o.leaseMs / 3),
+    );
     keepLease.unref();
     try {
       const issued = await this.#attemptWithAccount(record);
       const saved = await store.certificates.markIssued(record.id, issued.material, issued.facts, this.#renewAfter(issued.facts));
       this.#counters?.orders.inc({ result: renewal ? 'renewed' : 'issued' });
       logger?.info(
-        { certificateId: record.id, tenantId: record.tenantId, domains: record.domains, notAfter: issued.facts.notAfter, renewal, saved: saved !== undefined },
+        {
+          certificateId: record.id,
+          tenantId: record.tenantId,
+          domains: record.domains,
+          notAfter: issued.facts.notAfter,
+          renewal,
+          saved: saved !== undefined,
+        },
         renewal ? 'acme: certificate renewed' : 'acme: certificate issued',
       );
     } catch (error) {
-      await this.#failed(record, error instanceof AcmeFailure ? error : new AcmeFailure('transient', (error as Error)?.message ?? String(error)), renewal).catch(
-        (writeError: unknown) => logger?.error({ err: writeError, certificateId: record.id }, 'acme: recording a failure failed'),
-      );
+      await this.#failed(
+        record,
+        error instanceof AcmeFailure ? error : new AcmeFailure('transient', (error as Error)?.message ?? String(error)),
+        renewal,
+      ).catch((writeError: unknown) => logger?.error({ err: writeError, certificateId: record.id }, 'acme: recording a failure failed'));
     } finally {
       clearInterval(keepLease);
       await store.acmeChallenges.deleteForCertificate(record.id).catch(() => {});
@@ -403,7 +423,10 @@ export class AcmeService {
       const detail = failure.kind === 'final' ? failure.message : `gave up after ${attempts} attempts: ${failure.message}`;
       await store.certificates.markFailed(record.id, detail);
       this.#counters?.orders.inc({ result: 'failed' });
-      logger?.warn({ certificateId: record.id, tenantId: record.tenantId, domains: record.domains, detail }, 'acme: certificate request failed');
+      logger?.warn(
+        { certificateId: record.id, tenantId: record.tenantId, domains: record.domains, detail },
+        'acme: certificate request failed',
+      );
       return;
     }
     // Backoff: base * 2^(attempts-1), capped, with a little jitter; a rate limit's Retry-After wins
@@ -416,17 +439,33 @@ export class AcmeService {
     const detail = renewal
       ? `renewal failed (attempt ${attempts}): ${failure.message}; next attempt at ${nextAttemptAt}; the current certificate stays in use until ${record.notAfter ?? 'its expiry'}`
       : `attempt ${attempts} failed: ${failure.message}; next attempt at ${nextAttemptAt}`;
-    await store.certificates.markAttemptFailed(record.id, { detail, renewalError: renewal ? failure.message : null, attempts, nextAttemptAt });
+    await store.certificates.markAttemptFailed(record.id, {
+      detail,
+      renewalError: renewal ? failure.message : null,
+      attempts,
+      nextAttemptAt,
+    });
     if (renewal) {
       this.#counters?.renewalFailures.inc();
       this.#counters?.orders.inc({ result: 'renewal_failed' });
       logger?.error(
-        { certificateId: record.id, tenantId: record.tenantId, domains: record.domains, attempts, nextAttemptAt, notAfter: record.notAfter, detail: failure.message },
+        {
+          certificateId: record.id,
+          tenantId: record.tenantId,
+          domains: record.domains,
+          attempts,
+          nextAttemptAt,
+          notAfter: record.notAfter,
+          detail: failure.message,
+        },
         'acme: certificate renewal failed',
       );
     } else {
       this.#counters?.orders.inc({ result: 'retry' });
-      logger?.warn({ certificateId: record.id, tenantId: record.tenantId, attempts, nextAttemptAt, detail: failure.message }, 'acme: attempt failed, will retry');
+      logger?.warn(
+        { certificateId: record.id, tenantId: record.tenantId, attempts, nextAttemptAt, detail: failure.message },
+        'acme: attempt failed, will retry',
+      );
     }
   }
 
@@ -450,7 +489,10 @@ export class AcmeService {
     } catch (error) {
       if (!(error instanceof AcmeFailure) || error.kind !== 'account') throw error;
       // The CA no longer knows the account (deactivated, or its key revoked): register a new one, once.
-      this.#o.logger?.warn({ tenantId, accountUrl: account.url, detail: error.message }, 'acme: the CA refused the account; registering a new one');
+      this.#o.logger?.warn(
+        { tenantId, accountUrl: account.url, detail: error.message },
+        'acme: the CA refused the account; registering a new one',
+      );
       await this.#o.store.acmeAccounts.forget(this.#o.directoryUrl, tenantId, account.url);
       if (this.#accounts.get(tenantId)?.url === account.url) this.#accounts.delete(tenantId);
       const fresh = await this.#ensureAccount(tenantId);
@@ -467,7 +509,10 @@ export class AcmeService {
   #precheck(record: CertificateRecord): void {
     if (record.domains.length === 0) throw new AcmeFailure('final', 'the certificate names no domain');
     if (record.domains.length > this.#o.maxNames) {
-      throw new AcmeFailure('final', `the certificate names ${record.domains.length} domains; the CA accepts at most ${this.#o.maxNames} per certificate`);
+      throw new AcmeFailure(
+        'final',
+        `the certificate names ${record.domains.length} domains; the CA accepts at most ${this.#o.maxNames} per certificate`,
+      );
     }
     const wildcard = record.domains.find((domain) => domain.includes('*'));
     if (wildcard) throw new AcmeFailure('final', `${wildcard}: wildcard names need DNS-01 validation, which this service does not offer`);
@@ -510,7 +555,10 @@ export class AcmeService {
         const contact = email ? [`mailto:${email}`] : [];
         const stored = await store.acmeAccounts.get(directoryUrl, tenantId);
         if (stored) {
-          const account = { url: stored.accountUrl, keyPem: secrets.open(stored.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)) };
+          const account = {
+            url: stored.accountUrl,
+            keyPem: secrets.open(stored.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)),
+          };
           let alive = true;
           if ((stored.email ?? null) !== (email ?? null)) {
             const context = this.#context();
@@ -522,7 +570,10 @@ export class AcmeService {
             } catch (error) {
               if (!(error instanceof AcmeFailure) || error.kind !== 'account') throw error;
               // Dead already: register a new account below.
-              this.#o.logger?.warn({ tenantId, accountUrl: account.url, detail: error.message }, 'acme: the CA refused the account; registering a new one');
+              this.#o.logger?.warn(
+                { tenantId, accountUrl: account.url, detail: error.message },
+                'acme: the CA refused the account; registering a new one',
+              );
               await store.acmeAccounts.forget(directoryUrl, tenantId, account.url);
               alive = false;
             }
@@ -546,7 +597,10 @@ export class AcmeService {
           sealedPrivateKey: secrets.seal(keyPem, acmeAccountKeyBinding(directoryUrl, tenantId)),
         });
         this.#o.logger?.info({ directoryUrl, tenantId, accountUrl: kept.accountUrl }, 'acme: account registered');
-        const account = { url: kept.accountUrl, keyPem: secrets.open(kept.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)) };
+        const account = {
+          url: kept.accountUrl,
+          keyPem: secrets.open(kept.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)),
+        };
         this.#accounts.set(tenantId, account);
         return account;
       } finally {
@@ -566,8 +620,13 @@ export class AcmeService {
     const configs = await this.#o.store.trafficConfigs.list(record.tenantId);
     const httpConfigs = configs.filter((config) => config.type === 'httpProxy');
     const http = httpConfigs.map((config) => config.attributes as HttpProxyAttributes);
-    const served = [...http, ...httpConfigs.flatMap((config) => (config.interimAttributes ? [config.interimAttributes as HttpProxyAttributes] : []))];
-    const plainOnPort80 = served.some((attributes) => attributes.frontend.port === this.#o.httpChallengePort && !attributes.frontend.certificateId);
+    const served = [
+      ...http,
+      ...httpConfigs.flatMap((config) => (config.interimAttributes ? [config.interimAttributes as HttpProxyAttributes] : [])),
+    ];
+    const plainOnPort80 = served.some(
+      (attributes) => attributes.frontend.port === this.#o.httpChallengePort && !attributes.frontend.certificateId,
+    );
     if (plainOnPort80) return ['http-01', 'tls-alpn-01'];
     const servesThis = http.some((attributes) => attributes.frontend.certificateId === record.id);
     return servesThis ? ['tls-alpn-01', 'http-01'] : ['http-01', 'tls-alpn-01'];
@@ -627,18 +686,29 @@ export class AcmeService {
         }
       }
 
-      const keyPem = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
+      const keyPem = crypto
+        .generateKeyPairSync('ec', { namedCurve: 'prime256v1' })
+        .privateKey.export({ format: 'pem', type: 'pkcs8' })
+        .toString();
       const commonName = record.domains.find((domain) => domain.length <= 64);
-      const [, csr] = await acme.crypto.createCsr({ ...(commonName !== undefined && { commonName }), altNames: [...record.domains] }, keyPem);
+      const [, csr] = await acme.crypto.createCsr(
+        { ...(commonName !== undefined && { commonName }), altNames: [...record.domains] },
+        keyPem,
+      );
       order = await call('finalizing the order', () => client.finalizeOrder(order, csr));
       const chain = await call('downloading the certificate', () => client.getCertificate(order));
 
       const [leafPem, ...intermediates] = pemBlocks(chain);
       if (!leafPem) throw new AcmeFailure('transient', 'the CA returned no certificate');
       const leaf = new X509Certificate(leafPem);
-      if (!leaf.checkPrivateKey(crypto.createPrivateKey(keyPem))) throw new AcmeFailure('final', 'the CA returned a certificate for another key');
+      if (!leaf.checkPrivateKey(crypto.createPrivateKey(keyPem)))
+        throw new AcmeFailure('final', 'the CA returned a certificate for another key');
       return {
-        material: { certificatePem: leaf.toString(), chainPem: intermediates.join(''), sealedPrivateKey: this.#o.secrets.seal(keyPem, certificateKeyBinding(record)) },
+        material: {
+          certificatePem: leaf.toString(),
+          chainPem: intermediates.join(''),
+          sealedPrivateKey: this.#o.secrets.seal(keyPem, certificateKeyBinding(record)),
+        },
         facts: certificateFacts(leaf),
       };
     });
@@ -653,7 +723,7 @@ export class AcmeService {
     type: string,
     error: Error,
   ): Promise<AcmeFailure> {
-    let authorizations;
+    let authorizations: Awaited<ReturnType<typeof client.getAuthorizations>>;
     try {
       authorizations = await this.#call(context, 'reading the authorizations', () => client.getAuthorizations(order));
     } catch (readError) {

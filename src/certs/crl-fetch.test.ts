@@ -163,8 +163,14 @@ describe('CRL check off the event loop', () => {
     try {
       const crl = await verifier.verify(Buffer.from(await ca.crlPem()), ca.certificatePem);
       assert.deepEqual(crl.revokedSerials, [revoked.serialNumber.toLowerCase()]);
-      await assert.rejects(verifier.verify(Buffer.from('<html>not a crl</html>'), ca.certificatePem), (error: unknown) => error instanceof CrlError && error.problem === 'not-a-crl');
-      await assert.rejects(verifier.verify(Buffer.from(await other.crlPem()), ca.certificatePem), (error: unknown) => error instanceof CrlError && error.problem === 'not-this-ca');
+      await assert.rejects(
+        verifier.verify(Buffer.from('<html>not a crl</html>'), ca.certificatePem),
+        (error: unknown) => error instanceof CrlError && error.problem === 'not-a-crl',
+      );
+      await assert.rejects(
+        verifier.verify(Buffer.from(await other.crlPem()), ca.certificatePem),
+        (error: unknown) => error instanceof CrlError && error.problem === 'not-this-ca',
+      );
       await verifier.close();
       // A closed verifier starts a new thread for the next CRL.
       assert.equal((await verifier.verify(Buffer.from(await ca.crlPem()), ca.certificatePem)).revokedSerials.length, 1);
@@ -190,7 +196,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     let dir: string;
     let store: Store;
     let server: TestServer;
-    let held: http.ServerResponse[] = [];
+    const held: http.ServerResponse[] = [];
     let releaseAll = false;
     let crlPem = '';
 
@@ -224,7 +230,13 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       });
       const record = await store.caCertificates.create(tenantId, [0, 1, 2, 3, 4].map(entry));
       const { guard } = recordingOriginGuard({ allowedNetworks: [`${ALLOWED_IP}/32`] });
-      const service = new CrlService({ store, originGuard: guard, concurrency: 2, watchIntervalMs: 3_600_000, refreshIntervalMs: 3_600_000 });
+      const service = new CrlService({
+        store,
+        originGuard: guard,
+        concurrency: 2,
+        watchIntervalMs: 3_600_000,
+        refreshIntervalMs: 3_600_000,
+      });
       try {
         const pass = service.refreshAll();
         const deadline = Date.now() + 5_000;
@@ -238,7 +250,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         await pass;
         assert.equal(server.requests.length, 5);
         const shown = (await store.caCertificates.get(tenantId, record.id))!.entries;
-        assert.ok(shown.every((e) => e.crl?.error === null && e.crl.fetchedAt !== null), JSON.stringify(shown.map((e) => e.crl)));
+        assert.ok(
+          shown.every((e) => e.crl?.error === null && e.crl.fetchedAt !== null),
+          JSON.stringify(shown.map((e) => e.crl)),
+        );
       } finally {
         await service.stop();
       }
@@ -248,7 +263,13 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const ca = await TestCa.create('Generic CA');
       const tenantId = (await store.tenants.create('crl-generic')).id;
       const certificate = new X509Certificate(ca.certificatePem);
-      const entry = (crlUrl: string) => ({ certificate: ca.certificatePem, crlUrl, subject: 'CN=Generic CA', fingerprint: certificate.fingerprint256, notAfter: certificate.validToDate.toISOString() });
+      const entry = (crlUrl: string) => ({
+        certificate: ca.certificatePem,
+        crlUrl,
+        subject: 'CN=Generic CA',
+        fingerprint: certificate.fingerprint256,
+        notAfter: certificate.validToDate.toISOString(),
+      });
       const closedPort = await new Promise<number>((resolve) => {
         const probe = net.createServer().listen(0, ALLOWED_IP, () => {
           const { port } = probe.address() as net.AddressInfo;

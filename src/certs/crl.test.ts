@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
+import type net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -40,7 +40,13 @@ class CrlServer {
 
 function entryOf(ca: TestCa, crlUrl: string): CaCertificateEntry {
   const certificate = new X509Certificate(ca.certificatePem);
-  return { certificate: ca.certificatePem, crlUrl, subject: `CN=${ca.name}`, fingerprint: certificate.fingerprint256, notAfter: certificate.validToDate.toISOString() };
+  return {
+    certificate: ca.certificatePem,
+    crlUrl,
+    subject: `CN=${ca.name}`,
+    fingerprint: certificate.fingerprint256,
+    notAfter: certificate.validToDate.toISOString(),
+  };
 }
 
 /**
@@ -91,7 +97,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     let service: CrlService;
     /** What the service told the operator's log. */
     const warnings: { object: Record<string, unknown>; message: string }[] = [];
-    const logger = { info: () => {}, warn: (object: object, message: string) => warnings.push({ object: object as Record<string, unknown>, message }) };
+    const logger = {
+      info: () => {},
+      warn: (object: object, message: string) => warnings.push({ object: object as Record<string, unknown>, message }),
+    };
 
     before(async () => {
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-crl-'));
@@ -118,7 +127,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const crl = await verifyCrl(await clientCa.crlPem(), clientCa.certificatePem);
       assert.deepEqual(crl.revokedSerials, [revoked.serialNumber.toLowerCase()]);
       assert.ok(crl.nextUpdate && crl.nextUpdate > new Date().toISOString());
-      await assert.rejects(verifyCrl(await otherCa.crlPem(), clientCa.certificatePem), /issued by "CN=Other CA", not by the CA "CN=Client CA"/);
+      await assert.rejects(
+        verifyCrl(await otherCa.crlPem(), clientCa.certificatePem),
+        /issued by "CN=Other CA", not by the CA "CN=Client CA"/,
+      );
       await assert.rejects(verifyCrl('not a crl', clientCa.certificatePem), /not a certificate revocation list/);
     });
 
@@ -175,7 +187,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       await service.refreshAll();
       shown = (await store.caCertificates.get(tenantId, id))!.entries[0]!.crl!;
       assert.equal(shown.error, CRL_FETCH_FAILED);
-      assert.ok(warnings.some((w) => /answered HTTP 500/.test(String(w.object.error)) && w.object.reason === 'status'), JSON.stringify(warnings));
+      assert.ok(
+        warnings.some((w) => /answered HTTP 500/.test(String(w.object.error)) && w.object.reason === 'status'),
+        JSON.stringify(warnings),
+      );
       assert.ok(shown.fetchedAt, 'the time of the last good fetch stays visible');
       assert.deepEqual(await service.crlsFor([id]), [lastGood]);
 
@@ -185,7 +200,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       await service.refreshAll();
       shown = (await store.caCertificates.get(tenantId, id))!.entries[0]!.crl!;
       assert.equal(shown.error, CRL_FETCH_FAILED, 'a closed port reads the same as an error status');
-      assert.ok(warnings.some((w) => /ECONNREFUSED/.test(String(w.object.error)) && w.object.reason === 'network'), JSON.stringify(warnings));
+      assert.ok(
+        warnings.some((w) => /ECONNREFUSED/.test(String(w.object.error)) && w.object.reason === 'network'),
+        JSON.stringify(warnings),
+      );
       assert.deepEqual(await service.crlsFor([id]), [lastGood]);
       assert.equal(await store.revision(), revision, 'failed fetches change nothing the edge serves');
 

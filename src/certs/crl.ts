@@ -33,7 +33,8 @@ import { CrlVerifier } from './crl-verifier.ts';
 export { CrlError, crlPem, verifyCrl, type VerifiedCrl } from './crl-verify.ts';
 
 /** What the tenant is told about any fetch that failed; the operator's log has the reason. */
-export const CRL_FETCH_FAILED = "the CRL could not be fetched from crlUrl (the service's operators have the reason); the last good CRL, if any, stays in use";
+export const CRL_FETCH_FAILED =
+  "the CRL could not be fetched from crlUrl (the service's operators have the reason); the last good CRL, if any, stays in use";
 
 /** Why a fetch failed, as counted (`tps_crl_fetch_failures_total{reason}`). */
 export type CrlFetchFailure = 'origin-refused' | 'status' | 'redirects' | 'too-large' | 'timeout' | 'network';
@@ -82,7 +83,12 @@ export async function downloadCrl(url: string, options: CrlDownloadOptions): Pro
     }
     let response: Dispatcher.ResponseData;
     try {
-      response = await request(current, { dispatcher: options.dispatcher, method: 'GET', signal, headers: { accept: 'application/pkix-crl, */*' } });
+      response = await request(current, {
+        dispatcher: options.dispatcher,
+        method: 'GET',
+        signal,
+        headers: { accept: 'application/pkix-crl, */*' },
+      });
     } catch (error) {
       throw failure(url, current, error, timeoutMs);
     }
@@ -91,7 +97,10 @@ export async function downloadCrl(url: string, options: CrlDownloadOptions): Pro
       await body.dump().catch(() => {});
       const location = headers.location;
       if (typeof location !== 'string' || redirects >= MAX_CRL_REDIRECTS) {
-        throw new CrlFetchError('redirects', `GET ${url}: ${typeof location !== 'string' ? `HTTP ${statusCode} without a Location` : `more than ${MAX_CRL_REDIRECTS} redirects`}`);
+        throw new CrlFetchError(
+          'redirects',
+          `GET ${url}: ${typeof location !== 'string' ? `HTTP ${statusCode} without a Location` : `more than ${MAX_CRL_REDIRECTS} redirects`}`,
+        );
       }
       current = new URL(location, current);
       continue;
@@ -313,12 +322,15 @@ export class CrlService {
         revokedCount: crl.revokedSerials.length,
       };
       const { changed } = await store.crlCache.recordSuccess(key, crl, at, status);
-      if (changed) this.#logger?.info({ caCertificateId, entryIndex, crlUrl, revoked: crl.revokedSerials.length }, 'crl: new revocation list in use');
+      if (changed)
+        this.#logger?.info({ caCertificateId, entryIndex, crlUrl, revoked: crl.revokedSerials.length }, 'crl: new revocation list in use');
     } catch (error) {
       // A failed fetch says nothing to the tenant beyond that it failed (see the module comment).
       const described = error instanceof CrlError && error.problem === 'not-this-ca';
       const message = described ? error.message : CRL_FETCH_FAILED;
-      this.#failures?.inc({ reason: error instanceof CrlFetchError ? error.reason : error instanceof CrlError ? error.problem : 'check-failed' });
+      this.#failures?.inc({
+        reason: error instanceof CrlFetchError ? error.reason : error instanceof CrlError ? error.problem : 'check-failed',
+      });
       // a failure leaves the last good CRL (and its dates) as it is
       const previous = (await store.crlCache.list([caCertificateId])).find((row) => row.entryIndex === entryIndex);
       const status: CrlStatus = {
@@ -330,7 +342,14 @@ export class CrlService {
       };
       await store.crlCache.recordFailure(key, message, at, status);
       this.#logger?.warn(
-        { caCertificateId, entryIndex, crlUrl, error: (error as Error).message, ...(error instanceof CrlFetchError && { reason: error.reason }), keptFrom: status.fetchedAt },
+        {
+          caCertificateId,
+          entryIndex,
+          crlUrl,
+          error: (error as Error).message,
+          ...(error instanceof CrlFetchError && { reason: error.reason }),
+          keptFrom: status.fetchedAt,
+        },
         'crl: fetch failed; the last good CRL stays in use',
       );
     }

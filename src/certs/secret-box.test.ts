@@ -115,7 +115,7 @@ describe('sealed keys in the store', () => {
     );
   };
 
-  it('a key moved into another tenant\'s certificate row does not open there', async () => {
+  it("a key moved into another tenant's certificate row does not open there", async () => {
     const a = await store.tenants.create('a');
     const b = await store.tenants.create('b');
     const ofA = await customerCertificate(a.id);
@@ -134,9 +134,26 @@ describe('sealed keys in the store', () => {
     const legacyAccount = sealLegacyForTest(key, 'account key');
     const foreign = sealLegacyForTest(crypto.randomBytes(32), 'sealed under another master key');
     await store.db.run('UPDATE certificates SET private_key = ? WHERE id = ?', [legacyCertificate, certificate.id]);
-    await store.signingKeys.insertFirst({ kid: 'kid-1', publicJwk: '{}', sealedPrivateKey: legacySigning, createdAt: new Date().toISOString() });
-    await store.acmeAccounts.add({ directoryUrl: 'https://acme.example.test/directory', tenantId: tenant.id, email: null, accountUrl: 'https://acme.example.test/acct/1', sealedPrivateKey: legacyAccount });
-    await store.acmeAccounts.add({ directoryUrl: 'https://other.example.test/directory', tenantId: tenant.id, email: null, accountUrl: 'https://other.example.test/acct/1', sealedPrivateKey: foreign });
+    await store.signingKeys.insertFirst({
+      kid: 'kid-1',
+      publicJwk: '{}',
+      sealedPrivateKey: legacySigning,
+      createdAt: new Date().toISOString(),
+    });
+    await store.acmeAccounts.add({
+      directoryUrl: 'https://acme.example.test/directory',
+      tenantId: tenant.id,
+      email: null,
+      accountUrl: 'https://acme.example.test/acct/1',
+      sealedPrivateKey: legacyAccount,
+    });
+    await store.acmeAccounts.add({
+      directoryUrl: 'https://other.example.test/directory',
+      tenantId: tenant.id,
+      email: null,
+      accountUrl: 'https://other.example.test/acct/1',
+      sealedPrivateKey: foreign,
+    });
 
     const result = await upgradeSealedSecrets(store, box, silent);
     assert.deepEqual(result, { upgraded: 3, failed: 1 });
@@ -147,7 +164,11 @@ describe('sealed keys in the store', () => {
     assert.equal(box.open(signing!.sealedPrivateKey, signingKeyBinding('kid-1')), 'signing key');
     const account = (await store.acmeAccounts.get('https://acme.example.test/directory', tenant.id))!;
     assert.equal(box.open(account.sealedPrivateKey, acmeAccountKeyBinding(account.directoryUrl, tenant.id)), 'account key');
-    assert.equal((await store.acmeAccounts.get('https://other.example.test/directory', tenant.id))!.sealedPrivateKey, foreign, 'nothing stored is lost');
+    assert.equal(
+      (await store.acmeAccounts.get('https://other.example.test/directory', tenant.id))!.sealedPrivateKey,
+      foreign,
+      'nothing stored is lost',
+    );
 
     // Idempotent: a second start (or a second node) finds nothing more to do.
     assert.deepEqual(await upgradeSealedSecrets(store, box, silent), { upgraded: 0, failed: 1 });

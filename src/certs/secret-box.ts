@@ -38,7 +38,11 @@ export const certificateKeyBinding = (record: { id: string; tenantId: string }):
   tenantId: record.tenantId,
 });
 export const signingKeyBinding = (kid: string): SealBinding => ({ table: 'signing_keys', id: kid });
-export const acmeAccountKeyBinding = (directoryUrl: string, tenantId: string): SealBinding => ({ table: 'acme_accounts', id: directoryUrl, tenantId });
+export const acmeAccountKeyBinding = (directoryUrl: string, tenantId: string): SealBinding => ({
+  table: 'acme_accounts',
+  id: directoryUrl,
+  tenantId,
+});
 
 /** A sealed value that does not open: wrong key, wrong row, altered, or not a sealed value at all. */
 export class SealedSecretError extends Error {}
@@ -76,7 +80,7 @@ export class SecretBox {
     fs.mkdirSync(settings.dataDir, { recursive: true });
     try {
       // 'wx' fails if the file exists, so two processes starting together cannot both create one.
-      fs.writeFileSync(file, crypto.randomBytes(32).toString('base64') + '\n', { flag: 'wx', mode: 0o600 });
+      fs.writeFileSync(file, `${crypto.randomBytes(32).toString('base64')}\n`, { flag: 'wx', mode: 0o600 });
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
     }

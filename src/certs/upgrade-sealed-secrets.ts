@@ -12,7 +12,11 @@ export interface UpgradeLogger {
   error(details: object, message: string): void;
 }
 
-export async function upgradeSealedSecrets(store: Store, secrets: SecretBox, logger: UpgradeLogger): Promise<{ upgraded: number; failed: number }> {
+export async function upgradeSealedSecrets(
+  store: Store,
+  secrets: SecretBox,
+  logger: UpgradeLogger,
+): Promise<{ upgraded: number; failed: number }> {
   let upgraded = 0;
   let failed = 0;
   for (const secret of await store.sealedSecrets.withPrefix('v1:')) {
@@ -22,7 +26,10 @@ export async function upgradeSealedSecrets(store: Store, secrets: SecretBox, log
       next = secrets.upgrade(secret.sealed, secret.binding);
     } catch (error) {
       failed++;
-      logger.error({ table: secret.binding.table, id: secret.binding.id, err: (error as Error).message }, 'a sealed private key does not open with this master key; left as it is');
+      logger.error(
+        { table: secret.binding.table, id: secret.binding.id, err: (error as Error).message },
+        'a sealed private key does not open with this master key; left as it is',
+      );
       continue;
     }
     if (await store.sealedSecrets.replace(secret, next)) upgraded++;

@@ -85,7 +85,11 @@ export function certificateFacts(certificate: X509Certificate): CertificateFacts
 
 function checkDates(certificate: X509Certificate, field: string, now: Date): void {
   if (now < certificate.validFromDate) {
-    throw new CertificateCheckError('CERTIFICATE_NOT_YET_VALID', field, `${field} is valid only from ${certificate.validFromDate.toISOString()}`);
+    throw new CertificateCheckError(
+      'CERTIFICATE_NOT_YET_VALID',
+      field,
+      `${field} is valid only from ${certificate.validFromDate.toISOString()}`,
+    );
   }
   if (now > certificate.validToDate) {
     throw new CertificateCheckError('CERTIFICATE_EXPIRED', field, `${field} expired on ${certificate.validToDate.toISOString()}`);
@@ -167,6 +171,7 @@ export function checkCaCertificate(pem: string, field: string): X509Certificate 
     throw new CertificateCheckError('INVALID_CERTIFICATE', field, `${field} must hold exactly one certificate (send one entry per CA)`);
   }
   const certificate = certificates[0]!;
-  if (!certificate.ca) throw new CertificateCheckError('NOT_A_CA_CERTIFICATE', field, `${field} is not a CA certificate (basicConstraints CA:TRUE)`);
+  if (!certificate.ca)
+    throw new CertificateCheckError('NOT_A_CA_CERTIFICATE', field, `${field} is not a CA certificate (basicConstraints CA:TRUE)`);
   return certificate;
 }

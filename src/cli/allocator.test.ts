@@ -23,7 +23,9 @@ function allocatorOfTps(env: NodeJS.ProcessEnv): string {
 }
 
 describe('allocator of the tps process', () => {
-  it('adds jemalloc to LD_PRELOAD unless it is there, TPS_MALLOC=system, or it is not installed', { skip: library === undefined && 'libjemalloc2 is not installed' }, () => {
+  it('adds jemalloc to LD_PRELOAD unless it is there, TPS_MALLOC=system, or it is not installed', {
+    skip: library === undefined && 'libjemalloc2 is not installed',
+  }, () => {
     assert.equal(allocatorEnvironment({})?.LD_PRELOAD, library);
     assert.equal(allocatorEnvironment({ TPS_MALLOC: 'jemalloc', LD_PRELOAD: '/x/other.so' })?.LD_PRELOAD, `${library}:/x/other.so`);
     assert.equal(allocatorEnvironment({ LD_PRELOAD: library }), undefined);
@@ -34,7 +36,10 @@ describe('allocator of the tps process', () => {
     assert.throws(() => allocatorEnvironment({ TPS_MALLOC: 'tcmalloc' }), /TPS_MALLOC must be jemalloc or system/);
   });
 
-  it('runs tps on jemalloc by default, on glibc malloc with TPS_MALLOC=system', { skip: library === undefined && 'libjemalloc2 is not installed', timeout: 30_000 }, () => {
+  it('runs tps on jemalloc by default, on glibc malloc with TPS_MALLOC=system', {
+    skip: library === undefined && 'libjemalloc2 is not installed',
+    timeout: 30_000,
+  }, () => {
     assert.equal(allocatorOfTps({ TPS_MALLOC: '', LD_PRELOAD: '' }), 'jemalloc');
     assert.equal(allocatorOfTps({ TPS_MALLOC: 'system', LD_PRELOAD: '' }), 'glibc');
   });

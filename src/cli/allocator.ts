@@ -39,7 +39,8 @@ export function allocatorEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv 
   if (choice === 'system') return undefined;
   const library = jemallocPath();
   if (library === undefined) {
-    if (choice === 'jemalloc') throw new Error(`${ALLOCATOR_VARIABLE}=jemalloc but libjemalloc.so.2 is not installed (Debian package libjemalloc2)`);
+    if (choice === 'jemalloc')
+      throw new Error(`${ALLOCATOR_VARIABLE}=jemalloc but libjemalloc.so.2 is not installed (Debian package libjemalloc2)`);
     return undefined;
   }
   const preload = env.LD_PRELOAD ?? '';

@@ -20,7 +20,8 @@ import { backupStore, restoreStore } from './backup.ts';
 import { CliError } from './output.ts';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-backup-'));
-const settingsFor = (dataDir: string, env: Record<string, string> = {}): Settings => loadSettings({ dataDir }, { TPS_ACME_DIRECTORY_URL: 'off', ...env });
+const settingsFor = (dataDir: string, env: Record<string, string> = {}): Settings =>
+  loadSettings({ dataDir }, { TPS_ACME_DIRECTORY_URL: 'off', ...env });
 const refusal = (code: string) => (error: unknown) => error instanceof CliError && error.errors[0]?.code === code;
 
 describe('tps backup and tps restore (SQLite)', () => {
@@ -39,7 +40,11 @@ describe('tps backup and tps restore (SQLite)', () => {
     const checked = checkCustomerCertificate({ certificate: pem.certificatePem, privateKey: pem.privateKeyPem });
     certificateId = crypto.randomUUID();
     const sealedPrivateKey = box.seal(checked.privateKeyPem, certificateKeyBinding({ id: certificateId, tenantId: tenant.id }));
-    await store.certificates.createCustomer(tenant.id, { id: certificateId, certificatePem: checked.certificatePem, chainPem: checked.chainPem, sealedPrivateKey }, checked.facts);
+    await store.certificates.createCustomer(
+      tenant.id,
+      { id: certificateId, certificatePem: checked.certificatePem, chainPem: checked.chainPem, sealedPrivateKey },
+      checked.facts,
+    );
     tenantId = tenant.id;
     await store.trafficConfigs.create(tenant.id, 'l4Proxy', {
       frontend: { ipv4: '127.0.0.2', port: 2222 },
@@ -73,12 +78,19 @@ describe('tps backup and tps restore (SQLite)', () => {
     assert.equal(report.privateKeysChecked, 1, "the certificate's key");
     const restored = await openStore(target);
     try {
-      assert.deepEqual((await restored.tenants.list()).map((tenant) => tenant.name).sort(), (await store.tenants.list()).map((tenant) => tenant.name).sort());
+      assert.deepEqual(
+        (await restored.tenants.list()).map((tenant) => tenant.name).sort(),
+        (await store.tenants.list()).map((tenant) => tenant.name).sort(),
+      );
       const [tenant] = await restored.tenants.list();
       const certificate = await restored.certificates.get(tenant!.id, certificateId);
       assert.ok(certificate);
-      const sealed = (await restored.db.one<{ private_key: string }>('SELECT private_key FROM certificates WHERE id = ?', [certificateId]))!.private_key;
-      assert.match(SecretBox.fromSettings(target).open(sealed, certificateKeyBinding({ id: certificateId, tenantId })), /BEGIN PRIVATE KEY/);
+      const sealed = (await restored.db.one<{ private_key: string }>('SELECT private_key FROM certificates WHERE id = ?', [certificateId]))!
+        .private_key;
+      assert.match(
+        SecretBox.fromSettings(target).open(sealed, certificateKeyBinding({ id: certificateId, tenantId })),
+        /BEGIN PRIVATE KEY/,
+      );
     } finally {
       await restored.close();
     }
@@ -108,7 +120,11 @@ describe('tps backup and tps restore (SQLite)', () => {
     const newer = path.join(root, 'newer.backup');
     fs.copyFileSync(backupFile, newer);
     const db = new DatabaseSync(newer);
-    db.prepare('INSERT INTO schema_migrations (id, name, applied_at) VALUES (?, ?, ?)').run(LATEST_MIGRATION + 1, 'from the future', new Date().toISOString());
+    db.prepare('INSERT INTO schema_migrations (id, name, applied_at) VALUES (?, ?, ?)').run(
+      LATEST_MIGRATION + 1,
+      'from the future',
+      new Date().toISOString(),
+    );
     db.close();
     await assert.rejects(restoreStore(settingsFor(path.join(root, 'newer')), newer, { force: false }), refusal('NEWER_SCHEMA'));
 
@@ -118,6 +134,9 @@ describe('tps backup and tps restore (SQLite)', () => {
   });
 
   it('refuses to back up a store that does not exist', async () => {
-    await assert.rejects(backupStore(settingsFor(path.join(root, 'nothing')), path.join(root, 'x.backup'), { force: false }), refusal('NO_STORE'));
+    await assert.rejects(
+      backupStore(settingsFor(path.join(root, 'nothing')), path.join(root, 'x.backup'), { force: false }),
+      refusal('NO_STORE'),
+    );
   });
 });

@@ -93,7 +93,8 @@ export async function backupStore(settings: Settings, file: string, options: { f
   const copy = new DatabaseSync(partial);
   try {
     const integrity = copy.prepare('PRAGMA integrity_check').get() as { integrity_check: string };
-    if (integrity.integrity_check !== 'ok') throw new CliError('BACKUP_FAILED', `the copy fails SQLite's integrity check: ${integrity.integrity_check}`);
+    if (integrity.integrity_check !== 'ok')
+      throw new CliError('BACKUP_FAILED', `the copy fails SQLite's integrity check: ${integrity.integrity_check}`);
     version = sqliteSchemaVersion(copy);
     counts = countRows(copy);
   } catch (error) {
@@ -123,12 +124,17 @@ export async function restoreStore(settings: Settings, file: string, options: { 
     const backupVersion = sqliteSchemaVersion(source);
     if (backupVersion === 0) throw new CliError('NOT_A_BACKUP', `${backupFile} is not a tps store (no schema_migrations table)`);
     if (backupVersion > LATEST_MIGRATION) {
-      throw new CliError('NEWER_SCHEMA', `the backup has schema version ${backupVersion}, newer than this tps knows (${LATEST_MIGRATION}): restore it with the tps version that made it, or a later one`, {
-        meta: { backupSchemaVersion: backupVersion, schemaVersion: LATEST_MIGRATION },
-      });
+      throw new CliError(
+        'NEWER_SCHEMA',
+        `the backup has schema version ${backupVersion}, newer than this tps knows (${LATEST_MIGRATION}): restore it with the tps version that made it, or a later one`,
+        {
+          meta: { backupSchemaVersion: backupVersion, schemaVersion: LATEST_MIGRATION },
+        },
+      );
     }
     const integrity = source.prepare('PRAGMA integrity_check').get() as { integrity_check: string };
-    if (integrity.integrity_check !== 'ok') throw new CliError('CORRUPT_BACKUP', `${backupFile} fails SQLite's integrity check: ${integrity.integrity_check}`);
+    if (integrity.integrity_check !== 'ok')
+      throw new CliError('CORRUPT_BACKUP', `${backupFile} fails SQLite's integrity check: ${integrity.integrity_check}`);
 
     const target = sqliteFile(settings.dataDir);
     if (fs.existsSync(target)) refuseLiveStore(target, options.force);
@@ -168,9 +174,18 @@ export async function restoreStore(settings: Settings, file: string, options: { 
     check.close();
     keepOwner(target, settings.dataDir);
     if (JSON.stringify(counts) !== JSON.stringify(expected)) {
-      throw new CliError('RESTORE_FAILED', `the restored store differs from the backup: ${JSON.stringify(counts)} instead of ${JSON.stringify(expected)}`);
+      throw new CliError(
+        'RESTORE_FAILED',
+        `the restored store differs from the backup: ${JSON.stringify(counts)} instead of ${JSON.stringify(expected)}`,
+      );
     }
-    return { file: backupFile, store: target, schemaVersion: { backup: backupVersion, restored: restoredVersion }, counts, privateKeysChecked: keysChecked };
+    return {
+      file: backupFile,
+      store: target,
+      schemaVersion: { backup: backupVersion, restored: restoredVersion },
+      counts,
+      privateKeysChecked: keysChecked,
+    };
   } finally {
     if (source.isOpen) source.close();
   }
@@ -183,21 +198,34 @@ export async function restoreStore(settings: Settings, file: string, options: { 
 function refuseLiveStore(target: string, force: boolean): void {
   if (force) return;
   if (fs.existsSync(`${target}-wal`)) {
-    throw new CliError('STORE_IN_USE', `${target} is open (${path.basename(target)}-wal exists): stop the service first, or give --force if no process uses it (a crash leaves that file)`);
+    throw new CliError(
+      'STORE_IN_USE',
+      `${target} is open (${path.basename(target)}-wal exists): stop the service first, or give --force if no process uses it (a crash leaves that file)`,
+    );
   }
   // Read-write, so that closing it (the last connection) removes the side files it makes.
   const existing = new DatabaseSync(target);
   try {
-    const tables = new Set((existing.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[]).map((row) => row.name));
+    const tables = new Set(
+      (existing.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[]).map((row) => row.name),
+    );
     const tenants = tables.has('tenants') ? Number((existing.prepare('SELECT COUNT(*) AS n FROM tenants').get() as { n: number }).n) : 0;
     if (tenants > 0) {
-      throw new CliError('STORE_NOT_EMPTY', `${target} holds ${tenants} tenant(s): restore into a new data directory, or stop the service and give --force to replace it`);
+      throw new CliError(
+        'STORE_NOT_EMPTY',
+        `${target} holds ${tenants} tenant(s): restore into a new data directory, or stop the service and give --force to replace it`,
+      );
     }
     const recent = tables.has('edge_nodes')
-      ? (existing.prepare('SELECT node_id FROM edge_nodes WHERE heartbeat_at >= ?').all(Date.now() - EDGE_NODE_TIMEOUT_MS) as { node_id: string }[])
+      ? (existing.prepare('SELECT node_id FROM edge_nodes WHERE heartbeat_at >= ?').all(Date.now() - EDGE_NODE_TIMEOUT_MS) as {
+          node_id: string;
+        }[])
       : [];
     if (recent.length > 0) {
-      throw new CliError('STORE_IN_USE', `${target} is in use: node ${recent[0]!.node_id} reported within the last ${EDGE_NODE_TIMEOUT_MS / 1000} s; stop the service first (or give --force)`);
+      throw new CliError(
+        'STORE_IN_USE',
+        `${target} is in use: node ${recent[0]!.node_id} reported within the last ${EDGE_NODE_TIMEOUT_MS / 1000} s; stop the service first (or give --force)`,
+      );
     }
   } finally {
     existing.close();
@@ -245,7 +273,8 @@ function masterKeyNote(settings: Settings): MasterKeyNote {
     'The backup does not hold the master key. Without it the private keys in the backup (TLS keys, the token signing key) cannot be opened: keep a copy of the key apart from the backups.';
   if (settings.masterKey) return { source: 'TPS_MASTER_KEY', fingerprint: fingerprint(settings.masterKey), note };
   const file = path.join(settings.dataDir, 'master.key');
-  if (!fs.existsSync(file)) return { source: 'none', note: 'The store has no master key yet (it is made at the first start of tps serve).' };
+  if (!fs.existsSync(file))
+    return { source: 'none', note: 'The store has no master key yet (it is made at the first start of tps serve).' };
   return { source: 'file', file, fingerprint: fingerprint(fs.readFileSync(file, 'utf8')), note };
 }
 
@@ -276,9 +305,13 @@ async function refuseForPostgres(databaseUrl: string, command: 'backup' | 'resto
     command === 'backup'
       ? `the store is PostgreSQL: back it up with pg_dump (a consistent snapshot while the service runs): ${commandLine}`
       : `the store is PostgreSQL: restore a pg_dump into an empty database with pg_restore, then start tps: ${commandLine}`;
-  throw new CliError(command === 'backup' ? 'USE_PG_DUMP' : 'USE_PG_RESTORE', `${how}. The database's schema version is ${version}, ${compatibility}.`, {
-    meta: { schemaVersion: version, latestSchemaVersion: LATEST_MIGRATION, command: commandLine },
-  });
+  throw new CliError(
+    command === 'backup' ? 'USE_PG_DUMP' : 'USE_PG_RESTORE',
+    `${how}. The database's schema version is ${version}, ${compatibility}.`,
+    {
+      meta: { schemaVersion: version, latestSchemaVersion: LATEST_MIGRATION, command: commandLine },
+    },
+  );
 }
 
 const shellQuote = (value: string) => (/^[A-Za-z0-9_./:@=-]+$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`);

@@ -59,7 +59,12 @@ export async function startDemo(options: DemoOptions): Promise<RunningDemo> {
   const password = crypto.randomBytes(12).toString('base64url');
   const email = `demo-${crypto.randomBytes(3).toString('hex')}@example.com`;
   await store.portalUsers.create(tenant.id, email, password);
-  const tokenBody = { client_id: account.clientId, client_secret: account.clientSecret, grant_type: 'client_credentials', audience: urls.baseUrl };
+  const tokenBody = {
+    client_id: account.clientId,
+    client_secret: account.clientSecret,
+    grant_type: 'client_credentials',
+    audience: urls.baseUrl,
+  };
 
   const origin = await startOrigin();
   const originPort = (origin.address() as AddressInfo).port;
@@ -88,7 +93,7 @@ export async function startDemo(options: DemoOptions): Promise<RunningDemo> {
       `  A demo origin answers on http://${ORIGIN_HOST}:${originPort}; the demo proxy ${proxy.id}`,
       `  serves it on ${proxy.url} (WAF blocking, at most ${RATE_LIMIT.requests} requests per ${RATE_LIMIT.periodSeconds} s per client).`,
       `  The demo allows origins on loopback: TPS_ORIGIN_ALLOWED_NETWORKS=${options.settings.originAllowedNetworks.join(',')}.`,
-      ...(served ? [] : ['  (The edge does not serve it yet: TPS_EDGE=false, or its port cannot be bound; see the proxy\'s status.)']),
+      ...(served ? [] : ["  (The edge does not serve it yet: TPS_EDGE=false, or its port cannot be bound; see the proxy's status.)"]),
       '',
       '  A request that passes (the origin answers):',
       `  curl -s ${proxy.url}/`,
@@ -107,16 +112,18 @@ export async function startDemo(options: DemoOptions): Promise<RunningDemo> {
     options.logger.warn({ err: error }, 'demo proxy not made');
     const message = (error as Error).message;
     lines.push(`  The demo proxy could not be made: ${message}`);
-    if (message.includes('ORIGIN_NOT_ALLOWED')) lines.push('  Its origin is on loopback: start with TPS_ORIGIN_ALLOWED_NETWORKS=127.0.0.0/8 (scripts/demo.sh does).');
+    if (message.includes('ORIGIN_NOT_ALLOWED'))
+      lines.push('  Its origin is on loopback: start with TPS_ORIGIN_ALLOWED_NETWORKS=127.0.0.0/8 (scripts/demo.sh does).');
     lines.push('');
   }
-  print(lines.join('\n') + '\n');
+  print(`${lines.join('\n')}\n`);
   return {
     proxyUrl,
-    close: () => new Promise<void>((resolve) => {
-      origin.close(() => resolve());
-      origin.closeAllConnections();
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        origin.close(() => resolve());
+        origin.closeAllConnections();
+      }),
   };
 }
 
@@ -135,7 +142,12 @@ function startOrigin(): Promise<http.Server> {
 
 /** Calls the API in process, as the demo tenant's service account. */
 async function apiClient(app: FastifyInstance, tokenBody: object) {
-  const token = await app.inject({ method: 'POST', url: '/oauth/token', headers: { 'content-type': 'application/json' }, payload: JSON.stringify(tokenBody) });
+  const token = await app.inject({
+    method: 'POST',
+    url: '/oauth/token',
+    headers: { 'content-type': 'application/json' },
+    payload: JSON.stringify(tokenBody),
+  });
   if (token.statusCode !== 200) throw new Error(`the demo account got no token: ${token.statusCode} ${token.body}`);
   const accessToken = (token.json() as { access_token: string }).access_token;
   return async (method: 'GET' | 'POST' | 'PUT', url: string, body?: object) => {
@@ -145,12 +157,23 @@ async function apiClient(app: FastifyInstance, tokenBody: object) {
       headers: { authorization: `Bearer ${accessToken}`, ...(body && { 'content-type': JSONAPI }) },
       ...(body && { payload: JSON.stringify(body) }),
     });
-    return { status: answer.statusCode, body: answer.body === '' ? undefined : (answer.json() as { data?: { id: string; attributes: Record<string, unknown> }; errors?: { code: string; detail: string }[] }) };
+    return {
+      status: answer.statusCode,
+      body:
+        answer.body === ''
+          ? undefined
+          : (answer.json() as { data?: { id: string; attributes: Record<string, unknown> }; errors?: { code: string; detail: string }[] }),
+    };
   };
 }
 
 /** The demo proxy: the one of an earlier start pointed at this origin, or a new one on a free port. */
-async function demoProxy(options: DemoOptions, tenantId: string, tokenBody: object, originPort: number): Promise<{ id: string; url: string }> {
+async function demoProxy(
+  options: DemoOptions,
+  tenantId: string,
+  tokenBody: object,
+  originPort: number,
+): Promise<{ id: string; url: string }> {
   const ipv4 = options.settings.frontendIps.find((ip) => net.isIPv4(ip));
   if (ipv4 === undefined) throw new Error('no IPv4 front-end IP in TPS_FRONTEND_IPS');
   const call = await apiClient(options.app, tokenBody);
@@ -166,7 +189,9 @@ async function demoProxy(options: DemoOptions, tenantId: string, tokenBody: obje
     const existing = await call('GET', `${CONFIGS}/${known}`);
     const frontend = existing.body?.data?.attributes.frontend as { ipv4?: string; port?: number } | undefined;
     if (existing.status === 200 && frontend?.ipv4 === ipv4 && frontend.port !== undefined) {
-      const replaced = await call('PUT', `${CONFIGS}/${known}`, { data: { type: 'httpProxy', id: known, attributes: attributes(frontend.port) } });
+      const replaced = await call('PUT', `${CONFIGS}/${known}`, {
+        data: { type: 'httpProxy', id: known, attributes: attributes(frontend.port) },
+      });
       if (replaced.status !== 200) throw new Error(describeErrors(replaced));
       return { id: known, url: `http://${ipv4}:${frontend.port}` };
     }
@@ -177,7 +202,7 @@ async function demoProxy(options: DemoOptions, tenantId: string, tokenBody: obje
     const created = await call('POST', CONFIGS, { data: { type: 'httpProxy', attributes: attributes(chosen) } });
     if (created.status === 409) continue;
     if (created.status !== 201 || created.body?.data === undefined) throw new Error(describeErrors(created));
-    fs.writeFileSync(remembered, JSON.stringify({ id: created.body.data.id, tenantId }) + '\n', { mode: 0o600 });
+    fs.writeFileSync(remembered, `${JSON.stringify({ id: created.body.data.id, tenantId })}\n`, { mode: 0o600 });
     return { id: created.body.data.id, url: `http://${ipv4}:${chosen}` };
   }
   throw new Error(`no free port on ${ipv4}`);

@@ -5,7 +5,14 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
-import { loadApiClientSettings, loadSettings, SettingsError, API_CLIENT_ENV, SETTINGS_ENV, type SettingsInput } from '../config/settings.ts';
+import {
+  loadApiClientSettings,
+  loadSettings,
+  SettingsError,
+  API_CLIENT_ENV,
+  SETTINGS_ENV,
+  type SettingsInput,
+} from '../config/settings.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { sqliteFile } from '../store/db.ts';
 import { SCOPES, type Scope } from '../store/service-accounts.ts';
@@ -41,9 +48,24 @@ const storeOptions = (command: Command) =>
 /** Flags of the edge's client address (serve and edge): which load balancers are trusted, and how. */
 const clientAddressOptions = (command: Command) =>
   command
-    .addOption(new Option('--metrics-listen <host:port>', `operators' listener of /metrics and /healthz (${SETTINGS_ENV.metricsListen}, default 127.0.0.1:9464)`))
-    .addOption(new Option('--trusted-proxies <list>', `comma list of CIDRs of load balancers whose PROXY headers and X-Forwarded-For are trusted (${SETTINGS_ENV.trustedProxies})`))
-    .addOption(new Option('--listener-proxy-protocol <mode>', `off, optional or required: PROXY protocol headers from trusted peers (${SETTINGS_ENV.listenerProxyProtocol}, default off)`));
+    .addOption(
+      new Option(
+        '--metrics-listen <host:port>',
+        `operators' listener of /metrics and /healthz (${SETTINGS_ENV.metricsListen}, default 127.0.0.1:9464)`,
+      ),
+    )
+    .addOption(
+      new Option(
+        '--trusted-proxies <list>',
+        `comma list of CIDRs of load balancers whose PROXY headers and X-Forwarded-For are trusted (${SETTINGS_ENV.trustedProxies})`,
+      ),
+    )
+    .addOption(
+      new Option(
+        '--listener-proxy-protocol <mode>',
+        `off, optional or required: PROXY protocol headers from trusted peers (${SETTINGS_ENV.listenerProxyProtocol}, default off)`,
+      ),
+    );
 
 const settingsFrom = (options: Record<string, string | boolean | undefined>) => loadSettings(options as SettingsInput);
 
@@ -71,7 +93,12 @@ storeOptions(
       .addOption(new Option('--api-listen <host:port>', `API listener (${SETTINGS_ENV.apiListen}, default 127.0.0.1:8080)`))
       .addOption(new Option('--base-url <url>', `the service's base address (${SETTINGS_ENV.baseUrl})`))
       .addOption(new Option('--auth-url <url>', `the token issuer's address (${SETTINGS_ENV.authUrl})`))
-      .addOption(new Option('--api-trusted-proxies <list>', `comma list of CIDRs of reverse proxies in front of the API whose X-Forwarded-For is trusted (${SETTINGS_ENV.apiTrustedProxies})`))
+      .addOption(
+        new Option(
+          '--api-trusted-proxies <list>',
+          `comma list of CIDRs of reverse proxies in front of the API whose X-Forwarded-For is trusted (${SETTINGS_ENV.apiTrustedProxies})`,
+        ),
+      )
       .addOption(new Option('--frontend-ips <list>', `comma list of front-end IPs offered to tenants (${SETTINGS_ENV.frontendIps})`))
       .addOption(new Option('--location <code>', `three-letter edge location code (${SETTINGS_ENV.location})`)),
   ),
@@ -124,7 +151,10 @@ storeOptions(
     .option('--name <name>', 'a label', 'service account')
     .option('--json'),
 ).action(async (options: { tenant: string; scopes: string; name: string; json?: boolean }) => {
-  const scopes = options.scopes.split(',').map((scope) => scope.trim()).filter(Boolean);
+  const scopes = options.scopes
+    .split(',')
+    .map((scope) => scope.trim())
+    .filter(Boolean);
   const unknown = scopes.filter((scope) => !(SCOPES as readonly string[]).includes(scope));
   if (unknown.length > 0 || scopes.length === 0) fail(`--scopes must list some of ${SCOPES.join(', ')}; got "${options.scopes}"`);
   const account = await withStore(options, async (store) => {
@@ -137,16 +167,16 @@ storeOptions(
     `client id      ${account.clientId}\nclient secret  ${account.clientSecret}   (shown once)`,
   );
 });
-storeOptions(serviceAccount.command('list').description("list a tenant's service accounts").requiredOption('--tenant <id>').option('--json')).action(
-  async (options: { tenant: string; json?: boolean }) => {
-    const accounts = await withStore(options, (store) => store.serviceAccounts.list(options.tenant));
-    print(
-      options.json,
-      { data: accounts },
-      accounts.map((a) => `${a.clientId}  ${a.scopes.join(',')}  ${a.revokedAt ? `revoked ${a.revokedAt}` : 'active'}  ${a.name}`).join('\n'),
-    );
-  },
-);
+storeOptions(
+  serviceAccount.command('list').description("list a tenant's service accounts").requiredOption('--tenant <id>').option('--json'),
+).action(async (options: { tenant: string; json?: boolean }) => {
+  const accounts = await withStore(options, (store) => store.serviceAccounts.list(options.tenant));
+  print(
+    options.json,
+    { data: accounts },
+    accounts.map((a) => `${a.clientId}  ${a.scopes.join(',')}  ${a.revokedAt ? `revoked ${a.revokedAt}` : 'active'}  ${a.name}`).join('\n'),
+  );
+});
 storeOptions(
   serviceAccount
     .command('revoke')
@@ -260,7 +290,9 @@ const apiClientOptions = (command: Command) =>
   command
     .addOption(new Option('--api-url <url>', `the API's base URL (${API_CLIENT_ENV.apiUrl}, default http://TPS_API_LISTEN)`))
     .addOption(new Option('--client-id <id>', `a service account of the tenant (${API_CLIENT_ENV.clientId})`))
-    .addOption(new Option('--client-secret <secret>', `its secret (${API_CLIENT_ENV.clientSecret}; the variable keeps it out of the process list)`));
+    .addOption(
+      new Option('--client-secret <secret>', `its secret (${API_CLIENT_ENV.clientSecret}; the variable keeps it out of the process list)`),
+    );
 
 apiClientOptions(
   program

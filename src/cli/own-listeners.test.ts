@@ -19,7 +19,11 @@ describe("the service's own addresses, refused as origins", () => {
   });
 
   it('gathers front-end IPs and the resolved database and Redis hosts', async () => {
-    const hosts = await ownHosts({ frontendIps: ['127.0.0.2', '::1'], databaseUrl: 'postgres://tps@localhost:5432/tps', redisUrl: 'redis://10.0.0.8:6379' });
+    const hosts = await ownHosts({
+      frontendIps: ['127.0.0.2', '::1'],
+      databaseUrl: 'postgres://tps@localhost:5432/tps',
+      redisUrl: 'redis://10.0.0.8:6379',
+    });
     assert.ok(hosts.includes('127.0.0.2') && hosts.includes('::1') && hosts.includes('10.0.0.8'), JSON.stringify(hosts));
     assert.ok(hosts.includes('127.0.0.1'), 'localhost resolved');
     assert.deepEqual(

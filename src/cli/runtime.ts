@@ -27,7 +27,11 @@
  */
 import { allocatorEnvironment } from './allocator.ts';
 
-export const PRODUCT_V8_FLAGS: readonly string[] = ['--no-allocation-site-pretenuring', '--max-semi-space-size=8', '--initial-old-space-size=128'];
+export const PRODUCT_V8_FLAGS: readonly string[] = [
+  '--no-allocation-site-pretenuring',
+  '--max-semi-space-size=8',
+  '--initial-old-space-size=128',
+];
 
 /** `execArgv` with the product's V8 flags first, or undefined when it has them all. */
 export function productExecArgv(execArgv: readonly string[]): string[] | undefined {

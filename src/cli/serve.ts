@@ -119,12 +119,20 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
   edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings, insightWriter) : undefined;
   // Orders resumed at start (PENDING across a restart) validate against this node's proxies: let
   // them listen first (bounded: a proxy that cannot bind must not hold the certificates back).
-  if (acme && edge && !(await edge.whenApplied(15_000))) app.log.warn({}, 'edge workers not ready after 15 s; starting the ACME service anyway');
+  if (acme && edge && !(await edge.whenApplied(15_000)))
+    app.log.warn({}, 'edge workers not ready after 15 s; starting the ACME service anyway');
   acme?.start();
   crl.start();
 
   app.log.info(
-    { apiUrl: ownUrl, metricsUrl: operators.url, baseUrl: urls.baseUrl, authUrl: urls.authUrl, store: store.db.dialect, edge: settings.edge },
+    {
+      apiUrl: ownUrl,
+      metricsUrl: operators.url,
+      baseUrl: urls.baseUrl,
+      authUrl: urls.authUrl,
+      store: store.db.dialect,
+      edge: settings.edge,
+    },
     'tps ready',
   );
   const demo = options.demo ? await startDemo({ store, app, urls, settings, edge, logger: app.log }) : undefined;
@@ -158,7 +166,11 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
   const hosts = await ownHosts(settings);
   const insightWriter = await startInsightWriter(settings, metrics, logger);
   let edge: EdgeSupervisor | undefined;
-  const operators: MetricsListener = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => nodeHealth(store, edge) });
+  const operators: MetricsListener = await startMetricsListener({
+    listen: settings.metricsListen,
+    metrics,
+    health: () => nodeHealth(store, edge),
+  });
   // This node runs no API; TPS_API_LISTEN names where the cluster's API listens, refused as an origin too.
   const policySettings = originPolicySettings(settings, hosts, [settings.apiListen, operators.address]);
   edge = await startEdge(settings, store, secrets, metrics, logger, policySettings, insightWriter);
@@ -269,13 +281,16 @@ export async function startEdge(
 function originGuardFor(policy: OriginPolicy, settings: Settings, logger: EdgeLogger, metrics: Metrics): OriginGuard {
   const refused = new Counter({
     name: 'tps_origin_refused_total',
-    help: 'Connections the control plane was asked to make on a tenant\'s behalf (CRL fetches) that the origin policy refused, by class of address.',
+    help: "Connections the control plane was asked to make on a tenant's behalf (CRL fetches) that the origin policy refused, by class of address.",
     labelNames: ['scope', 'reason'],
     registers: [metrics.registry],
   });
   return new OriginGuard(policy, createOriginResolver(settings.originResolver), (refusal) => {
     refused.inc({ scope: refusal.scope, reason: refusal.reason });
-    logger.warn({ scope: refusal.scope, host: refusal.host, address: refusal.address, port: refusal.port, reason: refusal.reason }, 'origin refused by the origin policy');
+    logger.warn(
+      { scope: refusal.scope, host: refusal.host, address: refusal.address, port: refusal.port, reason: refusal.reason },
+      'origin refused by the origin policy',
+    );
   });
 }
 

@@ -32,7 +32,15 @@ export interface StatusReport {
     total: number;
     byStatus: { ACTIVE: number; PROVISIONING: number; ERROR: number };
     /** Those not ACTIVE, with their tenant and front-end: the first NOT_ACTIVE_LISTED of them. */
-    notActive: { id: string; tenantId: string; type: string; frontend: string; status: string; statusDetail: string | null; updatedAt: string }[];
+    notActive: {
+      id: string;
+      tenantId: string;
+      type: string;
+      frontend: string;
+      status: string;
+      statusDetail: string | null;
+      updatedAt: string;
+    }[];
     /** How many more are not ACTIVE than listed. */
     notActiveNotListed: number;
   };
@@ -44,7 +52,9 @@ export const NOT_ACTIVE_LISTED = 200;
 export async function storeStatus(store: Store, settings: Settings, now = Date.now()): Promise<StatusReport> {
   const configs = await store.trafficConfigs.listAll();
   const statuses = await store.edgeStatus.statusOf(configs);
-  const nodes = await store.db.all<{ node_id: string; location: string; heartbeat_at: number }>('SELECT node_id, location, heartbeat_at FROM edge_nodes ORDER BY node_id');
+  const nodes = await store.db.all<{ node_id: string; location: string; heartbeat_at: number }>(
+    'SELECT node_id, location, heartbeat_at FROM edge_nodes ORDER BY node_id',
+  );
   const reports = await store.db.all<{ node_id: string; config_id: string; revision: number; state: string; detail: string | null }>(
     'SELECT node_id, config_id, revision, state, detail FROM edge_status',
   );
@@ -82,7 +92,9 @@ export async function storeStatus(store: Store, settings: Settings, now = Date.n
       current: configs.length - behind.length,
       behind: behind.length,
       lagSeconds: behind.length > 0 ? Math.max(0, Math.round((now - oldest) / 1000)) : 0,
-      errors: [...own.values()].filter((report) => report.state === 'ERROR').map((report) => ({ configId: report.config_id, detail: report.detail })),
+      errors: [...own.values()]
+        .filter((report) => report.state === 'ERROR')
+        .map((report) => ({ configId: report.config_id, detail: report.detail })),
     };
   });
   return {
@@ -106,12 +118,18 @@ export function describeStatus(report: StatusReport): string {
   ];
   for (const node of nodes) {
     const lag = node.behind === 0 ? 'up to date' : `${node.behind} configuration(s) behind, oldest change ${node.lagSeconds} s ago`;
-    lines.push(`  ${node.nodeId}  ${node.location}  ${node.live ? 'live' : 'silent'}, heartbeat ${node.heartbeatAgeSeconds} s ago, ${lag}${node.errors.length ? `, ${node.errors.length} in error` : ''}`);
+    lines.push(
+      `  ${node.nodeId}  ${node.location}  ${node.live ? 'live' : 'silent'}, heartbeat ${node.heartbeatAgeSeconds} s ago, ${lag}${node.errors.length ? `, ${node.errors.length} in error` : ''}`,
+    );
   }
   const { byStatus } = configurations;
-  lines.push(`configurations  ${configurations.total}: ${byStatus.ACTIVE} active, ${byStatus.PROVISIONING} provisioning, ${byStatus.ERROR} in error`);
+  lines.push(
+    `configurations  ${configurations.total}: ${byStatus.ACTIVE} active, ${byStatus.PROVISIONING} provisioning, ${byStatus.ERROR} in error`,
+  );
   for (const config of configurations.notActive) {
-    lines.push(`  ${config.status.padEnd(12)} ${config.id}  ${config.type} ${config.frontend}  tenant ${config.tenantId}${config.statusDetail ? `  ${config.statusDetail}` : ''}`);
+    lines.push(
+      `  ${config.status.padEnd(12)} ${config.id}  ${config.type} ${config.frontend}  tenant ${config.tenantId}${config.statusDetail ? `  ${config.statusDetail}` : ''}`,
+    );
   }
   if (configurations.notActiveNotListed > 0) lines.push(`  ... and ${configurations.notActiveNotListed} more not active`);
   return lines.join('\n');

@@ -4,7 +4,8 @@ import os from 'node:os';
 import { loadApiClientSettings, loadSettings, SettingsError } from './settings.ts';
 
 /** Settings from these variables only (never the environment of the test run). */
-const load = (env: Record<string, string>, flags: Parameters<typeof loadSettings>[0] = {}) => loadSettings(flags, { TPS_ACME_DIRECTORY_URL: 'off', ...env });
+const load = (env: Record<string, string>, flags: Parameters<typeof loadSettings>[0] = {}) =>
+  loadSettings(flags, { TPS_ACME_DIRECTORY_URL: 'off', ...env });
 
 describe('settings: load balancers in front of the edge', () => {
   it('trusts nobody and reads no PROXY header by default', () => {
@@ -25,12 +26,17 @@ describe('settings: load balancers in front of the edge', () => {
   it('stops at start on an invalid CIDR, naming the setting and the entry', () => {
     assert.throws(
       () => load({ TPS_TRUSTED_PROXIES: '10.0.0.0/8,10.0.0.0/33,lb.example.com' }),
-      (error: Error) => error instanceof SettingsError && /TPS_TRUSTED_PROXIES \(--trusted-proxies\): .*"10\.0\.0\.0\/33", "lb\.example\.com"/.test(error.message),
+      (error: Error) =>
+        error instanceof SettingsError &&
+        /TPS_TRUSTED_PROXIES \(--trusted-proxies\): .*"10\.0\.0\.0\/33", "lb\.example\.com"/.test(error.message),
     );
   });
 
   it('refuses an unknown PROXY protocol mode, and a mode without trusted networks', () => {
-    assert.throws(() => load({ TPS_TRUSTED_PROXIES: '10.0.0.0/8', TPS_LISTENER_PROXY_PROTOCOL: 'on' }), /TPS_LISTENER_PROXY_PROTOCOL .*off, optional or required/);
+    assert.throws(
+      () => load({ TPS_TRUSTED_PROXIES: '10.0.0.0/8', TPS_LISTENER_PROXY_PROTOCOL: 'on' }),
+      /TPS_LISTENER_PROXY_PROTOCOL .*off, optional or required/,
+    );
     assert.throws(() => load({ TPS_LISTENER_PROXY_PROTOCOL: 'required' }), /TPS_LISTENER_PROXY_PROTOCOL .*needs TPS_TRUSTED_PROXIES/);
   });
 });
@@ -39,14 +45,23 @@ describe('settings: reverse proxies in front of the API', () => {
   it('trusts no forwarding header by default, and reads a comma list of CIDRs', () => {
     assert.deepEqual(load({}).apiTrustedProxies, []);
     assert.deepEqual(load({ TPS_API_TRUSTED_PROXIES: '127.0.0.1, ::1,10.0.0.0/8' }).apiTrustedProxies, ['127.0.0.1', '::1', '10.0.0.0/8']);
-    assert.throws(() => load({ TPS_API_TRUSTED_PROXIES: 'proxy.example.com' }), /TPS_API_TRUSTED_PROXIES \(--api-trusted-proxies\): .*"proxy\.example\.com"/);
+    assert.throws(
+      () => load({ TPS_API_TRUSTED_PROXIES: 'proxy.example.com' }),
+      /TPS_API_TRUSTED_PROXIES \(--api-trusted-proxies\): .*"proxy\.example\.com"/,
+    );
   });
 });
 
 describe('settings: errors', () => {
   it('name the environment variable, and the flag only where the CLI has one', () => {
-    assert.throws(() => load({ TPS_WAF_THREADS: 'many' }), (error: Error) => error instanceof SettingsError && /TPS_WAF_THREADS: must be an integer/.test(error.message));
-    assert.throws(() => load({ TPS_LOCATION: 'frankfurt' }), (error: Error) => error instanceof SettingsError && /TPS_LOCATION \(--location\): /.test(error.message));
+    assert.throws(
+      () => load({ TPS_WAF_THREADS: 'many' }),
+      (error: Error) => error instanceof SettingsError && /TPS_WAF_THREADS: must be an integer/.test(error.message),
+    );
+    assert.throws(
+      () => load({ TPS_LOCATION: 'frankfurt' }),
+      (error: Error) => error instanceof SettingsError && /TPS_LOCATION \(--location\): /.test(error.message),
+    );
   });
 });
 
@@ -77,18 +92,30 @@ describe('settings: the API client of tps apply and tps export', () => {
       clientId: 'id',
       clientSecret: 'secret',
     });
-    const behindProxy = loadApiClientSettings({}, { ...credentials, TPS_API_LISTEN: '127.0.0.1:9000', TPS_BASE_URL: 'https://tps.example.com/' });
+    const behindProxy = loadApiClientSettings(
+      {},
+      { ...credentials, TPS_API_LISTEN: '127.0.0.1:9000', TPS_BASE_URL: 'https://tps.example.com/' },
+    );
     assert.equal(behindProxy.apiUrl, 'http://127.0.0.1:9000');
     assert.equal(behindProxy.audience, 'https://tps.example.com');
-    const flagged = loadApiClientSettings({ apiUrl: 'https://api.example.com', clientId: 'other' }, { ...credentials, TPS_API_URL: 'http://ignored' });
+    const flagged = loadApiClientSettings(
+      { apiUrl: 'https://api.example.com', clientId: 'other' },
+      { ...credentials, TPS_API_URL: 'http://ignored' },
+    );
     assert.equal(flagged.apiUrl, 'https://api.example.com');
     assert.equal(flagged.clientId, 'other');
   });
 
   it('needs a client id and secret, and an http(s) URL, naming the variable and the flag', () => {
-    assert.throws(() => loadApiClientSettings({}, {}), (error: Error) => error instanceof SettingsError && /^TPS_CLIENT_ID \(--client-id\): is required/.test(error.message));
+    assert.throws(
+      () => loadApiClientSettings({}, {}),
+      (error: Error) => error instanceof SettingsError && /^TPS_CLIENT_ID \(--client-id\): is required/.test(error.message),
+    );
     assert.throws(() => loadApiClientSettings({}, { TPS_CLIENT_ID: 'id' }), /TPS_CLIENT_SECRET \(--client-secret\): is required/);
-    assert.throws(() => loadApiClientSettings({}, { ...credentials, TPS_API_URL: 'ftp://x' }), /TPS_API_URL \(--api-url\): must be an http\(s\) URL/);
+    assert.throws(
+      () => loadApiClientSettings({}, { ...credentials, TPS_API_URL: 'ftp://x' }),
+      /TPS_API_URL \(--api-url\): must be an http\(s\) URL/,
+    );
   });
 });
 
@@ -102,7 +129,8 @@ describe('settings: quota of pending service-issued certificate orders', () => {
     for (const value of ['0', '-1', 'many', '2.5']) {
       assert.throws(
         () => load({ TPS_QUOTA_PENDING_ACME_ORDERS: value }),
-        (error: Error) => error instanceof SettingsError && /^TPS_QUOTA_PENDING_ACME_ORDERS: must be an integer from 1 to 10000/.test(error.message),
+        (error: Error) =>
+          error instanceof SettingsError && /^TPS_QUOTA_PENDING_ACME_ORDERS: must be an integer from 1 to 10000/.test(error.message),
         value,
       );
     }
@@ -134,7 +162,10 @@ describe('settings: the origin policy', () => {
   });
 
   it('reads comma lists of networks and of DNS servers', () => {
-    const settings = load({ TPS_ORIGIN_ALLOWED_NETWORKS: ' 10.0.0.0/8, fd00::/8 ,192.168.1.7', TPS_ORIGIN_RESOLVER: '127.0.0.53, 10.0.0.2:5353,[::1]:53' });
+    const settings = load({
+      TPS_ORIGIN_ALLOWED_NETWORKS: ' 10.0.0.0/8, fd00::/8 ,192.168.1.7',
+      TPS_ORIGIN_RESOLVER: '127.0.0.53, 10.0.0.2:5353,[::1]:53',
+    });
     assert.deepEqual(settings.originAllowedNetworks, ['10.0.0.0/8', 'fd00::/8', '192.168.1.7']);
     assert.deepEqual(settings.originResolver, ['127.0.0.53', '10.0.0.2:5353', '[::1]:53']);
   });
@@ -142,7 +173,8 @@ describe('settings: the origin policy', () => {
   it('stops at start on a bad network or DNS server, naming the variable and the entry', () => {
     assert.throws(
       () => load({ TPS_ORIGIN_ALLOWED_NETWORKS: '10.0.0.0/8,10.0.0.0/40,intranet' }),
-      (error: Error) => error instanceof SettingsError && /TPS_ORIGIN_ALLOWED_NETWORKS: .*"10\.0\.0\.0\/40", "intranet"/.test(error.message),
+      (error: Error) =>
+        error instanceof SettingsError && /TPS_ORIGIN_ALLOWED_NETWORKS: .*"10\.0\.0\.0\/40", "intranet"/.test(error.message),
     );
     assert.throws(
       () => load({ TPS_ORIGIN_RESOLVER: 'dns.example,1.2.3.4:99999' }),
@@ -229,7 +261,10 @@ describe('settings: insight under a flood', () => {
     assert.throws(() => load({ TPS_INSIGHT_RETENTION_DAYS: '0' }), /TPS_INSIGHT_RETENTION_DAYS: must be an integer from 1/);
     assert.throws(() => load({ TPS_INSIGHT_MAX_BYTES: '1.5g' }), /TPS_INSIGHT_MAX_BYTES: must be a number of bytes/);
     assert.throws(() => load({ TPS_INSIGHT_MAX_BYTES: '100' }), /TPS_INSIGHT_MAX_BYTES: .*at least 1048576/);
-    assert.throws(() => load({ TPS_INSIGHT_TENANT_SHARE_PERCENT: '101' }), /TPS_INSIGHT_TENANT_SHARE_PERCENT: must be an integer from 1 to 100/);
+    assert.throws(
+      () => load({ TPS_INSIGHT_TENANT_SHARE_PERCENT: '101' }),
+      /TPS_INSIGHT_TENANT_SHARE_PERCENT: must be an integer from 1 to 100/,
+    );
     assert.throws(() => load({ TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE: 'all' }), /TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE: must be an integer/);
   });
 });
@@ -286,6 +321,10 @@ describe('settings: access log and event sinks', () => {
       load({ TPS_EVENT_SINKS: 'syslog+udp://127.0.0.1:514,file:///var/log/tps/events.jsonl' }).eventSinks.map((sink) => sink.label),
       ['syslog+udp://127.0.0.1:514', 'file:///var/log/tps/events.jsonl'],
     );
-    assert.throws(() => load({ TPS_EVENT_SINKS: 'syslog+udp://127.0.0.1:514,http://siem.example.com' }), (error: Error) => error instanceof SettingsError && /^TPS_EVENT_SINKS: "http:\/\/siem\.example\.com": must start with/.test(error.message));
+    assert.throws(
+      () => load({ TPS_EVENT_SINKS: 'syslog+udp://127.0.0.1:514,http://siem.example.com' }),
+      (error: Error) =>
+        error instanceof SettingsError && /^TPS_EVENT_SINKS: "http:\/\/siem\.example\.com": must start with/.test(error.message),
+    );
   });
 });

@@ -240,9 +240,13 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   };
 
   // ACME: Let's Encrypt production unless set; "off" runs no ACME service (requests stay PENDING).
-  const acmeDirectoryUrl = raw('acmeDirectoryUrl') === 'off' ? undefined : (url('acmeDirectoryUrl') ?? 'https://acme-v02.api.letsencrypt.org/directory');
+  const acmeDirectoryUrl =
+    raw('acmeDirectoryUrl') === 'off' ? undefined : (url('acmeDirectoryUrl') ?? 'https://acme-v02.api.letsencrypt.org/directory');
   const acmeEmail = raw('acmeEmail');
-  if (acmeEmail !== undefined && !/^[^\s@<>()",;:]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$/.test(acmeEmail)) {
+  if (
+    acmeEmail !== undefined &&
+    !/^[^\s@<>()",;:]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$/.test(acmeEmail)
+  ) {
     fail('acmeEmail', `must be an e-mail address without spaces, got "${acmeEmail}"`);
   }
   const acmeCaBundle = existingFile('acmeCaBundle');
@@ -254,7 +258,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     const value = raw('wafEngine') ?? 'compiled';
     if (value !== 'modsecurity' && value !== 'compiled') fail('wafEngine', `must be modsecurity or compiled, got "${value}"`);
     if (value === 'modsecurity' && !packageInstalled('@tps/waf-modsecurity')) {
-      fail('wafEngine', 'modsecurity needs the optional package @tps/waf-modsecurity, which is not installed (bash scripts/setup.sh --modsecurity installs it and builds its addon)');
+      fail(
+        'wafEngine',
+        'modsecurity needs the optional package @tps/waf-modsecurity, which is not installed (bash scripts/setup.sh --modsecurity installs it and builds its addon)',
+      );
     }
     return value as Settings['wafEngine'];
   };
@@ -271,12 +278,18 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     return value;
   };
 
-  const trustedProxies = (raw('trustedProxies') ?? '').split(',').map((cidr) => cidr.trim()).filter(Boolean);
+  const trustedProxies = (raw('trustedProxies') ?? '')
+    .split(',')
+    .map((cidr) => cidr.trim())
+    .filter(Boolean);
   const invalidProxies = invalidCidrs(trustedProxies);
   if (invalidProxies.length > 0) {
     fail('trustedProxies', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidProxies.join('", "')}" is not`);
   }
-  const apiTrustedProxies = (raw('apiTrustedProxies') ?? '').split(',').map((cidr) => cidr.trim()).filter(Boolean);
+  const apiTrustedProxies = (raw('apiTrustedProxies') ?? '')
+    .split(',')
+    .map((cidr) => cidr.trim())
+    .filter(Boolean);
   const invalidApiProxies = invalidCidrs(apiTrustedProxies);
   if (invalidApiProxies.length > 0) {
     fail('apiTrustedProxies', `must be a comma list of IPv4/IPv6 addresses or CIDRs, "${invalidApiProxies.join('", "')}" is not`);
@@ -287,10 +300,17 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   }
   if (listenerProxyProtocol !== 'off' && trustedProxies.length === 0) {
     // Headers are read from trusted peers only: without any, the setting would silently do nothing.
-    fail('listenerProxyProtocol', `"${listenerProxyProtocol}" needs ${ENV.trustedProxies}: the load balancers' networks, the only peers whose PROXY headers are read`);
+    fail(
+      'listenerProxyProtocol',
+      `"${listenerProxyProtocol}" needs ${ENV.trustedProxies}: the load balancers' networks, the only peers whose PROXY headers are read`,
+    );
   }
 
-  const list = (key: keyof Settings): string[] => (raw(key) ?? '').split(',').map((entry) => entry.trim()).filter(Boolean);
+  const list = (key: keyof Settings): string[] =>
+    (raw(key) ?? '')
+      .split(',')
+      .map((entry) => entry.trim())
+      .filter(Boolean);
   const originAllowedNetworks = list('originAllowedNetworks');
   const invalidNetworks = invalidCidrs(originAllowedNetworks);
   if (invalidNetworks.length > 0) {
@@ -307,7 +327,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     if (value === undefined) return fallback;
     const match = /^(\d+)\s*([kmg])?$/i.exec(value.trim());
     const n = match ? Number(match[1]) * 1024 ** ' kmg'.indexOf((match[2] ?? ' ').toLowerCase()) : NaN;
-    if (!Number.isSafeInteger(n) || n < min) fail(key, `must be a number of bytes of at least ${min} (k, m or g suffix for KiB, MiB, GiB), got "${value}"`);
+    if (!Number.isSafeInteger(n) || n < min)
+      fail(key, `must be a number of bytes of at least ${min} (k, m or g suffix for KiB, MiB, GiB), got "${value}"`);
     return n;
   };
 
@@ -337,7 +358,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   const frontendSet = new Set(frontendIps.map(normalizeIp));
   for (const key of ['apiListen', 'metricsListen'] as const) {
     const { host } = key === 'apiListen' ? apiListen : metricsListen;
-    if (frontendSet.has(normalizeIp(host))) fail(key, `${host} is a front-end IP (${ENV.frontendIps}): bind the service's own listeners to an address tenants are not given`);
+    if (frontendSet.has(normalizeIp(host)))
+      fail(key, `${host} is a front-end IP (${ENV.frontendIps}): bind the service's own listeners to an address tenants are not given`);
     if (normalizeIp(host) === '0.0.0.0' || normalizeIp(host) === '::') {
       fail(key, `${host} listens on every address, the front-end IPs included: give the address of an interface tenants are not given`);
     }
@@ -362,7 +384,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     if (value === undefined || value === 'off') return undefined;
     if (value === 'stdout') return 'stdout';
     const resolved = path.resolve(value);
-    if (fs.existsSync(resolved) && fs.statSync(resolved).isDirectory()) fail('accessLog', `"${value}" is a folder: give stdout or a file path`);
+    if (fs.existsSync(resolved) && fs.statSync(resolved).isDirectory())
+      fail('accessLog', `"${value}" is a folder: give stdout or a file path`);
     return resolved;
   };
   const eventSinks = (): SinkAddress[] => {
@@ -394,7 +417,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     edge: /^(true|1|on)$/.test(edge),
     nodeId: raw('nodeId') ?? `${os.hostname()}-${process.pid}`,
     edgeWorkers,
-    threatFeeds: (raw('threatFeeds') ?? '').split(',').map((source) => source.trim()).filter(Boolean),
+    threatFeeds: (raw('threatFeeds') ?? '')
+      .split(',')
+      .map((source) => source.trim())
+      .filter(Boolean),
     threatFeedRefreshSeconds: integer('threatFeedRefreshSeconds', 3600, 10, 7 * 24 * 3600),
     geoOverridesPath: existingFile('geoOverridesPath'),
     geoMmdbPath: existingFile('geoMmdbPath'),
@@ -481,12 +507,18 @@ export function loadApiClientSettings(flags: ApiClientSettingsInput = {}, env: N
   };
   const listen = read(env[ENV.apiListen]);
   const apiUrlValue = read(flags.apiUrl) ?? read(env[API_CLIENT_ENV.apiUrl]);
-  const apiUrl = apiUrlValue !== undefined ? httpUrl(apiUrlValue, API_CLIENT_ENV.apiUrl, 'api-url') : `http://${listen ?? '127.0.0.1:8080'}`;
+  const apiUrl =
+    apiUrlValue !== undefined ? httpUrl(apiUrlValue, API_CLIENT_ENV.apiUrl, 'api-url') : `http://${listen ?? '127.0.0.1:8080'}`;
   const baseUrl = read(env[ENV.baseUrl]);
   const authUrl = read(env[ENV.authUrl]);
   const clientId = read(flags.clientId) ?? read(env[API_CLIENT_ENV.clientId]);
   const clientSecret = read(flags.clientSecret) ?? read(env[API_CLIENT_ENV.clientSecret]);
-  if (clientId === undefined) fail(API_CLIENT_ENV.clientId, 'client-id', "is required: the client id of one of the tenant's service accounts (tps service-account create)");
+  if (clientId === undefined)
+    fail(
+      API_CLIENT_ENV.clientId,
+      'client-id',
+      "is required: the client id of one of the tenant's service accounts (tps service-account create)",
+    );
   if (clientSecret === undefined) fail(API_CLIENT_ENV.clientSecret, 'client-secret', 'is required: the secret of that service account');
   return {
     apiUrl,

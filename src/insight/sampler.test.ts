@@ -72,7 +72,8 @@ describe('insight sampler', () => {
       const event = attack(T0 + i);
       if (workers[i % 2]!.admit(event, T0) === 'whole' && node.admit(event, T0) === 'whole') stored.push(event);
     }
-    for (const worker of workers) for (const sample of worker.takeSamples(T0 + 1000)) assert.equal(node.admit(sample, T0 + 1000), 'counted');
+    for (const worker of workers)
+      for (const sample of worker.takeSamples(T0 + 1000)) assert.equal(node.admit(sample, T0 + 1000), 'counted');
     stored.push(...node.takeSamples(T0 + 1000));
     assert.equal(stored.length, 3, 'two whole for the node, one sample');
     assert.equal(total(stored), 500);
@@ -104,7 +105,7 @@ describe('insight sampler', () => {
 
   it('chooses each counted request as the sample with the same chance', () => {
     let seed = 7;
-    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     const chosen = new Map<string, number>();
     for (let round = 0; round < 4000; round++) {
       const sampler = new InsightSampler({ wholePerWindow: 0, maxGroups: 10, random });
@@ -118,9 +119,16 @@ describe('insight sampler', () => {
   it('accounts for every request, whatever the order, groups, stages and bounds (property)', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.record({ at: fc.integer({ min: 0, max: 3 * MINUTE }), ip: fc.integer({ min: 0, max: 6 }), rules: fc.integer({ min: 0, max: 2 }) }), {
-          maxLength: 300,
-        }),
+        fc.array(
+          fc.record({
+            at: fc.integer({ min: 0, max: 3 * MINUTE }),
+            ip: fc.integer({ min: 0, max: 6 }),
+            rules: fc.integer({ min: 0, max: 2 }),
+          }),
+          {
+            maxLength: 300,
+          },
+        ),
         fc.integer({ min: 0, max: 4 }),
         fc.integer({ min: 1, max: 8 }),
         (requests, wholePerWindow, maxGroups) => {

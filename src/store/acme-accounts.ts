@@ -43,18 +43,29 @@ export class AcmeAccountRepository {
   }
 
   async get(directoryUrl: string, tenantId: string): Promise<AcmeAccountRecord | undefined> {
-    const row = await this.db.one<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ? AND tenant_id = ?', [directoryUrl, tenantId]);
+    const row = await this.db.one<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ? AND tenant_id = ?', [
+      directoryUrl,
+      tenantId,
+    ]);
     return row && accountFromRow(row);
   }
 
   /** Every tenant's account at the directory. */
   async list(directoryUrl: string): Promise<AcmeAccountRecord[]> {
-    const rows = await this.db.all<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ? ORDER BY created_at, tenant_id', [directoryUrl]);
+    const rows = await this.db.all<AcmeAccountRow>('SELECT * FROM acme_accounts WHERE directory_url = ? ORDER BY created_at, tenant_id', [
+      directoryUrl,
+    ]);
     return rows.map(accountFromRow);
   }
 
   /** Stores a newly registered account unless another node stored one first; answers the one kept. */
-  async add(account: { directoryUrl: string; tenantId: string; email: string | null; accountUrl: string; sealedPrivateKey: string }): Promise<AcmeAccountRecord> {
+  async add(account: {
+    directoryUrl: string;
+    tenantId: string;
+    email: string | null;
+    accountUrl: string;
+    sealedPrivateKey: string;
+  }): Promise<AcmeAccountRecord> {
     const now = new Date().toISOString();
     await this.db.run(
       `INSERT INTO acme_accounts (directory_url, tenant_id, email, account_url, private_key, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -75,6 +86,10 @@ export class AcmeAccountRepository {
 
   /** Forgets an account the CA deactivated (only that one: another node may have replaced it already). */
   async forget(directoryUrl: string, tenantId: string, accountUrl: string): Promise<void> {
-    await this.db.run('DELETE FROM acme_accounts WHERE directory_url = ? AND tenant_id = ? AND account_url = ?', [directoryUrl, tenantId, accountUrl]);
+    await this.db.run('DELETE FROM acme_accounts WHERE directory_url = ? AND tenant_id = ? AND account_url = ?', [
+      directoryUrl,
+      tenantId,
+      accountUrl,
+    ]);
   }
 }

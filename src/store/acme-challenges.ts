@@ -65,7 +65,10 @@ export class AcmeChallengeRepository {
 
   /** Every challenge not yet expired at `now` (a handful at any time). */
   async live(now: string, limit = 10_000): Promise<AcmeChallengeRecord[]> {
-    const rows = await this.db.all<ChallengeRow>('SELECT * FROM acme_challenges WHERE expires_at > ? ORDER BY created_at DESC LIMIT ?', [now, limit]);
+    const rows = await this.db.all<ChallengeRow>('SELECT * FROM acme_challenges WHERE expires_at > ? ORDER BY created_at DESC LIMIT ?', [
+      now,
+      limit,
+    ]);
     return rows.map(challengeFromRow);
   }
 

@@ -62,7 +62,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     it("refuses a domain another tenant's PENDING or ISSUED order claims, pointing at it; the owner may order it again", async () => {
       const pending = await store.certificates.createAcme(a, ['shop.a.test']);
       const problems = await refusal(store.certificates.createAcme(b, ['www.b.test', 'shop.a.test']));
-      assert.deepEqual(problems.map((problem) => [problem.code, problem.pointer]), [['DOMAIN_CLAIMED', '/data/attributes/domains/1']]);
+      assert.deepEqual(
+        problems.map((problem) => [problem.code, problem.pointer]),
+        [['DOMAIN_CLAIMED', '/data/attributes/domains/1']],
+      );
       assert.doesNotMatch(problems[0]!.detail, new RegExp(a), "the claiming tenant's id is not shown");
       assert.deepEqual(await store.certificates.list(b), [], 'nothing was written');
       await store.certificates.createAcme(a, ['shop.a.test', 'api.a.test']);
@@ -107,7 +110,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const first = await store.certificates.createAcme(tenant, ['one.quota.test'], limits);
       await store.certificates.createAcme(tenant, ['two.quota.test'], limits);
       const problems = await refusal(store.certificates.createAcme(tenant, ['three.quota.test'], limits));
-      assert.deepEqual(problems.map((problem) => [problem.code, problem.pointer]), [['QUOTA_EXCEEDED', '/data']]);
+      assert.deepEqual(
+        problems.map((problem) => [problem.code, problem.pointer]),
+        [['QUOTA_EXCEEDED', '/data']],
+      );
       assert.match(problems[0]!.detail, /2 service-issued certificate orders pending/);
       assert.equal((await store.certificates.list(tenant)).length, 2, 'nothing was written');
 
@@ -125,7 +131,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       await store.certificates.markFailed(failed.id, 'validation failed');
       await store.certificates.createAcme(b, ['moved.test']);
       const problems = await refusal(store.certificates.requestRenewal(a, failed.id));
-      assert.deepEqual(problems.map((problem) => [problem.code, problem.pointer]), [['DOMAIN_CLAIMED', '/data/attributes/domains/0']]);
+      assert.deepEqual(
+        problems.map((problem) => [problem.code, problem.pointer]),
+        [['DOMAIN_CLAIMED', '/data/attributes/domains/0']],
+      );
     });
 
     it('keeps serving (and holding the ports of) what a proxy served while the certificate it was PUT with is pending', async () => {
@@ -133,12 +142,19 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const onPort80 = { frontend: { ipv4: '127.0.0.2', port: 80 }, backend } as unknown as StoredAttributes;
       const config = await store.trafficConfigs.create(a, 'httpProxy', onPort80);
       const certificate = await store.certificates.createAcme(a, ['interim.a.test']);
-      const onPort443 = { frontend: { ipv4: '127.0.0.2', port: 443, certificateId: certificate.id }, backend } as unknown as StoredAttributes;
+      const onPort443 = {
+        frontend: { ipv4: '127.0.0.2', port: 443, certificateId: certificate.id },
+        backend,
+      } as unknown as StoredAttributes;
 
       let record = await store.trafficConfigs.replace(config.tenantId, config, onPort443);
       assert.deepEqual(record.attributes, onPort443, 'the configuration is what was PUT');
       assert.deepEqual(record.interimAttributes, onPort80, 'port 80 is served meanwhile');
-      assert.deepEqual((await store.trafficConfigs.get(a, config.id))!.interimAttributes, onPort80, 'kept in the store (a restart finds it)');
+      assert.deepEqual(
+        (await store.trafficConfigs.get(a, config.id))!.interimAttributes,
+        onPort80,
+        'kept in the store (a restart finds it)',
+      );
       const portTaken = (attributes: StoredAttributes) =>
         store.trafficConfigs.create(b, 'httpProxy', attributes).then(
           () => assert.fail('another proxy got the port'),
@@ -169,7 +185,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const onPort80 = { frontend: { ipv4: '127.0.0.3', port: 80 }, backend } as unknown as StoredAttributes;
       const config = await store.trafficConfigs.create(a, 'httpProxy', onPort80);
       const certificate = await store.certificates.createAcme(a, ['failing.a.test']);
-      const onPort443 = { frontend: { ipv4: '127.0.0.3', port: 443, certificateId: certificate.id }, backend } as unknown as StoredAttributes;
+      const onPort443 = {
+        frontend: { ipv4: '127.0.0.3', port: 443, certificateId: certificate.id },
+        backend,
+      } as unknown as StoredAttributes;
       let record = await store.trafficConfigs.replace(config.tenantId, config, onPort443);
       await store.certificates.markFailed(certificate.id, 'http-01 validation of failing.a.test failed');
       assert.deepEqual((await store.trafficConfigs.get(a, config.id))!.interimAttributes, onPort80, 'FAILED: the proxy stays as it was');

@@ -74,7 +74,9 @@ export class CaCertificateRepository {
   }
 
   async list(tenantId: string): Promise<CaCertificateRecord[]> {
-    return (await this.db.all<CaRow>('SELECT * FROM ca_certificates WHERE tenant_id = ? ORDER BY created_at, id', [tenantId])).map(caFromRow);
+    return (await this.db.all<CaRow>('SELECT * FROM ca_certificates WHERE tenant_id = ? ORDER BY created_at, id', [tenantId])).map(
+      caFromRow,
+    );
   }
 
   /** Deletes the CA certificate unless a proxy refers to it; then nothing changes and the proxies are named. */

@@ -152,7 +152,11 @@ export class CertificateRepository {
       async (tx, record) => {
         await checkAcmeOrder(tx, { tenantId, certificateId: record.id, domains }, limits);
         for (const domain of new Set(domains)) {
-          await tx.run('INSERT INTO acme_certificate_domains (certificate_id, tenant_id, domain) VALUES (?, ?, ?)', [record.id, tenantId, domain]);
+          await tx.run('INSERT INTO acme_certificate_domains (certificate_id, tenant_id, domain) VALUES (?, ?, ?)', [
+            record.id,
+            tenantId,
+            domain,
+          ]);
         }
       },
     );
@@ -272,40 +276,42 @@ export class CertificateRepository {
     facts: CertificateFacts,
     renewAfter: string,
   ): Promise<CertificateRecord | undefined> {
-    return this.db.transaction(async (tx) => {
-      const revision = await bumpRevision(tx);
-      const changed = await tx.run(
-        `UPDATE certificates SET status = 'ISSUED', status_detail = NULL, certificate_pem = ?, chain_pem = ?, private_key = ?,
+    return this.db
+      .transaction(async (tx) => {
+        const revision = await bumpRevision(tx);
+        const changed = await tx.run(
+          `UPDATE certificates SET status = 'ISSUED', status_detail = NULL, certificate_pem = ?, chain_pem = ?, private_key = ?,
            subject = ?, sans = ?, issuer = ?, not_before = ?, not_after = ?, fingerprint = ?,
            renew_after = ?, next_attempt_at = NULL, attempts = 0, last_renewal_error = NULL, renewal_requested_at = NULL,
            lease_owner = NULL, lease_until = NULL, revision = ?, updated_at = ?
          WHERE id = ? AND source = 'ACME'`,
-        [
-          material.certificatePem,
-          material.chainPem,
-          material.sealedPrivateKey,
-          facts.subject,
-          JSON.stringify(facts.subjectAltNames),
-          facts.issuer,
-          facts.notBefore,
-          facts.notAfter,
-          facts.fingerprint,
-          renewAfter,
-          revision,
-          new Date().toISOString(),
-          id,
-        ],
-      );
-      if (changed === 0) throw new CertificateGone(id);
-      // Proxies that were PUT with this certificate while it was pending served their previous
-      // configuration meanwhile; from this revision on they serve the one they were given.
-      await releaseInterimAttributes(tx, id);
-      const row = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
-      return row && fromRow(row);
-    }).catch((error: unknown) => {
-      if (error instanceof CertificateGone) return undefined;
-      throw error;
-    });
+          [
+            material.certificatePem,
+            material.chainPem,
+            material.sealedPrivateKey,
+            facts.subject,
+            JSON.stringify(facts.subjectAltNames),
+            facts.issuer,
+            facts.notBefore,
+            facts.notAfter,
+            facts.fingerprint,
+            renewAfter,
+            revision,
+            new Date().toISOString(),
+            id,
+          ],
+        );
+        if (changed === 0) throw new CertificateGone(id);
+        // Proxies that were PUT with this certificate while it was pending served their previous
+        // configuration meanwhile; from this revision on they serve the one they were given.
+        await releaseInterimAttributes(tx, id);
+        const row = await tx.one<Row>('SELECT * FROM certificates WHERE id = ?', [id]);
+        return row && fromRow(row);
+      })
+      .catch((error: unknown) => {
+        if (error instanceof CertificateGone) return undefined;
+        throw error;
+      });
   }
 
   /** The first issuance failed for good: FAILED with the CA's reason. */
@@ -325,7 +331,10 @@ export class CertificateRepository {
    * An attempt failed and will be retried at `nextAttemptAt`. The served material does not change
    * (a renewal keeps the certificate in use), so the revision does not move.
    */
-  async markAttemptFailed(id: string, failure: { detail: string; renewalError: string | null; attempts: number; nextAttemptAt: string }): Promise<void> {
+  async markAttemptFailed(
+    id: string,
+    failure: { detail: string; renewalError: string | null; attempts: number; nextAttemptAt: string },
+  ): Promise<void> {
     await this.db.run(
       `UPDATE certificates SET status_detail = ?, last_renewal_error = COALESCE(?, last_renewal_error), attempts = ?, next_attempt_at = ?,
          renewal_requested_at = NULL, lease_owner = NULL, lease_until = NULL, updated_at = ?
@@ -355,12 +364,10 @@ export class CertificateRepository {
           [revision, now, id, tenantId],
         );
       } else if (row.status === 'ISSUED') {
-        await tx.run('UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ? AND tenant_id = ?', [
-          now,
-          now,
-          id,
-          tenantId,
-        ]);
+        await tx.run(
+          'UPDATE certificates SET renewal_requested_at = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ? AND tenant_id = ?',
+          [now, now, id, tenantId],
+        );
       }
       const updated = await tx.one<Row>('SELECT * FROM certificates WHERE id = ? AND tenant_id = ?', [id, tenantId]);
       return updated && fromRow(updated);

@@ -72,7 +72,10 @@ export class CrlCacheRepository {
     status: CrlStatus,
   ): Promise<{ changed: boolean }> {
     return this.db.transaction(async (tx) => {
-      const current = await tx.one<CrlRow>('SELECT * FROM crl_cache WHERE ca_certificate_id = ? AND entry_index = ?', [key.caCertificateId, key.entryIndex]);
+      const current = await tx.one<CrlRow>('SELECT * FROM crl_cache WHERE ca_certificate_id = ? AND entry_index = ?', [
+        key.caCertificateId,
+        key.entryIndex,
+      ]);
       const changed = current?.crl_pem !== crl.pem;
       await tx.run(
         `INSERT INTO crl_cache (ca_certificate_id, entry_index, crl_url, crl_pem, this_update, next_update, fetched_at, attempted_at, last_error)
@@ -89,7 +92,12 @@ export class CrlCacheRepository {
   }
 
   /** A fetch failed: the error is kept next to the last good CRL, which stays in use; `status` as recordSuccess. */
-  async recordFailure(key: { caCertificateId: string; entryIndex: number; crlUrl: string }, error: string, at: string, status: CrlStatus): Promise<void> {
+  async recordFailure(
+    key: { caCertificateId: string; entryIndex: number; crlUrl: string },
+    error: string,
+    at: string,
+    status: CrlStatus,
+  ): Promise<void> {
     await this.db.transaction(async (tx) => {
       await tx.run(
         `INSERT INTO crl_cache (ca_certificate_id, entry_index, crl_url, attempted_at, last_error) VALUES (?, ?, ?, ?, ?)

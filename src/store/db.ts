@@ -41,7 +41,6 @@ export function sqliteFile(dataDir: string): string {
   return path.join(dataDir, 'tps.sqlite');
 }
 
-
 export async function openDb(options: { databaseUrl?: string | undefined; dataDir: string; poolSize?: number }): Promise<Db> {
   if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 10);
   fs.mkdirSync(options.dataDir, { recursive: true });
@@ -86,8 +85,7 @@ function sqliteQueryable(db: DatabaseSync): Queryable {
   };
   return {
     dialect: 'sqlite',
-    all: async <T>(sql: string, params: readonly SqlValue[] = []) =>
-      wrap(() => prepare(sql).all(...(params as SQLInputValue[])) as T[]),
+    all: async <T>(sql: string, params: readonly SqlValue[] = []) => wrap(() => prepare(sql).all(...(params as SQLInputValue[])) as T[]),
     one: async <T>(sql: string, params: readonly SqlValue[] = []) =>
       wrap(() => prepare(sql).get(...(params as SQLInputValue[])) as T | undefined),
     run: async (sql: string, params: readonly SqlValue[] = []) =>

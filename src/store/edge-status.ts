@@ -73,7 +73,10 @@ export class EdgeStatusRepository {
       const failed = current.find((report) => report.state === 'ERROR');
       if (failed) {
         result.set(config.id, { status: 'ERROR', statusDetail: `${failed.node_id}: ${failed.detail ?? 'cannot be served'}` });
-      } else if (nodes.length > 0 && nodes.every((node) => current.some((report) => report.node_id === node && report.state === 'ACTIVE'))) {
+      } else if (
+        nodes.length > 0 &&
+        nodes.every((node) => current.some((report) => report.node_id === node && report.state === 'ACTIVE'))
+      ) {
         // Served everywhere; a node may still say what it serves differently (no threat feed there).
         const noted = current.find((report) => report.state === 'ACTIVE' && report.detail !== null);
         result.set(config.id, { status: 'ACTIVE', statusDetail: noted ? `${noted.node_id}: ${noted.detail}` : null });

@@ -43,8 +43,18 @@ for (let written = 0; written < total; ) {
       supportId: crypto.randomBytes(16).toString('hex'),
       tpc: 'BEN',
       destinationIp: '127.0.0.2',
-      source: { countryCode: countries[skewed(countries.length * 4) % countries.length]!, ip: `10.${skewed(20)}.${skewed(250)}.${written % 13}`, port: 40000 },
-      request: { method: 'GET', path: `/app/${skewed(2000)}`, headers: ['Host: bench.example'], messageHeader: 'GET / HTTP/1.1\nHost: bench.example', statusCode: 403 },
+      source: {
+        countryCode: countries[skewed(countries.length * 4) % countries.length]!,
+        ip: `10.${skewed(20)}.${skewed(250)}.${written % 13}`,
+        port: 40000,
+      },
+      request: {
+        method: 'GET',
+        path: `/app/${skewed(2000)}`,
+        headers: ['Host: bench.example'],
+        messageHeader: 'GET / HTTP/1.1\nHost: bench.example',
+        statusCode: 403,
+      },
     };
     batch.push(
       written % 20 === 0
@@ -53,7 +63,15 @@ for (let written = 0; written < total; ) {
             type: 'APP_DDOS_ATTACK',
             action: 'BLOCKED',
             rules: [],
-            rateLimit: { threshold: { requests: 10, periodSeconds: 1 }, observedRequests: 11, blockSeconds: 60, firstBlockedAt: at, lastBlockedAt: at, blockedRequests: 5, blockedUntil: at },
+            rateLimit: {
+              threshold: { requests: 10, periodSeconds: 1 },
+              observedRequests: 11,
+              blockSeconds: 60,
+              firstBlockedAt: at,
+              lastBlockedAt: at,
+              blockedRequests: 5,
+              blockedUntil: at,
+            },
           }
         : {
             ...common,
@@ -64,7 +82,8 @@ for (let written = 0; written < total; ) {
     );
   }
   await store.insightEvents.append(batch);
-  if (written % 100_000 === 0) process.stdout.write(`appended ${written} events (${((performance.now() - started) / 1000).toFixed(0)} s)\n`);
+  if (written % 100_000 === 0)
+    process.stdout.write(`appended ${written} events (${((performance.now() - started) / 1000).toFixed(0)} s)\n`);
 }
 process.stdout.write(`appended ${total} events in ${((performance.now() - started) / 1000).toFixed(1)} s (${store.db.dialect})\n`);
 
@@ -78,12 +97,17 @@ for (const hours of [1, 24, 24 * 7]) {
   const range = dashboardRange(now - hours * 3600, now);
   for (const configId of [undefined, configs[0]]) {
     const filter = { tenantId, type: 'WAF_EVENT' as const, from: range.from, to: range.to, configId };
-    const dashboard = await time(`WAF dashboard, last ${hours} h${configId ? ', one proxy' : ''}`, () => store.insightAggregates.dashboard(filter, range));
-    if (hours === 24 && !configId) process.stdout.write(`  (${dashboard.totals.events} events, ${dashboard.totals.distinctSourceIps} source IPs)\n`);
+    const dashboard = await time(`WAF dashboard, last ${hours} h${configId ? ', one proxy' : ''}`, () =>
+      store.insightAggregates.dashboard(filter, range),
+    );
+    if (hours === 24 && !configId)
+      process.stdout.write(`  (${dashboard.totals.events} events, ${dashboard.totals.distinctSourceIps} source IPs)\n`);
     await time(`rate-limit dashboard, last ${hours} h${configId ? ', one proxy' : ''}`, () =>
       store.insightAggregates.dashboard({ ...filter, type: 'APP_DDOS_ATTACK' }, range),
     );
-    await time(`event list page, last ${hours} h${configId ? ', one proxy' : ''}`, () => store.insightAggregates.events({ ...filter, size: 50 }));
+    await time(`event list page, last ${hours} h${configId ? ', one proxy' : ''}`, () =>
+      store.insightAggregates.events({ ...filter, size: 50 }),
+    );
   }
 }
 const range = dashboardRange(now - 86_400, now);

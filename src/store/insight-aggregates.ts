@@ -130,8 +130,11 @@ export async function recordInsightAggregates(tx: Queryable, appended: readonly 
     weight = requestsOf(event);
     count(minutes, [...base, Math.floor(seconds / 60) * 60, weight]);
     // The label (a rule's name) is written with the first event of the bucket and kept.
-    const key = (dim: string, value: string, label: string | null = null) =>
-      KEY_LEVELS.forEach((level, index) => count(keys[index]!, [...base, Math.floor(seconds / level.seconds) * level.seconds, dim, value, label, weight]));
+    const key = (dim: string, value: string, label: string | null = null) => {
+      for (const [index, level] of KEY_LEVELS.entries()) {
+        count(keys[index]!, [...base, Math.floor(seconds / level.seconds) * level.seconds, dim, value, label, weight]);
+      }
+    };
     key('ip', event.source?.ip ?? '');
     key('country', event.source?.countryCode ?? '');
     key('path', pathKey(event.request?.path));
@@ -140,7 +143,17 @@ export async function recordInsightAggregates(tx: Queryable, appended: readonly 
     for (const rule of event.rules ?? []) {
       if (!Number.isInteger(rule.modSecId) || seen.has(rule.modSecId)) continue;
       seen.add(rule.modSecId);
-      rules.push([seq, event.tenantId, configId, event.action, event.timestamp, dayOf(event.timestamp), weight, rule.modSecId, rule.name ?? '']);
+      rules.push([
+        seq,
+        event.tenantId,
+        configId,
+        event.action,
+        event.timestamp,
+        dayOf(event.timestamp),
+        weight,
+        rule.modSecId,
+        rule.name ?? '',
+      ]);
       key('rule', String(rule.modSecId), rule.name ?? '');
     }
   }
@@ -251,7 +264,15 @@ export class InsightAggregates {
       // CAST: SQLite binds JS numbers as REAL, which would make the division a fractional one.
       `SELECT CAST((minute_s - ?) / ? AS INTEGER) AS bucket, action, CAST(SUM(events) AS BIGINT) AS events FROM insight_minutes
        WHERE tenant_id = ? AND type = ? AND minute_s >= ? AND minute_s < ?${config} GROUP BY 1, 2`,
-      [filter.from, step, filter.tenantId, filter.type, filter.from, filter.to, ...(filter.configId === undefined ? [] : [filter.configId])],
+      [
+        filter.from,
+        step,
+        filter.tenantId,
+        filter.type,
+        filter.from,
+        filter.to,
+        ...(filter.configId === undefined ? [] : [filter.configId]),
+      ],
     );
     const buckets: TimeBucket[] = [];
     for (let start = filter.from; start < filter.to; start += step) buckets.push({ start, blocked: 0, logged: 0 });
@@ -348,7 +369,9 @@ export class InsightAggregates {
     equal('country_code = ?', query.countryCode);
     equal(`${RAW_KEY.path} = ?`, query.path);
     if (query.ruleId !== undefined) {
-      where.push('seq IN (SELECT event_seq FROM insight_event_rules WHERE tenant_id = ? AND rule_id = ? AND occurred_at >= ? AND occurred_at < ?)');
+      where.push(
+        'seq IN (SELECT event_seq FROM insight_event_rules WHERE tenant_id = ? AND rule_id = ? AND occurred_at >= ? AND occurred_at < ?)',
+      );
       params.push(query.tenantId, query.ruleId, iso(query.from), iso(query.to));
     }
     const cursor = decodeCursor(query.cursor);

@@ -51,7 +51,8 @@ for (const kind of ['sqlite', 'postgres'] as const) {
           for (let batch = 0; batch < 30; batch++) {
             const events: InsightEvent[] = [];
             for (let i = 0; i < 1 + ((batch * 7 + index * 3) % 40); i++) {
-              const event = i % 9 === 8 ? rateLimitEvent(tenantId, CONFIG) : wafEvent(tenantId, CONFIG, i % 4 === 0 ? { requestCount: 1 + i } : {});
+              const event =
+                i % 9 === 8 ? rateLimitEvent(tenantId, CONFIG) : wafEvent(tenantId, CONFIG, i % 4 === 0 ? { requestCount: 1 + i } : {});
               events.push(event, wafEvent(otherTenant, CONFIG));
               written.set(event.id, name);
               order[name]!.push(event.id);
@@ -104,7 +105,11 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         await store.insightEvents.append(first);
         assert.deepEqual(await store.insightEvents.page({ tenantId, size: 10 }), [], 'held back by the older transaction of this database');
         await here.query('ROLLBACK');
-        assert.deepEqual(await store.insightEvents.page({ tenantId, size: 10 }), first, 'the transaction of another database holds nothing back');
+        assert.deepEqual(
+          await store.insightEvents.page({ tenantId, size: 10 }),
+          first,
+          'the transaction of another database holds nothing back',
+        );
       } finally {
         await here.end();
         await elsewhere.query('ROLLBACK');
@@ -117,7 +122,13 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const plain = wafEvent(tenantId, CONFIG);
       // Headers that messageHeader does not give back (not expected from the parsers): kept as they are.
       const odd = wafEvent(tenantId, CONFIG, {
-        request: { method: 'GET', path: '/', headers: ['X-A: 1\nX-B: 2'], messageHeader: 'GET / HTTP/1.1\nX-A: 1\nX-B: 2', statusCode: 403 },
+        request: {
+          method: 'GET',
+          path: '/',
+          headers: ['X-A: 1\nX-B: 2'],
+          messageHeader: 'GET / HTTP/1.1\nX-A: 1\nX-B: 2',
+          statusCode: 403,
+        },
       });
       await store.insightEvents.append([plain, odd]);
       assert.deepEqual(await store.insightEvents.page({ tenantId, size: 10 }), [plain, odd]);
@@ -131,7 +142,11 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const episode = rateLimitEvent(tenantId, CONFIG);
       const writer = await InsightWriter.start({ dataDir, databaseUrl, writer: 'node-c', limits: LIMITS });
       try {
-        const update = { lastBlockedAt: new Date().toISOString(), blockedRequests: 123456, blockedUntil: new Date(Date.now() + 60_000).toISOString() };
+        const update = {
+          lastBlockedAt: new Date().toISOString(),
+          blockedRequests: 123456,
+          blockedUntil: new Date(Date.now() + 60_000).toISOString(),
+        };
         await writer.write([episode], [{ eventId: episode.id, update }]);
         const [stored] = await store.insightEvents.page({ tenantId, size: 1 });
         assert.equal(stored?.type === 'APP_DDOS_ATTACK' && stored.rateLimit.blockedRequests, 123456);

@@ -161,7 +161,12 @@ export class InsightEventRepository {
    * reader paging by cursor sees every event exactly once. While older transactions run, the page
    * waits for them (up to SETTLE_WAIT_MS), then answers the finished part.
    */
-  async page(query: { tenantId: string; type?: InsightEventType | undefined; after?: string | undefined; size: number }): Promise<InsightEvent[]> {
+  async page(query: {
+    tenantId: string;
+    type?: InsightEventType | undefined;
+    after?: string | undefined;
+    size: number;
+  }): Promise<InsightEvent[]> {
     const postgres = this.db.dialect === 'postgres';
     let after = { xid: 0, seq: 0 };
     if (query.after !== undefined) {

@@ -44,14 +44,76 @@ async function assertUsageExact(store: Store): Promise<void> {
 describe('tenant targets (max-min fair shares)', () => {
   it('keeps every holding under the caps whole, and cuts the largest first', () => {
     const limits = { maxBytes: 1000, tenantSharePercent: 100 };
-    assert.deepEqual(tenantTargets(new Map([['a', 100], ['b', 200]]), limits), new Map([['a', 100], ['b', 200]]));
-    assert.deepEqual(tenantTargets(new Map([['a', 100], ['b', 5000]]), limits), new Map([['a', 100], ['b', 900]]));
-    assert.deepEqual(tenantTargets(new Map([['a', 600], ['b', 5000]]), limits), new Map([['a', 500], ['b', 500]]));
-    assert.deepEqual(tenantTargets(new Map([['a', 100], ['b', 5000], ['c', 5000]]), limits), new Map([['a', 100], ['b', 450], ['c', 450]]));
+    assert.deepEqual(
+      tenantTargets(
+        new Map([
+          ['a', 100],
+          ['b', 200],
+        ]),
+        limits,
+      ),
+      new Map([
+        ['a', 100],
+        ['b', 200],
+      ]),
+    );
+    assert.deepEqual(
+      tenantTargets(
+        new Map([
+          ['a', 100],
+          ['b', 5000],
+        ]),
+        limits,
+      ),
+      new Map([
+        ['a', 100],
+        ['b', 900],
+      ]),
+    );
+    assert.deepEqual(
+      tenantTargets(
+        new Map([
+          ['a', 600],
+          ['b', 5000],
+        ]),
+        limits,
+      ),
+      new Map([
+        ['a', 500],
+        ['b', 500],
+      ]),
+    );
+    assert.deepEqual(
+      tenantTargets(
+        new Map([
+          ['a', 100],
+          ['b', 5000],
+          ['c', 5000],
+        ]),
+        limits,
+      ),
+      new Map([
+        ['a', 100],
+        ['b', 450],
+        ['c', 450],
+      ]),
+    );
   });
 
   it('cuts every tenant at its share of the total', () => {
-    assert.deepEqual(tenantTargets(new Map([['a', 100], ['b', 5000]]), { maxBytes: 1000, tenantSharePercent: 40 }), new Map([['a', 100], ['b', 400]]));
+    assert.deepEqual(
+      tenantTargets(
+        new Map([
+          ['a', 100],
+          ['b', 5000],
+        ]),
+        { maxBytes: 1000, tenantSharePercent: 40 },
+      ),
+      new Map([
+        ['a', 100],
+        ['b', 400],
+      ]),
+    );
   });
 });
 
@@ -82,21 +144,37 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       assert.equal(report.expired, 30);
       assert.equal(report.evicted, 0);
       if (kind === 'postgres') assert.equal(report.droppedPartitions, 1, 'the old day went as a partition');
-      assert.deepEqual(await ids(store, tenantId), [...edge, ...recent].map((event) => event.id));
+      assert.deepEqual(
+        await ids(store, tenantId),
+        [...edge, ...recent].map((event) => event.id),
+      );
       const oldSecond = Math.floor((NOW - 40 * DAY) / 1000);
       const leftovers = await store.db.one<{ rules: number; minutes: number; hours: number; days: number }>(
         `SELECT (SELECT COUNT(*) FROM insight_event_rules WHERE tenant_id = ? AND occurred_at < ?) AS rules,
                 (SELECT COUNT(*) FROM insight_minutes WHERE tenant_id = ? AND minute_s < ?) AS minutes,
                 (SELECT COUNT(*) FROM insight_hourly_keys WHERE tenant_id = ? AND hour_s < ?) AS hours,
                 (SELECT COUNT(*) FROM insight_daily_keys WHERE tenant_id = ? AND day_s < ?) AS days`,
-        [tenantId, new Date(NOW - 35 * DAY).toISOString(), tenantId, oldSecond + 86_400, tenantId, oldSecond + 86_400, tenantId, oldSecond + 86_400],
+        [
+          tenantId,
+          new Date(NOW - 35 * DAY).toISOString(),
+          tenantId,
+          oldSecond + 86_400,
+          tenantId,
+          oldSecond + 86_400,
+          tenantId,
+          oldSecond + 86_400,
+        ],
       );
       assert.deepEqual(Object.values(leftovers!).map(Number), [0, 0, 0, 0]);
       const recentRollups = await store.db.one<{ n: number }>('SELECT COUNT(*) AS n FROM insight_minutes WHERE tenant_id = ?', [tenantId]);
       assert.ok(Number(recentRollups!.n) > 0, 'the days kept keep their rollups');
       await assertUsageExact(store);
       const writers = await store.db.all<{ writer: string }>('SELECT DISTINCT writer FROM insight_usage');
-      assert.deepEqual(writers.map((row) => row.writer), [''], "the nodes' rows are folded into one per tenant");
+      assert.deepEqual(
+        writers.map((row) => row.writer),
+        [''],
+        "the nodes' rows are folded into one per tenant",
+      );
       // A day partition dropped is made again when an event of that day arrives.
       const late = eventsAt(tenantId, NOW - 40 * DAY, 1);
       store.insightEvents.forgetPartitions();
@@ -117,7 +195,11 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       assert.ok(report.evicted > 200 && report.evicted < 400, String(report.evicted));
       assert.ok(report.storedBytes <= maxBytes, `${report.storedBytes} > ${maxBytes}`);
       const kept = await ids(store, tenantId);
-      assert.deepEqual(kept, events.slice(events.length - kept.length).map((event) => event.id), 'the newest stay, in order');
+      assert.deepEqual(
+        kept,
+        events.slice(events.length - kept.length).map((event) => event.id),
+        'the newest stay, in order',
+      );
       await assertUsageExact(store);
     });
 
@@ -136,13 +218,21 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const maxBytes = everything - Math.floor(floodBytes / 2);
       const limits = { retentionDays: 30, maxBytes, tenantSharePercent: 40 };
       await enforceInsightRetention(store.db, limits, NOW);
-      assert.deepEqual(await ids(store, quiet), history.map((event) => event.id), "the quiet tenant's history is whole");
+      assert.deepEqual(
+        await ids(store, quiet),
+        history.map((event) => event.id),
+        "the quiet tenant's history is whole",
+      );
       const after = await tenantUsage(store.db);
       assert.equal(after.get(quiet)!.bytes, quietBytes);
       assert.ok(after.get(flooder)!.bytes <= (maxBytes * 40) / 100, 'the flooder is cut to its share');
       const floodLeft = await ids(store, flooder);
       assert.ok(floodLeft.length > 0 && floodLeft.length < flood.length);
-      assert.deepEqual(floodLeft, flood.slice(flood.length - floodLeft.length).map((event) => event.id), "the flood's newest events stay");
+      assert.deepEqual(
+        floodLeft,
+        flood.slice(flood.length - floodLeft.length).map((event) => event.id),
+        "the flood's newest events stay",
+      );
       await assertUsageExact(store);
     });
   });

@@ -47,7 +47,10 @@ export function firstKeptDay(now: number, retentionDays: number): number {
 }
 
 /** The bytes each tenant may keep: its holdings cut at the tenant cap, then at the max-min fair level. */
-export function tenantTargets(usage: ReadonlyMap<string, number>, limits: Pick<InsightLimits, 'maxBytes' | 'tenantSharePercent'>): Map<string, number> {
+export function tenantTargets(
+  usage: ReadonlyMap<string, number>,
+  limits: Pick<InsightLimits, 'maxBytes' | 'tenantSharePercent'>,
+): Map<string, number> {
   const tenantCap = Math.floor((limits.maxBytes * limits.tenantSharePercent) / 100);
   const capped = [...usage.entries()].map(([tenant, bytes]) => [tenant, Math.max(0, Math.min(bytes, tenantCap))] as const);
   const total = capped.reduce((sum, [, bytes]) => sum + bytes, 0);
@@ -120,7 +123,10 @@ async function deleteEvents(tx: Queryable, where: string, params: (string | numb
     params,
   );
   if (rows.length === 0) return { events: 0, bytes: 0 };
-  await tx.run(`DELETE FROM insight_event_rules WHERE event_seq IN (${rows.map(() => '?').join(', ')})`, rows.map((row) => Number(row.seq)));
+  await tx.run(
+    `DELETE FROM insight_event_rules WHERE event_seq IN (${rows.map(() => '?').join(', ')})`,
+    rows.map((row) => Number(row.seq)),
+  );
   const freed = new Map<string, { events: number; bytes: number }>();
   for (const row of rows) {
     const tenant = freed.get(row.tenant_id) ?? { events: 0, bytes: 0 };
@@ -180,16 +186,24 @@ const rollupsCleaned = new WeakMap<Db, number>();
 async function deleteExpiredRollups(db: Db, keepFrom: number): Promise<void> {
   if (rollupsCleaned.get(db) === keepFrom) return;
   const before = keepFrom * 86_400;
-  const tenants = await db.all<{ tenant_id: string }>(
-    `SELECT tenant_id FROM insight_usage UNION SELECT id AS tenant_id FROM tenants`,
-  );
+  const tenants = await db.all<{ tenant_id: string }>(`SELECT tenant_id FROM insight_usage UNION SELECT id AS tenant_id FROM tenants`);
   for (const { tenant_id: tenantId } of tenants) {
     await db.transaction(async (tx) => {
       for (const type of ['WAF_EVENT', 'APP_DDOS_ATTACK']) {
         await tx.run('DELETE FROM insight_minutes WHERE tenant_id = ? AND type = ? AND minute_s < ?', [tenantId, type, before]);
         for (const dim of ['ip', 'country', 'path', 'rule']) {
-          await tx.run('DELETE FROM insight_hourly_keys WHERE tenant_id = ? AND dim = ? AND type = ? AND hour_s < ?', [tenantId, dim, type, before]);
-          await tx.run('DELETE FROM insight_daily_keys WHERE tenant_id = ? AND dim = ? AND type = ? AND day_s < ?', [tenantId, dim, type, before]);
+          await tx.run('DELETE FROM insight_hourly_keys WHERE tenant_id = ? AND dim = ? AND type = ? AND hour_s < ?', [
+            tenantId,
+            dim,
+            type,
+            before,
+          ]);
+          await tx.run('DELETE FROM insight_daily_keys WHERE tenant_id = ? AND dim = ? AND type = ? AND day_s < ?', [
+            tenantId,
+            dim,
+            type,
+            before,
+          ]);
         }
       }
     });

@@ -7,7 +7,13 @@ import { openDb } from './db.ts';
 import { InsightEventRepository } from './insight-events.ts';
 import { enforceInsightRetention, firstKeptDay, tenantTargets, tenantUsage, type RetentionReport } from './insight-retention.ts';
 import { dayOf } from './insight-body.ts';
-import { writeInChunks, InsightWriteError, type FromWriterThread, type ToWriterThread, type WriterThreadSettings } from './insight-writer.ts';
+import {
+  writeInChunks,
+  InsightWriteError,
+  type FromWriterThread,
+  type ToWriterThread,
+  type WriterThreadSettings,
+} from './insight-writer.ts';
 
 /** How often, at most, a write checks the caps (one small query). */
 const CAP_CHECK_MS = 2_000;
@@ -31,7 +37,8 @@ async function maintain(now = Date.now()): Promise<RetentionReport> {
   const report = await enforceInsightRetention(db, settings.limits, now);
   if (report.droppedPartitions > 0) repository.forgetPartitions();
   // Today's and tomorrow's partitions before their first event: the append path rarely makes one.
-  if (db.dialect === 'postgres') await repository.ensurePartitions([dayOf(new Date(now).toISOString()), dayOf(new Date(now + 86_400_000).toISOString())]);
+  if (db.dialect === 'postgres')
+    await repository.ensurePartitions([dayOf(new Date(now).toISOString()), dayOf(new Date(now + 86_400_000).toISOString())]);
   return report;
 }
 

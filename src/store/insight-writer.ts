@@ -37,7 +37,11 @@ export function directInsightWrites(repository: InsightEventRepository): Insight
   return { write: (events, updates) => writeInChunks(repository, events, updates) };
 }
 
-export async function writeInChunks(repository: InsightEventRepository, events: readonly InsightEvent[], updates: readonly EpisodeUpdate[]): Promise<void> {
+export async function writeInChunks(
+  repository: InsightEventRepository,
+  events: readonly InsightEvent[],
+  updates: readonly EpisodeUpdate[],
+): Promise<void> {
   let written = 0;
   try {
     for (; written < events.length; written += WRITE_CHUNK) {
@@ -103,12 +107,14 @@ export class InsightWriter implements InsightWrites {
   readonly #pending = new Map<number, Pending>();
   #nextId = 0;
   #closed = false;
-  readonly #metrics: {
-    written: Counter<string>;
-    expired: Counter<'reason'>;
-    storedBytes: Gauge<string>;
-    storedEvents: Gauge<string>;
-  } | undefined;
+  readonly #metrics:
+    | {
+        written: Counter<string>;
+        expired: Counter<'reason'>;
+        storedBytes: Gauge<string>;
+        storedEvents: Gauge<string>;
+      }
+    | undefined;
   readonly #logger: InsightWriterOptions['logger'];
 
   private constructor(options: InsightWriterOptions) {
@@ -122,21 +128,36 @@ export class InsightWriter implements InsightWrites {
     };
     const registers = options.registry ? [options.registry] : undefined;
     this.#metrics = registers && {
-      written: new Counter({ name: 'tps_insight_stored_events_total', help: 'Insight events written to the store (whole or sampled).', registers }),
+      written: new Counter({
+        name: 'tps_insight_stored_events_total',
+        help: 'Insight events written to the store (whole or sampled).',
+        registers,
+      }),
       expired: new Counter({
         name: 'tps_insight_removed_events_total',
         help: 'Insight events removed by retention: "age" (TPS_INSIGHT_RETENTION_DAYS), "size" (TPS_INSIGHT_MAX_BYTES or a tenant share), "late" (older than the retention when they arrived).',
         labelNames: ['reason'],
         registers,
       }),
-      storedBytes: new Gauge({ name: 'tps_insight_stored_bytes', help: 'Estimated bytes the stored insight events hold (all tenants), as of the last retention run.', registers }),
-      storedEvents: new Gauge({ name: 'tps_insight_stored_events', help: 'Insight events stored (all tenants), as of the last retention run.', registers }),
+      storedBytes: new Gauge({
+        name: 'tps_insight_stored_bytes',
+        help: 'Estimated bytes the stored insight events hold (all tenants), as of the last retention run.',
+        registers,
+      }),
+      storedEvents: new Gauge({
+        name: 'tps_insight_stored_events',
+        help: 'Insight events stored (all tenants), as of the last retention run.',
+        registers,
+      }),
     };
     [this.#worker, this.#ready] = this.#spawn();
   }
 
   #spawn(): [Worker, Promise<void>] {
-    const worker = new Worker(new URL('./insight-writer-thread.ts', import.meta.url), { workerData: this.#settings, name: 'tps-insight-writer' });
+    const worker = new Worker(new URL('./insight-writer-thread.ts', import.meta.url), {
+      workerData: this.#settings,
+      name: 'tps-insight-writer',
+    });
     let started: () => void = () => {};
     let failed: (error: Error) => void = () => {};
     const ready = new Promise<void>((resolve, reject) => {
@@ -199,7 +220,12 @@ export class InsightWriter implements InsightWrites {
     await this.#worker.terminate();
   }
 
-  #call(message: { kind: 'write'; events: readonly InsightEvent[]; updates: readonly EpisodeUpdate[] } | { kind: 'maintain'; now?: number } | { kind: 'close' }) {
+  #call(
+    message:
+      | { kind: 'write'; events: readonly InsightEvent[]; updates: readonly EpisodeUpdate[] }
+      | { kind: 'maintain'; now?: number }
+      | { kind: 'close' },
+  ) {
     if (this.#closed) return Promise.reject(new InsightWriteError('the insight writer is closed', 0));
     // While the thread is (re)starting, writes fail at once: the edge keeps them in its backlog.
     if (!this.#up) return Promise.reject(new InsightWriteError('the insight writer thread is not running', 0));

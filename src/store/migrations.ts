@@ -10,8 +10,7 @@ interface Migration {
   statements: (dialect: Dialect) => string[];
 }
 
-const autoIncrementKey = (dialect: Dialect) =>
-  dialect === 'postgres' ? 'BIGSERIAL PRIMARY KEY' : 'INTEGER PRIMARY KEY AUTOINCREMENT';
+const autoIncrementKey = (dialect: Dialect) => (dialect === 'postgres' ? 'BIGSERIAL PRIMARY KEY' : 'INTEGER PRIMARY KEY AUTOINCREMENT');
 
 const MIGRATIONS: Migration[] = [
   {
@@ -471,9 +470,10 @@ export const LATEST_MIGRATION = MIGRATIONS.at(-1)!.id;
 
 /** The last migration applied to a store (0: none, an empty database). */
 export async function schemaVersion(db: Queryable): Promise<number> {
-  const table = db.dialect === 'postgres'
-    ? await db.one<{ name: string | null }>("SELECT to_regclass('schema_migrations')::text AS name")
-    : await db.one<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'");
+  const table =
+    db.dialect === 'postgres'
+      ? await db.one<{ name: string | null }>("SELECT to_regclass('schema_migrations')::text AS name")
+      : await db.one<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'");
   if (!table?.name) return 0;
   const row = await db.one<{ version: number | null }>('SELECT MAX(id) AS version FROM schema_migrations');
   return Number(row?.version ?? 0);
@@ -486,9 +486,7 @@ export async function migrate(db: Db, options: { upTo?: number } = {}): Promise<
       // Several nodes may start at once: one migrates, the others wait here and then find it done.
       await tx.run('SELECT pg_advisory_xact_lock(7349001)');
     }
-    await tx.run(
-      'CREATE TABLE IF NOT EXISTS schema_migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)',
-    );
+    await tx.run('CREATE TABLE IF NOT EXISTS schema_migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)');
     const applied = new Set((await tx.all<{ id: number }>('SELECT id FROM schema_migrations')).map((row) => Number(row.id)));
     for (const migration of MIGRATIONS) {
       if (applied.has(migration.id) || migration.id > (options.upTo ?? Number.POSITIVE_INFINITY)) continue;

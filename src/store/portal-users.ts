@@ -11,7 +11,12 @@ import type { Db, Queryable } from './db.ts';
 import { UniqueViolation } from './db.ts';
 import { ConflictError } from './errors.ts';
 
-const scrypt = promisify(crypto.scrypt) as (password: string, salt: Buffer, keylen: number, options: crypto.ScryptOptions) => Promise<Buffer>;
+const scrypt = promisify(crypto.scrypt) as (
+  password: string,
+  salt: Buffer,
+  keylen: number,
+  options: crypto.ScryptOptions,
+) => Promise<Buffer>;
 
 export interface PortalUser {
   id: string;
@@ -61,7 +66,12 @@ const SCRYPT = { N: 2 ** 17, r: 8, p: 1, keylen: 32 };
 
 export async function hashPassword(password: string): Promise<string> {
   const salt = crypto.randomBytes(16);
-  const hash = await scrypt(password.normalize('NFC'), salt, SCRYPT.keylen, { N: SCRYPT.N, r: SCRYPT.r, p: SCRYPT.p, maxmem: 256 * 1024 * 1024 });
+  const hash = await scrypt(password.normalize('NFC'), salt, SCRYPT.keylen, {
+    N: SCRYPT.N,
+    r: SCRYPT.r,
+    p: SCRYPT.p,
+    maxmem: 256 * 1024 * 1024,
+  });
   return ['scrypt', SCRYPT.N, SCRYPT.r, SCRYPT.p, salt.toString('base64'), hash.toString('base64')].join('$');
 }
 
@@ -115,7 +125,9 @@ export class PortalUserRepository {
   }
 
   async list(tenantId: string): Promise<PortalUser[]> {
-    return (await this.db.all<UserRow>('SELECT * FROM portal_users WHERE tenant_id = ? ORDER BY created_at, email', [tenantId])).map(fromRow);
+    return (await this.db.all<UserRow>('SELECT * FROM portal_users WHERE tenant_id = ? ORDER BY created_at, email', [tenantId])).map(
+      fromRow,
+    );
   }
 
   async getByEmail(email: string): Promise<PortalUser | undefined> {
@@ -266,7 +278,12 @@ async function throttleWait(db: Queryable, email: string, ip: string, now: numbe
 }
 
 async function insertFailure(db: Queryable, email: string, ip: string, now: number): Promise<void> {
-  await db.run('INSERT INTO portal_login_failures (throttle_key, failed_at) VALUES (?, ?), (?, ?)', [throttleKey(email, ip), now, throttleKey(null, ip), now]);
+  await db.run('INSERT INTO portal_login_failures (throttle_key, failed_at) VALUES (?, ?), (?, ?)', [
+    throttleKey(email, ip),
+    now,
+    throttleKey(null, ip),
+    now,
+  ]);
 }
 
 /** Deletes one row of `key` at `at` (another attempt of the same millisecond keeps its own). */

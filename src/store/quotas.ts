@@ -53,7 +53,12 @@ export async function lockTenant(tx: Queryable, tenantId: string): Promise<void>
  * Throws 409 QUOTA_EXCEEDED (pointer /data) when the tenant already holds `quota.limit` resources.
  * Call inside the transaction that creates the resource, before the insert.
  */
-export async function enforceQuota(tx: Queryable, tenantId: string, quota: Quota, count: (tx: Queryable) => Promise<number>): Promise<void> {
+export async function enforceQuota(
+  tx: Queryable,
+  tenantId: string,
+  quota: Quota,
+  count: (tx: Queryable) => Promise<number>,
+): Promise<void> {
   await lockTenant(tx, tenantId);
   const used = await count(tx);
   if (used >= quota.limit) throw new QuotaExceededError(quota, used);

@@ -10,9 +10,17 @@ import { bumpRevision } from './revision.ts';
  * holds) or because configurations refer to it: `referencedBy` lists the tenant's own; a reference
  * from another tenant's configuration (which the API never lets one make) also keeps it, unnamed.
  */
-export type DeleteOutcome = { deleted: true } | { deleted: false; notFound: true } | { deleted: false; notFound: false; referencedBy: string[] };
+export type DeleteOutcome =
+  | { deleted: true }
+  | { deleted: false; notFound: true }
+  | { deleted: false; notFound: false; referencedBy: string[] };
 
-export async function deleteUnreferenced(db: Db, table: 'certificates' | 'ca_certificates', tenantId: string, id: string): Promise<DeleteOutcome> {
+export async function deleteUnreferenced(
+  db: Db,
+  table: 'certificates' | 'ca_certificates',
+  tenantId: string,
+  id: string,
+): Promise<DeleteOutcome> {
   const kind = table === 'certificates' ? 'certificate' : 'caCertificate';
   return db.transaction(async (tx) => {
     // Ownership first: another tenant's id is answered exactly as an unknown one.
@@ -24,7 +32,11 @@ export async function deleteUnreferenced(db: Db, table: 'certificates' | 'ca_cer
       [kind, id],
     );
     if (references.length > 0) {
-      return { deleted: false, notFound: false, referencedBy: references.filter((row) => row.tenant_id === tenantId).map((row) => row.config_id) };
+      return {
+        deleted: false,
+        notFound: false,
+        referencedBy: references.filter((row) => row.tenant_id === tenantId).map((row) => row.config_id),
+      };
     }
     const deleted = await tx.run(`DELETE FROM ${table} WHERE id = ? AND tenant_id = ?`, [id, tenantId]);
     if (deleted === 0) return { deleted: false, notFound: true };

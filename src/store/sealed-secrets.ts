@@ -32,7 +32,8 @@ const SOURCES: Source[] = [
   },
   {
     table: 'acme_accounts',
-    select: 'SELECT directory_url AS id, tenant_id, private_key AS sealed FROM acme_accounts WHERE private_key LIKE ? ORDER BY directory_url, tenant_id',
+    select:
+      'SELECT directory_url AS id, tenant_id, private_key AS sealed FROM acme_accounts WHERE private_key LIKE ? ORDER BY directory_url, tenant_id',
     update: 'UPDATE acme_accounts SET private_key = ? WHERE directory_url = ? AND tenant_id = ? AND private_key = ?',
   },
 ];
@@ -49,7 +50,10 @@ export class SealedSecretRepository {
     for (const source of SOURCES) {
       const rows = await this.db.all<{ id: string; tenant_id: string | null; sealed: string }>(source.select, [`${prefix}%`]);
       for (const row of rows) {
-        found.push({ binding: { table: source.table, id: row.id, ...(row.tenant_id !== null && { tenantId: row.tenant_id }) }, sealed: row.sealed });
+        found.push({
+          binding: { table: source.table, id: row.id, ...(row.tenant_id !== null && { tenantId: row.tenant_id }) },
+          sealed: row.sealed,
+        });
       }
     }
     return found;

@@ -78,7 +78,10 @@ export class ServiceAccountRepository {
   }
 
   /** The account behind valid, unrevoked credentials, with the last token issued to it. */
-  async authenticate(clientId: string, clientSecret: string): Promise<{ account: ServiceAccount; lastToken: LastToken | null } | undefined> {
+  async authenticate(
+    clientId: string,
+    clientSecret: string,
+  ): Promise<{ account: ServiceAccount; lastToken: LastToken | null } | undefined> {
     const row = await this.db.one<Row>('SELECT * FROM service_accounts WHERE client_id = ?', [clientId]);
     // Compare hashes in constant time; hash even when the account is unknown so timing says nothing.
     const expected = Buffer.from(row?.secret_hash ?? hashSecret('unknown'), 'hex');
@@ -97,9 +100,7 @@ export class ServiceAccountRepository {
   }
 
   async list(tenantId: string): Promise<ServiceAccount[]> {
-    return (await this.db.all<Row>('SELECT * FROM service_accounts WHERE tenant_id = ? ORDER BY created_at', [tenantId])).map(
-      fromRow,
-    );
+    return (await this.db.all<Row>('SELECT * FROM service_accounts WHERE tenant_id = ? ORDER BY created_at', [tenantId])).map(fromRow);
   }
 
   /** Revokes an account of the tenant: its credentials and every token issued to it stop working. */

@@ -31,7 +31,9 @@ const httpAttributes = (port: number, refs: { certificateId?: string; caCertific
       ipv4: '127.0.9.1',
       port,
       ...(refs.certificateId && { certificateId: refs.certificateId }),
-      ...(refs.caCertificateId && { clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [refs.caCertificateId], verifyCrl: false } }),
+      ...(refs.caCertificateId && {
+        clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [refs.caCertificateId], verifyCrl: false },
+      }),
     },
     backend: { hosts: [{ address: '127.0.9.10', port: 8080 }], deliveryMethod: 'LEAST_CONNECTIONS' },
   }) as unknown as StoredAttributes;
@@ -70,9 +72,19 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
     async function victim(port: number) {
       const tenant = await store.tenants.create(`victim-${port}`);
       const id = CertificateRepository.newId();
-      const certificate = await store.certificates.createCustomer(tenant.id, { id, certificatePem: 'PEM', chainPem: '', sealedPrivateKey: 'v2:sealed' }, FACTS);
-      const ca = await store.caCertificates.create(tenant.id, [{ certificate: 'PEM', subject: 'CN=CA', fingerprint: 'CC', notAfter: FACTS.notAfter }]);
-      const config = await store.trafficConfigs.create(tenant.id, 'httpProxy', httpAttributes(port, { certificateId: certificate.id, caCertificateId: ca.id }));
+      const certificate = await store.certificates.createCustomer(
+        tenant.id,
+        { id, certificatePem: 'PEM', chainPem: '', sealedPrivateKey: 'v2:sealed' },
+        FACTS,
+      );
+      const ca = await store.caCertificates.create(tenant.id, [
+        { certificate: 'PEM', subject: 'CN=CA', fingerprint: 'CC', notAfter: FACTS.notAfter },
+      ]);
+      const config = await store.trafficConfigs.create(
+        tenant.id,
+        'httpProxy',
+        httpAttributes(port, { certificateId: certificate.id, caCertificateId: ca.id }),
+      );
       await store.edgeStatus.heartbeat('node-1', 'TST');
       await store.edgeStatus.report('node-1', config.id, config.revision, 'ACTIVE', null);
       const account = await store.serviceAccounts.create(tenant.id, 'ci', ['read', 'write']);
@@ -88,7 +100,10 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       assert.equal(await store.trafficConfigs.delete(attacker.id, b.config.id), false);
       await assert.rejects(store.trafficConfigs.replace(attacker.id, b.config, httpAttributes(8002)), ConflictError);
       // Even with the victim's own record in hand (read anyhow), the write is scoped by the caller's tenant.
-      await assert.rejects(store.trafficConfigs.replace(attacker.id, { ...b.config, tenantId: attacker.id }, httpAttributes(8003)), ConflictError);
+      await assert.rejects(
+        store.trafficConfigs.replace(attacker.id, { ...b.config, tenantId: attacker.id }, httpAttributes(8003)),
+        ConflictError,
+      );
       assert.deepEqual(await store.certificates.delete(attacker.id, b.certificate.id), { deleted: false, notFound: true });
       assert.deepEqual(await store.caCertificates.delete(attacker.id, b.ca.id), { deleted: false, notFound: true });
       assert.equal(await store.serviceAccounts.revoke(attacker.id, b.account.clientId), undefined);
@@ -97,7 +112,10 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       assert.equal(await rowsOf(store, b.tenant.id), before, 'nothing of the victim changed');
       assert.equal(await store.revision(), revision, 'the edge has nothing to reload');
       // The port is still the victim's: the attacker cannot create a proxy on it.
-      await assert.rejects(store.trafficConfigs.create(attacker.id, 'httpProxy', httpAttributes(8001)), (error: ConflictError) => error.code === 'PORT_IN_USE');
+      await assert.rejects(
+        store.trafficConfigs.create(attacker.id, 'httpProxy', httpAttributes(8001)),
+        (error: ConflictError) => error.code === 'PORT_IN_USE',
+      );
     });
 
     it('a delete refused for references names only configurations of the deleting tenant', async () => {
@@ -106,14 +124,22 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       // A reference from another tenant's configuration (the API never lets one be made): it keeps the
       // certificate, but its id is not handed to the certificate's owner.
       const foreign = await store.trafficConfigs.create(intruder.id, 'httpProxy', httpAttributes(8012));
-      await store.db.run('INSERT INTO config_references (config_id, ref_kind, ref_id) VALUES (?, ?, ?)', [foreign.id, 'certificate', b.certificate.id]);
+      await store.db.run('INSERT INTO config_references (config_id, ref_kind, ref_id) VALUES (?, ?, ?)', [
+        foreign.id,
+        'certificate',
+        b.certificate.id,
+      ]);
       const outcome = await store.certificates.delete(b.tenant.id, b.certificate.id);
       assert.deepEqual(outcome, { deleted: false, notFound: false, referencedBy: [b.config.id] });
       assert.ok(!JSON.stringify(outcome).includes(foreign.id));
 
       // Once its own proxy is gone, only the foreign reference is left: still kept, named to no one.
       assert.equal(await store.trafficConfigs.delete(b.tenant.id, b.config.id), true);
-      assert.deepEqual(await store.certificates.delete(b.tenant.id, b.certificate.id), { deleted: false, notFound: false, referencedBy: [] });
+      assert.deepEqual(await store.certificates.delete(b.tenant.id, b.certificate.id), {
+        deleted: false,
+        notFound: false,
+        referencedBy: [],
+      });
       assert.deepEqual(await store.caCertificates.delete(b.tenant.id, b.ca.id), { deleted: true });
     });
 
@@ -130,7 +156,10 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       const created = await store.trafficConfigs.create(tenant.id, 'httpProxy', httpAttributes(8031));
       const key = '127.0.9.1|8031|TCP';
       assert.deepEqual(created.bindingSince, { [key]: created.revision });
-      const touched = await store.trafficConfigs.replace(tenant.id, created, { ...httpAttributes(8031), waf: { mode: 'LOGGING', paranoiaLevel: 2 } } as unknown as StoredAttributes);
+      const touched = await store.trafficConfigs.replace(tenant.id, created, {
+        ...httpAttributes(8031),
+        waf: { mode: 'LOGGING', paranoiaLevel: 2 },
+      } as unknown as StoredAttributes);
       assert.ok(touched.revision > created.revision);
       assert.deepEqual((await store.trafficConfigs.get(tenant.id, created.id))!.bindingSince, { [key]: created.revision });
       const moved = await store.trafficConfigs.replace(tenant.id, touched, httpAttributes(8032));
@@ -140,13 +169,17 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
     it('holds each quota with 409 QUOTA_EXCEEDED at /data, per tenant', async () => {
       const tenant = await store.tenants.create('quota');
       const other = await store.tenants.create('quota-other');
-      const isQuota = (error: ConflictError) => error.code === QUOTA_EXCEEDED && error.pointer === '/data' && /quota is 6/.test(error.message);
+      const isQuota = (error: ConflictError) =>
+        error.code === QUOTA_EXCEEDED && error.pointer === '/data' && /quota is 6/.test(error.message);
       for (let i = 0; i < 6; i++) await store.trafficConfigs.create(tenant.id, 'httpProxy', httpAttributes(8100 + i));
       await assert.rejects(store.trafficConfigs.create(tenant.id, 'httpProxy', httpAttributes(8110)), isQuota);
       await store.trafficConfigs.create(other.id, 'httpProxy', httpAttributes(8111));
 
       for (let i = 0; i < 4; i++) await store.certificates.createAcme(tenant.id, [`d${i}.example.test`]);
-      await assert.rejects(store.certificates.createAcme(tenant.id, ['e.example.test']), (error: ConflictError) => error.code === QUOTA_EXCEEDED);
+      await assert.rejects(
+        store.certificates.createAcme(tenant.id, ['e.example.test']),
+        (error: ConflictError) => error.code === QUOTA_EXCEEDED,
+      );
       const id = CertificateRepository.newId();
       await assert.rejects(
         store.certificates.createCustomer(tenant.id, { id, certificatePem: 'PEM', chainPem: '', sealedPrivateKey: 'v2:x' }, FACTS),
@@ -171,7 +204,9 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       }
       assert.equal((await store.trafficConfigs.list(tenant.id)).length, 6);
 
-      const certificates = await Promise.allSettled(Array.from({ length: 8 }, (_, i) => store.certificates.createAcme(tenant.id, [`r${i}.example.test`])));
+      const certificates = await Promise.allSettled(
+        Array.from({ length: 8 }, (_, i) => store.certificates.createAcme(tenant.id, [`r${i}.example.test`])),
+      );
       assert.equal(certificates.filter((outcome) => outcome.status === 'fulfilled').length, 4);
       assert.equal((await store.certificates.list(tenant.id)).length, 4);
     });

@@ -81,7 +81,9 @@ export const bindingKey = (binding: { ip: string; port: number; protocol: string
  * The (ip, port, protocol) triples a configuration holds: those of its attributes and, while a
  * certificate it names is pending, those of the interim attributes the edge serves meanwhile.
  */
-export function heldBindings(record: Pick<TrafficConfigRecord, 'type' | 'attributes' | 'interimAttributes'>): { ip: string; port: number; protocol: string }[] {
+export function heldBindings(
+  record: Pick<TrafficConfigRecord, 'type' | 'attributes' | 'interimAttributes'>,
+): { ip: string; port: number; protocol: string }[] {
   const served = record.interimAttributes ? [record.attributes, record.interimAttributes] : [record.attributes];
   const bindings = new Map(served.flatMap((attributes) => frontendBindings(record.type, attributes)).map((b) => [bindingKey(b), b]));
   return [...bindings.values()];
@@ -187,7 +189,12 @@ export class TrafficConfigRepository {
 
   async create(tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<TrafficConfigRecord> {
     return this.db.transaction(async (tx) => {
-      await enforceQuota(tx, tenantId, { limit: this.#quotas.proxies, resource: 'proxies', setting: 'TPS_QUOTA_PROXIES' }, countRows('traffic_configs', tenantId));
+      await enforceQuota(
+        tx,
+        tenantId,
+        { limit: this.#quotas.proxies, resource: 'proxies', setting: 'TPS_QUOTA_PROXIES' },
+        countRows('traffic_configs', tenantId),
+      );
       const now = new Date().toISOString();
       const revision = await bumpRevision(tx);
       const record: TrafficConfigRecord = {
@@ -319,7 +326,9 @@ async function writeIndexes(tx: Queryable, record: TrafficConfigRecord): Promise
       );
     }
   }
-  const references = new Map(served.flatMap((attributes) => configReferences(record.type, attributes)).map((ref) => [`${ref.kind}|${ref.id}`, ref]));
+  const references = new Map(
+    served.flatMap((attributes) => configReferences(record.type, attributes)).map((ref) => [`${ref.kind}|${ref.id}`, ref]),
+  );
   for (const ref of references.values()) {
     await tx.run('INSERT INTO config_references (config_id, ref_kind, ref_id) VALUES (?, ?, ?)', [record.id, ref.kind, ref.id]);
   }

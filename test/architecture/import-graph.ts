@@ -15,13 +15,16 @@ export interface Import {
   readonly specifier: string;
   /** The file it resolves to (a module of this repository), when it is one. */
   readonly target: string | undefined;
-  /** `import type` / `export type` (erased at run time). */
+  /**
+   * `import type` / `export type`: erased at run time. (`import { type X }` is not: type stripping
+   * leaves `import {} from`, which still loads the module.)
+   */
   readonly typeOnly: boolean;
   /** import(...) */
   readonly dynamic: boolean;
 }
 
-/** The .ts files under `dir` (node_modules and build output left out). */
+/** The .ts and .tsx files under `dir` (node_modules and build output left out). */
 export function typeScriptFiles(dir: string): string[] {
   const out: string[] = [];
   const walk = (d: string): void => {
@@ -29,7 +32,7 @@ export function typeScriptFiles(dir: string): string[] {
       if (name === 'node_modules' || name === 'build' || name === 'dist' || name.startsWith('.')) continue;
       const path = join(d, name);
       if (statSync(path).isDirectory()) walk(path);
-      else if (name.endsWith('.ts') && !name.endsWith('.d.ts')) out.push(path);
+      else if (/\.tsx?$/.test(name) && !name.endsWith('.d.ts')) out.push(path);
     }
   };
   walk(dir);
@@ -46,20 +49,23 @@ function resolveSpecifier(from: string, specifier: string): string | undefined {
 
 /** Every import of one module. */
 export function importsOf(file: string): Import[] {
-  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
+  const kind = file.endsWith('.tsx') ? ts.ScriptKind.TSX : ts.ScriptKind.TS;
+  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true, kind);
   const out: Import[] = [];
   const add = (specifier: string, typeOnly: boolean, dynamic: boolean): void => {
     out.push({ specifier, target: resolveSpecifier(file, specifier), typeOnly, dynamic });
   };
   const visit = (node: ts.Node): void => {
     if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
-      const clause = node.importClause;
-      const named = clause?.namedBindings;
-      const allTypes = named !== undefined && ts.isNamedImports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly) && clause?.name === undefined;
-      add(node.moduleSpecifier.text, clause?.isTypeOnly === true || allTypes, false);
+      add(node.moduleSpecifier.text, node.importClause?.isTypeOnly === true, false);
     } else if (ts.isExportDeclaration(node) && node.moduleSpecifier !== undefined && ts.isStringLiteral(node.moduleSpecifier)) {
       add(node.moduleSpecifier.text, node.isTypeOnly, false);
-    } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword && node.arguments[0] !== undefined && ts.isStringLiteralLike(node.arguments[0])) {
+    } else if (
+      ts.isCallExpression(node) &&
+      node.expression.kind === ts.SyntaxKind.ImportKeyword &&
+      node.arguments[0] !== undefined &&
+      ts.isStringLiteralLike(node.arguments[0])
+    ) {
       add(node.arguments[0].text, false, true);
     } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
       add(node.argument.literal.text, true, false);

@@ -22,7 +22,9 @@ interface Manifest {
   readonly optionalDependencies?: Record<string, string>;
   readonly devDependencies?: Record<string, string>;
 }
-const manifests = new Map(packageDirs.map((dir) => [dir, JSON.parse(readFileSync(join(PACKAGES, dir, 'package.json'), 'utf8')) as Manifest]));
+const manifests = new Map(
+  packageDirs.map((dir) => [dir, JSON.parse(readFileSync(join(PACKAGES, dir, 'package.json'), 'utf8')) as Manifest]),
+);
 const graph = importGraph(packageDirs.flatMap((dir) => typeScriptFiles(join(PACKAGES, dir))));
 const builtins = new Set(builtinModules);
 
@@ -61,7 +63,8 @@ test('packages: @tps/libinjection imports nothing but Node and its own modules',
   for (const [file, imports] of graph) {
     if (packageOf(file) !== 'libinjection') continue;
     for (const i of imports) {
-      if (isBuiltin(i.specifier) || (i.target !== undefined && packageOf(i.target) === 'libinjection' && i.specifier.startsWith('.'))) continue;
+      if (isBuiltin(i.specifier) || (i.target !== undefined && packageOf(i.target) === 'libinjection' && i.specifier.startsWith('.')))
+        continue;
       wrong.push(`${where(file)}: ${i.specifier}`);
     }
   }

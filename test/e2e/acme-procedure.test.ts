@@ -62,21 +62,29 @@ describe('HTTP proxy with a service-issued certificate, through the edge', () =>
 
   it('creates the proxy on port 80, gets the certificate issued, PUTs port 443 and serves HTTPS', async () => {
     const backend = { hosts: [{ address: ORIGIN, port: (origin.address() as { port: number }).port }] };
-    const created = await api.call('POST', CONFIGS, { data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port: 80 }, backend } } });
+    const created = await api.call('POST', CONFIGS, {
+      data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port: 80 }, backend } },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
-    await waitFor('the proxy on port 80', async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined));
+    await waitFor('the proxy on port 80', async () =>
+      (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined,
+    );
 
     const requested = await api.call('POST', '/api/v2/traffic-mgmt/certificates/lets-encrypt', {
       data: { type: 'certificate', attributes: { domains: [DOMAIN] } },
     });
     assert.equal(requested.status, 201);
     const certificateId = requested.body.data.id as string;
-    const issued = await waitFor('ISSUED', async () => {
-      const { attributes } = (await api.get(`/api/v2/traffic-mgmt/certificates/${certificateId}`)).body.data;
-      if (attributes.status === 'FAILED') throw new Error(`issuance failed: ${attributes.statusDetail}`);
-      return attributes.status === 'ISSUED' ? attributes : undefined;
-    }, { timeoutMs: 60_000 });
+    const issued = await waitFor(
+      'ISSUED',
+      async () => {
+        const { attributes } = (await api.get(`/api/v2/traffic-mgmt/certificates/${certificateId}`)).body.data;
+        if (attributes.status === 'FAILED') throw new Error(`issuance failed: ${attributes.statusDetail}`);
+        return attributes.status === 'ISSUED' ? attributes : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
     assert.deepEqual(issued.subjectAltNames, [DOMAIN]);
 
     const replaced = await api.call('PUT', `${CONFIGS}/${id}`, {
@@ -84,15 +92,17 @@ describe('HTTP proxy with a service-issued certificate, through the edge', () =>
     });
     assert.equal(replaced.status, 200, JSON.stringify(replaced.body));
     const root = await pebble.rootPem();
-    const body = await waitFor('HTTPS on port 443', () =>
-      new Promise<string | undefined>((resolve) => {
-        const request = https.get(`https://${FRONTEND}:443/hello`, { agent: false, ca: root, servername: DOMAIN }, (response) => {
-          let text = '';
-          response.on('data', (chunk) => (text += chunk));
-          response.on('end', () => resolve(response.statusCode === 200 ? text : undefined));
-        });
-        request.on('error', () => resolve(undefined));
-      }),
+    const body = await waitFor(
+      'HTTPS on port 443',
+      () =>
+        new Promise<string | undefined>((resolve) => {
+          const request = https.get(`https://${FRONTEND}:443/hello`, { agent: false, ca: root, servername: DOMAIN }, (response) => {
+            let text = '';
+            response.on('data', (chunk) => (text += chunk));
+            response.on('end', () => resolve(response.statusCode === 200 ? text : undefined));
+          });
+          request.on('error', () => resolve(undefined));
+        }),
     );
     assert.equal(body, 'origin: GET /hello', 'a client trusting the CA completes the handshake and reaches the origin');
 
@@ -109,12 +119,18 @@ describe('HTTP proxy with a service-issued certificate, through the edge', () =>
     assert.equal(before, issued.fingerprint);
     const renewal = await api.call('POST', `/api/v2/traffic-mgmt/certificates/${certificateId}/renew`);
     assert.equal(renewal.status, 202, JSON.stringify(renewal.body));
-    const renewed = await waitFor('the renewed certificate in the record', async () => {
-      const { attributes } = (await api.get(`/api/v2/traffic-mgmt/certificates/${certificateId}`)).body.data;
-      if (attributes.statusDetail && /renewal failed/.test(attributes.statusDetail)) throw new Error(attributes.statusDetail);
-      return attributes.fingerprint !== issued.fingerprint && attributes.status === 'ISSUED' ? attributes : undefined;
-    }, { timeoutMs: 60_000 });
-    await waitFor('the renewed certificate served without a restart', async () => ((await servedFingerprint()) === renewed.fingerprint ? true : undefined));
+    const renewed = await waitFor(
+      'the renewed certificate in the record',
+      async () => {
+        const { attributes } = (await api.get(`/api/v2/traffic-mgmt/certificates/${certificateId}`)).body.data;
+        if (attributes.statusDetail && /renewal failed/.test(attributes.statusDetail)) throw new Error(attributes.statusDetail);
+        return attributes.fingerprint !== issued.fingerprint && attributes.status === 'ISSUED' ? attributes : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    await waitFor('the renewed certificate served without a restart', async () =>
+      (await servedFingerprint()) === renewed.fingerprint ? true : undefined,
+    );
   });
 });
 
@@ -199,11 +215,17 @@ describe('the service-issued procedure followed literally: PUT on 443 while the 
 
   /** Creates the proxy on port 80, waits until it serves, orders the certificate and PUTs 443 with it at once. */
   async function createOrderAndPut(api: TenantApi, ip: string, domain: string) {
-    const created = await api.call('POST', CONFIGS, { data: { type: 'httpProxy', attributes: { frontend: { ipv4: ip, port: 80 }, backend } } });
+    const created = await api.call('POST', CONFIGS, {
+      data: { type: 'httpProxy', attributes: { frontend: { ipv4: ip, port: 80 }, backend } },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
-    await waitFor('the proxy on port 80', async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined));
-    const requested = await api.call('POST', `${CERTIFICATES}/lets-encrypt`, { data: { type: 'certificate', attributes: { domains: [domain] } } });
+    await waitFor('the proxy on port 80', async () =>
+      (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined,
+    );
+    const requested = await api.call('POST', `${CERTIFICATES}/lets-encrypt`, {
+      data: { type: 'certificate', attributes: { domains: [domain] } },
+    });
     assert.equal(requested.status, 201, JSON.stringify(requested.body));
     const certificateId = requested.body.data.id as string;
     const replaced = await api.call('PUT', `${CONFIGS}/${id}`, {
@@ -244,7 +266,9 @@ describe('the service-issued procedure followed literally: PUT on 443 while the 
     });
     assert.equal(config.statusDetail, null);
     // Port 80 is free again for any proxy.
-    const again = await api.call('POST', CONFIGS, { data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONT_PUT, port: 80 }, backend } } });
+    const again = await api.call('POST', CONFIGS, {
+      data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONT_PUT, port: 80 }, backend } },
+    });
     assert.equal(again.status, 201, JSON.stringify(again.body));
   });
 
@@ -261,16 +285,23 @@ describe('the service-issued procedure followed literally: PUT on 443 while the 
       const { attributes } = (await api.get(`${CONFIGS}/${id}`)).body.data;
       return attributes.status === 'ERROR' ? attributes : undefined;
     });
-    assert.match(config.statusDetail, new RegExp(`certificate ${certificateId} is FAILED: http-01 validation of failing\\.procedure\\.tps\\.test failed: .*connection`));
+    assert.match(
+      config.statusDetail,
+      new RegExp(`certificate ${certificateId} is FAILED: http-01 validation of failing\\.procedure\\.tps\\.test failed: .*connection`),
+    );
     assert.match(config.statusDetail, /the previous configuration is still served/);
     assert.deepEqual(config.frontend, { ipv4: FRONT_FAILED, port: 443, certificateId }, 'the configuration stays what was PUT');
     assert.deepEqual(await plainGet(FRONT_FAILED, 80, '/still'), { status: 200, body: 'origin: GET /still' }, 'port 80 serves as before');
     assert.equal(await plainGet(FRONT_FAILED, 443, '/'), undefined, 'nothing on 443');
 
     // Back to plain HTTP on port 80: the waiting ends, the proxy is ACTIVE.
-    const back = await api.call('PUT', `${CONFIGS}/${id}`, { data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONT_FAILED, port: 80 }, backend } } });
+    const back = await api.call('PUT', `${CONFIGS}/${id}`, {
+      data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONT_FAILED, port: 80 }, backend } },
+    });
     assert.equal(back.status, 200, JSON.stringify(back.body));
-    await waitFor('ACTIVE again', async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined));
+    await waitFor('ACTIVE again', async () =>
+      (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined,
+    );
   });
 
   it('survives a restart of the service while the certificate is PENDING', async () => {
@@ -291,11 +322,16 @@ describe('the service-issued procedure followed literally: PUT on 443 while the 
       return attributes.statusDetail ? attributes : undefined;
     });
     assert.equal(waiting.status, 'PROVISIONING');
-    assert.match(waiting.statusDetail, new RegExp(`certificate ${certificateId} is not issued yet \\(PENDING\\); the previous configuration is served until it is`));
+    assert.match(
+      waiting.statusDetail,
+      new RegExp(`certificate ${certificateId} is not issued yet \\(PENDING\\); the previous configuration is served until it is`),
+    );
     assert.deepEqual(await plainGet(FRONT_RESTART, 80, '/waiting'), { status: 200, body: 'origin: GET /waiting' }, 'port 80 still serves');
     assert.equal(await plainGet(FRONT_RESTART, 443, '/'), undefined);
     // Port 80 stays this proxy's while it waits: no other proxy can take it.
-    const taken = await api.call('POST', CONFIGS, { data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONT_RESTART, port: 80 }, backend } } });
+    const taken = await api.call('POST', CONFIGS, {
+      data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONT_RESTART, port: 80 }, backend } },
+    });
     assert.equal(taken.status, 409);
     assert.equal(taken.body.errors[0].code, 'PORT_IN_USE');
 
@@ -306,7 +342,10 @@ describe('the service-issued procedure followed literally: PUT on 443 while the 
     const issued = await certificateSettled(api, certificateId);
     assert.equal(issued.status, 'ISSUED', `${issued.statusDetail}\n${second.output().slice(-3000)}`);
     const root = await pebble.rootPem();
-    assert.equal(await waitFor('HTTPS on port 443 after the restart', () => httpsGet(FRONT_RESTART, domain, root, '/after'), { timeoutMs: 60_000 }), 'origin: GET /after');
+    assert.equal(
+      await waitFor('HTTPS on port 443 after the restart', () => httpsGet(FRONT_RESTART, domain, root, '/after'), { timeoutMs: 60_000 }),
+      'origin: GET /after',
+    );
     await waitFor('ACTIVE', async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined));
   });
 });

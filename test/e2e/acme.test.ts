@@ -95,13 +95,22 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     await new Promise<void>((resolve) => httpResponder.listen(httpPort, PROXY_IP, resolve));
 
     // The TLS port: validation connections get the challenge certificate, others the stored certificate.
-    acmeTlsServer = createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => challenges.alpnChallengeCertificate(servername, tenantId) });
+    acmeTlsServer = createAcmeTlsAlpnServer({
+      alpnChallengeCertificate: (servername) => challenges.alpnChallengeCertificate(servername, tenantId),
+    });
     siteTlsServer = tls.createServer({
       SNICallback: (servername, callback) => {
         void (async () => {
           const record = servedCertificateId ? await store.certificates.getAny(servedCertificateId) : undefined;
-          if (!record?.certificatePem || !record.sealedPrivateKey) return callback(new Error(`nothing to serve for ${servername}`), undefined);
-          callback(null, tls.createSecureContext({ cert: record.certificatePem + (record.chainPem ?? ''), key: secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)) }));
+          if (!record?.certificatePem || !record.sealedPrivateKey)
+            return callback(new Error(`nothing to serve for ${servername}`), undefined);
+          callback(
+            null,
+            tls.createSecureContext({
+              cert: record.certificatePem + (record.chainPem ?? ''),
+              key: secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)),
+            }),
+          );
         })().catch((error: Error) => callback(error, undefined));
       },
     });
@@ -139,7 +148,9 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
       assert.equal(answer.status, 200);
       if (done(answer.body.data.attributes)) return answer.body.data.attributes;
       if (Date.now() > deadline) {
-        assert.fail(`certificate ${id} did not get there within 90 s: ${JSON.stringify(answer.body.data.attributes)}\n${tps.output().slice(-4000)}`);
+        assert.fail(
+          `certificate ${id} did not get there within 90 s: ${JSON.stringify(answer.body.data.attributes)}\n${tps.output().slice(-4000)}`,
+        );
       }
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
@@ -168,10 +179,20 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
   async function deactivateValidAuthorizations(): Promise<string[]> {
     const account = (await store.acmeAccounts.get(pebble.directoryUrl, tenantId))!;
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
-    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)), accountUrl: account.accountUrl });
+    const client = new acme.Client({
+      directoryUrl: pebble.directoryUrl,
+      accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)),
+      accountUrl: account.accountUrl,
+    });
     // POST-as-GET of the account's orders list (RFC 8555 section 7.1.2.1), which acme-client has no method for.
     const { api: acmeApi } = client as unknown as {
-      api: { apiRequest(url: string, payload: null, validStatusCodes: number[]): Promise<{ data: { orders: string[] }; headers: { link?: string } }> };
+      api: {
+        apiRequest(
+          url: string,
+          payload: null,
+          validStatusCodes: number[],
+        ): Promise<{ data: { orders: string[] }; headers: { link?: string } }>;
+      };
     };
     const deactivated: string[] = [];
     let page: string | undefined = (await client.updateAccount()).orders;
@@ -195,7 +216,9 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
   const backend = { hosts: [{ address: '127.0.0.12', port: 8080 }] };
 
   it('issues a certificate through HTTP-01 answered on port 80: PENDING, then ISSUED with the chain', async () => {
-    const created = await api.call('POST', CONFIGS, { data: { type: 'httpProxy', attributes: { frontend: { ipv4: PROXY_IP, port: 80 }, backend } } });
+    const created = await api.call('POST', CONFIGS, {
+      data: { type: 'httpProxy', attributes: { frontend: { ipv4: PROXY_IP, port: 80 }, backend } },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     configId = created.body.data.id;
 
@@ -214,7 +237,10 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     assert.match(issued.issuer, /Pebble/);
     assert.match(issued.intermediateCertificates, /BEGIN CERTIFICATE/, 'the chain is stored');
     assert.ok(!JSON.stringify(issued).includes('PRIVATE KEY'), 'the private key is never shown');
-    assert.ok(seen.http01.includes('www.tps.test') && seen.http01.includes('shop.tps.test'), `Pebble fetched both HTTP-01 answers: ${seen.http01}`);
+    assert.ok(
+      seen.http01.includes('www.tps.test') && seen.http01.includes('shop.tps.test'),
+      `Pebble fetched both HTTP-01 answers: ${seen.http01}`,
+    );
     assert.deepEqual(seen.tlsAlpn, [], 'no TLS-ALPN-01 while port 80 answers');
     assert.deepEqual(await store.acmeChallenges.live(new Date().toISOString()), [], 'the challenges are cleaned up');
   });
@@ -227,7 +253,7 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     servedCertificateId = certificateId;
     const record = (await api.get(`${CERTIFICATES}/${certificateId}`)).body.data.attributes;
     const answer = await handshake('www.tps.test');
-    assert.equal(answer.authorized, true, 'the chain verifies against Pebble\'s root');
+    assert.equal(answer.authorized, true, "the chain verifies against Pebble's root");
     assert.equal(answer.fingerprint, record.fingerprint);
     assert.equal(answer.body, 'hello over TLS\n');
   });
@@ -237,18 +263,28 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     const revision = await store.revision();
     const http01Before = seen.http01.length;
     // Nothing for Pebble to reuse: the renewal validates both names again (see the helper).
-    assert.deepEqual((await deactivateValidAuthorizations()).sort(), ['shop.tps.test', 'www.tps.test'], 'the first issuance left one valid authorization per name');
+    assert.deepEqual(
+      (await deactivateValidAuthorizations()).sort(),
+      ['shop.tps.test', 'www.tps.test'],
+      'the first issuance left one valid authorization per name',
+    );
     const tlsAlpnBefore = seen.tlsAlpn.length;
 
     const renew = await api.call('POST', `${CERTIFICATES}/${certificateId}/renew`);
     assert.equal(renew.status, 202, JSON.stringify(renew.body));
-    const renewed = await waitForCertificate(certificateId, (attributes) => attributes.fingerprint !== before.fingerprint || attributes.statusDetail !== null);
+    const renewed = await waitForCertificate(
+      certificateId,
+      (attributes) => attributes.fingerprint !== before.fingerprint || attributes.statusDetail !== null,
+    );
     assert.equal(renewed.statusDetail, null, 'the renewal succeeded');
     assert.equal(renewed.status, 'ISSUED');
     assert.notEqual(renewed.fingerprint, before.fingerprint, 'new material in the same record');
     assert.deepEqual([...renewed.subjectAltNames].sort(), ['shop.tps.test', 'www.tps.test']);
     const validated = seen.tlsAlpn.slice(tlsAlpnBefore);
-    assert.ok(validated.includes('www.tps.test') && validated.includes('shop.tps.test'), `Pebble validated both names with acme-tls/1: ${validated}`);
+    assert.ok(
+      validated.includes('www.tps.test') && validated.includes('shop.tps.test'),
+      `Pebble validated both names with acme-tls/1: ${validated}`,
+    );
     assert.equal(seen.http01.length, http01Before, 'no HTTP-01 this time');
     assert.ok((await store.revision()) > revision, 'the store revision moved, so the edge reloads the certificate');
     const stored = await store.certificates.getAny(certificateId);
@@ -267,7 +303,10 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     const failed = await waitForCertificate(requested.body.data.id, (attributes) => attributes.status !== 'PENDING');
     assert.equal(failed.status, 'FAILED');
     // Pebble's own words: it could not connect to the address its DNS gave for the name.
-    assert.match(failed.statusDetail, /^http-01 validation of unreachable\.tps\.test failed: urn:ietf:params:acme:error:connection: .*127\.0\.0\.69.*connection refused/i);
+    assert.match(
+      failed.statusDetail,
+      /^http-01 validation of unreachable\.tps\.test failed: urn:ietf:params:acme:error:connection: .*127\.0\.0\.69.*connection refused/i,
+    );
     assert.equal(failed.subject, undefined);
   });
 
@@ -278,7 +317,11 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     assert.ok(!account.sealedPrivateKey.includes('PRIVATE KEY'), 'the account key is sealed');
     // The CA deactivates it (here: its owner does, through the CA).
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
-    const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)), accountUrl: account.accountUrl });
+    const client = new acme.Client({
+      directoryUrl: pebble.directoryUrl,
+      accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, tenantId)),
+      accountUrl: account.accountUrl,
+    });
     const deactivated = await client.updateAccount({ status: 'deactivated' });
     assert.equal(deactivated.status, 'deactivated');
 
@@ -303,7 +346,14 @@ describe('service-issued certificates from an ACME CA (Pebble)', () => {
     await store.db.run('UPDATE certificates SET renew_after = ? WHERE id = ?', [new Date(Date.now() - 1000).toISOString(), certificateId]);
     // A second ACME service on the same store (as a second node would run): whichever node takes
     // the lease renews it; this one scans at once.
-    const node = new AcmeService({ store, secrets, directoryUrl: pebble.directoryUrl, caBundlePem: pebble.caBundlePem, nodeId: 'second-node', pollMinMs: 500 });
+    const node = new AcmeService({
+      store,
+      secrets,
+      directoryUrl: pebble.directoryUrl,
+      caBundlePem: pebble.caBundlePem,
+      nodeId: 'second-node',
+      pollMinMs: 500,
+    });
     node.start();
     try {
       const renewed = await waitForCertificate(certificateId, (attributes) => attributes.fingerprint !== before.fingerprint);

@@ -28,7 +28,30 @@ type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** Values that have broken handlers elsewhere: wrong types, empties, extremes, deep nulls. */
 const nastyValue: fc.Arbitrary<Json> = fc.oneof(
-  fc.constantFrom<Json>(null, '', 'x', 0, -1, 1.5, 65536, 2 ** 53, -(2 ** 31), true, false, [], {}, [null], { a: null }, [[]], { data: null }, 'null', '__proto__', '../../etc/passwd', '\u0000', '\ud800'),
+  fc.constantFrom<Json>(
+    null,
+    '',
+    'x',
+    0,
+    -1,
+    1.5,
+    65536,
+    2 ** 53,
+    -(2 ** 31),
+    true,
+    false,
+    [],
+    {},
+    [null],
+    { a: null },
+    [[]],
+    { data: null },
+    'null',
+    '__proto__',
+    '../../etc/passwd',
+    '\u0000',
+    '\ud800',
+  ),
   fc.string({ maxLength: 40 }),
   fc.integer(),
   fc.double({ noNaN: true, noDefaultInfinity: true }),
@@ -36,7 +59,10 @@ const nastyValue: fc.Arbitrary<Json> = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }) as fc.Arbitrary<Json>,
 );
 
-const nastyKey = fc.oneof(fc.constantFrom('__proto__', 'constructor', 'prototype', 'data', 'type', 'id', 'attributes', 'relationships', 'status', ''), fc.string({ maxLength: 12 }));
+const nastyKey = fc.oneof(
+  fc.constantFrom('__proto__', 'constructor', 'prototype', 'data', 'type', 'id', 'attributes', 'relationships', 'status', ''),
+  fc.string({ maxLength: 12 }),
+);
 
 type Mutation =
   | { kind: 'set'; at: number; value: Json }
@@ -50,14 +76,29 @@ const mutation: fc.Arbitrary<Mutation> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('drop' as const), at: fc.nat() }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('add' as const), at: fc.nat(), key: nastyKey, value: nastyValue }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('replace' as const), value: nastyValue }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('text' as const), text: fc.constantFrom('{"data":', '{"data": {"type": "httpProxy",}}', '', ' ', 'nul', '{"__proto__": {"admin": true}, "data": {}}', '{"data": {"constructor": {"prototype": {"x": 1}}}}') }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('text' as const),
+      text: fc.constantFrom(
+        '{"data":',
+        '{"data": {"type": "httpProxy",}}',
+        '',
+        ' ',
+        'nul',
+        '{"__proto__": {"admin": true}, "data": {}}',
+        '{"data": {"constructor": {"prototype": {"x": 1}}}}',
+      ),
+    }),
+  },
 );
 
 /** Every path of a JSON value ([] is the root), parents before children. */
 function pathsOf(value: Json, path: (string | number)[] = []): (string | number)[][] {
   const paths = [path];
-  if (Array.isArray(value)) value.forEach((item, index) => paths.push(...pathsOf(item, [...path, index])));
-  else if (value !== null && typeof value === 'object') for (const [key, item] of Object.entries(value)) paths.push(...pathsOf(item, [...path, key]));
+  if (Array.isArray(value)) for (const [index, item] of value.entries()) paths.push(...pathsOf(item, [...path, index]));
+  else if (value !== null && typeof value === 'object')
+    for (const [key, item] of Object.entries(value)) paths.push(...pathsOf(item, [...path, key]));
   return paths;
 }
 
@@ -71,7 +112,9 @@ function apply(document: Json | string, change: Mutation): Json | string {
     if (change.kind === 'set') return change.value;
     if (change.kind === 'drop') return {};
   }
-  const parent = path.slice(0, -1).reduce<Json>((node, key) => (node as Record<string, Json>)[key as string]!, root) as Record<string, Json> | Json[];
+  const parent = path.slice(0, -1).reduce<Json>((node, key) => (node as Record<string, Json>)[key as string]!, root) as
+    | Record<string, Json>
+    | Json[];
   const last = path.at(-1)!;
   const target = path.length === 0 ? root : (parent as Record<string, Json>)[last as string]!;
   if (change.kind === 'set') (parent as Record<string, Json>)[last as string] = change.value;
@@ -87,10 +130,12 @@ function apply(document: Json | string, change: Mutation): Json | string {
 
 /** One to three mutations of one of the route's valid documents. */
 const mutated = (seeds: Json[]): fc.Arbitrary<string> =>
-  fc.record({ seed: fc.nat({ max: seeds.length - 1 }), changes: fc.array(mutation, { minLength: 1, maxLength: 3 }) }).map(({ seed, changes }) => {
-    const document = changes.reduce<Json | string>((current, change) => apply(current, change), seeds[seed]!);
-    return typeof document === 'string' && changes.at(-1)!.kind === 'text' ? document : JSON.stringify(document);
-  });
+  fc
+    .record({ seed: fc.nat({ max: seeds.length - 1 }), changes: fc.array(mutation, { minLength: 1, maxLength: 3 }) })
+    .map(({ seed, changes }) => {
+      const document = changes.reduce<Json | string>((current, change) => apply(current, change), seeds[seed]!);
+      return typeof document === 'string' && changes.at(-1)!.kind === 'text' ? document : JSON.stringify(document);
+    });
 
 // ---- what the store holds, and what an answer must look like -------------------------------------
 
@@ -104,7 +149,10 @@ async function storeRows(store: Store): Promise<string> {
     store.db.all('SELECT * FROM certificates ORDER BY id'),
     // Without the CRL fetch status, which the CRL service writes by itself after an upload.
     store.db.all<{ entries: string }>('SELECT * FROM ca_certificates ORDER BY id').then((rows) =>
-      rows.map((row) => ({ ...row, entries: (JSON.parse(row.entries) as Record<string, unknown>[]).map(({ crl: _crl, ...entry }) => entry) })),
+      rows.map((row) => ({
+        ...row,
+        entries: (JSON.parse(row.entries) as Record<string, unknown>[]).map(({ crl: _crl, ...entry }) => entry),
+      })),
     ),
     store.db.all('SELECT id, tenant_id, name, client_id, secret_hash, scopes, created_at, revoked_at FROM service_accounts ORDER BY id'),
     store.db.all('SELECT * FROM portal_users ORDER BY id'),
@@ -122,7 +170,10 @@ function assertErrorDocument(answer: Answer, what: string, oauth: boolean): void
     assert.equal(typeof body.error_description, 'string', what);
     return;
   }
-  assert.ok(typeof body === 'object' && body !== null && Array.isArray(body.errors) && body.errors.length > 0, `${what}: a JSON:API error document, got ${text.slice(0, 300)}`);
+  assert.ok(
+    typeof body === 'object' && body !== null && Array.isArray(body.errors) && body.errors.length > 0,
+    `${what}: a JSON:API error document, got ${text.slice(0, 300)}`,
+  );
   for (const error of body.errors as Record<string, unknown>[]) {
     assert.equal(error.status, String(answer.status), `${what}: ${text.slice(0, 300)}`);
     assert.equal(typeof error.code, 'string', what);
@@ -156,16 +207,37 @@ describe('fuzzed write routes', () => {
     credentials = await createTenant(tps);
     api = await TenantApi.connect(tps, credentials);
     other = await TenantApi.connect(tps, await createTenant(tps));
-    const user = await tps.cli<{ email: string; password: string }>('user', 'create', '--tenant', credentials.tenantId, '--email', 'fuzz@tenant.example');
-    const login = await request(`${tps.url}/portal/api/login`, { method: 'POST', contentType: 'application/json', body: { email: user.email, password: user.password } });
+    const user = await tps.cli<{ email: string; password: string }>(
+      'user',
+      'create',
+      '--tenant',
+      credentials.tenantId,
+      '--email',
+      'fuzz@tenant.example',
+    );
+    const login = await request(`${tps.url}/portal/api/login`, {
+      method: 'POST',
+      contentType: 'application/json',
+      body: { email: user.email, password: user.password },
+    });
     assert.equal(login.status, 200, JSON.stringify(login.body));
     portal = { cookie: login.headers.get('set-cookie')!.split(';')[0]!, csrf: login.body.csrfToken };
 
-    for (const [tenant, list, port] of [[api, ids.own, 9001], [other, ids.foreign, 9002]] as const) {
-      const created = await tenant.call('POST', CONFIGS, { data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.9.20', port: 9 }] } } } });
+    for (const [tenant, list, port] of [
+      [api, ids.own, 9001],
+      [other, ids.foreign, 9002],
+    ] as const) {
+      const created = await tenant.call('POST', CONFIGS, {
+        data: {
+          type: 'l4Proxy',
+          attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.9.20', port: 9 }] } },
+        },
+      });
       assert.equal(created.status, 201, JSON.stringify(created.body));
       list.push(created.body.data.id);
-      const acme = await tenant.call('POST', `${CERTIFICATES}/lets-encrypt`, { data: { type: 'certificate', attributes: { domains: [`seed-${port}.example.test`] } } });
+      const acme = await tenant.call('POST', `${CERTIFICATES}/lets-encrypt`, {
+        data: { type: 'certificate', attributes: { domains: [`seed-${port}.example.test`] } },
+      });
       list.push(acme.body.data.id);
     }
     lastRows = await storeRows(store);
@@ -174,7 +246,10 @@ describe('fuzzed write routes', () => {
   after(async () => {
     await store.close();
     await tps.stop();
-    const refused = [...seen.refused.entries()].sort(([a], [b]) => a - b).map(([status, n]) => `${status}:${n}`).join(' ');
+    const refused = [...seen.refused.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([status, n]) => `${status}:${n}`)
+      .join(' ');
     console.log(`fuzzed ${seen.requests} requests: ${seen.accepted} accepted, refused ${refused}`);
   });
 
@@ -196,9 +271,9 @@ describe('fuzzed write routes', () => {
   }
 
   const idArbitrary = fc.oneof(
-    fc.constantFrom(...(['own', 'foreign'] as const)).chain((whose) =>
-      fc.nat().map((n) => ids[whose][n % Math.max(1, ids[whose].length)] ?? '00000000-0000-4000-8000-000000000001'),
-    ),
+    fc
+      .constantFrom(...(['own', 'foreign'] as const))
+      .chain((whose) => fc.nat().map((n) => ids[whose][n % Math.max(1, ids[whose].length)] ?? '00000000-0000-4000-8000-000000000001')),
     fc.uuid(),
     fc.constantFrom('not-a-uuid', '..%2F..', '%00', 'null', '00000000-0000-0000-0000-000000000000', 'a'.repeat(300)),
   );
@@ -219,7 +294,10 @@ describe('fuzzed write routes', () => {
       attributes: {
         frontend: { ipv4: FRONTEND, port },
         backend: {
-          hosts: [{ address: '127.0.9.20', port: 8080 }, { address: 'origin.example.test', port: 8443 }],
+          hosts: [
+            { address: '127.0.9.20', port: 8080 },
+            { address: 'origin.example.test', port: 8443 },
+          ],
           deliveryMethod: 'ROUND_ROBIN',
           tlsSettings: { verifyCertificate: { mode: 'SYSTEM_TRUSTSTORE' } },
         },
@@ -246,7 +324,8 @@ describe('fuzzed write routes', () => {
   const configSeeds = (): Json[] => {
     const seeds = [httpProxy(10_001), l4Proxy(10_002)];
     // The account relationship names the token's own tenant in one seed, another in the other.
-    ((seeds[0] as { data: { relationships: { belongsTo: { data: { id: string } } } } }).data.relationships.belongsTo.data.id) = credentials.tenantId;
+    (seeds[0] as { data: { relationships: { belongsTo: { data: { id: string } } } } }).data.relationships.belongsTo.data.id =
+      credentials.tenantId;
     return seeds;
   };
 
@@ -260,7 +339,13 @@ describe('fuzzed write routes', () => {
     const patches: Json[] = [
       { data: { type: 'httpProxy', attributes: { waf: { paranoiaLevel: 3 }, rateLimiting: null } } },
       { data: { type: 'l4Proxy', attributes: { frontend: { port: 9101 }, protocols: ['UDP'], connectionLimits: { maxConnections: 5 } } } },
-      { data: { type: 'httpProxy', id: ids.own[0]!, attributes: { backend: { tlsSettings: { verifyCertificate: null, clientCertificateId: null } }, geoFencing: null } } },
+      {
+        data: {
+          type: 'httpProxy',
+          id: ids.own[0]!,
+          attributes: { backend: { tlsSettings: { verifyCertificate: null, clientCertificateId: null } }, geoFencing: null },
+        },
+      },
     ];
     await run(fc.tuple(idArbitrary, mutated(patches)), 103, 500, async ([id, body]) => {
       await check(`PATCH ${id} ${body.slice(0, 200)}`, () => apiCall(api, 'PATCH', `${CONFIGS}/${encodeURIComponent(id)}`, body));
@@ -278,8 +363,19 @@ describe('fuzzed write routes', () => {
     const intermediate = await root.intermediate('Fuzz Intermediate CA');
     const leaf = await intermediate.issue({ commonName: 'www.fuzz.example', dnsNames: ['www.fuzz.example'] });
     const pem: Json[] = [
-      { data: { type: 'certificate', attributes: { certificate: leaf.certificatePem, intermediateCertificates: intermediate.chainPem, privateKey: leaf.privateKeyPem } } },
-      { data: { type: 'certificate', attributes: { certificate: leaf.certificatePem + intermediate.chainPem, privateKey: leaf.privateKeyPem }, relationships: { belongsTo: { data: { type: 'account', id: credentials.tenantId } } } } },
+      {
+        data: {
+          type: 'certificate',
+          attributes: { certificate: leaf.certificatePem, intermediateCertificates: intermediate.chainPem, privateKey: leaf.privateKeyPem },
+        },
+      },
+      {
+        data: {
+          type: 'certificate',
+          attributes: { certificate: leaf.certificatePem + intermediate.chainPem, privateKey: leaf.privateKeyPem },
+          relationships: { belongsTo: { data: { type: 'account', id: credentials.tenantId } } },
+        },
+      },
     ];
     await run(mutated(pem), 201, 300, async (body) => {
       remember(await check(`POST ${CERTIFICATES}/pem ${body.slice(0, 200)}`, () => apiCall(api, 'POST', `${CERTIFICATES}/pem`, body)));
@@ -289,35 +385,86 @@ describe('fuzzed write routes', () => {
     });
     const orders: Json[] = [{ data: { type: 'certificate', attributes: { domains: ['www.fuzz.example', 'api.fuzz.example'] } } }];
     await run(mutated(orders), 203, 300, async (body) => {
-      remember(await check(`POST ${CERTIFICATES}/lets-encrypt ${body.slice(0, 200)}`, () => apiCall(api, 'POST', `${CERTIFICATES}/lets-encrypt`, body)));
+      remember(
+        await check(`POST ${CERTIFICATES}/lets-encrypt ${body.slice(0, 200)}`, () =>
+          apiCall(api, 'POST', `${CERTIFICATES}/lets-encrypt`, body),
+        ),
+      );
     });
     const cas: Json[] = [
-      { data: { type: 'caCertificate', attributes: { certificates: [{ certificate: root.certificatePem }, { certificate: intermediate.certificatePem, crlUrl: 'http://127.0.9.9:9/crl.pem' }] } } },
+      {
+        data: {
+          type: 'caCertificate',
+          attributes: {
+            certificates: [
+              { certificate: root.certificatePem },
+              { certificate: intermediate.certificatePem, crlUrl: 'http://127.0.9.9:9/crl.pem' },
+            ],
+          },
+        },
+      },
     ];
     await run(mutated(cas), 204, 300, async (body) => {
       remember(await check(`POST ${CA_CERTIFICATES} ${body.slice(0, 200)}`, () => apiCall(api, 'POST', CA_CERTIFICATES, body)));
     });
-    await run(fc.tuple(idArbitrary, fc.constantFrom(CERTIFICATES, CA_CERTIFICATES), fc.constantFrom('DELETE', 'POST')), 205, 150, async ([id, base, method]) => {
-      const path = method === 'POST' ? `${CERTIFICATES}/${encodeURIComponent(id)}/renew` : `${base}/${encodeURIComponent(id)}`;
-      await check(`${method} ${path}`, () => apiCall(api, method, path, undefined));
-    });
+    await run(
+      fc.tuple(idArbitrary, fc.constantFrom(CERTIFICATES, CA_CERTIFICATES), fc.constantFrom('DELETE', 'POST')),
+      205,
+      150,
+      async ([id, base, method]) => {
+        const path = method === 'POST' ? `${CERTIFICATES}/${encodeURIComponent(id)}/renew` : `${base}/${encodeURIComponent(id)}`;
+        await check(`${method} ${path}`, () => apiCall(api, method, path, undefined));
+      },
+    );
     // Wrong media types on every JSON:API write route.
-    await run(fc.tuple(fc.constantFrom(`POST ${CONFIGS}`, `POST ${CERTIFICATES}/pem`, `GET ${CERTIFICATES}/pem`, `POST ${CA_CERTIFICATES}`, `PATCH ${CONFIGS}/${ids.own[0]}`), fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/vnd.api+json; ext=x'), mutated(pem)), 206, 100, async ([route, contentType, body]) => {
-      const [method, path] = route.split(' ') as [string, string];
-      await check(`${route} as ${contentType}`, () => apiCall(api, method, path, body, contentType));
-    });
+    await run(
+      fc.tuple(
+        fc.constantFrom(
+          `POST ${CONFIGS}`,
+          `POST ${CERTIFICATES}/pem`,
+          `GET ${CERTIFICATES}/pem`,
+          `POST ${CA_CERTIFICATES}`,
+          `PATCH ${CONFIGS}/${ids.own[0]}`,
+        ),
+        fc.constantFrom(
+          'application/json',
+          'text/plain',
+          'application/x-www-form-urlencoded',
+          'multipart/form-data; boundary=x',
+          'application/vnd.api+json; ext=x',
+        ),
+        mutated(pem),
+      ),
+      206,
+      100,
+      async ([route, contentType, body]) => {
+        const [method, path] = route.split(' ') as [string, string];
+        await check(`${route} as ${contentType}`, () => apiCall(api, method, path, body, contentType));
+      },
+    );
   });
 
   it('the token endpoint and the portal', async () => {
-    const token: Json[] = [{ client_id: credentials.clientId, client_secret: credentials.clientSecret, grant_type: 'client_credentials', audience: tps.url }];
+    const token: Json[] = [
+      { client_id: credentials.clientId, client_secret: credentials.clientSecret, grant_type: 'client_credentials', audience: tps.url },
+    ];
     await run(mutated(token), 301, 300, async (body) => {
-      await check(`POST /oauth/token ${body.slice(0, 200)}`, () => request(`${tps.url}/oauth/token`, { method: 'POST', rawBody: body, contentType: 'application/json' }), { oauth: true });
+      await check(
+        `POST /oauth/token ${body.slice(0, 200)}`,
+        () => request(`${tps.url}/oauth/token`, { method: 'POST', rawBody: body, contentType: 'application/json' }),
+        { oauth: true },
+      );
     });
     const portalHeaders = { cookie: portal.cookie, 'x-csrf-token': portal.csrf };
     const accounts: Json[] = [{ name: 'fuzzed', scopes: ['read', 'insight'] }];
     await run(mutated(accounts), 302, 200, async (body) => {
       await check(`POST /portal/api/service-accounts ${body.slice(0, 200)}`, () =>
-        request(`${tps.url}/portal/api/service-accounts`, { method: 'POST', rawBody: body, contentType: 'application/json', headers: portalHeaders }),
+        request(`${tps.url}/portal/api/service-accounts`, {
+          method: 'POST',
+          rawBody: body,
+          contentType: 'application/json',
+          headers: portalHeaders,
+        }),
       );
     });
     await run(idArbitrary, 303, 60, async (id) => {
@@ -328,7 +475,9 @@ describe('fuzzed write routes', () => {
     // Sign-in last: failed attempts are throttled per client IP after a few (each costs a password hash).
     const logins: Json[] = [{ email: 'fuzz@tenant.example', password: 'not the password' }];
     await run(mutated(logins), 304, 24, async (body) => {
-      await check(`POST /portal/api/login ${body.slice(0, 200)}`, () => request(`${tps.url}/portal/api/login`, { method: 'POST', rawBody: body, contentType: 'application/json' }));
+      await check(`POST /portal/api/login ${body.slice(0, 200)}`, () =>
+        request(`${tps.url}/portal/api/login`, { method: 'POST', rawBody: body, contentType: 'application/json' }),
+      );
     });
     assert.ok(seen.requests >= 2_500, `a few thousand documents (${seen.requests})`);
   });

@@ -72,7 +72,11 @@ function postForm(url: string, body: string): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const request = http.request(
       url,
-      { method: 'POST', agent: false, headers: { 'content-type': 'application/x-www-form-urlencoded', 'user-agent': 'Mozilla/5.0', accept: '*/*' } },
+      {
+        method: 'POST',
+        agent: false,
+        headers: { 'content-type': 'application/x-www-form-urlencoded', 'user-agent': 'Mozilla/5.0', accept: '*/*' },
+      },
       (response) => {
         let text = '';
         response.setEncoding('utf8');
@@ -125,12 +129,19 @@ describe('HTTP proxies from the API', () => {
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  async function createProxy(attributes: Record<string, unknown>, frontend: Record<string, unknown> = {}): Promise<{ id: string; url: string }> {
+  async function createProxy(
+    attributes: Record<string, unknown>,
+    frontend: Record<string, unknown> = {},
+  ): Promise<{ id: string; url: string }> {
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
       data: {
         type: 'httpProxy',
-        attributes: { frontend: { ipv4: FRONTEND, port, ...frontend }, backend: { hosts: [{ address: ORIGIN, port: originPort }] }, ...attributes },
+        attributes: {
+          frontend: { ipv4: FRONTEND, port, ...frontend },
+          backend: { hosts: [{ address: ORIGIN, port: originPort }] },
+          ...attributes,
+        },
       },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -173,7 +184,9 @@ describe('HTTP proxies from the API', () => {
         request.on('error', reject);
       });
     assert.equal(await served(), first.fingerprint);
-    await api.call('PATCH', `${CONFIGS}/${proxy.id}`, { data: { type: 'httpProxy', attributes: { frontend: { certificateId: second.id } } } });
+    await api.call('PATCH', `${CONFIGS}/${proxy.id}`, {
+      data: { type: 'httpProxy', attributes: { frontend: { certificateId: second.id } } },
+    });
     await waitFor('the new certificate', async () => ((await served()) === second.fingerprint ? true : undefined));
   });
 
@@ -195,10 +208,13 @@ describe('HTTP proxies from the API', () => {
     const ca = await api.call('POST', '/api/v2/traffic-mgmt/ca-certificates', {
       data: { type: 'caCertificate', attributes: { certificates: [{ certificate: clientCa.certificatePem, crlUrl }] } },
     });
-    const proxy = await createProxy({}, {
-      certificateId: certificate.body.data.id,
-      clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [ca.body.data.id], verifyCrl: true },
-    });
+    const proxy = await createProxy(
+      {},
+      {
+        certificateId: certificate.body.data.id,
+        clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [ca.body.data.id], verifyCrl: true },
+      },
+    );
     const attempt = (clientCertificate?: { certificatePem: string; privateKeyPem: string }) =>
       get(`${proxy.url}/`, { ca: serverCa.certificatePem, ...(clientCertificate && { clientCertificate }) }).then(
         (reply) => reply.status,
@@ -221,7 +237,9 @@ describe('HTTP proxies from the API', () => {
     assert.ok(supportId, 'the block page shows the support id');
     assert.equal(originRequests.length, before, 'the origin never saw the request');
 
-    const event = await waitFor('the WAF event', async () => (await events(api, 'WAF_EVENT')).find((candidate) => candidate.attributes.supportId === supportId));
+    const event = await waitFor('the WAF event', async () =>
+      (await events(api, 'WAF_EVENT')).find((candidate) => candidate.attributes.supportId === supportId),
+    );
     assert.equal(event.attributes.action, 'BLOCKED');
     assert.equal(event.attributes.request.statusCode, 403);
     assert.equal(event.attributes.request.method, 'GET');
@@ -242,10 +260,14 @@ describe('HTTP proxies from the API', () => {
     assert.equal(reply.status, 200);
     assert.match(reply.body, /origin saw GET/);
     await waitFor('the LOGGED event', async () =>
-      (await events(api, 'WAF_EVENT')).find((event) => event.attributes.action === 'LOGGED' && event.attributes.rules.some((rule: any) => rule.modSecId === 941100)),
+      (await events(api, 'WAF_EVENT')).find(
+        (event) => event.attributes.action === 'LOGGED' && event.attributes.rules.some((rule: any) => rule.modSecId === 941100),
+      ),
     );
     await api.call('PATCH', `${CONFIGS}/${proxy.id}`, { data: { type: 'httpProxy', attributes: { waf: { mode: 'BLOCKING' } } } });
-    await waitFor('blocking after the PATCH', async () => ((await get(`${proxy.url}/page?q=<script>alert(1)</script>`)).status === 403 ? true : undefined));
+    await waitFor('blocking after the PATCH', async () =>
+      (await get(`${proxy.url}/page?q=<script>alert(1)</script>`)).status === 403 ? true : undefined,
+    );
   });
 
   it('applies a paranoia level change live', async () => {
@@ -254,7 +276,9 @@ describe('HTTP proxies from the API', () => {
     const markup = `${proxy.url}/comment?q=%3Cb%3Ehi%3C/b%3E`;
     assert.equal((await get(markup, { headers: { 'user-agent': 'Mozilla/5.0' } })).status, 200);
     await api.call('PATCH', `${CONFIGS}/${proxy.id}`, { data: { type: 'httpProxy', attributes: { waf: { paranoiaLevel: 2 } } } });
-    await waitFor('paranoia 2 to block', async () => ((await get(markup, { headers: { 'user-agent': 'Mozilla/5.0' } })).status === 403 ? true : undefined));
+    await waitFor('paranoia 2 to block', async () =>
+      (await get(markup, { headers: { 'user-agent': 'Mozilla/5.0' } })).status === 403 ? true : undefined,
+    );
   });
 
   it('blocks an XSS and a path traversal the same way (403 page with a support id, origin never reached), and passes a benign request with browser headers', async () => {
@@ -267,13 +291,19 @@ describe('HTTP proxies from the API', () => {
       assert.equal(originRequests.length, before, `the origin never saw ${attack}`);
     }
     const benign = await get(`${proxy.url}/products?page=2&sort=price`, {
-      headers: { 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0', accept: 'text/html,application/xhtml+xml', 'accept-language': 'en-US,en;q=0.5' },
+      headers: {
+        'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0',
+        accept: 'text/html,application/xhtml+xml',
+        'accept-language': 'en-US,en;q=0.5',
+      },
     });
     assert.equal(benign.status, 200);
   });
 
   it('silences one rule for one field with an exclusion', async () => {
-    const proxy = await createProxy({ waf: { mode: 'BLOCKING', paranoiaLevel: 1, ruleExclusions: [{ ruleIds: [930100, 930110, 930120, 932160], target: 'ARGS:file' }] } });
+    const proxy = await createProxy({
+      waf: { mode: 'BLOCKING', paranoiaLevel: 1, ruleExclusions: [{ ruleIds: [930100, 930110, 930120, 932160], target: 'ARGS:file' }] },
+    });
     // A form body, so that only the argument carries the payload (a query would also be in REQUEST_URI).
     assert.equal((await postForm(`${proxy.url}/download`, 'file=../../etc/passwd')).status, 200, 'the excluded field passes');
     assert.equal((await postForm(`${proxy.url}/download`, 'other=../../etc/passwd')).status, 403, 'another field is still inspected');
@@ -289,13 +319,18 @@ describe('HTTP proxies from the API', () => {
   });
 
   it('behind a trusted load balancer, takes the client from its PROXY header or X-Forwarded-For, and from nobody else', async () => {
-    const proxy = await createProxy({ geoFencing: { mode: 'ALLOW_LISTED', countries: ['DE'] }, waf: { mode: 'BLOCKING', paranoiaLevel: 1 } });
+    const proxy = await createProxy({
+      geoFencing: { mode: 'ALLOW_LISTED', countries: ['DE'] },
+      waf: { mode: 'BLOCKING', paranoiaLevel: 1 },
+    });
     const port = Number(new URL(proxy.url).port);
     /** One request on a connection from the load balancer, after a PROXY v1 header naming `client`. */
     const throughHeader = (client: string, target: string) =>
       new Promise<string>((resolve, reject) => {
         const socket = net.connect({ host: FRONTEND, port, localAddress: LOAD_BALANCER }, () =>
-          socket.write(`PROXY TCP4 ${client} ${FRONTEND} 40000 ${port}\r\nGET ${target} HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\nConnection: close\r\n\r\n`),
+          socket.write(
+            `PROXY TCP4 ${client} ${FRONTEND} 40000 ${port}\r\nGET ${target} HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\nConnection: close\r\n\r\n`,
+          ),
         );
         let text = '';
         socket.on('data', (chunk: Buffer) => (text += chunk.toString()));
@@ -304,17 +339,33 @@ describe('HTTP proxies from the API', () => {
       });
     const fromDe = await throughHeader(CLIENT_IN_DE, '/lb');
     assert.match(fromDe, /^HTTP\/1\.1 200 /);
-    assert.match(fromDe, new RegExp(`origin saw GET /lb from ${CLIENT_IN_DE.replaceAll('.', '\\.')}$`), 'the origin gets the client, not the load balancer');
+    assert.match(
+      fromDe,
+      new RegExp(`origin saw GET /lb from ${CLIENT_IN_DE.replaceAll('.', '\\.')}$`),
+      'the origin gets the client, not the load balancer',
+    );
     assert.match(await throughHeader(CLIENT_IN_KP, '/lb'), /^HTTP\/1\.1 403 /, 'geo fencing sees the client in the header');
     // X-Forwarded-For: from the load balancer it counts, from anybody else it does not.
-    assert.equal((await get(`${proxy.url}/xff`, { localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': CLIENT_IN_DE } })).status, 200);
-    assert.equal((await get(`${proxy.url}/xff`, { localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': CLIENT_IN_KP } })).status, 403);
-    assert.equal((await get(`${proxy.url}/xff`, { localAddress: '127.0.0.1', headers: { 'x-forwarded-for': CLIENT_IN_DE } })).status, 403, 'a spoofed header changes nothing');
+    assert.equal(
+      (await get(`${proxy.url}/xff`, { localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': CLIENT_IN_DE } })).status,
+      200,
+    );
+    assert.equal(
+      (await get(`${proxy.url}/xff`, { localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': CLIENT_IN_KP } })).status,
+      403,
+    );
+    assert.equal(
+      (await get(`${proxy.url}/xff`, { localAddress: '127.0.0.1', headers: { 'x-forwarded-for': CLIENT_IN_DE } })).status,
+      403,
+      'a spoofed header changes nothing',
+    );
     // The WAF and its event see the resolved client too.
     const blocked = await throughHeader(CLIENT_IN_DE, "/search?id=1'%20OR%20'1'='1");
     assert.match(blocked, /^HTTP\/1\.1 403 /);
     const supportId = /[0-9a-f]{32}/.exec(blocked)?.[0];
-    const event = await waitFor('the WAF event', async () => (await events(api, 'WAF_EVENT')).find((candidate) => candidate.attributes.supportId === supportId));
+    const event = await waitFor('the WAF event', async () =>
+      (await events(api, 'WAF_EVENT')).find((candidate) => candidate.attributes.supportId === supportId),
+    );
     assert.equal(event.attributes.source.ip, CLIENT_IN_DE);
     assert.equal(event.attributes.source.port, 40000);
     const audit = fs
@@ -322,7 +373,11 @@ describe('HTTP proxies from the API', () => {
       .split('\n')
       .filter((line) => line.includes(supportId!))
       .map((line) => JSON.parse(line) as { client: { ip: string } });
-    assert.deepEqual(audit.map((record) => record.client.ip), [CLIENT_IN_DE], 'the WAF audit log too');
+    assert.deepEqual(
+      audit.map((record) => record.client.ip),
+      [CLIENT_IN_DE],
+      'the WAF audit log too',
+    );
   });
 
   it('rate limits a client across both workers, with one APP_DDOS_ATTACK event, and lets it back after blockSeconds', async () => {
@@ -330,7 +385,10 @@ describe('HTTP proxies from the API', () => {
     const statuses: number[] = [];
     for (let i = 0; i < 20; i++) statuses.push((await get(`${proxy.url}/r${i}`, { localAddress: FLOODER })).status);
     assert.deepEqual(statuses.slice(0, 10), Array(10).fill(200), 'ten requests pass, whichever worker serves them');
-    assert.ok(statuses.slice(10).every((status) => status === 429), JSON.stringify(statuses));
+    assert.ok(
+      statuses.slice(10).every((status) => status === 429),
+      JSON.stringify(statuses),
+    );
     const refused = await get(`${proxy.url}/again`, { localAddress: FLOODER });
     assert.equal(refused.status, 429);
     assert.ok(Number(refused.headers['retry-after']) >= 1);
@@ -346,7 +404,11 @@ describe('HTTP proxies from the API', () => {
     assert.deepEqual(event.attributes.rateLimit.threshold, { requests: 10, periodSeconds: 60 });
     assert.match(refused.body, new RegExp(event.attributes.supportId), 'the 429 page shows the episode support id');
 
-    await waitFor('recovery after blockSeconds', async () => ((await get(`${proxy.url}/later`, { localAddress: FLOODER })).status === 200 ? true : undefined), { timeoutMs: 10_000 });
+    await waitFor(
+      'recovery after blockSeconds',
+      async () => ((await get(`${proxy.url}/later`, { localAddress: FLOODER })).status === 200 ? true : undefined),
+      { timeoutMs: 10_000 },
+    );
   });
 });
 
@@ -357,7 +419,15 @@ describe('the compiled WAF engine behind the proxy (TPS_WAF_ENGINE=compiled)', (
   before(async () => {
     origin = http.createServer((_request, response) => response.end('origin'));
     await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
-    tps = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND, TPS_WAF_ENGINE: 'compiled', TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+    tps = await startTps({
+      env: {
+        TPS_EDGE: 'true',
+        TPS_EDGE_WORKERS: '1',
+        TPS_FRONTEND_IPS: FRONTEND,
+        TPS_WAF_ENGINE: 'compiled',
+        TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
+      },
+    });
   });
   after(async () => {
     await tps.stop();
@@ -368,14 +438,26 @@ describe('the compiled WAF engine behind the proxy (TPS_WAF_ENGINE=compiled)', (
     const api = await TenantApi.connect(tps, await createTenant(tps));
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
-      data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: ORIGIN, port: (origin.address() as { port: number }).port }] } } },
+      data: {
+        type: 'httpProxy',
+        attributes: {
+          frontend: { ipv4: FRONTEND, port },
+          backend: { hosts: [{ address: ORIGIN, port: (origin.address() as { port: number }).port }] },
+        },
+      },
     });
     const id = created.body.data.id as string;
     await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE');
-    assert.equal((await get(`http://${FRONTEND}:${port}/products?page=2`, { headers: { 'user-agent': 'Mozilla/5.0', accept: 'text/html' } })).status, 200);
+    assert.equal(
+      (await get(`http://${FRONTEND}:${port}/products?page=2`, { headers: { 'user-agent': 'Mozilla/5.0', accept: 'text/html' } })).status,
+      200,
+    );
     const blocked = await get(`http://${FRONTEND}:${port}/search?id=1'%20OR%20'1'='1`, { headers: { 'user-agent': 'Mozilla/5.0' } });
     assert.equal(blocked.status, 403);
     const event = await waitFor('the WAF event', async () => (await events(api, 'WAF_EVENT'))[0]);
-    assert.ok(event.attributes.rules.some((rule: any) => rule.modSecId === 942100), JSON.stringify(event.attributes.rules));
+    assert.ok(
+      event.attributes.rules.some((rule: any) => rule.modSecId === 942100),
+      JSON.stringify(event.attributes.rules),
+    );
   });
 });

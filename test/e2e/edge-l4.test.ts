@@ -77,7 +77,8 @@ describe('layer 4 proxies from the API', () => {
     fs.rmSync(feedDir, { recursive: true, force: true });
   });
 
-  const statusOf = async (id: string) => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes as { status: string; statusDetail: string | null };
+  const statusOf = async (id: string) =>
+    (await api.get(`${CONFIGS}/${id}`)).body.data.attributes as { status: string; statusDetail: string | null };
   const waitForStatus = (id: string, status: string) =>
     waitFor(`status ${status}`, async () => {
       const attributes = await statusOf(id);
@@ -89,7 +90,10 @@ describe('layer 4 proxies from the API', () => {
     const second = await namedEchoOrigin('127.0.0.36', 'second');
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
-      data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: first.port }] } } },
+      data: {
+        type: 'l4Proxy',
+        attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: first.port }] } },
+      },
     });
     assert.equal(created.status, 201);
     const id = created.body.data.id as string;
@@ -107,7 +111,11 @@ describe('layer 4 proxies from the API', () => {
       socket.destroy();
       return reply === 'second:probe' ? true : undefined;
     });
-    assert.equal((await exchange(port, 'still there?', undefined, established.socket)).reply, 'first:still there?', 'the established connection was kept');
+    assert.equal(
+      (await exchange(port, 'still there?', undefined, established.socket)).reply,
+      'first:still there?',
+      'the established connection was kept',
+    );
     established.socket.destroy();
 
     assert.equal((await api.call('DELETE', `${CONFIGS}/${id}`)).status, 204);
@@ -130,7 +138,10 @@ describe('layer 4 proxies from the API', () => {
     const origin = await namedEchoOrigin('127.0.0.35', 'origin');
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
-      data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: origin.port }] } } },
+      data: {
+        type: 'l4Proxy',
+        attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: origin.port }] } },
+      },
     });
     await waitForStatus(created.body.data.id, 'ACTIVE');
     assert.equal((await exchange(port, 'hi', LISTED_CLIENT)).reply, 'CLOSED');
@@ -151,11 +162,18 @@ describe('layer 4 proxies from the API', () => {
     const origin = await namedEchoOrigin('127.0.0.35', 'origin');
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
-      data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: origin.port }] } } },
+      data: {
+        type: 'l4Proxy',
+        attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: origin.port }] } },
+      },
     });
     await waitForStatus(created.body.data.id, 'ACTIVE');
     const header = (client: string) => `PROXY TCP4 ${client} ${FRONTEND} 40000 ${port}\r\n`;
-    assert.equal((await exchange(port, `${header(LISTED_CLIENT)}hi`, LOAD_BALANCER)).reply, 'CLOSED', 'the listed client behind the load balancer');
+    assert.equal(
+      (await exchange(port, `${header(LISTED_CLIENT)}hi`, LOAD_BALANCER)).reply,
+      'CLOSED',
+      'the listed client behind the load balancer',
+    );
     assert.equal((await exchange(port, 'no header', LOAD_BALANCER)).reply, 'CLOSED', 'required: the load balancer must send one');
     assert.equal(origin.connections(), 0);
     const allowed = await exchange(port, `${header('198.51.100.7')}hi`, LOAD_BALANCER);
@@ -196,7 +214,10 @@ describe('layer 4 proxies from the API', () => {
     const port = await freePort(FRONTEND);
     await new Promise<void>((resolve) => squatter.listen(port, FRONTEND, resolve));
     const created = await api.call('POST', CONFIGS, {
-      data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: 9 }] } } },
+      data: {
+        type: 'l4Proxy',
+        attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: '127.0.0.35', port: 9 }] } },
+      },
     });
     const failed = await waitForStatus(created.body.data.id, 'ERROR');
     assert.match(failed.statusDetail ?? '', /EADDRINUSE/);

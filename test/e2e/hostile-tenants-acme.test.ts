@@ -54,11 +54,14 @@ function get(ip: string, port: number, urlPath: string, host: string): Promise<{
 /** A TLS-ALPN-01 validation connection (ALPN acme-tls/1 only): the certificate presented, or the handshake error. */
 function validationHandshake(ip: string, servername: string): Promise<{ certificatePem: string } | { error: string }> {
   return new Promise((resolve) => {
-    const socket = tls.connect({ host: ip, port: 443, servername, ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL], rejectUnauthorized: false }, () => {
-      const certificatePem = socket.getPeerX509Certificate()!.toString();
-      socket.destroy();
-      resolve({ certificatePem });
-    });
+    const socket = tls.connect(
+      { host: ip, port: 443, servername, ALPNProtocols: [ACME_TLS_ALPN_PROTOCOL], rejectUnauthorized: false },
+      () => {
+        const certificatePem = socket.getPeerX509Certificate()!.toString();
+        socket.destroy();
+        resolve({ certificatePem });
+      },
+    );
     socket.setTimeout(5000, () => socket.destroy(new Error('timed out')));
     socket.on('error', (error) => resolve({ error: error.message }));
   });
@@ -88,7 +91,9 @@ describe('hostile tenants: certificates only for domains a tenant controls', () 
   };
 
   const waitActive = (api: TenantApi, id: string) =>
-    waitFor(`proxy ${id} ACTIVE`, async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined));
+    waitFor(`proxy ${id} ACTIVE`, async () =>
+      (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined,
+    );
 
   const createProxy = async (api: TenantApi, frontend: Record<string, unknown>, backend: unknown, active = true) => {
     const created = await api.call('POST', CONFIGS, { data: { type: 'httpProxy', attributes: { frontend, backend } } });
@@ -163,7 +168,15 @@ describe('hostile tenants: certificates only for domains a tenant controls', () 
     const keyAuthorization = 'probe-token-a.account-thumbprint';
     const expiresAt = new Date(Date.now() + 600_000).toISOString();
     for (const type of ['http-01', 'tls-alpn-01'] as const) {
-      await store.acmeChallenges.put({ type, token: 'probe-token-a', tenantId: apiA.tenantId, domain: 'probe.hostile.test', keyAuthorization, certificateId: 'probe', expiresAt });
+      await store.acmeChallenges.put({
+        type,
+        token: 'probe-token-a',
+        tenantId: apiA.tenantId,
+        domain: 'probe.hostile.test',
+        keyAuthorization,
+        certificateId: 'probe',
+        expiresAt,
+      });
     }
     try {
       const challengePath = '/.well-known/acme-challenge/probe-token-a';
@@ -171,13 +184,21 @@ describe('hostile tenants: certificates only for domains a tenant controls', () 
       assert.equal(fromB?.status, 404, "B's proxy does not answer A's challenge");
       assert.ok(!fromB.body.includes(keyAuthorization));
       assert.ok(!seen.B!.some((line) => line.includes('acme-challenge')), "nor does B's origin get the chance");
-      assert.deepEqual(await get(FRONT_A, 80, challengePath, 'probe.hostile.test'), { status: 200, body: keyAuthorization }, "A's own proxy answers it");
+      assert.deepEqual(
+        await get(FRONT_A, 80, challengePath, 'probe.hostile.test'),
+        { status: 200, body: keyAuthorization },
+        "A's own proxy answers it",
+      );
 
       const alpnFromB = await validationHandshake(FRONT_B, 'probe.hostile.test');
       assert.ok('error' in alpnFromB, `B's TLS proxy presents no challenge certificate for A's order: ${JSON.stringify(alpnFromB)}`);
       const alpnFromA = await validationHandshake(FRONT_A, 'probe.hostile.test');
       assert.ok('certificatePem' in alpnFromA, JSON.stringify(alpnFromA));
-      assert.equal(acme.crypto.isAlpnCertificateAuthorizationValid(alpnFromA.certificatePem, keyAuthorization), true, "A's own TLS proxy presents it");
+      assert.equal(
+        acme.crypto.isAlpnCertificateAuthorizationValid(alpnFromA.certificatePem, keyAuthorization),
+        true,
+        "A's own TLS proxy presents it",
+      );
     } finally {
       await store.acmeChallenges.deleteForCertificate('probe');
     }
@@ -234,7 +255,10 @@ describe('hostile tenants: certificates only for domains a tenant controls', () 
       assert.equal(again.status, 409);
       assert.equal(again.body.errors[0].code, 'DOMAIN_CLAIMED');
     }
-    assert.ok(!(await apiB.get(CERTIFICATES)).body.data.some((certificate: any) => certificate.attributes.domains.includes(domain)), 'nothing was created for B');
+    assert.ok(
+      !(await apiB.get(CERTIFICATES)).body.data.some((certificate: any) => certificate.attributes.domains.includes(domain)),
+      'nothing was created for B',
+    );
 
     // A may order the name again (a second certificate of its own).
     const own = await order(apiA, [domain, 'www.a.hostile.test']);
@@ -267,12 +291,20 @@ describe('hostile tenants: certificates only for domains a tenant controls', () 
     assert.ok(!accountA.sealedPrivateKey.includes('PRIVATE KEY'), 'account keys are sealed');
     acme.axios.defaults.httpsAgent = new https.Agent({ ca: pebble.caBundlePem });
     for (const account of [accountA, accountB]) {
-      const client = new acme.Client({ directoryUrl: pebble.directoryUrl, accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, account.tenantId)), accountUrl: account.accountUrl });
+      const client = new acme.Client({
+        directoryUrl: pebble.directoryUrl,
+        accountKey: secrets.open(account.sealedPrivateKey, acmeAccountKeyBinding(pebble.directoryUrl, account.tenantId)),
+        accountUrl: account.accountUrl,
+      });
       const atCa = await client.updateAccount();
       assert.equal(atCa.status, 'valid', `${account.tenantId}'s account is registered at the CA`);
       assert.deepEqual(atCa.contact, ['mailto:ops@tps.test']);
     }
-    assert.equal(new Set((await store.acmeAccounts.list(pebble.directoryUrl)).map((account) => account.tenantId)).size, 3, 'A, B and C: one each');
+    assert.equal(
+      new Set((await store.acmeAccounts.list(pebble.directoryUrl)).map((account) => account.tenantId)).size,
+      3,
+      'A, B and C: one each',
+    );
   });
 });
 

@@ -174,19 +174,29 @@ describe('hostile tenants: where the service connects on their behalf', () => {
     await Promise.all([dns?.close(), internal?.close(), internalOnFrontend?.close()]);
   });
 
-  async function createProxy(type: 'httpProxy' | 'l4Proxy', hosts: { address: string; port: number }[], extra: Record<string, unknown> = {}) {
+  async function createProxy(
+    type: 'httpProxy' | 'l4Proxy',
+    hosts: { address: string; port: number }[],
+    extra: Record<string, unknown> = {},
+  ) {
     const port = await freePort(FRONTEND);
-    const created = await api.call('POST', CONFIGS, { data: { type, attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts }, ...extra } } });
+    const created = await api.call('POST', CONFIGS, {
+      data: { type, attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts }, ...extra } },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
-    await waitFor(`${type} ${id} ACTIVE`, async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined));
+    await waitFor(`${type} ${id} ACTIVE`, async () =>
+      (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined,
+    );
     return { id, port, url: `http://${FRONTEND}:${port}` };
   }
 
   /** The value of `tps_edge_origin_refused_total` for one proxy and reason (0 when absent). */
   async function refusedCount(proxyId: string, reason: string): Promise<number> {
     const text = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
-    const line = text.split('\n').find((l) => l.startsWith('tps_edge_origin_refused_total{') && l.includes(`proxy="${proxyId}"`) && l.includes(`reason="${reason}"`));
+    const line = text
+      .split('\n')
+      .find((l) => l.startsWith('tps_edge_origin_refused_total{') && l.includes(`proxy="${proxyId}"`) && l.includes(`reason="${reason}"`));
     return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
   }
 
@@ -224,7 +234,9 @@ describe('hostile tenants: where the service connects on their behalf', () => {
     ];
     const hosts = refused.map(([address, port]) => ({ address, port }));
     for (const type of ['httpProxy', 'l4Proxy'] as const) {
-      const answer = await api.call('POST', CONFIGS, { data: { type, attributes: { frontend: { ipv4: FRONTEND, port: 4001 }, backend: { hosts } } } });
+      const answer = await api.call('POST', CONFIGS, {
+        data: { type, attributes: { frontend: { ipv4: FRONTEND, port: 4001 }, backend: { hosts } } },
+      });
       const errors = originErrors(answer);
       for (const [index, [address, , why]] of refused.entries()) {
         const error = errors.find((candidate) => candidate.source?.pointer === `/data/attributes/backend/hosts/${index}/address`);
@@ -243,7 +255,13 @@ describe('hostile tenants: where the service connects on their behalf', () => {
         type: 'httpProxy',
         attributes: {
           frontend: { ipv4: FRONTEND, port: 4002 },
-          backend: { hosts: [{ address: API_IP, port: apiPort + 1 }, { address: ORIGIN_IP, port: originPort }, { address: 'internal.test', port: 80 }] },
+          backend: {
+            hosts: [
+              { address: API_IP, port: apiPort + 1 },
+              { address: ORIGIN_IP, port: originPort },
+              { address: 'internal.test', port: 80 },
+            ],
+          },
         },
       },
     });
@@ -252,11 +270,24 @@ describe('hostile tenants: where the service connects on their behalf', () => {
 
     // PUT and PATCH are checked the same way, and a refused change changes nothing.
     const put = await api.call('PUT', `${CONFIGS}/${id}`, {
-      data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port: 4002 }, backend: { hosts: [{ address: '169.254.169.254', port: 80 }] } } },
+      data: {
+        type: 'httpProxy',
+        attributes: { frontend: { ipv4: FRONTEND, port: 4002 }, backend: { hosts: [{ address: '169.254.169.254', port: 80 }] } },
+      },
     });
     assert.equal(originErrors(put)[0]?.source?.pointer, '/data/attributes/backend/hosts/0/address');
     const patch = await api.call('PATCH', `${CONFIGS}/${id}`, {
-      data: { type: 'httpProxy', attributes: { backend: { hosts: [{ address: ORIGIN_IP, port: originPort }, { address: METRICS_IP, port: metricsPort }] } } },
+      data: {
+        type: 'httpProxy',
+        attributes: {
+          backend: {
+            hosts: [
+              { address: ORIGIN_IP, port: originPort },
+              { address: METRICS_IP, port: metricsPort },
+            ],
+          },
+        },
+      },
     });
     assert.equal(originErrors(patch)[0]?.source?.pointer, '/data/attributes/backend/hosts/1/address');
     const stored = (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.backend.hosts;
@@ -295,7 +326,10 @@ describe('hostile tenants: where the service connects on their behalf', () => {
       return counts[0]! >= 3 && counts.slice(1).every((count) => count >= 1) ? true : undefined;
     });
     // And logged by the edge worker, with the proxy and what was refused.
-    const logged = tps.output().split('\n').find((line) => line.includes('origin refused by the origin policy') && line.includes(toInternal.id));
+    const logged = tps
+      .output()
+      .split('\n')
+      .find((line) => line.includes('origin refused by the origin policy') && line.includes(toInternal.id));
     assert.ok(logged, 'the refusal is in the log');
     assert.match(logged, /"host":"internal\.test".*"address":"127\.0\.0\.224".*"reason":"loopback"/);
   });
@@ -330,7 +364,10 @@ describe('hostile tenants: where the service connects on their behalf', () => {
     const ca = await TestCa.create('Hostile tenant CA');
     const upload = (crlUrls: string[]) =>
       api.call('POST', CA_CERTIFICATES, {
-        data: { type: 'caCertificate', attributes: { certificates: crlUrls.map((crlUrl) => ({ certificate: ca.certificatePem, crlUrl })) } },
+        data: {
+          type: 'caCertificate',
+          attributes: { certificates: crlUrls.map((crlUrl) => ({ certificate: ca.certificatePem, crlUrl })) },
+        },
       });
 
     // Literal internal addresses: refused at the upload.
@@ -366,19 +403,33 @@ describe('hostile tenants: where the service connects on their behalf', () => {
       const statuses = await waitFor(
         'the CRL fetches attempted',
         async () => {
-          const entries = (await api.get(`${CA_CERTIFICATES}/${id}`)).body.data.attributes.certificates as { crl?: { attemptedAt?: string; error: string | null } }[];
+          const entries = (await api.get(`${CA_CERTIFICATES}/${id}`)).body.data.attributes.certificates as {
+            crl?: { attemptedAt?: string; error: string | null };
+          }[];
           return entries.every((entry) => entry.crl?.attemptedAt) ? entries.map((entry) => entry.crl!) : undefined;
         },
         { timeoutMs: 30_000 },
-      ).catch((e) => { console.log(tps.output().split('\n').filter((l) => /crl|CRL/.test(l)).join('\n')); throw e; });
+      ).catch((e) => {
+        console.log(
+          tps
+            .output()
+            .split('\n')
+            .filter((l) => /crl|CRL/.test(l))
+            .join('\n'),
+        );
+        throw e;
+      });
       assert.equal(internal.connections, before, 'the internal listener saw no connection');
       const [byName, byRedirect, missing] = statuses.map((status) => status.error);
       assert.ok(byName && !/127\.0\.0|refused|loopback|internal/i.test(byName), `generic: ${byName}`);
       assert.equal(byRedirect, byName, 'a redirect to an internal address reads the same');
       assert.equal(missing, byName, 'and the same as a plain 404: nothing tells what answers where');
-      const logged = tps.output().split('\n').filter((line) => line.includes('origin refused by the origin policy') && line.includes('"scope":"crl"'));
+      const logged = tps
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('origin refused by the origin policy') && line.includes('"scope":"crl"'));
       assert.equal(logged.length >= 2, true, "the operator's log has the reason, for the name and for the redirect");
-      assert.match(tps.output(), /answered HTTP 404.*crl: fetch failed/, "and the plain failure too");
+      assert.match(tps.output(), /answered HTTP 404.*crl: fetch failed/, 'and the plain failure too');
     } finally {
       redirector.close();
     }

@@ -41,7 +41,10 @@ interface Reply {
   body: string;
 }
 
-function get(url: string, options: { localAddress?: string; headers?: Record<string, string>; agent?: http.Agent; ca?: string; cert?: string; key?: string } = {}): Promise<Reply> {
+function get(
+  url: string,
+  options: { localAddress?: string; headers?: Record<string, string>; agent?: http.Agent; ca?: string; cert?: string; key?: string } = {},
+): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const client = url.startsWith('https:') ? https : http;
     const req = client.get(
@@ -71,7 +74,8 @@ async function metric(tps: Tps, name: string, labels: Record<string, string>): P
   let total = 0;
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`)) continue;
-    if (Object.entries(labels).every(([key, value]) => line.includes(`${key}="${value}"`))) total += Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (Object.entries(labels).every(([key, value]) => line.includes(`${key}="${value}"`)))
+      total += Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return total;
 }
@@ -119,17 +123,26 @@ describe('hostile traffic against a started tps serve', () => {
     origin.close();
   });
 
-  async function createProxy(attributes: Record<string, unknown>, frontend: Record<string, unknown> = {}, wait: 'ACTIVE' | 'ANY' = 'ACTIVE'): Promise<{ id: string; url: string; port: number }> {
+  async function createProxy(
+    attributes: Record<string, unknown>,
+    frontend: Record<string, unknown> = {},
+    wait: 'ACTIVE' | 'ANY' = 'ACTIVE',
+  ): Promise<{ id: string; url: string; port: number }> {
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
       data: {
         type: 'httpProxy',
-        attributes: { frontend: { ipv4: FRONTEND, port, ...frontend }, backend: { hosts: [{ address: ORIGIN, port: originPort }] }, ...attributes },
+        attributes: {
+          frontend: { ipv4: FRONTEND, port, ...frontend },
+          backend: { hosts: [{ address: ORIGIN, port: originPort }] },
+          ...attributes,
+        },
       },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
-    if (wait === 'ACTIVE') await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE');
+    if (wait === 'ACTIVE')
+      await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE');
     return { id, url: `${frontend.certificateId ? 'https' : 'http'}://${FRONTEND}:${port}`, port };
   }
 
@@ -141,7 +154,10 @@ describe('hostile traffic against a started tps serve', () => {
     // The CRL server is down: nothing listens on its port yet.
     const crlPort = await freePort(CRL_HOST);
     const ca = await api.call('POST', '/api/v2/traffic-mgmt/ca-certificates', {
-      data: { type: 'caCertificate', attributes: { certificates: [{ certificate: clientCa.certificatePem, crlUrl: `http://${CRL_HOST}:${crlPort}/ca.crl` }] } },
+      data: {
+        type: 'caCertificate',
+        attributes: { certificates: [{ certificate: clientCa.certificatePem, crlUrl: `http://${CRL_HOST}:${crlPort}/ca.crl` }] },
+      },
     });
     assert.equal(ca.status, 201, JSON.stringify(ca.body));
     const proxy = await createProxy(
@@ -168,9 +184,13 @@ describe('hostile traffic against a started tps serve', () => {
     const crlServer = http.createServer(async (_request, response) => response.end(await clientCa.crlPem()));
     await new Promise<void>((resolve) => crlServer.listen(crlPort, CRL_HOST, resolve));
     try {
-      await waitFor('ACTIVE once the CRL is fetched', async () => (await api.get(`${CONFIGS}/${proxy.id}`)).body.data.attributes.status === 'ACTIVE', {
-        timeoutMs: 40_000,
-      });
+      await waitFor(
+        'ACTIVE once the CRL is fetched',
+        async () => (await api.get(`${CONFIGS}/${proxy.id}`)).body.data.attributes.status === 'ACTIVE',
+        {
+          timeoutMs: 40_000,
+        },
+      );
       await waitFor('the good certificate to pass', async () => (await attempt(good)) === 200);
       assert.equal(await attempt(revoked), 'refused', 'the revoked one stays refused');
     } finally {
@@ -201,7 +221,13 @@ describe('hostile traffic against a started tps serve', () => {
       }
     })();
     try {
-      const attack = await rapidReset({ host: FRONTEND, port: proxy.port, ca: serverCa.certificatePem, servername: 'shop.test', streams: 10_000 });
+      const attack = await rapidReset({
+        host: FRONTEND,
+        port: proxy.port,
+        ca: serverCa.certificatePem,
+        servername: 'shop.test',
+        streams: 10_000,
+      });
       // Ended: GOAWAY ENHANCE_YOUR_CALM from our bound (or nghttp2's own limit, when a burst is read in
       // one go), then the close. The GOAWAY itself may not reach a client whose frames the server
       // left unread (its kernel then answers with a reset); the count below says who ended it.
@@ -213,11 +239,20 @@ describe('hostile traffic against a started tps serve', () => {
     }
     assert.ok(served.length > 0 && served.every((status) => status === 200), JSON.stringify(served));
     try {
-      await waitFor('the refusal counted', async () => (await metric(tps, 'tps_edge_refused_total', { protocol: 'HTTP/2', reason: 'RAPID_RESET' })) > before);
+      await waitFor(
+        'the refusal counted',
+        async () => (await metric(tps, 'tps_edge_refused_total', { protocol: 'HTTP/2', reason: 'RAPID_RESET' })) > before,
+      );
     } catch (error) {
       // What the node did count instead, and what its worker logged, to tell why.
-      const counted = (await (await fetch(`${tps.metricsUrl}/metrics`)).text()).split('\n').filter((line) => line.startsWith('tps_edge_refused_total{'));
-      const logged = tps.output().split('\n').filter((line) => /HTTP\/2|http2|session/i.test(line)).slice(-10);
+      const counted = (await (await fetch(`${tps.metricsUrl}/metrics`)).text())
+        .split('\n')
+        .filter((line) => line.startsWith('tps_edge_refused_total{'));
+      const logged = tps
+        .output()
+        .split('\n')
+        .filter((line) => /HTTP\/2|http2|session/i.test(line))
+        .slice(-10);
       throw new Error(`${(error as Error).message}\ncounted:\n${counted.join('\n')}\nlogged:\n${logged.join('\n')}`);
     }
   });
@@ -264,11 +299,20 @@ describe('hostile traffic against a started tps serve', () => {
       for (let i = 1; i <= 20; i++) {
         // A new address of the same /64 for every request.
         const address = `2001:db8:aa:bb:${((i * 7919) & 0xffff).toString(16)}:${i.toString(16)}:0:${(i * 31).toString(16)}`;
-        statuses.push((await get(`${proxy.url}/rotate-${i}`, { agent, localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': address } })).status);
+        statuses.push(
+          (await get(`${proxy.url}/rotate-${i}`, { agent, localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': address } })).status,
+        );
       }
       assert.deepEqual(statuses.slice(0, 10), Array(10).fill(200));
-      assert.ok(statuses.slice(10).every((status) => status === 429), JSON.stringify(statuses));
-      const neighbour = await get(`${proxy.url}/other`, { agent, localAddress: LOAD_BALANCER, headers: { 'x-forwarded-for': '2001:db8:aa:cc::1' } });
+      assert.ok(
+        statuses.slice(10).every((status) => status === 429),
+        JSON.stringify(statuses),
+      );
+      const neighbour = await get(`${proxy.url}/other`, {
+        agent,
+        localAddress: LOAD_BALANCER,
+        headers: { 'x-forwarded-for': '2001:db8:aa:cc::1' },
+      });
       assert.equal(neighbour.status, 200, 'another /64 is another client');
     } finally {
       agent.destroy();
@@ -305,7 +349,14 @@ describe('hostile traffic against a started tps serve', () => {
     await new Promise<void>((resolve) => amplifier.bind(0, ORIGIN, resolve));
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
-      data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: ORIGIN, port: amplifier.address().port }] }, protocols: ['UDP'] } },
+      data: {
+        type: 'l4Proxy',
+        attributes: {
+          frontend: { ipv4: FRONTEND, port },
+          backend: { hosts: [{ address: ORIGIN, port: amplifier.address().port }] },
+          protocols: ['UDP'],
+        },
+      },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
@@ -318,7 +369,10 @@ describe('hostile traffic against a started tps serve', () => {
     try {
       const sent = 3 * 400;
       for (let i = 0; i < 3; i++) victim.send(Buffer.alloc(400, 0x71), port, FRONTEND);
-      await waitFor('the replies dropped over the budget to be counted', async () => (await metric(tps, 'tps_edge_dropped_total', { proxy: id, protocol: 'UDP', reason: 'REPLY_BUDGET' })) >= 27);
+      await waitFor(
+        'the replies dropped over the budget to be counted',
+        async () => (await metric(tps, 'tps_edge_dropped_total', { proxy: id, protocol: 'UDP', reason: 'REPLY_BUDGET' })) >= 27,
+      );
       assert.ok(received <= 3 * sent, `${received} bytes back for ${sent} sent`);
       assert.ok(received > 0, 'what fits the budget is delivered');
     } finally {
@@ -335,7 +389,14 @@ describe('hostile traffic against a started tps serve', () => {
         const payload = JSON.stringify(body);
         const target = new URL(`${tps.url}/portal/api/login`);
         const req = http.request(
-          { host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }, ...(localAddress && { localAddress }) },
+          {
+            host: target.hostname,
+            port: target.port,
+            path: target.pathname,
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
+            ...(localAddress && { localAddress }),
+          },
           (response) => {
             response.resume();
             response.on('end', () => resolve(response.statusCode ?? 0));
@@ -350,8 +411,13 @@ describe('hostile traffic against a started tps serve', () => {
     assert.equal(burst.filter((status) => status === 429).length, 15, JSON.stringify(burst));
     // Thirty sign-ins from thirty addresses at once: one hash at a time (TPS_PASSWORD_HASH_CONCURRENCY=1), eight
     // waiting; the others are answered 503 at once rather than piling up.
-    const spread = await Promise.all(Array.from({ length: 30 }, (_, i) => signIn({ email: `nobody-${i}@example.com`, password: 'guess' }, `${SIGN_IN_NET}${10 + i}`)));
-    assert.ok(spread.every((status) => status === 401 || status === 503), JSON.stringify(spread));
+    const spread = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => signIn({ email: `nobody-${i}@example.com`, password: 'guess' }, `${SIGN_IN_NET}${10 + i}`)),
+    );
+    assert.ok(
+      spread.every((status) => status === 401 || status === 503),
+      JSON.stringify(spread),
+    );
     const busy = spread.filter((status) => status === 503).length;
     assert.ok(busy > 0, `thirty at once against one running and eight waiting: ${JSON.stringify(spread)}`);
     assert.equal(await metric(tps, 'tps_portal_sign_ins_refused_total', { reason: 'THROTTLED' }), 15);
@@ -363,10 +429,12 @@ describe('hostile traffic against a started tps serve', () => {
   it('limits calls without a token per client address', async () => {
     const jwks = (localAddress: string) =>
       new Promise<number>((resolve, reject) => {
-        http.get(`${tps.url}/.well-known/jwks.json`, { localAddress, agent: false }, (response) => {
-          response.resume();
-          response.on('end', () => resolve(response.statusCode ?? 0));
-        }).on('error', reject);
+        http
+          .get(`${tps.url}/.well-known/jwks.json`, { localAddress, agent: false }, (response) => {
+            response.resume();
+            response.on('end', () => resolve(response.statusCode ?? 0));
+          })
+          .on('error', reject);
       });
     const statuses: number[] = [];
     for (let i = 0; i < 320; i++) {

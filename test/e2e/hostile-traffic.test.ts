@@ -46,7 +46,11 @@ function post(url: string, body: Buffer, headers: Record<string, string> = {}): 
   return new Promise((resolve) => {
     const request = http.request(
       url,
-      { method: 'POST', agent: false, headers: { 'content-type': 'application/x-www-form-urlencoded', 'user-agent': 'Mozilla/5.0', accept: '*/*', ...headers } },
+      {
+        method: 'POST',
+        agent: false,
+        headers: { 'content-type': 'application/x-www-form-urlencoded', 'user-agent': 'Mozilla/5.0', accept: '*/*', ...headers },
+      },
       (response) => {
         response.resume();
         response.on('end', () => resolve({ status: response.statusCode ?? 0 }));
@@ -63,7 +67,13 @@ function post(url: string, body: Buffer, headers: Record<string, string> = {}): 
  * A raw HTTP/1.1 POST: the head, then the body (Content-Length or chunked) in 64 KiB pieces while
  * the proxy has not answered. Resolves with the status the proxy answered (0: none) once it closes.
  */
-function rawPost(port: number, path: string, body: Buffer, framing: 'length' | 'chunked', contentType = 'application/x-www-form-urlencoded'): Promise<number> {
+function rawPost(
+  port: number,
+  path: string,
+  body: Buffer,
+  framing: 'length' | 'chunked',
+  contentType = 'application/x-www-form-urlencoded',
+): Promise<number> {
   return new Promise((resolve, reject) => {
     const socket = net.connect({ host: FRONTEND, port });
     let received = '';
@@ -76,12 +86,15 @@ function rawPost(port: number, path: string, body: Buffer, framing: 'length' | '
     socket.on('close', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0)));
     const framingHeader = framing === 'length' ? `Content-Length: ${body.length}` : 'Transfer-Encoding: chunked';
     socket.once('connect', async () => {
-      socket.write(`POST ${path} HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\nAccept: */*\r\nContent-Type: ${contentType}\r\n${framingHeader}\r\nConnection: close\r\n\r\n`);
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\nAccept: */*\r\nContent-Type: ${contentType}\r\n${framingHeader}\r\nConnection: close\r\n\r\n`,
+      );
       // A declared length over the limit is answered before any of the body: wait for that answer.
       if (framing === 'length' && body.length > BODY_LIMIT) await new Promise((r) => setTimeout(r, 200));
       for (let offset = 0; offset < body.length && received === '' && !socket.destroyed; offset += 65536) {
         const piece = body.subarray(offset, offset + 65536);
-        const data = framing === 'length' ? piece : Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]);
+        const data =
+          framing === 'length' ? piece : Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]);
         if (!socket.write(data)) await new Promise((r) => socket.once('drain', r).once('close', r));
       }
       if (framing === 'chunked' && received === '' && !socket.destroyed) socket.write('0\r\n\r\n');
@@ -120,7 +133,8 @@ describe('hostile traffic against the WAF', () => {
       request.setEncoding('latin1');
       request.on('data', (chunk: string) => (body += chunk));
       request.on('end', () => {
-        if (body.includes(ATTACK_MARK) || decodeURIComponent(request.url ?? '').includes(ATTACK_MARK)) attacksAt.set(path, (attacksAt.get(path) ?? 0) + 1);
+        if (body.includes(ATTACK_MARK) || decodeURIComponent(request.url ?? '').includes(ATTACK_MARK))
+          attacksAt.set(path, (attacksAt.get(path) ?? 0) + 1);
         if (path === '/hold') {
           held.push(response);
           return;
@@ -151,14 +165,19 @@ describe('hostile traffic against the WAF', () => {
     origin.close();
   });
 
-  async function createProxy(waf: Record<string, unknown> = {}, backend: { address: string; port: number } = { address: ORIGIN, port: originPort }) {
+  async function createProxy(
+    waf: Record<string, unknown> = {},
+    backend: { address: string; port: number } = { address: ORIGIN, port: originPort },
+  ) {
     const port = await freePort(FRONTEND);
     const created = await api.call('POST', CONFIGS, {
       data: { type: 'httpProxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [backend] }, waf } },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
-    await waitFor('ACTIVE', async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined), { timeoutMs: 30_000 });
+    await waitFor('ACTIVE', async () => ((await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE' ? true : undefined), {
+      timeoutMs: 30_000,
+    });
     return { id, port, url: `http://${FRONTEND}:${port}` };
   }
 
@@ -182,7 +201,8 @@ describe('hostile traffic against the WAF', () => {
     }
     t.diagnostic(`answers: ${JSON.stringify([...statuses])}`);
     assert.equal(attacksAt.get('/flood-closed') ?? 0, 0, `attacks delivered; answers: ${JSON.stringify([...statuses])}`);
-    for (const outcome of outcomes) if (outcome.error === undefined) assert.ok([403, 503].includes(outcome.status), `answers: ${JSON.stringify([...statuses])}`);
+    for (const outcome of outcomes)
+      if (outcome.error === undefined) assert.ok([403, 503].includes(outcome.status), `answers: ${JSON.stringify([...statuses])}`);
     // The overload happened and was counted (refused: 503 with the page).
     const refused = await waitFor('the refusals counted', async () => {
       const n = counter(await metrics(), 'tps_edge_waf_uninspected_total', { proxy: proxy.id, outcome: 'refused' });
@@ -191,12 +211,17 @@ describe('hostile traffic against the WAF', () => {
     assert.ok(refused > 0);
   });
 
-  it('counts every request it lets through uninspected (failMode OPEN): as many as the attacks the origin got', { timeout: 300_000 }, async (t) => {
+  it('counts every request it lets through uninspected (failMode OPEN): as many as the attacks the origin got', {
+    timeout: 300_000,
+  }, async (t) => {
     const proxy = await createProxy({ failMode: 'OPEN' });
     const outcomes = await flood(`${proxy.url}/flood-open`);
-    for (const outcome of outcomes) if (outcome.error === undefined) assert.ok([200, 403].includes(outcome.status), `status ${outcome.status}`);
+    for (const outcome of outcomes)
+      if (outcome.error === undefined) assert.ok([200, 403].includes(outcome.status), `status ${outcome.status}`);
     const delivered = attacksAt.get('/flood-open') ?? 0;
-    t.diagnostic(`${delivered} of ${FLOOD_REQUESTS} passed uninspected; ${outcomes.filter((o) => o.status === 403).length} blocked; ${outcomes.filter((o) => o.error !== undefined).length} cut`);
+    t.diagnostic(
+      `${delivered} of ${FLOOD_REQUESTS} passed uninspected; ${outcomes.filter((o) => o.status === 403).length} blocked; ${outcomes.filter((o) => o.error !== undefined).length} cut`,
+    );
     assert.ok(delivered > 0, 'the WAF was overloaded, some requests passed uninspected');
     assert.equal(delivered, outcomes.filter((outcome) => outcome.status === 200).length);
     await waitFor(`tps_edge_waf_uninspected_total{outcome="passed"} = ${delivered}`, async () => {
@@ -221,25 +246,39 @@ describe('hostile traffic against the WAF', () => {
         'latin1',
       );
     for (const framing of ['length', 'chunked'] as const) {
-      assert.equal(await rawPost(proxy.port, '/padding', multipart(300 * 1024), framing, 'multipart/form-data; boundary=b0undary'), 403, `multipart, ${framing}`);
-      assert.equal(await rawPost(proxy.port, '/padding', multipart(2 * 1024 * 1024), framing, 'multipart/form-data; boundary=b0undary'), 413, `large multipart, ${framing}`);
+      assert.equal(
+        await rawPost(proxy.port, '/padding', multipart(300 * 1024), framing, 'multipart/form-data; boundary=b0undary'),
+        403,
+        `multipart, ${framing}`,
+      );
+      assert.equal(
+        await rawPost(proxy.port, '/padding', multipart(2 * 1024 * 1024), framing, 'multipart/form-data; boundary=b0undary'),
+        413,
+        `large multipart, ${framing}`,
+      );
     }
     assert.equal(attacksAt.get('/padding') ?? 0, 0);
     assert.equal(seenAt.get('/padding') ?? 0, 0);
     // The refusal is an event that says why.
-    const events = (await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=WAF_EVENT&page[size]=1000`)).body.data as any[];
-    const refused = events.filter((event) => event.relationships.trafficConfig.data.id === proxy.id && event.attributes.request.statusCode === 413);
+    const events = (await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=WAF_EVENT&page[size]=1000`)).body
+      .data as any[];
+    const refused = events.filter(
+      (event) => event.relationships.trafficConfig.data.id === proxy.id && event.attributes.request.statusCode === 413,
+    );
     assert.ok(refused.length > 0);
     assert.equal(refused[0].attributes.rules[0].modSecId, 200100);
     assert.equal(refused[0].attributes.action, 'BLOCKED');
   });
 
-  it('inspects the first part of a longer body only when the proxy opts in, and the event says bodyTruncated', { timeout: 120_000 }, async () => {
+  it('inspects the first part of a longer body only when the proxy opts in, and the event says bodyTruncated', {
+    timeout: 120_000,
+  }, async () => {
     const proxy = await createProxy({ bodyLimitAction: 'PROCESS_PARTIAL' });
     assert.equal(await rawPost(proxy.port, '/partial', paddedForm(200 * 1024), 'length'), 200);
     assert.equal(attacksAt.get('/partial'), 1, 'opted in: the part past the limit went through uninspected');
     const event = await waitFor('the bodyTruncated event', async () => {
-      const events = (await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=WAF_EVENT&page[size]=1000`)).body.data as any[];
+      const events = (await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=WAF_EVENT&page[size]=1000`)).body
+        .data as any[];
       return events.find((e) => e.relationships.trafficConfig.data.id === proxy.id);
     });
     assert.equal(event.attributes.bodyTruncated, true);
@@ -264,8 +303,10 @@ describe('hostile traffic against the WAF', () => {
     await new Promise<void>((resolve) => refusing.listen(0, ORIGIN, resolve));
     try {
       const proxy = await createProxy({}, { address: ORIGIN, port: (refusing.address() as net.AddressInfo).port });
-      const handshake = 'GET /chat HTTP/1.1\r\nHost: shop.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n';
-      const smuggled = "GET /search?q=1'%20UNION%20SELECT%20password%20FROM%20users-- HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\n\r\n";
+      const handshake =
+        'GET /chat HTTP/1.1\r\nHost: shop.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n';
+      const smuggled =
+        "GET /search?q=1'%20UNION%20SELECT%20password%20FROM%20users-- HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\n\r\n";
       for (const together of [true, false]) {
         const received = await new Promise<string>((resolve) => {
           const socket = net.connect({ host: FRONTEND, port: proxy.port }, () => socket.write(together ? handshake + smuggled : handshake));
@@ -296,7 +337,9 @@ describe('hostile traffic against the WAF', () => {
     // A client that leaves while the origin holds its response.
     for (let i = 0; i < 3; i++) {
       const waiting = held.length;
-      const socket = net.connect({ host: FRONTEND, port: live.port }, () => socket.write('GET /hold HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\nAccept: */*\r\n\r\n'));
+      const socket = net.connect({ host: FRONTEND, port: live.port }, () =>
+        socket.write('GET /hold HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: Mozilla/5.0\r\nAccept: */*\r\n\r\n'),
+      );
       socket.on('error', () => {});
       await waitFor('the origin holding the request', async () => held.length > waiting || undefined);
       socket.destroy();
@@ -306,11 +349,20 @@ describe('hostile traffic against the WAF', () => {
       const reply = await post(`${dead.url}/dead`, Buffer.from('a=1'));
       assert.equal(reply.status, 502);
     }
-    await waitFor('every exchange ended, none by the TTL', async () => {
-      const text = await metrics();
-      const count = (event: string) => counter(text, 'tps_edge_waf_exchanges_total', { event });
-      const opened = count('opened');
-      return opened > 0 && count('abandoned') >= before + 6 && opened === count('inspected') + count('abandoned') && count('expired') === 0 ? true : undefined;
-    }, { timeoutMs: 30_000 });
+    await waitFor(
+      'every exchange ended, none by the TTL',
+      async () => {
+        const text = await metrics();
+        const count = (event: string) => counter(text, 'tps_edge_waf_exchanges_total', { event });
+        const opened = count('opened');
+        return opened > 0 &&
+          count('abandoned') >= before + 6 &&
+          opened === count('inspected') + count('abandoned') &&
+          count('expired') === 0
+          ? true
+          : undefined;
+      },
+      { timeoutMs: 30_000 },
+    );
   });
 });

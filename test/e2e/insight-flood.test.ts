@@ -93,7 +93,9 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       });
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const id = created.body.data.id as string;
-      await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', { timeoutMs: 20_000 });
+      await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', {
+        timeoutMs: 20_000,
+      });
       const started = Math.floor(Date.now() / 1000);
 
       // A reader follows the export while the flood runs.
@@ -135,8 +137,13 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       );
       // Per node and minute: WHOLE_PER_MINUTE events whole, then one sample per 10 s (the flood may cross a minute).
       assert.ok(stored.length <= 2 * WHOLE_PER_MINUTE + 12, `${stored.length} events stored for ${blocked} requests`);
-      assert.ok(stored.some((event) => (event.attributes.requestCount ?? 0) > 1), 'sampled events stand for several requests');
-      assert.ok(stored.every((event) => event.attributes.source.ip === ATTACKER && event.attributes.rules.some((rule) => rule.modSecId === 942100)));
+      assert.ok(
+        stored.some((event) => (event.attributes.requestCount ?? 0) > 1),
+        'sampled events stand for several requests',
+      );
+      assert.ok(
+        stored.every((event) => event.attributes.source.ip === ATTACKER && event.attributes.rules.some((rule) => rule.modSecId === 942100)),
+      );
 
       // The reader, continued: every stored event exactly once.
       while ((await readPage()).length > 0);
@@ -159,14 +166,22 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       }
 
       // The attribute is in the OpenAPI document, beside the spec's fields.
-      const openapi = (await (await fetch(`${tps.url}/openapi.json`)).json()) as { paths: Record<string, { get: { responses: Record<string, unknown> } }> };
+      const openapi = (await (await fetch(`${tps.url}/openapi.json`)).json()) as {
+        paths: Record<string, { get: { responses: Record<string, unknown> } }>;
+      };
       const exported = JSON.stringify(openapi.paths[EVENTS]!.get.responses['200']);
       assert.match(exported, /"requestCount":\{[^}]*"type":"integer"/);
       assert.match(exported, /"supportId":/);
 
       const metrics = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
       const value = (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(metrics)?.[1] ?? NaN);
-      assert.ok(value('tps_insight_sampled_requests_total') >= blocked - stored.length, metrics.split('\n').filter((line) => line.startsWith('tps_insight')).join('\n'));
+      assert.ok(
+        value('tps_insight_sampled_requests_total') >= blocked - stored.length,
+        metrics
+          .split('\n')
+          .filter((line) => line.startsWith('tps_insight'))
+          .join('\n'),
+      );
       assert.equal(value('tps_insight_backlog_events'), 0);
       assert.equal(value('tps_insight_dropped_requests_total'), 0);
     });

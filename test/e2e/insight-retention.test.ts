@@ -38,8 +38,10 @@ for (const kind of ['sqlite', 'postgres'] as StoreKind[]) {
       const account = await store.serviceAccounts.create(tenant.id, 'reader', ['read', 'insight']);
       const configId = '00000000-0000-4000-8000-0000000000f1';
       const now = Date.now();
-      for (let i = 0; i < 50; i++) old.push(wafEvent(tenant.id, configId, { timestamp: new Date(now - 45 * DAY + i * 1000).toISOString() }));
-      for (let i = 0; i < 800; i++) recent.push(wafEvent(tenant.id, configId, { timestamp: new Date(now - 3600_000 + i * 1000).toISOString() }));
+      for (let i = 0; i < 50; i++)
+        old.push(wafEvent(tenant.id, configId, { timestamp: new Date(now - 45 * DAY + i * 1000).toISOString() }));
+      for (let i = 0; i < 800; i++)
+        recent.push(wafEvent(tenant.id, configId, { timestamp: new Date(now - 3600_000 + i * 1000).toISOString() }));
       await store.insightEvents.append(old);
       for (let i = 0; i < recent.length; i += 200) await store.insightEvents.append(recent.slice(i, i + 200));
       await store.close();
@@ -72,10 +74,16 @@ for (const kind of ['sqlite', 'postgres'] as StoreKind[]) {
         { timeoutMs: 30_000 },
       );
       assert.ok(exported.length > 0);
-      assert.deepEqual(exported, recent.slice(recent.length - exported.length).map((event) => event.id), 'the newest events, in order, none of the expired');
+      assert.deepEqual(
+        exported,
+        recent.slice(recent.length - exported.length).map((event) => event.id),
+        'the newest events, in order, none of the expired',
+      );
       const store = await openStore({ dataDir, databaseUrl: tps.env.TPS_DATABASE_URL });
       try {
-        const held = await store.db.one<{ bytes: number }>('SELECT SUM(stored_bytes) AS bytes FROM insight_events WHERE tenant_id = ?', [api.tenantId]);
+        const held = await store.db.one<{ bytes: number }>('SELECT SUM(stored_bytes) AS bytes FROM insight_events WHERE tenant_id = ?', [
+          api.tenantId,
+        ]);
         assert.ok(Number(held!.bytes) <= (MAX_BYTES * SHARE_PERCENT) / 100, `${held!.bytes} bytes kept`);
       } finally {
         await store.close();

@@ -51,7 +51,10 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
         path = answer.body.links.next;
       }
       assert.deepEqual(sizes, [100, 100, 50, 0]);
-      assert.deepEqual(seen, seeded.map((event) => event.id));
+      assert.deepEqual(
+        seen,
+        seeded.map((event) => event.id),
+      );
     });
 
     it('answers the links the spec names', async () => {
@@ -89,7 +92,11 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
     it('filters by event type', async () => {
       const answer = await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=APP_DDOS_ATTACK&page[size]=1000`);
       assert.equal(answer.body.data.length, 25);
-      assert.ok(answer.body.data.every((event: { type: string; attributes: { rateLimit: unknown } }) => event.type === 'APP_DDOS_ATTACK' && event.attributes.rateLimit));
+      assert.ok(
+        answer.body.data.every(
+          (event: { type: string; attributes: { rateLimit: unknown } }) => event.type === 'APP_DDOS_ATTACK' && event.attributes.rateLimit,
+        ),
+      );
     });
 
     it('refuses bad paging parameters with 400 naming the parameter', async () => {

@@ -38,10 +38,18 @@ describe('two edge nodes sharing a store and Redis', () => {
 
   before(async () => {
     const redisPort = await freePort('127.0.0.1');
-    redis = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(redisPort), '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    redis = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(redisPort), '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
     origin = http.createServer((_request, response) => response.end('origin'));
     await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
-    const env = { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND, TPS_REDIS_URL: `redis://127.0.0.1:${redisPort}`, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' };
+    const env = {
+      TPS_EDGE: 'true',
+      TPS_EDGE_WORKERS: '1',
+      TPS_FRONTEND_IPS: FRONTEND,
+      TPS_REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+      TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
+    };
     tps = await startTps({ env });
     secondNode = spawn(process.execPath, [path.join(REPO_ROOT, 'bin/tps.js'), 'edge'], {
       env: { ...process.env, ...tps.env, TPS_NODE_ID: 'second-node' },
@@ -74,11 +82,16 @@ describe('two edge nodes sharing a store and Redis', () => {
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
     // ACTIVE means every live edge node reported serving it: the second node too.
-    await waitFor('ACTIVE on both nodes', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', { timeoutMs: 20_000 });
+    await waitFor('ACTIVE on both nodes', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', {
+      timeoutMs: 20_000,
+    });
 
     const statuses: number[] = [];
     for (let i = 0; i < 30; i++) statuses.push(await get(`http://${FRONTEND}:${port}/r${i}`));
     assert.equal(statuses.filter((status) => status === 200).length, 10, JSON.stringify(statuses));
-    assert.ok(statuses.slice(10).every((status) => status === 429), JSON.stringify(statuses));
+    assert.ok(
+      statuses.slice(10).every((status) => status === 429),
+      JSON.stringify(statuses),
+    );
   });
 });

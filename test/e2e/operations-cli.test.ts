@@ -32,9 +32,14 @@ interface Run {
 function tps(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TPS_')));
   return new Promise((resolve) => {
-    execFile(process.execPath, [TPS_BIN, ...args], { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', ...env } as NodeJS.ProcessEnv }, (error, stdout, stderr) => {
-      resolve({ status: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [TPS_BIN, ...args],
+      { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', ...env } as NodeJS.ProcessEnv },
+      (error, stdout, stderr) => {
+        resolve({ status: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -50,7 +55,11 @@ async function tpsJson<T = any>(args: string[], env: Record<string, string | und
   return { status: run.status, body };
 }
 
-const clientEnv = (server: Tps, account: Credentials) => ({ TPS_API_URL: server.url, TPS_CLIENT_ID: account.clientId, TPS_CLIENT_SECRET: account.clientSecret });
+const clientEnv = (server: Tps, account: Credentials) => ({
+  TPS_API_URL: server.url,
+  TPS_CLIENT_ID: account.clientId,
+  TPS_CLIENT_SECRET: account.clientSecret,
+});
 
 describe('tps --version and --json errors', () => {
   it('prints the version of package.json', async () => {
@@ -60,7 +69,7 @@ describe('tps --version and --json errors', () => {
     assert.equal(run.stdout.trim(), version);
   });
 
-  it('reports every command\'s failure as one JSON object with --json', async () => {
+  it("reports every command's failure as one JSON object with --json", async () => {
     const dataDir = path.join(work, 'json-errors');
     const store = { TPS_DATA_DIR: dataDir };
     const client = { TPS_CLIENT_ID: 'id', TPS_CLIENT_SECRET: 'secret', TPS_API_URL: 'http://127.0.0.1:9' };
@@ -104,7 +113,9 @@ describe('tps apply and tps export', () => {
   /** The tenant's state as the API shows it, without what changes by itself. */
   const snapshot = async () => {
     const [configs, certificates, cas] = await Promise.all(
-      ['/api/v2/traffic-mgmt/traffic-configs', '/api/v2/traffic-mgmt/certificates', '/api/v2/traffic-mgmt/ca-certificates'].map((url) => api.get(url)),
+      ['/api/v2/traffic-mgmt/traffic-configs', '/api/v2/traffic-mgmt/certificates', '/api/v2/traffic-mgmt/ca-certificates'].map((url) =>
+        api.get(url),
+      ),
     );
     return {
       configs: configs!.body.data.map((config: any) => ({ id: config.id, type: config.type, updatedAt: config.attributes.updatedAt })),
@@ -198,7 +209,9 @@ describe('tps apply and tps export', () => {
     const configs = (await api.get('/api/v2/traffic-mgmt/traffic-configs')).body.data;
     assert.equal(configs.length, 3);
     const tls = configs.find((config: any) => config.attributes.frontend.port === 443);
-    const uploaded = (await api.get('/api/v2/traffic-mgmt/certificates')).body.data.find((certificate: any) => certificate.attributes.source === 'CUSTOMER');
+    const uploaded = (await api.get('/api/v2/traffic-mgmt/certificates')).body.data.find(
+      (certificate: any) => certificate.attributes.source === 'CUSTOMER',
+    );
     const [ca] = (await api.get('/api/v2/traffic-mgmt/ca-certificates')).body.data;
     assert.equal(uploaded.attributes.fingerprint, leaf.fingerprint256);
     assert.equal(tls.attributes.frontend.certificateId, uploaded.id, 'the name in the file became the id');
@@ -229,32 +242,61 @@ describe('tps apply and tps export', () => {
     assert.deepEqual((await tpsJson(['apply', '-f', file], env)).body.changes, []);
   });
 
-  it('shows errors at their line in the file, with the API\'s pointer, and changes nothing', async () => {
+  it("shows errors at their line in the file, with the API's pointer, and changes nothing", async () => {
     const before = await snapshot();
     const schema = write(
       'bad.yaml',
-      ['trafficConfigs:', '  - type: l4Proxy', '    attributes:', '      frontend: { ipv4: 127.0.44.2, port: 70000 }', '      backend: { hosts: [{ address: "not a host!", port: 22 }] }', ''].join('\n'),
+      [
+        'trafficConfigs:',
+        '  - type: l4Proxy',
+        '    attributes:',
+        '      frontend: { ipv4: 127.0.44.2, port: 70000 }',
+        '      backend: { hosts: [{ address: "not a host!", port: 22 }] }',
+        '',
+      ].join('\n'),
     );
     const refused = await tpsJson(['apply', '-f', schema], env);
     assert.equal(refused.status, 1);
     const port = refused.body.errors.find((error: any) => error.source.path === 'trafficConfigs[0].attributes.frontend.port');
-    assert.deepEqual(port.source, { pointer: '/data/attributes/frontend/port', file: schema, line: 4, column: 43, path: 'trafficConfigs[0].attributes.frontend.port' });
+    assert.deepEqual(port.source, {
+      pointer: '/data/attributes/frontend/port',
+      file: schema,
+      line: 4,
+      column: 43,
+      path: 'trafficConfigs[0].attributes.frontend.port',
+    });
     assert.equal(port.code, 'INVALID_VALUE');
-    assert.ok(refused.body.errors.some((error: any) => error.source.path === 'trafficConfigs[0].attributes.backend.hosts[0].address' && error.source.line === 5));
+    assert.ok(
+      refused.body.errors.some(
+        (error: any) => error.source.path === 'trafficConfigs[0].attributes.backend.hosts[0].address' && error.source.line === 5,
+      ),
+    );
     const text = await tps(['apply', '-f', schema], env);
     assert.match(text.stderr, /bad\.yaml:4:43: trafficConfigs\[0\]\.attributes\.frontend\.port: must be <= 65535 \(INVALID_VALUE\)/);
 
     // The API's own refusal (the key does not belong to the certificate), mapped back to the file.
-    fs.writeFileSync(path.join(folder, 'other.key'), crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    fs.writeFileSync(
+      path.join(folder, 'other.key'),
+      crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }),
+    );
     const ca = await TestCa.create('Shop CA');
     const shop = await ca.issue({ commonName: 'shop.example.com', dnsNames: ['shop.example.com'] });
     fs.writeFileSync(path.join(folder, 'shop.pem'), shop.certificatePem);
-    const mismatch = write('mismatch.yaml', ['certificates:', '  shop:', '    certificateFile: shop.pem', '    privateKeyFile: other.key', ''].join('\n'));
+    const mismatch = write(
+      'mismatch.yaml',
+      ['certificates:', '  shop:', '    certificateFile: shop.pem', '    privateKeyFile: other.key', ''].join('\n'),
+    );
     const answer = await tpsJson(['apply', '-f', mismatch], env);
     assert.equal(answer.status, 1);
     const [keyError] = answer.body.errors;
     assert.equal(keyError.status, '422');
-    assert.deepEqual(keyError.source, { pointer: '/data/attributes/privateKey', file: mismatch, line: 4, column: 21, path: 'certificates.shop.privateKeyFile' });
+    assert.deepEqual(keyError.source, {
+      pointer: '/data/attributes/privateKey',
+      file: mismatch,
+      line: 4,
+      column: 21,
+      path: 'certificates.shop.privateKeyFile',
+    });
     assert.deepEqual(await snapshot(), before, 'a refused file changes nothing');
   });
 
@@ -349,14 +391,24 @@ describe('tps backup and tps restore', () => {
     );
     const original = await TenantApi.connect(server, account);
     const copy = await TenantApi.connect(restored, account);
-    for (const url of ['/api/v2/traffic-mgmt/traffic-configs', '/api/v2/traffic-mgmt/certificates', '/api/v2/traffic-mgmt/ca-certificates']) {
-      const strip = (data: any[]) => data.map(({ attributes: { status: _status, statusDetail: _detail, ...attributes }, ...resource }: any) => ({ ...resource, attributes }));
+    for (const url of [
+      '/api/v2/traffic-mgmt/traffic-configs',
+      '/api/v2/traffic-mgmt/certificates',
+      '/api/v2/traffic-mgmt/ca-certificates',
+    ]) {
+      const strip = (data: any[]) =>
+        data.map(({ attributes: { status: _status, statusDetail: _detail, ...attributes }, ...resource }: any) => ({
+          ...resource,
+          attributes,
+        }));
       assert.deepEqual(strip((await copy.get(url)).body.data), strip((await original.get(url)).body.data), url);
     }
     // The certificate's private key still opens with the master key.
     const store = await openStoreOf(restored);
     try {
-      const row = await store.db.one<{ id: string; tenant_id: string; private_key: string }>('SELECT id, tenant_id, private_key FROM certificates WHERE private_key IS NOT NULL');
+      const row = await store.db.one<{ id: string; tenant_id: string; private_key: string }>(
+        'SELECT id, tenant_id, private_key FROM certificates WHERE private_key IS NOT NULL',
+      );
       const binding = certificateKeyBinding({ id: row!.id, tenantId: row!.tenant_id });
       assert.match(SecretBox.fromSettings({ masterKey: undefined, dataDir }).open(row!.private_key, binding), /BEGIN PRIVATE KEY/);
     } finally {
@@ -382,14 +434,19 @@ describe('tps status', () => {
   let server: Tps;
 
   before(async () => {
-    server = await startTps({ env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: '127.0.44.3', TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+    server = await startTps({
+      env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: '127.0.44.3', TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' },
+    });
   });
   after(() => server.stop());
 
   it('lists the edge nodes, the configurations by status and how far each node is behind', async () => {
     const account = await createTenant(server);
     const file = path.join(work, 'status.yaml');
-    fs.writeFileSync(file, 'trafficConfigs:\n  - type: l4Proxy\n    attributes:\n      frontend: { ipv4: 127.0.44.3, port: 24022 }\n      backend: { hosts: [{ address: 192.0.2.1, port: 22 }] }\n');
+    fs.writeFileSync(
+      file,
+      'trafficConfigs:\n  - type: l4Proxy\n    attributes:\n      frontend: { ipv4: 127.0.44.3, port: 24022 }\n      backend: { hosts: [{ address: 192.0.2.1, port: 22 }] }\n',
+    );
     assert.equal((await tpsJson(['apply', '-f', file], clientEnv(server, account))).status, 0);
     const status = await waitFor('the proxy to be ACTIVE in tps status', async () => {
       const { body } = await tpsJson(['status'], server.env);
@@ -428,7 +485,7 @@ describe('the API behind a reverse proxy (TLS for the API)', () => {
       body: JSON.stringify({ email, password: 'wrong password!' }),
     }).then((response) => response.status);
 
-  it('takes the client from X-Forwarded-For of TPS_API_TRUSTED_PROXIES only: one client\'s failures throttle that client', async () => {
+  it("takes the client from X-Forwarded-For of TPS_API_TRUSTED_PROXIES only: one client's failures throttle that client", async () => {
     for (const server of [behindProxy, direct]) {
       const tenant = await server.cli<{ id: string }>('tenant', 'create', '--name', 'proxied');
       const user = await server.cli<{ email: string }>('user', 'create', '--tenant', tenant.id, '--email', 'ops@example.com');
@@ -444,7 +501,9 @@ describe('the API behind a reverse proxy (TLS for the API)', () => {
 describe('contrib/systemd/tps.service', () => {
   const analyze = ['/usr/bin/systemd-analyze', '/bin/systemd-analyze'].find((candidate) => fs.existsSync(candidate));
 
-  it('passes systemd-analyze verify', { skip: analyze === undefined && 'systemd-analyze is not installed (Debian package systemd; scripts/setup.sh --tests installs it)' }, async () => {
+  it('passes systemd-analyze verify', {
+    skip: analyze === undefined && 'systemd-analyze is not installed (Debian package systemd; scripts/setup.sh --tests installs it)',
+  }, async () => {
     // A root folder with the unit where it is installed, the program it starts, and systemd's own
     // units: verify then checks the unit as it would load on the installed machine.
     const root = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-unit-'));

@@ -194,12 +194,20 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
     httpProxy = { id: created.body.data.id, url: `http://${FRONTEND}:${port}` };
     const l4Port = await freePort(FRONTEND);
     const l4 = await api.call('POST', CONFIGS, {
-      data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port: l4Port }, backend: { hosts: [{ address: ORIGIN, port: (echo.address() as net.AddressInfo).port }] } } },
+      data: {
+        type: 'l4Proxy',
+        attributes: {
+          frontend: { ipv4: FRONTEND, port: l4Port },
+          backend: { hosts: [{ address: ORIGIN, port: (echo.address() as net.AddressInfo).port }] },
+        },
+      },
     });
     assert.equal(l4.status, 201, JSON.stringify(l4.body));
     l4Proxy = { id: l4.body.data.id, port: l4Port };
     for (const id of [httpProxy.id, l4Proxy.id]) {
-      await waitFor(`${id} ACTIVE`, async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', { timeoutMs: 20_000 });
+      await waitFor(`${id} ACTIVE`, async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', {
+        timeoutMs: 20_000,
+      });
     }
   });
 
@@ -289,12 +297,16 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
     assert.equal(value(text, 'tps_edge_http_requests_total', { proxy: httpProxy.id, answered_by: 'origin', status_class: '2xx' }), 6);
     assert.equal(value(text, 'tps_edge_http_requests_total', { proxy: httpProxy.id, answered_by: 'waf', status_class: '4xx' }), 1);
     assert.equal(value(text, 'tps_edge_http_requests_total', { proxy: httpProxy.id, answered_by: 'rate-limit', status_class: '4xx' }), 1);
-    for (const rule of http403.wafRules) assert.ok(value(text, 'tps_edge_waf_rule_matches_total', { rule: String(rule) }) >= 1, `rule ${rule} counted`);
+    for (const rule of http403.wafRules)
+      assert.ok(value(text, 'tps_edge_waf_rule_matches_total', { rule: String(rule) }) >= 1, `rule ${rule} counted`);
     assert.ok(value(text, 'tps_edge_l4_connection_duration_seconds_count', { proxy: l4Proxy.id, protocol: 'TCP' }) >= 1);
     assert.ok(value(text, 'tps_edge_config_apply_seconds_count') >= 2);
     assert.equal(value(text, 'tps_edge_configs_pending_apply'), 0);
     assert.match(text, /^tps_edge_config_apply_lag_seconds 0$/m);
-    await waitFor('the access-log lines counted', async () => value(await metrics(tps.metricsUrl), 'tps_edge_access_log_lines_total', { outcome: 'written' }) >= 9 || undefined);
+    await waitFor(
+      'the access-log lines counted',
+      async () => value(await metrics(tps.metricsUrl), 'tps_edge_access_log_lines_total', { outcome: 'written' }) >= 9 || undefined,
+    );
     assert.equal(value(text, 'tps_edge_access_log_lines_total', { outcome: 'dropped' }), 0);
   });
 
@@ -302,7 +314,9 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
     const stored = await waitFor('the WAF and rate-limit events in the store', async () => {
       const answer = await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&page[size]=1000`);
       const events = answer.body.data as { id: string; type: string; attributes: { supportId: string } }[];
-      return events.some((event) => event.type === 'WAF_EVENT') && events.some((event) => event.type === 'APP_DDOS_ATTACK') ? events : undefined;
+      return events.some((event) => event.type === 'WAF_EVENT') && events.some((event) => event.type === 'APP_DDOS_ATTACK')
+        ? events
+        : undefined;
     });
     const ids = stored.map((event) => event.id).sort();
     await waitFor('every event at every sink', async () => {
@@ -332,7 +346,9 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
     assert.equal(file.find((event) => event.id === blocked.id).supportId, blocked.attributes.supportId);
     const text = await metrics(tps.metricsUrl);
     for (const sink of [`syslog+udp://${COLLECTOR}`, `syslog+tcp://${COLLECTOR}`, `file://${eventsFile}`]) {
-      const line = text.split('\n').find((candidate) => candidate.startsWith('tps_event_sink_sent_total{') && candidate.includes(`sink="${sink}`));
+      const line = text
+        .split('\n')
+        .find((candidate) => candidate.startsWith('tps_event_sink_sent_total{') && candidate.includes(`sink="${sink}`));
       assert.ok(line && Number(line.split(' ').at(-1)) >= ids.length, `${sink} counted: ${line}`);
     }
     assert.equal(value(text, 'tps_event_sink_dropped_total'), 0);
@@ -343,7 +359,10 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
   it('says a layer 4 proxy refuses no source without a threat feed: ACTIVE with a statusDetail, and a /healthz warning', async () => {
     const attributes = (await api.get(`${CONFIGS}/${l4Proxy.id}`)).body.data.attributes;
     assert.equal(attributes.status, 'ACTIVE');
-    assert.match(attributes.statusDetail, /threatIntelligence is enabled but this edge node has no threat feed \(TPS_THREAT_FEEDS is empty\)/);
+    assert.match(
+      attributes.statusDetail,
+      /threatIntelligence is enabled but this edge node has no threat feed \(TPS_THREAT_FEEDS is empty\)/,
+    );
     assert.equal((await api.get(`${CONFIGS}/${httpProxy.id}`)).body.data.attributes.statusDetail, null);
     const report = await health(tps.metricsUrl);
     assert.equal(report.status, 200);
@@ -366,12 +385,18 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
     const created = await api.call('POST', CONFIGS, {
       data: {
         type: 'httpProxy',
-        attributes: { frontend: { ipv4: FRONTEND, port, certificateId: certificate.body.data.id }, backend: { hosts: [{ address: ORIGIN, port: (origin.address() as net.AddressInfo).port }] } },
+        attributes: {
+          frontend: { ipv4: FRONTEND, port, certificateId: certificate.body.data.id },
+          backend: { hosts: [{ address: ORIGIN, port: (origin.address() as net.AddressInfo).port }] },
+        },
       },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const labels = { proxy: created.body.data.id, certificate: certificate.body.data.id, use: 'frontend' };
-    const expiry = await waitFor('the expiry gauge', async () => value(await metrics(tps.metricsUrl), 'tps_edge_certificate_expiry_timestamp_seconds', labels) || undefined);
+    const expiry = await waitFor(
+      'the expiry gauge',
+      async () => value(await metrics(tps.metricsUrl), 'tps_edge_certificate_expiry_timestamp_seconds', labels) || undefined,
+    );
     assert.equal(expiry, notAfter.getTime() / 1000);
     await api.call('DELETE', `${CONFIGS}/${created.body.data.id}`);
   });
@@ -382,7 +407,13 @@ describe('observability on tps serve: access log, metrics, event sinks, health',
     await new Promise<void>((resolve) => squatter.listen({ host: FRONTEND, port, exclusive: true }, resolve));
     try {
       const created = await api.call('POST', CONFIGS, {
-        data: { type: 'l4Proxy', attributes: { frontend: { ipv4: FRONTEND, port }, backend: { hosts: [{ address: ORIGIN, port: (echo.address() as net.AddressInfo).port }] } } },
+        data: {
+          type: 'l4Proxy',
+          attributes: {
+            frontend: { ipv4: FRONTEND, port },
+            backend: { hosts: [{ address: ORIGIN, port: (echo.address() as net.AddressInfo).port }] },
+          },
+        },
       });
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const id = created.body.data.id as string;
@@ -420,12 +451,20 @@ describe('observability on a tps edge node', () => {
     // The API node runs no edge: every request is the edge node's.
     tps = await startTps({ env: { TPS_EDGE: 'false', TPS_FRONTEND_IPS: EDGE_FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
     node = spawn(process.execPath, [path.join(REPO_ROOT, 'bin/tps.js'), 'edge'], {
-      env: { ...process.env, ...tps.env, TPS_NODE_ID: 'observed-edge', TPS_EDGE_WORKERS: '1', TPS_THREAT_FEEDS: path.join(REPO_ROOT, 'src/edge/l4/sample-threat-feed.txt') },
+      env: {
+        ...process.env,
+        ...tps.env,
+        TPS_NODE_ID: 'observed-edge',
+        TPS_EDGE_WORKERS: '1',
+        TPS_THREAT_FEEDS: path.join(REPO_ROOT, 'src/edge/l4/sample-threat-feed.txt'),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     node.stdout!.on('data', (chunk: Buffer) => (nodeOutput += chunk.toString()));
     node.stderr!.on('data', (chunk: Buffer) => (nodeOutput += chunk.toString()));
-    const ready = await waitFor('the edge node', async () => nodeOutput.split('\n').find((line) => line.includes('"tps edge ready"')), { timeoutMs: 30_000 });
+    const ready = await waitFor('the edge node', async () => nodeOutput.split('\n').find((line) => line.includes('"tps edge ready"')), {
+      timeoutMs: 30_000,
+    });
     nodeMetricsUrl = (JSON.parse(ready) as { metricsUrl: string }).metricsUrl;
   });
 
@@ -445,12 +484,17 @@ describe('observability on a tps edge node', () => {
     const created = await api.call('POST', CONFIGS, {
       data: {
         type: 'httpProxy',
-        attributes: { frontend: { ipv4: EDGE_FRONTEND, port }, backend: { hosts: [{ address: ORIGIN, port: (origin.address() as net.AddressInfo).port }] } },
+        attributes: {
+          frontend: { ipv4: EDGE_FRONTEND, port },
+          backend: { hosts: [{ address: ORIGIN, port: (origin.address() as net.AddressInfo).port }] },
+        },
       },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.data.id as string;
-    await waitFor('ACTIVE on the edge node', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', { timeoutMs: 20_000 });
+    await waitFor('ACTIVE on the edge node', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', {
+      timeoutMs: 20_000,
+    });
     for (let i = 0; i < 3; i++) assert.equal((await get(`http://${EDGE_FRONTEND}:${port}/page/${i}`)).status, 200);
     assert.equal((await get(`http://${EDGE_FRONTEND}:${port}${ATTACK}`)).status, 403);
 
@@ -478,14 +522,21 @@ describe('the demo (tps serve --demo)', () => {
   let tps: Tps;
 
   before(async () => {
-    tps = await startTps({ args: ['--demo'], env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: DEMO_FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+    tps = await startTps({
+      args: ['--demo'],
+      env: { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: DEMO_FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' },
+    });
   });
   after(async () => {
     await tps?.stop();
   });
 
   it('prints commands that show a request passing, an attack blocked with its support id, a burst limited, and the event', async () => {
-    const printed = await waitFor('the demo commands', async () => (tps.output().includes('A burst the rate limit stops') ? tps.output() : undefined), { timeoutMs: 30_000 });
+    const printed = await waitFor(
+      'the demo commands',
+      async () => (tps.output().includes('A burst the rate limit stops') ? tps.output() : undefined),
+      { timeoutMs: 30_000 },
+    );
     const lines = printed.split('\n');
     const after = (label: string) => {
       const index = lines.findIndex((line) => line.includes(label));
@@ -514,7 +565,9 @@ describe('the demo (tps serve --demo)', () => {
     const tenantId = /tenant id\s+([0-9a-f-]{36})/.exec(printed)![1]!;
     assert.match(printed, new RegExp(`${tps.url.replace(/[.]/g, '\\.')}/portal/waf`));
     await waitFor('the WAF event of the support id', async () => {
-      const response = await fetch(`${tps.url}${EVENTS}?filter[tenantId]=${tenantId}`, { headers: { authorization: `Bearer ${token.access_token}` } });
+      const response = await fetch(`${tps.url}${EVENTS}?filter[tenantId]=${tenantId}`, {
+        headers: { authorization: `Bearer ${token.access_token}` },
+      });
       const body = (await response.json()) as { data: { type: string; attributes: { supportId: string } }[] };
       return body.data.some((event) => event.type === 'WAF_EVENT' && event.attributes.supportId === supportId) || undefined;
     });

@@ -45,7 +45,7 @@ describe('operations endpoints', () => {
     assert.match(await response.text(), /swagger/i);
   });
 
-  it('answers health checks and Prometheus metrics on the operators\' listener only', async () => {
+  it("answers health checks and Prometheus metrics on the operators' listener only", async () => {
     const api = await TenantApi.connect(tps, await createTenant(tps));
     await api.get('/api/v2/traffic-mgmt/traffic-configs');
     assert.notEqual(new URL(tps.metricsUrl).port, new URL(tps.url).port);

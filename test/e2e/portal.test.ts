@@ -50,7 +50,9 @@ async function topList(page: Page, testId: string): Promise<Record<string, numbe
   const entries = await page
     .getByTestId(testId)
     .locator('li')
-    .evaluateAll((items) => items.map((item) => [item.getAttribute('data-key'), item.querySelector('[data-testid="count"]')?.textContent ?? '']));
+    .evaluateAll((items) =>
+      items.map((item) => [item.getAttribute('data-key'), item.querySelector('[data-testid="count"]')?.textContent ?? '']),
+    );
   return Object.fromEntries(entries.map(([key, count]) => [key, Number(String(count).replace(/[^\d]/g, ''))]));
 }
 
@@ -63,7 +65,12 @@ async function exported(api: TenantApi): Promise<InsightEvent[]> {
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     if (answer.body.data.length === 0) break;
     for (const resource of answer.body.data) {
-      events.push({ type: resource.type, id: resource.id, trafficConfigId: resource.relationships.trafficConfig.data.id, ...resource.attributes } as InsightEvent);
+      events.push({
+        type: resource.type,
+        id: resource.id,
+        trafficConfigId: resource.relationships.trafficConfig.data.id,
+        ...resource.attributes,
+      } as InsightEvent);
     }
     pathAndQuery = answer.body.links.next;
   }
@@ -97,7 +104,14 @@ describe('portal (headless Chromium against tps serve)', () => {
     tenantA = await createTenant(tps);
     tenantB = await createTenant(tps);
     apiA = await TenantApi.connect(tps, tenantA);
-    const createdA = await tps.cli<{ email: string; password: string }>('user', 'create', '--tenant', tenantA.tenantId, '--email', 'ops@tenant-a.example');
+    const createdA = await tps.cli<{ email: string; password: string }>(
+      'user',
+      'create',
+      '--tenant',
+      tenantA.tenantId,
+      '--email',
+      'ops@tenant-a.example',
+    );
     userA = { email: createdA.email, password: createdA.password };
     await tps.cli('user', 'create', '--tenant', tenantB.tenantId, '--email', 'ops@tenant-b.example', '--password', 'tenant-b-password');
     userB = { email: 'ops@tenant-b.example', password: 'tenant-b-password' };
@@ -120,10 +134,16 @@ describe('portal (headless Chromium against tps serve)', () => {
 
     // A certificate that expires in 12 days (highlighted) and one that does not.
     const ca = await TestCa.create('Portal Test CA');
-    for (const [name, days] of [['soon.tenant-a.example', 12], ['www.tenant-a.example', 300]] as const) {
+    for (const [name, days] of [
+      ['soon.tenant-a.example', 12],
+      ['www.tenant-a.example', 300],
+    ] as const) {
       const leaf = await ca.issue({ commonName: name, dnsNames: [name], notAfter: new Date(Date.now() + days * 24 * HOUR) });
       const upload = await apiA.call('POST', '/api/v2/traffic-mgmt/certificates/pem', {
-        data: { type: 'certificate', attributes: { certificate: leaf.certificatePem, intermediateCertificates: ca.chainPem, privateKey: leaf.privateKeyPem } },
+        data: {
+          type: 'certificate',
+          attributes: { certificate: leaf.certificatePem, intermediateCertificates: ca.chainPem, privateKey: leaf.privateKeyPem },
+        },
       });
       assert.equal(upload.status, 201, JSON.stringify(upload.body));
     }
@@ -157,10 +177,10 @@ describe('portal (headless Chromium against tps serve)', () => {
             { ...first, matchedData: i === 0 ? { status: 'ENABLED', value: "1' OR '1'='1" } : { status: 'DISABLED', value: null } },
             ...(i % 6 === 0 ? [{ ...rules[3]!, matchedData: { status: 'DISABLED' as const, value: null } }] : []),
           ],
-          source: { countryCode: countries[(i * 7) % 11 % countries.length]!, ip: `203.0.113.${10 + ((i * 5) % 9)}`, port: 40000 + i },
+          source: { countryCode: countries[((i * 7) % 11) % countries.length]!, ip: `203.0.113.${10 + ((i * 5) % 9)}`, port: 40000 + i },
           request: {
             method: i % 3 === 0 ? 'POST' : 'GET',
-            path: paths[(i * 3) % 7 % paths.length]!,
+            path: paths[((i * 3) % 7) % paths.length]!,
             headers: ['Host: shop.tenant-a.example', 'User-Agent: sqlmap/1.7'],
             messageHeader: `GET ${paths[0]}?q=1 HTTP/1.1\nHost: shop.tenant-a.example\nUser-Agent: sqlmap/1.7`,
             statusCode: i % 4 === 0 ? 200 : 403,
@@ -231,7 +251,13 @@ describe('portal (headless Chromium against tps serve)', () => {
     assert.match(clientSecret, /^tps_/);
     await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: tps.url });
     await page.getByTestId('copy-secret').click();
-    assert.equal(await page.evaluate(() => (globalThis as unknown as { navigator: { clipboard: { readText(): Promise<string> } } }).navigator.clipboard.readText()), clientSecret, 'the copy button copies the secret');
+    assert.equal(
+      await page.evaluate(() =>
+        (globalThis as unknown as { navigator: { clipboard: { readText(): Promise<string> } } }).navigator.clipboard.readText(),
+      ),
+      clientSecret,
+      'the copy button copies the secret',
+    );
     await page.getByRole('button', { name: 'Copied' }).waitFor();
     await screenshot(page, '02-service-account-secret');
 
@@ -290,7 +316,10 @@ describe('portal (headless Chromium against tps serve)', () => {
     await page.locator('input[name="host-0-port"]').fill('9');
     await page.getByTestId('save-proxy').click();
     await portField.locator('.field-error').waitFor();
-    assert.match((await portField.locator('.field-error').textContent())!, new RegExp(`port ${busyPort}/TCP on 127\\.0\\.0\\.3 is already assigned`));
+    assert.match(
+      (await portField.locator('.field-error').textContent())!,
+      new RegExp(`port ${busyPort}/TCP on 127\\.0\\.0\\.3 is already assigned`),
+    );
     assert.equal(await addressField.locator('.field-error').count(), 0);
     await screenshot(page, '05-proxy-form-port-in-use');
   });
@@ -370,10 +399,22 @@ describe('portal (headless Chromium against tps serve)', () => {
     assert.equal(await numberIn(page, 'total-blocked'), waf.filter((event) => event.action === 'BLOCKED').length);
     assert.equal(await numberIn(page, 'total-logged'), waf.filter((event) => event.action === 'LOGGED').length);
     assert.equal(await numberIn(page, 'total-sources'), new Set(waf.map((event) => event.source.ip)).size);
-    assert.deepEqual(await topList(page, 'top-rules'), countBy(waf, (event) => event.rules.map((rule) => rule.modSecId)));
-    assert.deepEqual(await topList(page, 'top-ips'), countBy(waf, (event) => [event.source.ip]));
-    assert.deepEqual(await topList(page, 'top-countries'), countBy(waf, (event) => [event.source.countryCode]));
-    assert.deepEqual(await topList(page, 'top-paths'), countBy(waf, (event) => [event.request.path]));
+    assert.deepEqual(
+      await topList(page, 'top-rules'),
+      countBy(waf, (event) => event.rules.map((rule) => rule.modSecId)),
+    );
+    assert.deepEqual(
+      await topList(page, 'top-ips'),
+      countBy(waf, (event) => [event.source.ip]),
+    );
+    assert.deepEqual(
+      await topList(page, 'top-countries'),
+      countBy(waf, (event) => [event.source.countryCode]),
+    );
+    assert.deepEqual(
+      await topList(page, 'top-paths'),
+      countBy(waf, (event) => [event.request.path]),
+    );
     const first = await screenshot(page, '10-waf-dashboard');
     if (process.env.TPS_PORTAL_DOCS_SCREENSHOT === '1') {
       await page.setViewportSize({ width: 1440, height: 1180 });
@@ -391,7 +432,10 @@ describe('portal (headless Chromium against tps serve)', () => {
     await page.getByTestId('top-rules').locator('li[data-key="942100"] a').click();
     await until('the rule filter', async () => page.url().includes('rule=942100'));
     const rows = page.getByTestId('event-list').locator('tbody tr');
-    await until('the events of rule 942100', async () => (await rows.count()) === Math.min(25, waf.filter((e) => e.rules.some((r) => r.modSecId === 942100)).length));
+    await until(
+      'the events of rule 942100',
+      async () => (await rows.count()) === Math.min(25, waf.filter((e) => e.rules.some((r) => r.modSecId === 942100)).length),
+    );
     const withData = waf.find((event) => event.rules.some((rule) => rule.matchedData.status === 'ENABLED'))!;
     await page.goto(`${tps.url}/portal/waf/events/${withData.id}`);
     const detail = page.getByTestId('event-detail');
@@ -416,8 +460,14 @@ describe('portal (headless Chromium against tps serve)', () => {
     await page.getByTestId('ddos-chart').locator('canvas').waitFor();
     assert.equal(await numberIn(page, 'total-episodes'), episodes.length);
     assert.equal(await numberIn(page, 'total-sources'), new Set(episodes.map((event) => event.source.ip)).size);
-    assert.deepEqual(await topList(page, 'top-sources'), countBy(episodes, (event) => [event.source.ip]));
-    assert.deepEqual(await topList(page, 'top-countries'), countBy(episodes, (event) => [event.source.countryCode]));
+    assert.deepEqual(
+      await topList(page, 'top-sources'),
+      countBy(episodes, (event) => [event.source.ip]),
+    );
+    assert.deepEqual(
+      await topList(page, 'top-countries'),
+      countBy(episodes, (event) => [event.source.countryCode]),
+    );
     const list = page.getByTestId('episode-list').locator('tbody tr');
     await until('the episode list', async () => (await list.count()) === episodes.length);
     await list.first().click();
@@ -453,7 +503,10 @@ describe('portal (headless Chromium against tps serve)', () => {
           ips: await status(`/api/v1/traffic-mgmt/accounts/${tenantId}/ips`),
           export: await status(`/api/v2/insight/http-security-events?filter[tenantId]=${tenantId}`),
           revoke: await status(`/portal/api/service-accounts/${clientId}`, { method: 'DELETE', headers: { 'x-csrf-token': csrf } }),
-          deleteProxy: await status(`/api/v2/traffic-mgmt/traffic-configs/${configId}`, { method: 'DELETE', headers: { 'x-csrf-token': csrf } }),
+          deleteProxy: await status(`/api/v2/traffic-mgmt/traffic-configs/${configId}`, {
+            method: 'DELETE',
+            headers: { 'x-csrf-token': csrf },
+          }),
           deleteWithoutCsrf: await status(`/api/v2/traffic-mgmt/traffic-configs/${configId}`, { method: 'DELETE' }),
         };
       },

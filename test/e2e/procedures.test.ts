@@ -42,7 +42,12 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
           type: 'l4Proxy',
           attributes: {
             frontend: { ipv4: ip, port },
-            backend: { hosts: [{ address: '127.0.0.10', port: 7001 }, { address: 'origin.example', port: 7001 }] },
+            backend: {
+              hosts: [
+                { address: '127.0.0.10', port: 7001 },
+                { address: 'origin.example', port: 7001 },
+              ],
+            },
             protocols: ['TCP', 'UDP'],
             proxyProtocol: { enabled: true, version: 2 },
           },
@@ -66,7 +71,10 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
 
       const ips = await api.get(`/api/v1/traffic-mgmt/accounts/${api.tenantId}/ips`);
       const used = ips.body.data.find((entry: any) => entry.attributes.address === ip).attributes.assignedPorts;
-      assert.deepEqual(used, [{ port, protocol: 'TCP' }, { port, protocol: 'UDP' }]);
+      assert.deepEqual(used, [
+        { port, protocol: 'TCP' },
+        { port, protocol: 'UDP' },
+      ]);
     });
 
     it('HTTP proxy with a customer certificate: upload the chain, create the proxy with its id', async () => {
@@ -103,9 +111,18 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const fetched = await api.get(`${CONFIGS}/${created.body.data.id}`);
       assert.equal(fetched.body.data.attributes.frontend.certificateId, certificateId);
-      assert.deepEqual(fetched.body.data.attributes.waf, { mode: 'LOGGING', paranoiaLevel: 2, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] });
+      assert.deepEqual(fetched.body.data.attributes.waf, {
+        mode: 'LOGGING',
+        paranoiaLevel: 2,
+        failMode: 'CLOSED',
+        logMatchedData: false,
+        ruleExclusions: [],
+      });
       const listed = await api.get('/api/v2/traffic-mgmt/certificates');
-      assert.deepEqual(listed.body.data.map((certificate: any) => certificate.id), [certificateId]);
+      assert.deepEqual(
+        listed.body.data.map((certificate: any) => certificate.id),
+        [certificateId],
+      );
 
       // Mutual TLS on both segments, by PATCH, as the spec's mutual TLS procedure does.
       const ca = await api.call('POST', '/api/v2/traffic-mgmt/ca-certificates', {
@@ -121,7 +138,9 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
         data: {
           type: 'httpProxy',
           attributes: {
-            frontend: { clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [ca.body.data.id], verifyCrl: true } },
+            frontend: {
+              clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [ca.body.data.id], verifyCrl: true },
+            },
             backend: {
               tlsSettings: {
                 clientCertificateId: certificateId,

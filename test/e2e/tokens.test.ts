@@ -60,7 +60,11 @@ describe('access tokens', () => {
       grant_type: 'client_credentials',
       audience: tps.url,
     });
-    const answer = await request(`${tps.url}/oauth/token`, { method: 'POST', contentType: 'application/x-www-form-urlencoded', rawBody: form.toString() });
+    const answer = await request(`${tps.url}/oauth/token`, {
+      method: 'POST',
+      contentType: 'application/x-www-form-urlencoded',
+      rawBody: form.toString(),
+    });
     assert.equal(answer.status, 200);
   });
 
@@ -93,7 +97,11 @@ describe('access tokens', () => {
       assert.equal(answer.body.error, 'invalid_request');
       assert.match(answer.body.error_description, new RegExp(field));
     }
-    const malformed = await request(`${tps.url}/oauth/token`, { method: 'POST', contentType: 'application/json', rawBody: '{"client_id":' });
+    const malformed = await request(`${tps.url}/oauth/token`, {
+      method: 'POST',
+      contentType: 'application/json',
+      rawBody: '{"client_id":',
+    });
     assert.equal(malformed.status, 400);
   });
 
@@ -129,7 +137,12 @@ describe('access tokens', () => {
 
   it('answers 403 insufficient_scope when the service account lacks the scope', async () => {
     const readOnly = await tps.cli<{ clientId: string; clientSecret: string }>(
-      'service-account', 'create', '--tenant', credentials.tenantId, '--scopes', 'read',
+      'service-account',
+      'create',
+      '--tenant',
+      credentials.tenantId,
+      '--scopes',
+      'read',
     );
     const token = await getToken(tps, { ...credentials, ...readOnly });
     assert.equal((await request(`${tps.url}${CONFIGS}`, { token })).status, 200);

@@ -54,7 +54,14 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       assertError(await other.call('POST', CONFIGS, httpProxy({}, { port: 8200 })), 409, 'PORT_IN_USE', '/data/attributes/frontend/port');
       assert.equal((await api.call('POST', CONFIGS, httpProxy({}, { port: 8200, ipv4: '127.0.0.3' }))).status, 201);
       const udp = await api.call('POST', CONFIGS, {
-        data: { type: 'l4Proxy', attributes: { frontend: { ipv4: '127.0.0.2', port: 8200 }, backend: { hosts: [{ address: '127.0.0.20', port: 53 }] }, protocols: ['UDP'] } },
+        data: {
+          type: 'l4Proxy',
+          attributes: {
+            frontend: { ipv4: '127.0.0.2', port: 8200 },
+            backend: { hosts: [{ address: '127.0.0.20', port: 53 }] },
+            protocols: ['UDP'],
+          },
+        },
       });
       assert.equal(udp.status, 201, 'the same port over UDP is another binding');
       const deleted = await api.call('DELETE', `${CONFIGS}/${first.body.data.id}`);
@@ -73,7 +80,9 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
       const clash = await api.call('POST', CONFIGS, httpProxy({}, { port: 8301 }));
       assert.equal(clash.status, 201);
       assertError(
-        await api.call('PATCH', `${CONFIGS}/${id}`, { data: { type: 'httpProxy', attributes: { frontend: { port: 8301 }, waf: { paranoiaLevel: 4 } } } }),
+        await api.call('PATCH', `${CONFIGS}/${id}`, {
+          data: { type: 'httpProxy', attributes: { frontend: { port: 8301 }, waf: { paranoiaLevel: 4 } } },
+        }),
         409,
         'PORT_IN_USE',
         '/data/attributes/frontend/port',
@@ -83,7 +92,13 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
 
       const good = await api.call('PATCH', `${CONFIGS}/${id}`, { data: { type: 'httpProxy', attributes: { waf: { paranoiaLevel: 3 } } } });
       assert.equal(good.status, 200);
-      assert.deepEqual(good.body.data.attributes.waf, { mode: 'BLOCKING', paranoiaLevel: 3, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] });
+      assert.deepEqual(good.body.data.attributes.waf, {
+        mode: 'BLOCKING',
+        paranoiaLevel: 3,
+        failMode: 'CLOSED',
+        logMatchedData: false,
+        ruleExclusions: [],
+      });
       const removed = await api.call('PATCH', `${CONFIGS}/${id}`, {
         data: { type: 'httpProxy', attributes: { rateLimiting: { thresholds: [{ requests: 5, periodSeconds: 1 }], blockSeconds: 1 } } },
       });
@@ -121,20 +136,63 @@ describe('request errors', () => {
       [httpProxy({ geoFencing: { mode: 'BLOCK_LISTED', countries: ['de'] } }), '/data/attributes/geoFencing/countries/0'],
       [httpProxy({ geoFencing: { mode: 'DENY', countries: ['DE'] } }), '/data/attributes/geoFencing/mode'],
       [httpProxy({ rateLimiting: { thresholds: [], blockSeconds: 10 } }), '/data/attributes/rateLimiting/thresholds'],
-      [httpProxy({ rateLimiting: { thresholds: [{ requests: 0, periodSeconds: 1 }], blockSeconds: 10 } }), '/data/attributes/rateLimiting/thresholds/0/requests'],
+      [
+        httpProxy({ rateLimiting: { thresholds: [{ requests: 0, periodSeconds: 1 }], blockSeconds: 10 } }),
+        '/data/attributes/rateLimiting/thresholds/0/requests',
+      ],
       [httpProxy({ backend: { hosts: [] } }), '/data/attributes/backend/hosts'],
       [httpProxy({ backend: { hosts: [{ address: 'not a host!', port: 80 }] } }), '/data/attributes/backend/hosts/0/address'],
       [httpProxy({ backend: { hosts: [{ address: '127.0.0.20', port: 70000 }] } }), '/data/attributes/backend/hosts/0/port'],
-      [httpProxy({ backend: { hosts: [{ address: '127.0.0.20', port: 80 }], deliveryMethod: 'RANDOM' } }), '/data/attributes/backend/deliveryMethod'],
+      [
+        httpProxy({ backend: { hosts: [{ address: '127.0.0.20', port: 80 }], deliveryMethod: 'RANDOM' } }),
+        '/data/attributes/backend/deliveryMethod',
+      ],
       [httpProxy({ backend: { hosts: [{ address: '127.0.0.20' }] } }), '/data/attributes/backend/hosts/0/port'],
       [httpProxy({ wafMode: 'BLOCKING' }), '/data/attributes/wafMode'],
       [httpProxy({}, { ipv4: undefined }), '/data/attributes/frontend'],
       [{ data: { type: 'tcpProxy', attributes: {} } }, '/data/type'],
-      [{ data: { type: 'l4Proxy', attributes: { frontend: { ipv4: '127.0.0.2', port: 9 }, backend: { hosts: [{ address: '127.0.0.20', port: 9 }] }, protocols: ['SCTP'] } } }, '/data/attributes/protocols/0'],
-      [{ data: { type: 'l4Proxy', attributes: { frontend: { ipv4: '127.0.0.2', port: 9 }, backend: { hosts: [{ address: '127.0.0.20', port: 9 }] }, proxyProtocol: { enabled: true, version: 3 } } } }, '/data/attributes/proxyProtocol/version'],
+      [
+        {
+          data: {
+            type: 'l4Proxy',
+            attributes: {
+              frontend: { ipv4: '127.0.0.2', port: 9 },
+              backend: { hosts: [{ address: '127.0.0.20', port: 9 }] },
+              protocols: ['SCTP'],
+            },
+          },
+        },
+        '/data/attributes/protocols/0',
+      ],
+      [
+        {
+          data: {
+            type: 'l4Proxy',
+            attributes: {
+              frontend: { ipv4: '127.0.0.2', port: 9 },
+              backend: { hosts: [{ address: '127.0.0.20', port: 9 }] },
+              proxyProtocol: { enabled: true, version: 3 },
+            },
+          },
+        },
+        '/data/attributes/proxyProtocol/version',
+      ],
       [httpProxy({}, { certificateId: '00000000-0000-4000-8000-000000000000' }), '/data/attributes/frontend/certificateId'],
-      [httpProxy({ backend: { hosts: [{ address: '127.0.0.20', port: 443 }], tlsSettings: { verifyCertificate: { mode: 'CUSTOM_TRUSTSTORE' } } } }), '/data/attributes/backend/tlsSettings/verifyCertificate/caCertificateIds'],
-      [httpProxy({ backend: { hosts: [{ address: '127.0.0.20', port: 443 }], tlsSettings: { verifyCertificate: { mode: 'CUSTOM_TRUSTSTORE', caCertificateIds: ['00000000-0000-4000-8000-000000000000'] } } } }), '/data/attributes/backend/tlsSettings/verifyCertificate/caCertificateIds/0'],
+      [
+        httpProxy({
+          backend: { hosts: [{ address: '127.0.0.20', port: 443 }], tlsSettings: { verifyCertificate: { mode: 'CUSTOM_TRUSTSTORE' } } },
+        }),
+        '/data/attributes/backend/tlsSettings/verifyCertificate/caCertificateIds',
+      ],
+      [
+        httpProxy({
+          backend: {
+            hosts: [{ address: '127.0.0.20', port: 443 }],
+            tlsSettings: { verifyCertificate: { mode: 'CUSTOM_TRUSTSTORE', caCertificateIds: ['00000000-0000-4000-8000-000000000000'] } },
+          },
+        }),
+        '/data/attributes/backend/tlsSettings/verifyCertificate/caCertificateIds/0',
+      ],
       [httpProxy({ waf: { ruleExclusions: [{ ruleIds: [], target: 'ARGS:q' }] } }), '/data/attributes/waf/ruleExclusions/0/ruleIds'],
     ];
     for (const [body, pointer] of cases) {
@@ -153,20 +211,34 @@ describe('request errors', () => {
     assertError(await api.call('POST', CONFIGS, httpProxy(), { contentType: 'application/json' }), 415, 'UNSUPPORTED_MEDIA_TYPE');
     assertError(await api.call('POST', CONFIGS, undefined, { rawBody: '{"data": {"type": "httpProxy",' }), 400, 'MALFORMED_BODY');
     assertError(await api.call('POST', CONFIGS, undefined, { rawBody: '' }), 400, 'MALFORMED_BODY');
-    assertError(await api.call('POST', CONFIGS, undefined, { rawBody: 'data=1', contentType: 'text/plain' }), 415, 'UNSUPPORTED_MEDIA_TYPE');
+    assertError(
+      await api.call('POST', CONFIGS, undefined, { rawBody: 'data=1', contentType: 'text/plain' }),
+      415,
+      'UNSUPPORTED_MEDIA_TYPE',
+    );
   });
 
   it('refuses to change the type or id of a configuration (409)', async () => {
     const created = await post(httpProxy({}, { port: 8400 }));
     const id = created.body.data.id as string;
     assertError(
-      await api.call('PUT', `${CONFIGS}/${id}`, { data: { type: 'l4Proxy', attributes: { frontend: { ipv4: '127.0.0.2', port: 8400 }, backend: { hosts: [{ address: '127.0.0.20', port: 1 }] } } } }),
+      await api.call('PUT', `${CONFIGS}/${id}`, {
+        data: {
+          type: 'l4Proxy',
+          attributes: { frontend: { ipv4: '127.0.0.2', port: 8400 }, backend: { hosts: [{ address: '127.0.0.20', port: 1 }] } },
+        },
+      }),
       409,
       'TYPE_MISMATCH',
       '/data/type',
     );
     const body = httpProxy({}, { port: 8400 });
-    assertError(await api.call('PUT', `${CONFIGS}/${id}`, { data: { ...body.data, id: '00000000-0000-4000-8000-000000000000' } }), 409, 'ID_MISMATCH', '/data/id');
+    assertError(
+      await api.call('PUT', `${CONFIGS}/${id}`, { data: { ...body.data, id: '00000000-0000-4000-8000-000000000000' } }),
+      409,
+      'ID_MISMATCH',
+      '/data/id',
+    );
   });
 
   it("hides another tenant's resources (404) and refuses another tenant's filter (403)", async () => {
@@ -174,7 +246,11 @@ describe('request errors', () => {
     const id = created.body.data.id as string;
     assertError(await other.get(`${CONFIGS}/${id}`), 404, 'NOT_FOUND');
     assertError(await other.call('PUT', `${CONFIGS}/${id}`, httpProxy({}, { port: 8501 })), 404, 'NOT_FOUND');
-    assertError(await other.call('PATCH', `${CONFIGS}/${id}`, { data: { type: 'httpProxy', attributes: { waf: { paranoiaLevel: 4 } } } }), 404, 'NOT_FOUND');
+    assertError(
+      await other.call('PATCH', `${CONFIGS}/${id}`, { data: { type: 'httpProxy', attributes: { waf: { paranoiaLevel: 4 } } } }),
+      404,
+      'NOT_FOUND',
+    );
     assertError(await other.call('DELETE', `${CONFIGS}/${id}`), 404, 'NOT_FOUND');
     assert.deepEqual((await other.get(CONFIGS)).body.data, []);
     assertError(await other.get(`/api/v1/traffic-mgmt/accounts/${api.tenantId}/ips`), 404, 'NOT_FOUND');
@@ -196,7 +272,9 @@ describe('request errors', () => {
       '/data/attributes/frontend/certificateId',
     );
     assertError(
-      await other.call('POST', CONFIGS, { data: { ...httpProxy({}, { port: 8503 }).data, relationships: { belongsTo: { data: { type: 'account', id: api.tenantId } } } } }),
+      await other.call('POST', CONFIGS, {
+        data: { ...httpProxy({}, { port: 8503 }).data, relationships: { belongsTo: { data: { type: 'account', id: api.tenantId } } } },
+      }),
       403,
       'FOREIGN_ACCOUNT',
       '/data/relationships/belongsTo/data/id',
@@ -210,24 +288,75 @@ describe('request errors', () => {
     const good = await intermediate.issue({ commonName: 'a.example', dnsNames: ['a.example'] });
     const otherKey = await intermediate.issue({ commonName: 'b.example' });
     const weak = await intermediate.issue({ commonName: 'weak.example', key: 'rsa1024' });
-    const expired = await intermediate.issue({ commonName: 'old.example', notBefore: new Date(Date.now() - 400 * DAY), notAfter: new Date(Date.now() - 30 * DAY) });
-    const future = await intermediate.issue({ commonName: 'new.example', notBefore: new Date(Date.now() + 30 * DAY), notAfter: new Date(Date.now() + 400 * DAY) });
+    const expired = await intermediate.issue({
+      commonName: 'old.example',
+      notBefore: new Date(Date.now() - 400 * DAY),
+      notAfter: new Date(Date.now() - 30 * DAY),
+    });
+    const future = await intermediate.issue({
+      commonName: 'new.example',
+      notBefore: new Date(Date.now() + 30 * DAY),
+      notAfter: new Date(Date.now() + 400 * DAY),
+    });
     const upload = (attributes: Record<string, string>) =>
       api.call('POST', '/api/v2/traffic-mgmt/certificates/pem', { data: { type: 'certificate', attributes } });
     const chain = intermediate.chainPem;
-    assertError(await upload({ certificate: good.certificatePem, intermediateCertificates: chain, privateKey: otherKey.privateKeyPem }), 422, 'KEY_MISMATCH', '/data/attributes/privateKey');
-    assertError(await upload({ certificate: good.certificatePem, intermediateCertificates: stranger.certificatePem, privateKey: good.privateKeyPem }), 422, 'CHAIN_BROKEN', '/data/attributes/intermediateCertificates');
-    assertError(await upload({ certificate: expired.certificatePem, intermediateCertificates: chain, privateKey: expired.privateKeyPem }), 422, 'CERTIFICATE_EXPIRED', '/data/attributes/certificate');
-    assertError(await upload({ certificate: future.certificatePem, intermediateCertificates: chain, privateKey: future.privateKeyPem }), 422, 'CERTIFICATE_NOT_YET_VALID', '/data/attributes/certificate');
-    assertError(await upload({ certificate: weak.certificatePem, intermediateCertificates: chain, privateKey: weak.privateKeyPem }), 422, 'WEAK_KEY', '/data/attributes/privateKey');
-    assertError(await upload({ certificate: 'hello', privateKey: good.privateKeyPem }), 422, 'INVALID_CERTIFICATE', '/data/attributes/certificate');
-    assertError(await upload({ certificate: good.certificatePem, privateKey: 'hello' }), 422, 'INVALID_PRIVATE_KEY', '/data/attributes/privateKey');
+    assertError(
+      await upload({ certificate: good.certificatePem, intermediateCertificates: chain, privateKey: otherKey.privateKeyPem }),
+      422,
+      'KEY_MISMATCH',
+      '/data/attributes/privateKey',
+    );
+    assertError(
+      await upload({ certificate: good.certificatePem, intermediateCertificates: stranger.certificatePem, privateKey: good.privateKeyPem }),
+      422,
+      'CHAIN_BROKEN',
+      '/data/attributes/intermediateCertificates',
+    );
+    assertError(
+      await upload({ certificate: expired.certificatePem, intermediateCertificates: chain, privateKey: expired.privateKeyPem }),
+      422,
+      'CERTIFICATE_EXPIRED',
+      '/data/attributes/certificate',
+    );
+    assertError(
+      await upload({ certificate: future.certificatePem, intermediateCertificates: chain, privateKey: future.privateKeyPem }),
+      422,
+      'CERTIFICATE_NOT_YET_VALID',
+      '/data/attributes/certificate',
+    );
+    assertError(
+      await upload({ certificate: weak.certificatePem, intermediateCertificates: chain, privateKey: weak.privateKeyPem }),
+      422,
+      'WEAK_KEY',
+      '/data/attributes/privateKey',
+    );
+    assertError(
+      await upload({ certificate: 'hello', privateKey: good.privateKeyPem }),
+      422,
+      'INVALID_CERTIFICATE',
+      '/data/attributes/certificate',
+    );
+    assertError(
+      await upload({ certificate: good.certificatePem, privateKey: 'hello' }),
+      422,
+      'INVALID_PRIVATE_KEY',
+      '/data/attributes/privateKey',
+    );
     assertError(await upload({ certificate: good.certificatePem }), 422, 'INVALID_VALUE', '/data/attributes/privateKey');
-    assert.deepEqual((await api.get('/api/v2/traffic-mgmt/certificates')).body.data.filter((c: any) => c.attributes.subject !== 'CN=a.example'), []);
+    assert.deepEqual(
+      (await api.get('/api/v2/traffic-mgmt/certificates')).body.data.filter((c: any) => c.attributes.subject !== 'CN=a.example'),
+      [],
+    );
 
     // The spec names GET for the upload: a GET carrying the document works the same way.
     const viaGet = await api.call('GET', '/api/v2/traffic-mgmt/certificates/pem', undefined, {
-      rawBody: JSON.stringify({ data: { type: 'certificate', attributes: { certificate: good.certificatePem, intermediateCertificates: chain, privateKey: good.privateKeyPem } } }),
+      rawBody: JSON.stringify({
+        data: {
+          type: 'certificate',
+          attributes: { certificate: good.certificatePem, intermediateCertificates: chain, privateKey: good.privateKeyPem },
+        },
+      }),
     });
     assert.equal(viaGet.status, 201, JSON.stringify(viaGet.body));
     assert.equal(viaGet.body.data.attributes.issuer, 'CN=Intermediate');
@@ -237,7 +366,10 @@ describe('request errors', () => {
     const root = await TestCa.create();
     const leaf = await root.issue({ commonName: 'leaf.example', dnsNames: ['leaf.example'] });
     const notCa = await api.call('POST', '/api/v2/traffic-mgmt/ca-certificates', {
-      data: { type: 'caCertificate', attributes: { certificates: [{ certificate: root.certificatePem }, { certificate: leaf.certificatePem }] } },
+      data: {
+        type: 'caCertificate',
+        attributes: { certificates: [{ certificate: root.certificatePem }, { certificate: leaf.certificatePem }] },
+      },
     });
     assertError(notCa, 422, 'NOT_A_CA_CERTIFICATE', '/data/attributes/certificates/1/certificate');
     assertError(
@@ -255,11 +387,18 @@ describe('request errors', () => {
     const certificate = await api.call('POST', '/api/v2/traffic-mgmt/certificates/pem', {
       data: { type: 'certificate', attributes: { certificate: leaf.certificatePem, privateKey: leaf.privateKeyPem } },
     });
-    const proxy = await api.call('POST', CONFIGS, httpProxy({}, {
-      port: 8600,
-      certificateId: certificate.body.data.id,
-      clientCertificateVerification: { mode: 'VERIFY_AND_FORWARD', caCertificateIds: [ca.body.data.id] },
-    }));
+    const proxy = await api.call(
+      'POST',
+      CONFIGS,
+      httpProxy(
+        {},
+        {
+          port: 8600,
+          certificateId: certificate.body.data.id,
+          clientCertificateVerification: { mode: 'VERIFY_AND_FORWARD', caCertificateIds: [ca.body.data.id] },
+        },
+      ),
+    );
     assert.equal(proxy.status, 201, JSON.stringify(proxy.body));
     const inUse = await api.call('DELETE', `/api/v2/traffic-mgmt/certificates/${certificate.body.data.id}`);
     assertError(inUse, 409, 'IN_USE');
@@ -277,7 +416,9 @@ describe('request errors', () => {
       data: { type: 'caCertificate', attributes: { certificates: [{ certificate: root.certificatePem }] } },
     });
     assertError(
-      await post(httpProxy({}, { port: 8700, clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [ca.body.data.id] } })),
+      await post(
+        httpProxy({}, { port: 8700, clientCertificateVerification: { mode: 'VERIFY_AND_REJECT', caCertificateIds: [ca.body.data.id] } }),
+      ),
       422,
       'TLS_REQUIRED',
       '/data/attributes/frontend/clientCertificateVerification',

@@ -6,7 +6,6 @@ export const JSONAPI = 'application/vnd.api+json';
 
 // Answers default to `any` so that tests can assert on nested fields without a type per response;
 // each test states the fields it expects.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export interface Answer<T = any> {
   status: number;
   headers: Headers;
@@ -15,7 +14,13 @@ export interface Answer<T = any> {
 
 /** JSON:API error objects, as the API answers them. */
 export interface ErrorBody {
-  errors: { status: string; code: string; title: string; detail: string; source?: { pointer?: string; parameter?: string; header?: string } }[];
+  errors: {
+    status: string;
+    code: string;
+    title: string;
+    detail: string;
+    source?: { pointer?: string; parameter?: string; header?: string };
+  }[];
 }
 
 export async function request<T = any>(
@@ -29,7 +34,8 @@ export async function request<T = any>(
   if (body !== undefined) headers['content-type'] = init.contentType ?? JSONAPI;
   const method = init.method ?? 'GET';
   // fetch refuses a body on GET, which the spec's certificate upload uses: send that one with node:http.
-  const response = method === 'GET' && body !== undefined ? await getWithBody(url, headers, body) : await fetch(url, { method, headers, body });
+  const response =
+    method === 'GET' && body !== undefined ? await getWithBody(url, headers, body) : await fetch(url, { method, headers, body });
   const text = await response.text();
   let parsed: unknown = text;
   try {
@@ -77,15 +83,19 @@ export class TenantApi {
 
 async function getWithBody(url: string, headers: Record<string, string>, body: string): Promise<Response> {
   return new Promise((resolve, reject) => {
-    const outgoing = http.request(url, { method: 'GET', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (incoming) => {
-      const chunks: Buffer[] = [];
-      incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
-      incoming.on('end', () => {
-        const responseHeaders = new Headers();
-        for (const [name, value] of Object.entries(incoming.headers)) if (typeof value === 'string') responseHeaders.set(name, value);
-        resolve(new Response(Buffer.concat(chunks), { status: incoming.statusCode ?? 0, headers: responseHeaders }));
-      });
-    });
+    const outgoing = http.request(
+      url,
+      { method: 'GET', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) } },
+      (incoming) => {
+        const chunks: Buffer[] = [];
+        incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
+        incoming.on('end', () => {
+          const responseHeaders = new Headers();
+          for (const [name, value] of Object.entries(incoming.headers)) if (typeof value === 'string') responseHeaders.set(name, value);
+          resolve(new Response(Buffer.concat(chunks), { status: incoming.statusCode ?? 0, headers: responseHeaders }));
+        });
+      },
+    );
     outgoing.on('error', reject);
     outgoing.end(body);
   });

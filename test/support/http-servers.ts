@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
-import net from 'node:net';
+import type net from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { HttpProxyAttributes } from '@tps/model';
 import type { InsightEvent, InsightSink } from '@tps/model';

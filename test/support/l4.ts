@@ -221,7 +221,12 @@ export async function startUdpEchoOrigin(address: string, options: { expectProxy
  * socket keeps its sending half open when the peer ends (to test half-close); pass
  * `allowHalfOpen: false` for a client that ends when the peer does.
  */
-export function connectTo(address: string, port: number, localAddress?: string, options: { allowHalfOpen?: boolean } = {}): Promise<Socket> {
+export function connectTo(
+  address: string,
+  port: number,
+  localAddress?: string,
+  options: { allowHalfOpen?: boolean } = {},
+): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: address, port, localAddress, allowHalfOpen: options.allowHalfOpen ?? true, noDelay: true });
     socket.once('connect', () => {

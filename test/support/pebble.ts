@@ -94,7 +94,12 @@ export async function startPebble(options: PebbleOptions = {}): Promise<Pebble> 
   fs.writeFileSync(path.join(dir, 'cert.pem'), serverCertificate.certificatePem);
   fs.writeFileSync(path.join(dir, 'key.pem'), serverCertificate.privateKeyPem, { mode: 0o600 });
 
-  const [acmePort, managementPort, dnsPort, dnsManagementPort] = [await freePort(ip), await freePort(ip), await freePort(ip), await freePort(ip)];
+  const [acmePort, managementPort, dnsPort, dnsManagementPort] = [
+    await freePort(ip),
+    await freePort(ip),
+    await freePort(ip),
+    await freePort(ip),
+  ];
   fs.writeFileSync(
     path.join(dir, 'pebble-config.json'),
     JSON.stringify({
@@ -143,13 +148,20 @@ export async function startPebble(options: PebbleOptions = {}): Promise<Pebble> 
     // The mock DNS: every name resolves to the target (A); no AAAA answers, so the validation
     // cannot wander to ::1. Its own HTTP-01 / TLS-ALPN-01 responders stay off.
     launch('pebble-challtestsrv', [
-      '-dns01', `${ip}:${dnsPort}`,
-      '-http01', '',
-      '-https01', '',
-      '-tlsalpn01', '',
-      '-management', `${ip}:${dnsManagementPort}`,
-      '-defaultIPv4', targetIp,
-      '-defaultIPv6', '',
+      '-dns01',
+      `${ip}:${dnsPort}`,
+      '-http01',
+      '',
+      '-https01',
+      '',
+      '-tlsalpn01',
+      '',
+      '-management',
+      `${ip}:${dnsManagementPort}`,
+      '-defaultIPv4',
+      targetIp,
+      '-defaultIPv6',
+      '',
     ]);
     launch('pebble', ['-config', path.join(dir, 'pebble-config.json'), '-dnsserver', `${ip}:${dnsPort}`], {
       PEBBLE_VA_ALWAYS_VALID: '0',
@@ -159,7 +171,12 @@ export async function startPebble(options: PebbleOptions = {}): Promise<Pebble> 
 
     const directoryUrl = `https://${ip}:${acmePort}/dir`;
     const caBundlePem = ca.certificatePem;
-    await waitFor('pebble-challtestsrv', 15_000, () => postJson(`http://${ip}:${dnsManagementPort}/set-default-ipv4`, { ip: targetIp }), () => output);
+    await waitFor(
+      'pebble-challtestsrv',
+      15_000,
+      () => postJson(`http://${ip}:${dnsManagementPort}/set-default-ipv4`, { ip: targetIp }),
+      () => output,
+    );
     await waitFor(
       'pebble',
       15_000,

@@ -68,7 +68,7 @@ function algorithmOf(kind: KeyKind): RsaHashedKeyGenParams | EcKeyGenParams {
 }
 
 function signingAlgorithm(key: CryptoKey): Algorithm | EcdsaParams {
-  return key.algorithm.name === 'ECDSA' ? { name: 'ECDSA', hash: 'SHA-256' } as EcdsaParams : { name: 'RSASSA-PKCS1-v1_5' };
+  return key.algorithm.name === 'ECDSA' ? ({ name: 'ECDSA', hash: 'SHA-256' } as EcdsaParams) : { name: 'RSASSA-PKCS1-v1_5' };
 }
 
 async function generateKeys(kind: KeyKind): Promise<CryptoKeyPair> {

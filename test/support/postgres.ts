@@ -36,19 +36,31 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
   run(path.join(bin, 'initdb'), ['-D', path.join(dir, 'data'), '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync']);
   const port = await freePort();
   const serverArgs = [
-    '-D', path.join(dir, 'data'),
-    '-p', String(port),
-    '-k', dir,
-    '-c', 'listen_addresses=127.0.0.1',
-    '-c', 'fsync=off',
-    '-c', 'synchronous_commit=off',
-    '-c', 'full_page_writes=off',
-    '-c', 'max_connections=200',
+    '-D',
+    path.join(dir, 'data'),
+    '-p',
+    String(port),
+    '-k',
+    dir,
+    '-c',
+    'listen_addresses=127.0.0.1',
+    '-c',
+    'fsync=off',
+    '-c',
+    'synchronous_commit=off',
+    '-c',
+    'full_page_writes=off',
+    '-c',
+    'max_connections=200',
   ];
-  const server = spawn(runAs[0] ?? path.join(bin, 'postgres'), runAs.length ? [...runAs.slice(1), path.join(bin, 'postgres'), ...serverArgs] : serverArgs, {
-    stdio: 'ignore',
-    detached: true,
-  });
+  const server = spawn(
+    runAs[0] ?? path.join(bin, 'postgres'),
+    runAs.length ? [...runAs.slice(1), path.join(bin, 'postgres'), ...serverArgs] : serverArgs,
+    {
+      stdio: 'ignore',
+      detached: true,
+    },
+  );
   server.unref();
   const adminUrl = `postgres://postgres@127.0.0.1:${port}/postgres`;
   for (let attempt = 0; ; attempt++) {

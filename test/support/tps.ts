@@ -52,7 +52,10 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
     ...(store === 'postgres' && { TPS_DATABASE_URL: await freshPostgresDatabase() }),
     ...options.env,
   };
-  const child = spawn(process.execPath, [TPS_BIN, 'serve', ...(options.args ?? [])], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [TPS_BIN, 'serve', ...(options.args ?? [])], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -110,7 +113,12 @@ export interface Credentials {
 export async function createTenant(tps: Tps, scopes = 'read,write,insight'): Promise<Credentials> {
   const tenant = await tps.cli<{ id: string }>('tenant', 'create', '--name', `tenant-${Math.random().toString(36).slice(2, 8)}`);
   const account = await tps.cli<{ clientId: string; clientSecret: string }>(
-    'service-account', 'create', '--tenant', tenant.id, '--scopes', scopes,
+    'service-account',
+    'create',
+    '--tenant',
+    tenant.id,
+    '--scopes',
+    scopes,
   );
   return { tenantId: tenant.id, clientId: account.clientId, clientSecret: account.clientSecret };
 }

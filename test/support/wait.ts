@@ -21,7 +21,8 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
       if (!options.retryErrors) throw error;
       lastError = error;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
     await new Promise((resolve) => setTimeout(resolve, options.intervalMs ?? 100));
   }
 }

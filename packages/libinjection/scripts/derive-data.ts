@@ -16,6 +16,6 @@ const { values, positionals } = parseArgs({ allowPositionals: true, options: { s
 const library = positionals[0] ?? '/usr/lib/x86_64-linux-gnu/libmodsecurity.so.3';
 const words = deriveFromLibrary(library);
 const data: SqliDataFile = { source: values.source ?? `libinjection as embedded in ${basename(library)}`, words };
-writeFileSync(SQLI_DATA_FILE, JSON.stringify(data) + '\n');
+writeFileSync(SQLI_DATA_FILE, `${JSON.stringify(data)}\n`);
 const fingerprints = words.filter(([, type]) => type === 'F').length;
 process.stdout.write(`${SQLI_DATA_FILE}: ${words.length} words (${fingerprints} fingerprints) from ${library}\n`);

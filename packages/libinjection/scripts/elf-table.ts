@@ -88,4 +88,3 @@ export function deriveFromLibrary(path: string): [string, string][] {
   checkTable(best, path);
   return best;
 }
-

@@ -28,7 +28,35 @@ export interface SqliDataFile {
   readonly words: [string, string][];
 }
 
-const TYPES = new Set(['k', 'U', 'B', 'E', 't', 'f', 'n', '1', 'v', 's', 'o', '&', 'c', 'A', '(', ')', '{', '}', '.', ',', ':', ';', 'T', '?', 'X', 'F', '\\']);
+const TYPES = new Set([
+  'k',
+  'U',
+  'B',
+  'E',
+  't',
+  'f',
+  'n',
+  '1',
+  'v',
+  's',
+  'o',
+  '&',
+  'c',
+  'A',
+  '(',
+  ')',
+  '{',
+  '}',
+  '.',
+  ',',
+  ':',
+  ';',
+  'T',
+  '?',
+  'X',
+  'F',
+  '\\',
+]);
 
 /** Throws unless `table` looks like libinjection's word table (`where` names it in the message). */
 export function checkTable(table: [string, string][], where: string): void {
@@ -46,7 +74,6 @@ export function checkTable(table: [string, string][], where: string): void {
   }
   if (fingerprints < 1000) throw new Error(`${where}: only ${fingerprints} fingerprints in the keyword table`);
 }
-
 
 let cached: SqliData | undefined;
 

@@ -32,7 +32,10 @@ test('libinjection: the same @detectSQLi fingerprints and @detectXSS results as 
     if (sqli !== null) sqliPositives++;
     if (xss) xssPositives++;
   }
-  assert.ok(golden.cases.length > 20_000 && sqliPositives > 100 && xssPositives > 100, `the vectors exercise both detectors (${sqliPositives} / ${xssPositives} positives)`);
+  assert.ok(
+    golden.cases.length > 20_000 && sqliPositives > 100 && xssPositives > 100,
+    `the vectors exercise both detectors (${sqliPositives} / ${xssPositives} positives)`,
+  );
 });
 
 test('libinjection: an input with neither < nor = is never XSS (the shortcut agrees with the tokenizer)', () => {

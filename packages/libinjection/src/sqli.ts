@@ -164,7 +164,7 @@ function isWhite(c: number): boolean {
 }
 
 const WORD_STOP = new Uint8Array(256);
-for (const ch of " []{}<>:\\?=@!#~+-*/&|^%(),';\t\n\x0b\f\r\"\xa0\0") WORD_STOP[ch.charCodeAt(0)] = 1;
+for (const ch of ' []{}<>:\\?=@!#~+-*/&|^%(),\';\t\n\x0b\f\r"\xa0\0') WORD_STOP[ch.charCodeAt(0)] = 1;
 const VAR_STOP = new Uint8Array(256);
 for (const ch of " <>:\\?=@!#~+-*/&|^%(),';\t\n\x0b\f\r'`\"\0") VAR_STOP[ch.charCodeAt(0)] = 1;
 
@@ -763,7 +763,7 @@ class State {
     const first = a.val.slice(0, a.len);
     table(); // first: it fills MERGE_FLAGS
     if (first.length === 0 || MERGE_FLAGS[wordHash(first)] === 0) return false;
-    const merged = first + ' ' + b.val.slice(0, b.len);
+    const merged = `${first} ${b.val.slice(0, b.len)}`;
     const ch = lookupWord(merged);
     if (ch === T_NONE) return false;
     a.type = ch;
@@ -797,7 +797,11 @@ class State {
         const t4 = v[4]!.type;
         if (
           (t0 === T_NUMBER && (t1 === T_OPERATOR || t1 === T_COMMA) && t2 === T_LEFTPARENS && t3 === T_NUMBER && t4 === T_RIGHTPARENS) ||
-          (t0 === T_BAREWORD && t1 === T_OPERATOR && t2 === T_LEFTPARENS && (t3 === T_BAREWORD || t3 === T_NUMBER) && t4 === T_RIGHTPARENS) ||
+          (t0 === T_BAREWORD &&
+            t1 === T_OPERATOR &&
+            t2 === T_LEFTPARENS &&
+            (t3 === T_BAREWORD || t3 === T_NUMBER) &&
+            t4 === T_RIGHTPARENS) ||
           (t0 === T_NUMBER && t1 === T_RIGHTPARENS && t2 === T_COMMA && t3 === T_LEFTPARENS && t4 === T_NUMBER) ||
           (t0 === T_BAREWORD && t1 === T_RIGHTPARENS && t2 === T_OPERATOR && t3 === T_LEFTPARENS && t4 === T_BAREWORD)
         ) {
@@ -962,11 +966,19 @@ class State {
         pos -= 2;
         left = 0;
         continue;
-      } else if (x.type === T_VARIABLE && y.type === T_OPERATOR && (z.type === T_VARIABLE || z.type === T_NUMBER || z.type === T_BAREWORD)) {
+      } else if (
+        x.type === T_VARIABLE &&
+        y.type === T_OPERATOR &&
+        (z.type === T_VARIABLE || z.type === T_NUMBER || z.type === T_BAREWORD)
+      ) {
         pos -= 2;
         left = 0;
         continue;
-      } else if ((x.type === T_BAREWORD || x.type === T_NUMBER) && y.type === T_OPERATOR && (z.type === T_NUMBER || z.type === T_BAREWORD)) {
+      } else if (
+        (x.type === T_BAREWORD || x.type === T_NUMBER) &&
+        y.type === T_OPERATOR &&
+        (z.type === T_NUMBER || z.type === T_BAREWORD)
+      ) {
         pos -= 2;
         left = 0;
         continue;
@@ -1185,7 +1197,7 @@ let oneTokenFingerprints: boolean | undefined;
 function oneTokenListed(): boolean {
   if (oneTokenFingerprints === undefined) {
     oneTokenFingerprints = false;
-    for (const [key, type] of table()) if (type === T_FINGERPRINT && key.length === 2 && key !== '0' + T_EVIL) oneTokenFingerprints = true;
+    for (const [key, type] of table()) if (type === T_FINGERPRINT && key.length === 2 && key !== `0${T_EVIL}`) oneTokenFingerprints = true;
   }
   return oneTokenFingerprints;
 }

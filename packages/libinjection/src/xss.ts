@@ -697,7 +697,12 @@ function isBlackUrl(s: string, at: number, len: number): boolean {
       n--;
     } else break;
   }
-  return htmlStartsWith('DATA', s, p, n) || htmlStartsWith('VIEW-SOURCE', s, p, n) || htmlStartsWith('JAVA', s, p, n) || htmlStartsWith('VBSCRIPT', s, p, n);
+  return (
+    htmlStartsWith('DATA', s, p, n) ||
+    htmlStartsWith('VIEW-SOURCE', s, p, n) ||
+    htmlStartsWith('JAVA', s, p, n) ||
+    htmlStartsWith('VBSCRIPT', s, p, n)
+  );
 }
 
 const h5 = new H5();

@@ -104,9 +104,14 @@ export const InsightEventResource = Type.Object({
       Type.Object({
         modSecId: Type.Integer(),
         name: Type.String(),
-        matchedData: Type.Object({ status: Type.String({ enum: ['DISABLED', 'ENABLED'] }), value: Type.Union([Type.String(), Type.Null()]) }),
+        matchedData: Type.Object({
+          status: Type.String({ enum: ['DISABLED', 'ENABLED'] }),
+          value: Type.Union([Type.String(), Type.Null()]),
+        }),
         matchedVariable: Type.Optional(
-          Type.Union([Type.String(), Type.Null()], { description: 'The request field that matched (ARGS:q...): what a rule exclusion names. An extension of the spec.' }),
+          Type.Union([Type.String(), Type.Null()], {
+            description: 'The request field that matched (ARGS:q...): what a rule exclusion names. An extension of the spec.',
+          }),
         ),
       }),
     ),
@@ -122,7 +127,9 @@ export const InsightEventResource = Type.Object({
       messageHeader: Type.String(),
       statusCode: Type.Integer(),
     }),
-    rateLimit: Type.Optional(Type.Unknown({ description: 'APP_DDOS_ATTACK only: threshold, observed and blocked requests, episode times.' })),
+    rateLimit: Type.Optional(
+      Type.Unknown({ description: 'APP_DDOS_ATTACK only: threshold, observed and blocked requests, episode times.' }),
+    ),
     requestCount: Type.Optional(
       Type.Integer({
         minimum: 1,

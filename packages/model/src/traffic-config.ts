@@ -16,12 +16,8 @@ export type ProxyType = typeof HTTP_PROXY | typeof L4_PROXY;
 const Port = Type.Integer({ minimum: 1, maximum: 65535, description: 'TCP/UDP port, 1-65535.' });
 
 const Frontend = {
-  ipv4: Type.Optional(
-    Type.String({ format: 'ipv4', description: "One of the tenant's available IPv4 front-end addresses." }),
-  ),
-  ipv6: Type.Optional(
-    Type.String({ format: 'ipv6', description: "One of the tenant's available IPv6 front-end addresses." }),
-  ),
+  ipv4: Type.Optional(Type.String({ format: 'ipv4', description: "One of the tenant's available IPv4 front-end addresses." })),
+  ipv6: Type.Optional(Type.String({ format: 'ipv6', description: "One of the tenant's available IPv6 front-end addresses." })),
   port: Port,
 };
 
@@ -37,14 +33,15 @@ export const ClientCertificateVerification = Type.Object(
       uniqueItems: true,
       description: 'IDs of uploaded CA certificates that validate client certificates.',
     }),
-    verifyCrl: Type.Boolean({ default: false, description: 'Refuse client certificates revoked by the CAs\' CRLs.' }),
+    verifyCrl: Type.Boolean({ default: false, description: "Refuse client certificates revoked by the CAs' CRLs." }),
   },
   { additionalProperties: false },
 );
 
-const DeliveryMethod = Enum(['LEAST_CONNECTIONS', 'ROUND_ROBIN', 'SOURCE_IP_HASH'] as const,
-  { default: 'LEAST_CONNECTIONS', description: 'How the next host is chosen when several hosts exist.' },
-);
+const DeliveryMethod = Enum(['LEAST_CONNECTIONS', 'ROUND_ROBIN', 'SOURCE_IP_HASH'] as const, {
+  default: 'LEAST_CONNECTIONS',
+  description: 'How the next host is chosen when several hosts exist.',
+});
 
 export const BackendHost = Type.Object(
   {
@@ -52,7 +49,8 @@ export const BackendHost = Type.Object(
       minLength: 1,
       maxLength: 253,
       // An IPv4 or IPv6 literal, or a DNS name (CNAME) of letters, digits, hyphens and dots.
-      pattern: '^(?:[0-9A-Fa-f:.]+|(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.?)$',
+      pattern:
+        '^(?:[0-9A-Fa-f:.]+|(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.?)$',
       description:
         'IP address or DNS name (CNAME) of the origin. Internal addresses (loopback, private, link-local, CGNAT, ' +
         "multicast, ...) and the service's own are refused (422 ORIGIN_NOT_ALLOWED) unless the operator allows " +
@@ -81,14 +79,14 @@ export const VerifyCertificate = Type.Object(
 export const TlsSettings = Type.Object(
   {
     clientCertificateId: Type.Optional(
-      Nullable(Type.String({
-        format: 'uuid',
-        description: 'ID of the customer-uploaded certificate the proxy presents to the origin (mutual TLS).',
-      })),
+      Nullable(
+        Type.String({
+          format: 'uuid',
+          description: 'ID of the customer-uploaded certificate the proxy presents to the origin (mutual TLS).',
+        }),
+      ),
     ),
-    verifyCertificate: Type.Optional(
-      Nullable(VerifyCertificate),
-    ),
+    verifyCertificate: Type.Optional(Nullable(VerifyCertificate)),
   },
   {
     additionalProperties: false,
@@ -105,16 +103,18 @@ const HttpBackend = Type.Object(
   { additionalProperties: false },
 );
 
-const L4Backend = Type.Object(
-  { hosts: Hosts, deliveryMethod: Type.Optional(DeliveryMethod) },
-  { additionalProperties: false },
-);
+const L4Backend = Type.Object({ hosts: Hosts, deliveryMethod: Type.Optional(DeliveryMethod) }, { additionalProperties: false });
 
 export const RuleExclusion = Type.Object(
   {
     ruleIds: Type.Array(Type.Integer({ minimum: 1, maximum: 999999 }), { minItems: 1, uniqueItems: true }),
     pathPrefix: Type.Optional(
-      Type.String({ pattern: '^/', maxLength: 2048, description: 'Only requests whose path is this path or lies under it, by whole segments: /api covers /api and /api/x, not /api-admin.' }),
+      Type.String({
+        pattern: '^/',
+        maxLength: 2048,
+        description:
+          'Only requests whose path is this path or lies under it, by whole segments: /api covers /api and /api/x, not /api-admin.',
+      }),
     ),
     target: Type.Optional(
       Type.String({
@@ -229,17 +229,33 @@ export const ConnectionLimits = Type.Object(
 
 export const HttpConnectionLimits = Type.Object(
   {
-    maxConnectionsPerSource: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Connections open at once from one source (default: TPS_HTTP_MAX_CONNECTIONS_PER_SOURCE, 256).' })),
-    maxNewConnectionsPerSecondPerSource: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'New connections per second from one source (default: TPS_HTTP_MAX_NEW_CONNECTIONS_PER_SECOND_PER_SOURCE, 100).' }),
+    maxConnectionsPerSource: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1_000_000,
+        description: 'Connections open at once from one source (default: TPS_HTTP_MAX_CONNECTIONS_PER_SOURCE, 256).',
+      }),
     ),
-    maxConnections: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000, description: 'Connections open at once to the proxy (default: TPS_HTTP_MAX_CONNECTIONS, 10,000).' })),
+    maxNewConnectionsPerSecondPerSource: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1_000_000,
+        description: 'New connections per second from one source (default: TPS_HTTP_MAX_NEW_CONNECTIONS_PER_SECOND_PER_SOURCE, 100).',
+      }),
+    ),
+    maxConnections: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000_000,
+        description: 'Connections open at once to the proxy (default: TPS_HTTP_MAX_CONNECTIONS, 10,000).',
+      }),
+    ),
   },
   {
     additionalProperties: false,
     description:
       'Connection caps, counted across the edge node (a source is an IPv4 address or an IPv6 /64). A connection over a cap is ' +
-      'reset before its TLS handshake and never reaches the origin. Absent (or a cap absent): the operator\'s defaults.',
+      "reset before its TLS handshake and never reaches the origin. Absent (or a cap absent): the operator's defaults.",
   },
 );
 

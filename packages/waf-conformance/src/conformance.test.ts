@@ -50,21 +50,33 @@ test('list data joins with CRLF; multipart bare LFs become CRLF without doubling
 });
 
 test('raw and base64 requests are sent untouched', () => {
-  assert.equal(text(buildRequestBytes({ raw_request: 'GET /a HTTP/1.0\r\n\r\n', headers: { Host: 'ignored' } })), 'GET /a HTTP/1.0\r\n\r\n');
+  assert.equal(
+    text(buildRequestBytes({ raw_request: 'GET /a HTTP/1.0\r\n\r\n', headers: { Host: 'ignored' } })),
+    'GET /a HTTP/1.0\r\n\r\n',
+  );
   const encoded = Buffer.from('POST / HTTP/1.0\r\nContent-Length: 3\r\n\r\n\xac\xed\x00', 'latin1');
   assert.deepEqual(buildRequestBytes({ encoded_request: encoded.toString('base64') }), encoded);
 });
 
 test('raw request parser: accepted requests become WAF input', () => {
-  const parsed = parseRawRequest(Buffer.from('\r\nPOST /p?q=1 HTTP/1.1\nHost: a\nX-Dup: 1\r\nX-Dup: 2\r\nContent-Length: 3\r\n\r\nabcNEXT', 'latin1'));
+  const parsed = parseRawRequest(
+    Buffer.from('\r\nPOST /p?q=1 HTTP/1.1\nHost: a\nX-Dup: 1\r\nX-Dup: 2\r\nContent-Length: 3\r\n\r\nabcNEXT', 'latin1'),
+  );
   assert.equal(parsed.kind, 'request');
   if (parsed.kind !== 'request') return;
   assert.equal(parsed.method, 'POST');
   assert.equal(parsed.uri, '/p?q=1');
   assert.equal(parsed.httpVersion, '1.1');
-  assert.deepEqual(parsed.headers, [['Host', 'a'], ['X-Dup', '1'], ['X-Dup', '2'], ['Content-Length', '3']]);
+  assert.deepEqual(parsed.headers, [
+    ['Host', 'a'],
+    ['X-Dup', '1'],
+    ['X-Dup', '2'],
+    ['Content-Length', '3'],
+  ]);
   assert.equal(parsed.body.toString(), 'abc');
-  const chunked = parseRawRequest(Buffer.from('POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n'));
+  const chunked = parseRawRequest(
+    Buffer.from('POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n'),
+  );
   assert.equal(chunked.kind === 'request' && chunked.body.toString(), 'abcde');
   const connect = parseRawRequest(Buffer.from('CONNECT a.example:443 HTTP/1.1\r\nHost: a\r\n\r\n'));
   assert.equal(connect.kind === 'request' && connect.answerStatus, 405);

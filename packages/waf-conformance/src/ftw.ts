@@ -66,21 +66,21 @@ function asRecord(value: unknown): Record<string, unknown> {
 /** Tests of one YAML file. Throws with the file name when it is not an FTW file. */
 export function parseFtwFile(file: string, text: string = readFileSync(file, 'utf8')): FtwTest[] {
   const doc = asRecord(YAML.parse(text));
-  const meta = asRecord(doc['meta']);
-  const fileEnabled = meta['enabled'] !== false;
-  const tests = doc['tests'];
+  const meta = asRecord(doc.meta);
+  const fileEnabled = meta.enabled !== false;
+  const tests = doc.tests;
   if (!Array.isArray(tests)) throw new Error(`${file}: no tests[] list`);
   return tests.map((raw, index) => {
     const t = asRecord(raw);
-    const stages = Array.isArray(t['stages']) ? t['stages'] : [];
+    const stages = Array.isArray(t.stages) ? t.stages : [];
     return {
-      title: typeof t['test_title'] === 'string' ? t['test_title'] : `${basename(file)}#${index + 1}`,
-      ...(typeof t['desc'] === 'string' ? { description: t['desc'] } : {}),
+      title: typeof t.test_title === 'string' ? t.test_title : `${basename(file)}#${index + 1}`,
+      ...(typeof t.desc === 'string' ? { description: t.desc } : {}),
       file,
-      enabled: fileEnabled && t['enabled'] !== false,
+      enabled: fileEnabled && t.enabled !== false,
       stages: stages.map((s) => {
-        const stage = asRecord(asRecord(s)['stage'] ?? s);
-        return { input: asRecord(stage['input']) as FtwInput, output: asRecord(stage['output']) as FtwOutput };
+        const stage = asRecord(asRecord(s).stage ?? s);
+        return { input: asRecord(stage.input) as FtwInput, output: asRecord(stage.output) as FtwOutput };
       }),
     };
   });
@@ -107,7 +107,7 @@ function goQueryEscape(s: string): string {
     const c = String.fromCharCode(byte);
     if (/[A-Za-z0-9\-_.~]/.test(c)) out += c;
     else if (c === ' ') out += '+';
-    else out += '%' + byte.toString(16).toUpperCase().padStart(2, '0');
+    else out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
   }
   return out;
 }

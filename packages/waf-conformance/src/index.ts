@@ -7,7 +7,14 @@ export { buildRequestBytes, loadFtwTests, parseFtwFile } from './ftw.ts';
 export type { FtwOutput, FtwStage, FtwTest } from './ftw.ts';
 export { parseRawRequest } from './raw-http.ts';
 export { formatReport, judgeStage, runSuite } from './runner.ts';
-export { CRS_REGRESSION_SETTINGS, CRS_REGRESSION_SETUP, crsRegressionEngine, crsRegressionEngineOptions, ENGINE_NAMES, InProcessTarget } from './target.ts';
+export {
+  CRS_REGRESSION_SETTINGS,
+  CRS_REGRESSION_SETUP,
+  crsRegressionEngine,
+  crsRegressionEngineOptions,
+  ENGINE_NAMES,
+  InProcessTarget,
+} from './target.ts';
 export type { ConformanceTarget, EngineName, StageDestination, StageOutcome } from './target.ts';
 export { SocketTarget } from './socket-target.ts';
 export { givenSuite, skipWithoutSuite, SUITE_VARIABLE } from './suite.ts';

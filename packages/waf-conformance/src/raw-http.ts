@@ -110,13 +110,15 @@ export function parseRawRequest(bytes: Buffer): RawRequestResult {
   const uri = tokens[1] ?? '';
   const version = /^HTTP\/(\d)\.(\d)$/.exec(last);
   if (!version) return reject(400, `bad protocol ${JSON.stringify(last)}`);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
   if (/[\x00-\x20\x7f#]/.test(uri)) return reject(400, 'control character, space or fragment in the request target');
   // A target starting with "?" is accepted like origin-form (Apache and nginx serve it).
   const originForm = uri.startsWith('/') || uri.startsWith('?');
   const absoluteForm = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(uri);
   const authorityForm = method === 'CONNECT' && /^[^/?@\s]+:\d{1,5}$/.test(uri);
   const asteriskForm = method === 'OPTIONS' && uri === '*';
-  if (!(originForm || absoluteForm || authorityForm || asteriskForm)) return reject(400, `bad request target ${JSON.stringify(uri.slice(0, 40))}`);
+  if (!(originForm || absoluteForm || authorityForm || asteriskForm))
+    return reject(400, `bad request target ${JSON.stringify(uri.slice(0, 40))}`);
   const major = Number(version[1]);
   const minor = Number(version[2]);
   if (major === 0) return reject(400, 'HTTP/0.9 with a version token and headers');
@@ -152,7 +154,11 @@ export function parseRawRequest(bytes: Buffer): RawRequestResult {
   const cl = values('content-length');
   if (te.length > 0 && httpVersion === '1.1') {
     if (cl.length > 0) return reject(400, 'both Transfer-Encoding and Content-Length');
-    const codings = te.join(',').split(',').map((c) => c.trim().toLowerCase()).filter((c) => c !== '');
+    const codings = te
+      .join(',')
+      .split(',')
+      .map((c) => c.trim().toLowerCase())
+      .filter((c) => c !== '');
     if (codings[codings.length - 1] !== 'chunked') return reject(501, `Transfer-Encoding ${te.join(', ')} not supported`);
     const decoded = decodeChunked(bytes, head.bodyStart);
     if (!Buffer.isBuffer(decoded)) return decoded;
@@ -167,10 +173,28 @@ export function parseRawRequest(bytes: Buffer): RawRequestResult {
     body = bytes.subarray(head.bodyStart, head.bodyStart + length);
   }
   if (major >= 2) {
-    return { kind: 'request', method, uri, httpVersion, headers, body, answerStatus: 505, answerReason: `HTTP/${major}.${minor} over HTTP/1 framing` };
+    return {
+      kind: 'request',
+      method,
+      uri,
+      httpVersion,
+      headers,
+      body,
+      answerStatus: 505,
+      answerReason: `HTTP/${major}.${minor} over HTTP/1 framing`,
+    };
   }
   if (method === 'CONNECT') {
-    return { kind: 'request', method, uri, httpVersion, headers, body, answerStatus: 405, answerReason: 'CONNECT is not served by a reverse proxy' };
+    return {
+      kind: 'request',
+      method,
+      uri,
+      httpVersion,
+      headers,
+      body,
+      answerStatus: 405,
+      answerReason: 'CONNECT is not served by a reverse proxy',
+    };
   }
   return { kind: 'request', method, uri, httpVersion, headers, body };
 }

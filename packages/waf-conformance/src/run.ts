@@ -71,11 +71,11 @@ async function main(): Promise<number> {
       },
     });
     if (!values.quiet && process.stderr.isTTY) process.stderr.write('\r');
-    process.stdout.write(formatReport(summary, `CRS conformance: ${folder} (${target.description})`) + '\n');
+    process.stdout.write(`${formatReport(summary, `CRS conformance: ${folder} (${target.description})`)}\n`);
     if (values.json) {
       writeFileSync(
         values.json,
-        JSON.stringify(
+        `${JSON.stringify(
           {
             folder,
             target: target.description,
@@ -87,7 +87,7 @@ async function main(): Promise<number> {
           },
           null,
           2,
-        ) + '\n',
+        )}\n`,
       );
     }
     if (summary.passed < minPassed) {
@@ -100,12 +100,13 @@ async function main(): Promise<number> {
   }
 }
 
-if (import.meta.main) void main().then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (error: unknown) => {
-    process.stderr.write(`waf-conformance: ${(error as Error).stack ?? String(error)}\n`);
-    process.exitCode = 2;
-  },
-);
+if (import.meta.main)
+  void main().then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      process.stderr.write(`waf-conformance: ${(error as Error).stack ?? String(error)}\n`);
+      process.exitCode = 2;
+    },
+  );

@@ -26,19 +26,26 @@ test('a request the CRS flags reports its rule ids and the proxy status', async 
 });
 
 test('a request the proxy itself refuses has no rule ids', async () => {
-  const outcome = await target.send(Buffer.from('CONNECT www.example.com HTTP/1.1\r\nHost: www.example.com\r\n\r\n'), { destAddr: '127.0.0.1', port: 80 });
+  const outcome = await target.send(Buffer.from('CONNECT www.example.com HTTP/1.1\r\nHost: www.example.com\r\n\r\n'), {
+    destAddr: '127.0.0.1',
+    port: 80,
+  });
   assert.equal(outcome.status, 400);
   assert.deepEqual(outcome.matchedRuleIds, []);
 });
 
-test('a CRS rule file of the regression suite passes through the proxy (when the suite is given)', { skip: skipWithoutSuite() }, async () => {
+test('a CRS rule file of the regression suite passes through the proxy (when the suite is given)', {
+  skip: skipWithoutSuite(),
+}, async () => {
   const tests = loadFtwTests(join(givenSuite()!, 'REQUEST-930-APPLICATION-ATTACK-LFI'));
   const summary = await runSuite(tests, target, { concurrency: 1 });
   assert.ok(summary.run > 10);
   assert.equal(summary.failed, 0, formatReport(summary, '930'));
 });
 
-test('the socket target runs the engine it is told: ModSecurity', { skip: modSecurityAddonBuilt() ? false : 'the ModSecurity addon is not built (bash packages/waf-modsecurity/build.sh)' }, async () => {
+test('the socket target runs the engine it is told: ModSecurity', {
+  skip: modSecurityAddonBuilt() ? false : 'the ModSecurity addon is not built (bash packages/waf-modsecurity/build.sh)',
+}, async () => {
   const modsecurity = await SocketTarget.start({ engine: 'modsecurity' });
   try {
     assert.match(modsecurity.description, /modsecurity engine/);

@@ -20,7 +20,15 @@ import { OriginGuard } from '../../../src/edge/net/origin-guard.ts';
 import { OriginPolicy } from '../../../src/edge/net/origin-policy.ts';
 import { createOriginResolver } from '../../../src/edge/net/origin-resolver.ts';
 import type { HttpProxyAttributes } from '@tps/model';
-import { CRS_REGRESSION_SETTINGS, crsRegressionEngine, logLine, type ConformanceTarget, type EngineName, type StageDestination, type StageOutcome } from './target.ts';
+import {
+  CRS_REGRESSION_SETTINGS,
+  crsRegressionEngine,
+  logLine,
+  type ConformanceTarget,
+  type EngineName,
+  type StageDestination,
+  type StageOutcome,
+} from './target.ts';
 
 const PROXY_IP = '127.0.0.80';
 const ORIGIN_IP = '127.0.0.81';
@@ -55,14 +63,24 @@ class RecordingEngine implements WafEngine {
   }
 
   inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
-    return this.#record(() => this.#inner.inspectRequest(request, settings), (verdict) => verdict);
+    return this.#record(
+      () => this.#inner.inspectRequest(request, settings),
+      (verdict) => verdict,
+    );
   }
 
   async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
-    const exchange = await this.#record(() => this.#inner.beginExchange!(request, settings), (begun) => begun.requestVerdict);
+    const exchange = await this.#record(
+      () => this.#inner.beginExchange!(request, settings),
+      (begun) => begun.requestVerdict,
+    );
     return {
       requestVerdict: exchange.requestVerdict,
-      inspectResponse: (response: WafResponse) => this.#record(() => exchange.inspectResponse(response), (verdict) => verdict),
+      inspectResponse: (response: WafResponse) =>
+        this.#record(
+          () => exchange.inspectResponse(response),
+          (verdict) => verdict,
+        ),
       end: () => exchange.end(),
     };
   }
@@ -111,7 +129,13 @@ export class SocketTarget implements ConformanceTarget {
       // Port 0: the system picks a free one (`proxy.addresses`).
       frontend: { ipv4: PROXY_IP, port: 0 },
       backend: { hosts: [{ address: ORIGIN_IP, port: (origin.address() as net.AddressInfo).port }], deliveryMethod: 'LEAST_CONNECTIONS' },
-      waf: { mode: 'LOGGING', paranoiaLevel: CRS_REGRESSION_SETTINGS.paranoiaLevel, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
+      waf: {
+        mode: 'LOGGING',
+        paranoiaLevel: CRS_REGRESSION_SETTINGS.paranoiaLevel,
+        failMode: 'CLOSED',
+        logMatchedData: false,
+        ruleExclusions: [],
+      },
       // The runner is one source opening a connection per stage, faster than a client's fair share.
       connectionLimits: { maxConnectionsPerSource: 1_000_000, maxNewConnectionsPerSecondPerSource: 1_000_000, maxConnections: 1_000_000 },
     };
@@ -124,7 +148,10 @@ export class SocketTarget implements ConformanceTarget {
         waf: createWafHook(engine),
         // The conformance origin runs in this process on loopback, which the product's origin policy
         // refuses by default: this proxy may connect anywhere.
-        originGuard: new OriginGuard(new OriginPolicy({ allowedNetworks: ['0.0.0.0/0', '::/0'], ownHosts: [], ownListeners: [] }), createOriginResolver([])),
+        originGuard: new OriginGuard(
+          new OriginPolicy({ allowedNetworks: ['0.0.0.0/0', '::/0'], ownHosts: [], ownListeners: [] }),
+          createOriginResolver([]),
+        ),
       },
     );
     await proxy.start();
@@ -141,7 +168,11 @@ export class SocketTarget implements ConformanceTarget {
     const verdicts = this.#engine.verdicts.slice(first);
     const rules = verdicts.flatMap((verdict) => verdict.matchedRules);
     const seen = new Set<number>();
-    const unique = rules.filter((rule) => (seen.has(rule.id) ? false : (seen.add(rule.id), true)));
+    const unique = rules.filter((rule) => {
+      if (seen.has(rule.id)) return false;
+      seen.add(rule.id);
+      return true;
+    });
     return {
       ...(answer.status !== undefined ? { status: answer.status } : { error: answer.error ?? 'no answer' }),
       matchedRuleIds: unique.map((rule) => rule.id),
@@ -178,4 +209,3 @@ function exchange(port: number, request: Buffer): Promise<{ status?: number; err
     socket.on('close', () => finish({ error: 'closed without an answer' }));
   });
 }
-

@@ -18,7 +18,9 @@ export const ENGINE_NAMES: readonly EngineName[] = ['compiled', 'modsecurity'];
 /** Starts `engine` with the CRS regression setup (worker threads: `workers`; 0 runs ours in process). */
 export function crsRegressionEngine(engine: EngineName, workers: number, extra: RuleSetOptions = {}): Promise<WafEngine> {
   const options = crsRegressionEngineOptions(extra);
-  return engine === 'compiled' ? createCompiledEngine({ ...options, workers }) : createModSecurityEngine({ ...options, workers: Math.max(1, workers) });
+  return engine === 'compiled'
+    ? createCompiledEngine({ ...options, workers })
+    : createModSecurityEngine({ ...options, workers: Math.max(1, workers) });
 }
 
 export interface StageOutcome {

@@ -68,16 +68,25 @@ test('version and identity', { skip }, () => {
 
 test('invalid rules are a JS error carrying ModSecurity message, and the rule set stays usable', { skip }, () => {
   const rs = new addon.RuleSet();
-  assert.throws(() => rs.addRules('SecRule ARGS "@rx a" "id:1,phase:2,'), (e: Error & { code?: string }) => {
-    assert.equal(e.code, 'ERR_MODSEC_RULES');
-    assert.match(e.message, /syntax error|Rules error/i);
-    return true;
-  });
+  assert.throws(
+    () => rs.addRules('SecRule ARGS "@rx a" "id:1,phase:2,'),
+    (e: Error & { code?: string }) => {
+      assert.equal(e.code, 'ERR_MODSEC_RULES');
+      assert.match(e.message, /syntax error|Rules error/i);
+      return true;
+    },
+  );
   assert.throws(() => rs.addRules('SecNoSuchDirective On'), /ERR_MODSEC_RULES|error/i);
   // (ModSecurity 3.0.9 itself accepts an unknown operator such as "@noSuchOperator": not our call.)
-  assert.throws(() => rs.addFile('/nonexistent/rules.conf'), (e: Error & { code?: string }) => e.code === 'ERR_MODSEC_RULES');
+  assert.throws(
+    () => rs.addFile('/nonexistent/rules.conf'),
+    (e: Error & { code?: string }) => e.code === 'ERR_MODSEC_RULES',
+  );
   // The previous failure does not leak into the next message.
-  assert.throws(() => rs.addRules('SecRule'), (e: Error) => !e.message.includes('nonexistent'));
+  assert.throws(
+    () => rs.addRules('SecRule'),
+    (e: Error) => !e.message.includes('nonexistent'),
+  );
   assert.equal(rs.addRules('SecRuleEngine On\nSecRule ARGS "@rx evil" "id:3,phase:2,deny,log,msg:\'evil\'"'), 1);
   const tx = new addon.Transaction(rs);
   tx.processConnection('127.0.0.1', 1, '127.0.0.1', 80);
@@ -158,7 +167,10 @@ test('per-transaction variables, rule removal and rule engine mode', { skip }, (
   assert.ok(ids.includes(1006), 'tx.paranoia_level set before the first phase is seen by rules');
   assert.ok(!ids.includes(1003), 'ruleRemoveById');
   assert.deepEqual(
-    tx.matchedRules().filter((r) => r.id === 1001).map((r) => r.message),
+    tx
+      .matchedRules()
+      .filter((r) => r.id === 1001)
+      .map((r) => r.message),
     ['XSS in ARGS:p'],
     'ruleRemoveTargetById removes ARGS:q only',
   );
@@ -228,12 +240,31 @@ test('hostile input: binary bodies, NUL bytes, huge headers, odd URIs, bad JSON 
     { uri: '*' },
     { uri: '' },
     { uri: 'http://[::1:80/?%', body: '{"a":' },
-    { uri: '/', body: '{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]' },
-    { uri: '/', body: '<?xml version="1.0"?><!DOCTYPE a [<!ENTITY x SYSTEM "file:///etc/passwd">]><a>&x;</a>', headers: [['Content-Type', 'text/xml']] },
+    {
+      uri: '/',
+      body: '{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]',
+    },
+    {
+      uri: '/',
+      body: '<?xml version="1.0"?><!DOCTYPE a [<!ENTITY x SYSTEM "file:///etc/passwd">]><a>&x;</a>',
+      headers: [['Content-Type', 'text/xml']],
+    },
     { uri: '/', body: '<a><b>', headers: [['Content-Type', 'application/xml']] },
-    { uri: '/', body: '--x\r\nContent-Disposition: form-data; name="f"; filename="a.txt"\r\n\r\nhi\r\n', headers: [['Content-Type', 'multipart/form-data; boundary=x']] },
-    { uri: '/', headers: [['X-Big', 'a'.repeat(1024 * 1024)], ['', ''], ['\u0000', '\u0000'], ['Cookie', ';;==;a'.repeat(1000)]] },
-    { uri: '/?' + 'a=1&'.repeat(20000) },
+    {
+      uri: '/',
+      body: '--x\r\nContent-Disposition: form-data; name="f"; filename="a.txt"\r\n\r\nhi\r\n',
+      headers: [['Content-Type', 'multipart/form-data; boundary=x']],
+    },
+    {
+      uri: '/',
+      headers: [
+        ['X-Big', 'a'.repeat(1024 * 1024)],
+        ['', ''],
+        ['\u0000', '\u0000'],
+        ['Cookie', ';;==;a'.repeat(1000)],
+      ],
+    },
+    { uri: `/?${'a=1&'.repeat(20000)}` },
     { uri: '/', body: 'é€\uD800', headers: [['Content-Type', 'application/x-www-form-urlencoded']] },
   ];
   for (const input of inputs) {
@@ -246,7 +277,10 @@ test('hostile input: binary bodies, NUL bytes, huge headers, odd URIs, bad JSON 
     tx.processRequestBody();
     tx.intervention();
     tx.matchedRules(0, true);
-    tx.addResponseHeaders([['Content-Type', 'text/html'], ['X', '\u0000']]);
+    tx.addResponseHeaders([
+      ['Content-Type', 'text/html'],
+      ['X', '\u0000'],
+    ]);
     tx.processResponseHeaders(999, '\u0000');
     tx.appendResponseBody(random);
     tx.processResponseBody();

@@ -194,9 +194,13 @@ test('LOGGING mode evaluates every phase; BLOCKING stops at the interrupt', { sk
 test('bodies over the limit are inspected in part and flagged', { skip }, async () => {
   const small = await createModSecurityEngine({ workers: 1, requestBodyLimit: 64 });
   try {
-    const body = Buffer.from('a=' + 'x'.repeat(100) + '&b=%3Cscript%3Ealert(1)%3C%2Fscript%3E');
+    const body = Buffer.from(`a=${'x'.repeat(100)}&b=%3Cscript%3Ealert(1)%3C%2Fscript%3E`);
     const v = await small.inspectRequest(
-      get('/form', { method: 'POST', headers: [...BROWSER_HEADERS, ['Content-Type', 'application/x-www-form-urlencoded'], ['Content-Length', String(body.length)]], body }),
+      get('/form', {
+        method: 'POST',
+        headers: [...BROWSER_HEADERS, ['Content-Type', 'application/x-www-form-urlencoded'], ['Content-Length', String(body.length)]],
+        body,
+      }),
       PL1,
     );
     assert.equal(v.bodyTruncated, true);
@@ -207,10 +211,10 @@ test('bodies over the limit are inspected in part and flagged', { skip }, async 
   }
 });
 
-test('the worker pool answers concurrent requests, each caller its own verdict (results of queued requests go back in batches)', { skip }, async () => {
-  const requests = Array.from({ length: 40 }, (_, i) =>
-    i % 2 === 0 ? get(`/item/${i}`) : get(`/?id=${i}'%20OR%20'1'='1`),
-  );
+test('the worker pool answers concurrent requests, each caller its own verdict (results of queued requests go back in batches)', {
+  skip,
+}, async () => {
+  const requests = Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? get(`/item/${i}`) : get(`/?id=${i}'%20OR%20'1'='1`)));
   const verdicts = await Promise.all(requests.map((r) => engine.inspectRequest(r, PL1)));
   verdicts.forEach((v, i) => {
     if (i % 2 === 0) assert.deepEqual(ids(v), [], `request ${i}`);
@@ -222,7 +226,11 @@ test('the worker pool answers concurrent requests, each caller its own verdict (
 test('past its queue the pool sheds the flooding client, not the others (fair admission, as the compiled engine)', { skip }, async () => {
   const small = await createModSecurityEngine({ workers: 1, inFlightPerWorker: 2, queueLength: 4 });
   try {
-    const outcome = (request: WafRequest) => small.inspectRequest(request, PL1).then(() => 'inspected', (e: Error) => e.name);
+    const outcome = (request: WafRequest) =>
+      small.inspectRequest(request, PL1).then(
+        () => 'inspected',
+        (e: Error) => e.name,
+      );
     const flood = Array.from({ length: 40 }, () => outcome(get('/flood', { clientIp: '198.51.100.7' })));
     const benign = Array.from({ length: 3 }, (_, i) => outcome(get('/page', { clientIp: `203.0.113.${i + 1}` })));
     const flooded = await Promise.all(flood);
@@ -243,7 +251,10 @@ test('bad settings are refused before any work', { skip }, async () => {
 });
 
 test('rules that do not load are reported at start', { skip }, async () => {
-  await assert.rejects(createModSecurityEngine({ workers: 1, extraSetupRules: 'SecRule ARGS "@rx x" "id:1,' }), /could not load extra setup rules/);
+  await assert.rejects(
+    createModSecurityEngine({ workers: 1, extraSetupRules: 'SecRule ARGS "@rx x" "id:1,' }),
+    /could not load extra setup rules/,
+  );
 });
 
 test('a closed engine refuses work', { skip }, async () => {

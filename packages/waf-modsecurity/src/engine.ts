@@ -16,7 +16,15 @@
  */
 import { availableParallelism } from 'node:os';
 import { checkSettings, resolvedLimits, WorkerPool } from '@tps/waf';
-import type { PoolSchedulingOptions, RuleSetOptions, WafEngine, WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest } from '@tps/waf';
+import type {
+  PoolSchedulingOptions,
+  RuleSetOptions,
+  WafEngine,
+  WafEngineSettings,
+  WafEngineVerdict,
+  WafExchange,
+  WafRequest,
+} from '@tps/waf';
 
 export interface ModSecurityEngineOptions extends RuleSetOptions, PoolSchedulingOptions {
   /** Worker threads; default min(available CPUs, 4). */
@@ -32,7 +40,14 @@ export class ModSecurityEngine implements WafEngine {
   /** Use createModSecurityEngine(), which waits until the rules are compiled. */
   constructor(options: ModSecurityEngineOptions = {}) {
     const limits = resolvedLimits(options); // validate now, not in the workers
-    const { workers = Math.min(availableParallelism(), 4), inFlightPerWorker, queueLength, maxQueueWaitMs, exchangeTimeoutMs, ...rules } = options;
+    const {
+      workers = Math.min(availableParallelism(), 4),
+      inFlightPerWorker,
+      queueLength,
+      maxQueueWaitMs,
+      exchangeTimeoutMs,
+      ...rules
+    } = options;
     this.pool = new WorkerPool({
       script: new URL('./worker.ts', import.meta.url),
       threadName: 'waf-modsecurity',

@@ -17,7 +17,16 @@
 import { loadModSecurity } from './addon.ts';
 import type { ModSecurityAddon, NativeMatchedRule, NativeRuleSet, NativeTransaction } from './addon.ts';
 import { checkSettings, removalsFor, resolvedLimits, ruleSetSources } from '@tps/waf';
-import type { PoolInspector, RuleSetOptions, WafEngineSettings, WafEngineVerdict, WafInterrupt, WafMatchedRule, WafRequest, WafResponse } from '@tps/waf';
+import type {
+  PoolInspector,
+  RuleSetOptions,
+  WafEngineSettings,
+  WafEngineVerdict,
+  WafInterrupt,
+  WafMatchedRule,
+  WafRequest,
+  WafResponse,
+} from '@tps/waf';
 
 /** An open exchange between its request and its response. */
 export interface OpenTransaction {
@@ -114,7 +123,11 @@ export class ModSecurityInspector implements PoolInspector<OpenTransaction> {
    * must then call inspectResponse or endTransaction); otherwise the logging phase runs and the
    * transaction is freed before this returns.
    */
-  inspectRequest(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): { verdict: WafEngineVerdict; open?: OpenTransaction } {
+  inspectRequest(
+    request: WafRequest,
+    settings: WafEngineSettings,
+    keepOpen: boolean,
+  ): { verdict: WafEngineVerdict; open?: OpenTransaction } {
     checkSettings(settings);
     const blocking = settings.mode !== 'LOGGING';
     const tx = new this.addon.Transaction(this.ruleSet, request.id);
@@ -215,7 +228,7 @@ export class ModSecurityInspector implements PoolInspector<OpenTransaction> {
 
   private interruption(tx: NativeTransaction, phase: number): WafInterrupt | undefined {
     const it = tx.intervention();
-    if (!it || !it.disruptive) return undefined;
+    if (!it?.disruptive) return undefined;
     const log = it.log ?? '';
     const id = /\[id "(\d+)"\]/.exec(log)?.[1];
     const logPhase = /\(phase (\d)\)/.exec(log)?.[1];

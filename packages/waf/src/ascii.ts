@@ -1,5 +1,6 @@
 /** ASCII-only case folding, as ModSecurity's C code does it (collection keys, setvar names). */
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the ASCII range, control characters included
 const NON_ASCII = /[^\x00-\x7f]/;
 
 /** ASCII upper-case (C toupper). */

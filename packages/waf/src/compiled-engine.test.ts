@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { WafRequest, WafEngineSettings, WafEngineVerdict } from './engine.ts';
 import { WafUnavailableError } from './engine.ts';
-import { CompiledEngine, createCompiledEngine, sharedRuleSet } from './compiled-engine.ts';
+import { type CompiledEngine, createCompiledEngine, sharedRuleSet } from './compiled-engine.ts';
 import { CompiledInspector } from './inspector.ts';
 
 const BROWSER: [string, string][] = [
@@ -13,7 +13,16 @@ const BROWSER: [string, string][] = [
 ];
 
 function get(uri: string, headers: [string, string][] = BROWSER): WafRequest {
-  return { clientIp: '203.0.113.7', clientPort: 50000, serverIp: '198.51.100.1', serverPort: 80, method: 'GET', uri, httpVersion: '1.1', headers };
+  return {
+    clientIp: '203.0.113.7',
+    clientPort: 50000,
+    serverIp: '198.51.100.1',
+    serverPort: 80,
+    method: 'GET',
+    uri,
+    httpVersion: '1.1',
+    headers,
+  };
 }
 
 const ids = (v: WafEngineVerdict): number[] => [...new Set(v.matchedRules.map((m) => m.id))].sort();
@@ -50,7 +59,7 @@ test('compiled engine: attacks are interrupted by the anomaly score in BLOCKING 
 });
 
 test('compiled engine: per-proxy settings are data (paranoia, threshold, exclusions) on one shared rule set', async () => {
-  const uri = '/search?q=' + encodeURIComponent("foo' having 1=1--");
+  const uri = `/search?q=${encodeURIComponent("foo' having 1=1--")}`;
   const pl1 = await engine.inspectRequest(get(uri), { paranoiaLevel: 1, mode: 'LOGGING' });
   const pl4 = await engine.inspectRequest(get(uri), { paranoiaLevel: 4, mode: 'LOGGING' });
   assert.ok(ids(pl4).length > ids(pl1).length, 'higher paranoia, more rules');
@@ -59,11 +68,23 @@ test('compiled engine: per-proxy settings are data (paranoia, threshold, exclusi
   const sqli = "/?id=1'%20or%20'1'%3D'1";
   const excluded = await engine.inspectRequest(get(sqli), { paranoiaLevel: 1, mode: 'LOGGING', ruleExclusions: [{ ruleIds: [942100] }] });
   assert.ok(!ids(excluded).includes(942100));
-  const otherArg = await engine.inspectRequest(get(sqli), { paranoiaLevel: 1, mode: 'LOGGING', ruleExclusions: [{ ruleIds: [942100], target: 'ARGS:q' }] });
+  const otherArg = await engine.inspectRequest(get(sqli), {
+    paranoiaLevel: 1,
+    mode: 'LOGGING',
+    ruleExclusions: [{ ruleIds: [942100], target: 'ARGS:q' }],
+  });
   assert.ok(ids(otherArg).includes(942100), 'an exclusion for another field leaves the rule on');
-  const targeted = await engine.inspectRequest(get(sqli), { paranoiaLevel: 1, mode: 'LOGGING', ruleExclusions: [{ ruleIds: [942100], target: 'ARGS:id' }] });
+  const targeted = await engine.inspectRequest(get(sqli), {
+    paranoiaLevel: 1,
+    mode: 'LOGGING',
+    ruleExclusions: [{ ruleIds: [942100], target: 'ARGS:id' }],
+  });
   assert.ok(!ids(targeted).includes(942100));
-  const scoped = await engine.inspectRequest(get(sqli), { paranoiaLevel: 1, mode: 'LOGGING', ruleExclusions: [{ ruleIds: [942100], pathPrefix: '/api' }] });
+  const scoped = await engine.inspectRequest(get(sqli), {
+    paranoiaLevel: 1,
+    mode: 'LOGGING',
+    ruleExclusions: [{ ruleIds: [942100], pathPrefix: '/api' }],
+  });
   assert.ok(ids(scoped).includes(942100), 'path-scoped exclusion does not apply elsewhere');
   assert.equal(sharedRuleSet(), sharedRuleSet(), 'one compiled rule set per process and options');
   await assert.rejects(engine.inspectRequest(get('/'), { paranoiaLevel: 9 }), /paranoiaLevel/);
@@ -78,14 +99,22 @@ test('compiled engine: response phases through an exchange', async () => {
     headers: [['Content-Type', 'text/html']],
     body: Buffer.from('<html>You have an error in your SQL syntax; check the manual that corresponds to your MySQL server version</html>'),
   });
-  assert.ok(ids(v).some((id) => id >= 951000 && id < 952000), `SQL error leakage: ${ids(v).join(',')}`);
+  assert.ok(
+    ids(v).some((id) => id >= 951000 && id < 952000),
+    `SQL error leakage: ${ids(v).join(',')}`,
+  );
 });
 
 test('compiled engine: load errors name the file and line', async () => {
-  await assert.rejects(createCompiledEngine({ extraAfterRules: 'SecRule ARGS "@rx (" "id:1,phase:2"' }), /extra rules after the CRS:1: .*missing \)/);
+  await assert.rejects(
+    createCompiledEngine({ extraAfterRules: 'SecRule ARGS "@rx (" "id:1,phase:2"' }),
+    /extra rules after the CRS:1: .*missing \)/,
+  );
 });
 
-test('compiled engine (worker pool): a request past its time budget loses its worker, the next request gets a new one', { timeout: 60_000 }, async () => {
+test('compiled engine (worker pool): a request past its time budget loses its worker, the next request gets a new one', {
+  timeout: 60_000,
+}, async () => {
   // a pattern V8's linear engine cannot take (lookahead) with an exponential input
   const pool = await createCompiledEngine({
     workers: 1,
@@ -93,7 +122,7 @@ test('compiled engine (worker pool): a request past its time budget loses its wo
     extraAfterRules: 'SecRule REQUEST_HEADERS:X-Redos "@rx ^(a+)+(?=b)c" "id:1000001,phase:1,pass,log,msg:\'redos\'"',
   });
   try {
-    const redos = get('/', [...BROWSER, ['X-Redos', 'a'.repeat(40) + 'x']]);
+    const redos = get('/', [...BROWSER, ['X-Redos', `${'a'.repeat(40)}x`]]);
     await assert.rejects(pool.inspectRequest(redos, { paranoiaLevel: 1 }), WafUnavailableError);
     // the replacement worker compiles the rules again, then serves
     let verdict: WafEngineVerdict | undefined;
@@ -110,13 +139,20 @@ test('compiled engine (worker pool): a request past its time budget loses its wo
   }
 });
 
-test('compiled engine (worker pool): time queued behind other requests does not count against the budget', { timeout: 60_000 }, async () => {
+test('compiled engine (worker pool): time queued behind other requests does not count against the budget', {
+  timeout: 60_000,
+}, async () => {
   // Room for all 200 in the queue, for as long as they take: this is about the budget, not shedding.
   const pool = await createCompiledEngine({ workers: 1, requestBudgetMs: 250, queueLength: 200, maxQueueWaitMs: 60_000 });
   try {
     const items = Array.from({ length: 40 }, (_, i) => ({ id: i, name: `Product ${i}`, tags: ['new', 'sale'], stock: { count: i } }));
     const body = Buffer.from(JSON.stringify({ items }));
-    const post: WafRequest = { ...get('/api/cart'), method: 'POST', headers: [...BROWSER, ['Content-Type', 'application/json'], ['Content-Length', String(body.length)]], body };
+    const post: WafRequest = {
+      ...get('/api/cart'),
+      method: 'POST',
+      headers: [...BROWSER, ['Content-Type', 'application/json'], ['Content-Length', String(body.length)]],
+      body,
+    };
     // Queued at once: the last ones wait far longer than 250 ms in all, while each runs a few ms.
     const started = performance.now();
     const verdicts = await Promise.all(Array.from({ length: 200 }, () => pool.inspectRequest(post, { paranoiaLevel: 4 })));
@@ -127,17 +163,26 @@ test('compiled engine (worker pool): time queued behind other requests does not 
   }
 });
 
-test('compiled engine (worker pool): exchanges begun in one turn of the event loop, posted together, each get their own verdicts', { timeout: 60_000 }, async () => {
+test('compiled engine (worker pool): exchanges begun in one turn of the event loop, posted together, each get their own verdicts', {
+  timeout: 60_000,
+}, async () => {
   const pool = await createCompiledEngine({ workers: 1 });
   try {
     const blocking: WafEngineSettings = { paranoiaLevel: 1, mode: 'BLOCKING' };
     const uris = Array.from({ length: 12 }, (_, i) => (i % 3 === 0 ? `/?id=${i}'%20or%20'1'%3D'1` : `/products?page=${i}`));
     // begun in the same turn: their requests go to the worker as one batch
     const exchanges = await Promise.all(uris.map((uri) => pool.beginExchange(get(uri), blocking)));
-    exchanges.forEach((ex, i) => assert.equal(ex.requestVerdict.interrupt?.status, i % 3 === 0 ? 403 : undefined, uris[i]));
+    for (const [i, ex] of exchanges.entries()) assert.equal(ex.requestVerdict.interrupt?.status, i % 3 === 0 ? 403 : undefined, uris[i]);
     const leak = Buffer.from('<html>You have an error in your SQL syntax; check the manual</html>');
     const responses = await Promise.all(
-      exchanges.map((ex, i) => ex.inspectResponse({ status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/html']], body: i % 2 === 0 ? leak : Buffer.from('<html>ok</html>') })),
+      exchanges.map((ex, i) =>
+        ex.inspectResponse({
+          status: 200,
+          httpVersion: '1.1',
+          headers: [['Content-Type', 'text/html']],
+          body: i % 2 === 0 ? leak : Buffer.from('<html>ok</html>'),
+        }),
+      ),
     );
     responses.forEach((v, i) => {
       // a blocked request's exchange is over: its response is not inspected
@@ -155,7 +200,12 @@ test('compiled engine: a transaction holds nothing once its last verdict is out 
   const { open } = inspector.inspectRequest(get('/products?id=1'), settings, true);
   assert.ok(open);
   assert.ok(open.tx.args.length > 0 && open.tx.txStore.size > 0, 'an open transaction keeps its data for the response phases');
-  const verdict = inspector.inspectResponse(open, { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain']], body: Buffer.from('ok') });
+  const verdict = inspector.inspectResponse(open, {
+    status: 200,
+    httpVersion: '1.1',
+    headers: [['Content-Type', 'text/plain']],
+    body: Buffer.from('ok'),
+  });
   assert.deepEqual(verdict.matchedRules, []);
   assert.equal(open.tx.args.length, 0);
   assert.equal(open.tx.requestHeaders.length, 0);
@@ -167,11 +217,25 @@ test('compiled engine: a transaction holds nothing once its last verdict is out 
 test('compiled engine (worker pool): past its queue it sheds the flooding client, not the others', { timeout: 60_000 }, async () => {
   const pool = await createCompiledEngine({ workers: 1, inFlightPerWorker: 2, queueLength: 4 });
   try {
-    const flood = Array.from({ length: 40 }, () => pool.inspectRequest({ ...get('/flood'), clientIp: '198.51.100.7' }, { paranoiaLevel: 1 }).then(() => 'inspected', (e: Error) => e.name));
-    const benign = Array.from({ length: 3 }, (_, i) => pool.inspectRequest({ ...get('/page'), clientIp: `203.0.113.${i + 1}` }, { paranoiaLevel: 1 }).then(() => 'inspected', (e: Error) => e.name));
+    const flood = Array.from({ length: 40 }, () =>
+      pool.inspectRequest({ ...get('/flood'), clientIp: '198.51.100.7' }, { paranoiaLevel: 1 }).then(
+        () => 'inspected',
+        (e: Error) => e.name,
+      ),
+    );
+    const benign = Array.from({ length: 3 }, (_, i) =>
+      pool.inspectRequest({ ...get('/page'), clientIp: `203.0.113.${i + 1}` }, { paranoiaLevel: 1 }).then(
+        () => 'inspected',
+        (e: Error) => e.name,
+      ),
+    );
     const flooded = await Promise.all(flood);
     assert.deepEqual(await Promise.all(benign), ['inspected', 'inspected', 'inspected']);
-    assert.equal(flooded.filter((r) => r === 'inspected').length, 2 + 4 - 3, 'the flooder keeps the slots and what the others left of the queue');
+    assert.equal(
+      flooded.filter((r) => r === 'inspected').length,
+      2 + 4 - 3,
+      'the flooder keeps the slots and what the others left of the queue',
+    );
     assert.ok(flooded.filter((r) => r !== 'inspected').every((r) => r === 'WafOverloadedError'));
   } finally {
     await pool.close();

@@ -51,7 +51,15 @@ export function sharedRuleSet(options: CompiledRulesOptions = {}): CompiledRuleS
 }
 
 function rulesOptions(options: CompiledEngineOptions): CompiledRulesOptions {
-  const { workers: _w, inFlightPerWorker: _i, queueLength: _q, maxQueueWaitMs: _m, requestBudgetMs: _b, exchangeTimeoutMs: _e, ...rules } = options;
+  const {
+    workers: _w,
+    inFlightPerWorker: _i,
+    queueLength: _q,
+    maxQueueWaitMs: _m,
+    requestBudgetMs: _b,
+    exchangeTimeoutMs: _e,
+    ...rules
+  } = options;
   return rules;
 }
 

@@ -15,7 +15,13 @@ test('normalizedPath: what the origin would serve', () => {
 });
 
 test('removalsFor: path scope, rule ids, header name case', () => {
-  const request = { uri: '/api/search?q=1', headers: [['user-agent', 'x'], ['Host', 'h']] as [string, string][] };
+  const request = {
+    uri: '/api/search?q=1',
+    headers: [
+      ['user-agent', 'x'],
+      ['Host', 'h'],
+    ] as [string, string][],
+  };
   assert.deepEqual(removalsFor(request, undefined), []);
   assert.deepEqual(
     removalsFor(request, [

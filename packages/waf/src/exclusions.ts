@@ -66,7 +66,7 @@ export function normalizedPath(uri: string): string {
     out.push(segment);
   }
   const trailing = decoded.length > 1 && decoded.endsWith('/') && out.length > 0 ? '/' : '';
-  return '/' + out.join('/') + trailing;
+  return `/${out.join('/')}${trailing}`;
 }
 
 /**
@@ -94,7 +94,10 @@ function prefixOf(exclusion: WafRuleExclusion, pathPrefix: string): string {
 }
 
 /** Removals for this request: the exclusions whose path prefix matches, expanded per rule id. */
-export function removalsFor(request: Pick<WafRequest, 'uri' | 'headers'>, exclusions: readonly WafRuleExclusion[] | undefined): RuleRemoval[] {
+export function removalsFor(
+  request: Pick<WafRequest, 'uri' | 'headers'>,
+  exclusions: readonly WafRuleExclusion[] | undefined,
+): RuleRemoval[] {
   if (!exclusions || exclusions.length === 0) return [];
   let path: string | undefined;
   const removals: RuleRemoval[] = [];

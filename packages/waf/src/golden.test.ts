@@ -20,7 +20,10 @@ test('golden: operators and body processors on small rule sets log what ModSecur
   const golden = readGolden<RuleCaseVectors>('rule-cases.json');
   assert.ok(golden.cases.length >= 15);
   for (const c of golden.cases) {
-    const inspector = new CompiledInspector(compileRuleSet([{ text: `${SMALL_RULE_SET_PREAMBLE}${c.rules}`, name: 'test rules' }]), { request: 1048576, response: 524288 });
+    const inspector = new CompiledInspector(compileRuleSet([{ text: `${SMALL_RULE_SET_PREAMBLE}${c.rules}`, name: 'test rules' }]), {
+      request: 1048576,
+      response: 524288,
+    });
     const verdict = inspector.inspectRequest(decodeRequest(c.request), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict;
     const got = ruleCaseLines(
       verdict.matchedRules.map((m) => ({ id: m.id, data: m.matchedData ?? '' })),
@@ -45,8 +48,10 @@ function checkCrsVectors(file: string, minimum: number, exact: boolean): void {
     const verdict = inspector.inspectRequest(decodeRequest(c.request), c.settings, false).verdict;
     const got = ids(verdict);
     if (got.join() !== c.ids.join()) differences.push(`${c.name}: ours [${got.join(',')}] ModSecurity [${c.ids.join(',')}]`);
-    if (verdict.interrupt?.status !== c.interrupt) differences.push(`${c.name}: interrupt ${String(verdict.interrupt?.status)}, ModSecurity ${String(c.interrupt)}`);
-    if (exact && verdict.anomalyScore !== c.anomalyScore) differences.push(`${c.name}: anomaly score ${String(verdict.anomalyScore)}, ModSecurity ${String(c.anomalyScore)}`);
+    if (verdict.interrupt?.status !== c.interrupt)
+      differences.push(`${c.name}: interrupt ${String(verdict.interrupt?.status)}, ModSecurity ${String(c.interrupt)}`);
+    if (exact && verdict.anomalyScore !== c.anomalyScore)
+      differences.push(`${c.name}: anomaly score ${String(verdict.anomalyScore)}, ModSecurity ${String(c.anomalyScore)}`);
     if (c.interrupt !== undefined) blocked++;
   }
   assert.deepEqual(differences, [], `${file}: ${differences.length} of ${golden.cases.length} cases differ`);

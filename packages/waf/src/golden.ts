@@ -78,7 +78,11 @@ export interface CrsVectors extends GoldenSource {
    * Cases where ModSecurity's answer is not reproducible (undefined behaviour in 3.0.9, see
    * docs/waf-conformance.md): their names, with what each engine gave when the file was written.
    */
-  readonly knownDifferences: readonly { readonly name: string; readonly ours: readonly number[]; readonly modsecurity: readonly number[] }[];
+  readonly knownDifferences: readonly {
+    readonly name: string;
+    readonly ours: readonly number[];
+    readonly modsecurity: readonly number[];
+  }[];
 }
 
 export function encodeRequest(request: WafRequest): GoldenRequest {
@@ -91,7 +95,9 @@ export function encodeRequest(request: WafRequest): GoldenRequest {
     uri: request.uri,
     httpVersion: request.httpVersion,
     headers: request.headers.map(([name, value]) => [name, value] as const),
-    ...(request.body !== undefined ? { body: Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString('base64') } : {}),
+    ...(request.body !== undefined
+      ? { body: Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString('base64') }
+      : {}),
   };
 }
 
@@ -119,7 +125,12 @@ export function addonString(binary: string): string {
 export const SMALL_RULE_SET_PREAMBLE = 'SecRuleEngine DetectionOnly\nSecRequestBodyAccess On\nSecRequestBodyLimit 1048576\n';
 
 /** A rule case's matches as its sorted lines (`id logdata`, or the logdata only), in the addon's string form. */
-export function ruleCaseLines(matches: readonly { readonly id: number; readonly data: string }[], onlyRule: number | undefined, dataOnly: boolean | undefined, binary: boolean): string[] {
+export function ruleCaseLines(
+  matches: readonly { readonly id: number; readonly data: string }[],
+  onlyRule: number | undefined,
+  dataOnly: boolean | undefined,
+  binary: boolean,
+): string[] {
   return matches
     .filter((m) => onlyRule === undefined || m.id === onlyRule)
     .map((m) => {

@@ -87,7 +87,11 @@ export class CompiledInspector {
   }
 
   /** Runs the request phases; with keepOpen the transaction is returned for the response phases. */
-  inspectRequest(request: WafRequest, settings: WafEngineSettings, keepOpen = false): { verdict: WafEngineVerdict; open?: OpenCompiledTransaction } {
+  inspectRequest(
+    request: WafRequest,
+    settings: WafEngineSettings,
+    keepOpen = false,
+  ): { verdict: WafEngineVerdict; open?: OpenCompiledTransaction } {
     checkSettings(settings);
     const blocking = settings.mode !== 'LOGGING';
     const tx = new Transaction(this.ruleSet, request.id);

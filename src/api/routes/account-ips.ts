@@ -24,7 +24,10 @@ const IpResource = Type.Object({
 
 /** A stable UUID per address (name-based, RFC 4122 version 5 layout), so an IP keeps its id. */
 export function ipId(address: string): string {
-  const hash = crypto.createHash('sha1').update(`tps-frontend-ip:${canonicalIp(address)}`).digest();
+  const hash = crypto
+    .createHash('sha1')
+    .update(`tps-frontend-ip:${canonicalIp(address)}`)
+    .digest();
   hash[6] = (hash[6]! & 0x0f) | 0x50;
   hash[8] = (hash[8]! & 0x3f) | 0x80;
   const hex = hash.subarray(0, 16).toString('hex');

@@ -67,7 +67,8 @@ export const caCertificateRoutes: RoutePlugin = async (app, { deps }) => {
       for (const [index, entry] of data.attributes.certificates.entries()) {
         const field = `/data/attributes/certificates/${index}/certificate`;
         // A literal internal address is refused now; a name is checked at every fetch (crl.ts).
-        const refused = entry.crlUrl === undefined ? undefined : crlUrlError(policy, entry.crlUrl, `/data/attributes/certificates/${index}/crlUrl`);
+        const refused =
+          entry.crlUrl === undefined ? undefined : crlUrlError(policy, entry.crlUrl, `/data/attributes/certificates/${index}/crlUrl`);
         if (refused !== undefined) errors.push(refused);
         try {
           const certificate = checkCaCertificate(entry.certificate, `certificates[${index}].certificate`);

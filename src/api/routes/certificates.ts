@@ -98,7 +98,7 @@ export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
   const upload = async (request: FastifyRequest, body: Static<typeof CertificatePemDocument>) => {
     const { data } = body;
     checkAccount(data.relationships, request.principal!.tenantId);
-    let checked;
+    let checked: ReturnType<typeof checkCustomerCertificate>;
     try {
       checked = checkCustomerCertificate(data.attributes);
     } catch (error) {
@@ -146,19 +146,17 @@ export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
 
   // The spec's own wording: "GET /certificates/pem" uploads. HTTP servers do not parse GET bodies,
   // so this route reads the body itself.
-  app.get(
-    `${BASE}/pem`,
-    { config: { scope: 'write' }, schema: { hide: true } },
-    async (request, reply) => {
-      const mediaType = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-      if (mediaType !== JSONAPI_MEDIA_TYPE) {
-        throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `the body must be sent as Content-Type: ${JSONAPI_MEDIA_TYPE}`, { header: 'Content-Type' });
-      }
-      const document = await upload(request, validateBody(CertificatePemDocument, await readJsonBody(request)));
-      void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${document.data.id}`);
-      return document;
-    },
-  );
+  app.get(`${BASE}/pem`, { config: { scope: 'write' }, schema: { hide: true } }, async (request, reply) => {
+    const mediaType = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+    if (mediaType !== JSONAPI_MEDIA_TYPE) {
+      throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `the body must be sent as Content-Type: ${JSONAPI_MEDIA_TYPE}`, {
+        header: 'Content-Type',
+      });
+    }
+    const document = await upload(request, validateBody(CertificatePemDocument, await readJsonBody(request)));
+    void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${document.data.id}`);
+    return document;
+  });
 
   app.post(
     `${BASE}/lets-encrypt`,
@@ -188,7 +186,11 @@ export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
       const duplicates = domains.flatMap((domain, index) =>
         domains.indexOf(domain) === index
           ? []
-          : [errorObject('DUPLICATE_DOMAIN', `${domain} is named twice (names are compared without case and trailing dot)`, { pointer: `/data/attributes/domains/${index}` })],
+          : [
+              errorObject('DUPLICATE_DOMAIN', `${domain} is named twice (names are compared without case and trailing dot)`, {
+                pointer: `/data/attributes/domains/${index}`,
+              }),
+            ],
       );
       if (duplicates.length > 0) throw ApiError.many(duplicates);
       let record: CertificateRecord;
@@ -231,7 +233,9 @@ export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
       // Without an ACME service in this process the request waits in the store for the node that runs one.
       let record: CertificateRecord | undefined;
       try {
-        record = deps.acme ? await deps.acme.renewNow(tenantId, id, orderLimits()) : await deps.store.certificates.requestRenewal(tenantId, id, orderLimits());
+        record = deps.acme
+          ? await deps.acme.renewNow(tenantId, id, orderLimits())
+          : await deps.store.certificates.requestRenewal(tenantId, id, orderLimits());
       } catch (error) {
         if (error instanceof AcmeOrderRefused) throw orderRefused(deps, error);
         throw error;

@@ -37,7 +37,12 @@ export function registerOwnedResourceRoutes<R>(app: RouteInstance, resource: Own
     base,
     {
       config: { scope: 'read' },
-      schema: { tags, security, summary: `List the tenant's ${name}s`, response: { 200: Type.Object({ data: Type.Array(resource.resourceSchema) }) } },
+      schema: {
+        tags,
+        security,
+        summary: `List the tenant's ${name}s`,
+        response: { 200: Type.Object({ data: Type.Array(resource.resourceSchema) }) },
+      },
     },
     async (request, reply) => {
       void reply.type(JSONAPI_MEDIA_TYPE);
@@ -49,7 +54,13 @@ export function registerOwnedResourceRoutes<R>(app: RouteInstance, resource: Own
     `${base}/:id`,
     {
       config: { scope: 'read' },
-      schema: { tags, security, summary: `Get one ${name}`, params, response: { 200: Type.Object({ data: resource.resourceSchema }), 404: ErrorDocument } },
+      schema: {
+        tags,
+        security,
+        summary: `Get one ${name}`,
+        params,
+        response: { 200: Type.Object({ data: resource.resourceSchema }), 404: ErrorDocument },
+      },
     },
     async (request, reply) => {
       const { id } = request.params;

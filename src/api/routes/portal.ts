@@ -56,7 +56,14 @@ const isHttps = (deps: ApiDeps) => deps.urls.baseUrl.startsWith('https:');
 const cookieName = (deps: ApiDeps) => (isHttps(deps) ? '__Host-tps_session' : 'tps_session');
 
 function sessionCookie(deps: ApiDeps, value: string, maxAgeSeconds: number): string {
-  return [`${cookieName(deps)}=${value}`, 'Path=/', `Max-Age=${maxAgeSeconds}`, 'HttpOnly', 'SameSite=Strict', ...(isHttps(deps) ? ['Secure'] : [])].join('; ');
+  return [
+    `${cookieName(deps)}=${value}`,
+    'Path=/',
+    `Max-Age=${maxAgeSeconds}`,
+    'HttpOnly',
+    'SameSite=Strict',
+    ...(isHttps(deps) ? ['Secure'] : []),
+  ].join('; ');
 }
 
 function readCookie(request: FastifyRequest, name: string): string | undefined {
@@ -89,7 +96,9 @@ async function sessionOf(deps: ApiDeps, request: FastifyRequest): Promise<Portal
 function checkCsrf(request: FastifyRequest, session: PortalSession): void {
   const sent = request.headers['x-csrf-token'];
   if (typeof sent !== 'string' || sent !== session.csrfToken) {
-    throw new ApiError('CSRF_TOKEN_INVALID', 'this call needs the X-CSRF-Token header of the signed-in session', { header: 'X-CSRF-Token' });
+    throw new ApiError('CSRF_TOKEN_INVALID', 'this call needs the X-CSRF-Token header of the signed-in session', {
+      header: 'X-CSRF-Token',
+    });
   }
 }
 
@@ -125,7 +134,10 @@ const RangeQuery = {
   from: Type.Optional(Type.String({ format: 'date-time', description: 'Default: 24 hours before `to`.' })),
   to: Type.Optional(Type.String({ format: 'date-time', description: 'Default: now.' })),
 };
-const DashboardQuery = Type.Object({ ...RangeQuery, limit: Type.Integer({ minimum: 1, maximum: 100, default: 10 }) }, { additionalProperties: false });
+const DashboardQuery = Type.Object(
+  { ...RangeQuery, limit: Type.Integer({ minimum: 1, maximum: 100, default: 10 }) },
+  { additionalProperties: false },
+);
 const EventsQuery = Type.Object(
   {
     ...RangeQuery,
@@ -175,9 +187,14 @@ export const portalRoutes: RoutePlugin = async (portal, { deps }) => {
     if (wait > 0 || attempt === undefined) {
       deps.metrics.signInsRefused.inc({ reason: 'THROTTLED' });
       const seconds = Math.ceil(wait / 1000);
-      throw new ApiError('TOO_MANY_SIGN_IN_ATTEMPTS', `too many failed sign-ins: try again in ${Math.ceil(seconds / 60)} minutes`, undefined, {
-        'Retry-After': String(seconds),
-      });
+      throw new ApiError(
+        'TOO_MANY_SIGN_IN_ATTEMPTS',
+        `too many failed sign-ins: try again in ${Math.ceil(seconds / 60)} minutes`,
+        undefined,
+        {
+          'Retry-After': String(seconds),
+        },
+      );
     }
     let user: Awaited<ReturnType<typeof store.portalUsers.authenticate>>;
     try {

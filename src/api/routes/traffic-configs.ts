@@ -18,7 +18,9 @@ const BASE = '/api/v2/traffic-mgmt/traffic-configs';
 const READ_ONLY = ['status', 'statusDetail', 'createdAt', 'updatedAt'] as const;
 
 const IdParams = Type.Object({ id: Uuid });
-const ResourceDocument = Type.Object({ data: Type.Unknown({ description: 'The traffic configuration, as in the request plus id, status, statusDetail, createdAt, updatedAt.' }) });
+const ResourceDocument = Type.Object({
+  data: Type.Unknown({ description: 'The traffic configuration, as in the request plus id, status, statusDetail, createdAt, updatedAt.' }),
+});
 const ErrorDocument = Type.Object({ errors: Type.Array(Type.Unknown()) });
 
 export const trafficConfigRoutes: RoutePlugin = async (app, { deps }) => {
@@ -52,7 +54,13 @@ export const trafficConfigRoutes: RoutePlugin = async (app, { deps }) => {
     `${BASE}/:id`,
     {
       config: { scope: 'read' },
-      schema: { tags, security, summary: 'Get one traffic configuration', params: IdParams, response: { 200: ResourceDocument, 404: ErrorDocument } },
+      schema: {
+        tags,
+        security,
+        summary: 'Get one traffic configuration',
+        params: IdParams,
+        response: { 200: ResourceDocument, 404: ErrorDocument },
+      },
     },
     async (request, reply) => {
       const { id } = request.params;
@@ -156,7 +164,13 @@ export const trafficConfigRoutes: RoutePlugin = async (app, { deps }) => {
     `${BASE}/:id`,
     {
       config: { scope: 'write' },
-      schema: { tags, security, summary: 'Delete a proxy and free its port', params: IdParams, response: { 204: Type.Null(), 404: ErrorDocument } },
+      schema: {
+        tags,
+        security,
+        summary: 'Delete a proxy and free its port',
+        params: IdParams,
+        response: { 204: Type.Null(), 404: ErrorDocument },
+      },
     },
     async (request, reply) => {
       const { id } = request.params;
@@ -220,7 +234,8 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
  */
 async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<void> {
   const errors: JsonApiErrorObject[] = [];
-  const fail = (code: ApiErrorCode, pointer: string, detail: string) => errors.push(errorObject(code, detail, { pointer: `/data/attributes/${pointer}` }));
+  const fail = (code: ApiErrorCode, pointer: string, detail: string) =>
+    errors.push(errorObject(code, detail, { pointer: `/data/attributes/${pointer}` }));
 
   const pool = new Set(deps.settings.frontendIps.map(canonicalIp));
   const { frontend } = attributes;
@@ -260,7 +275,11 @@ async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType,
     const verification = http.frontend.clientCertificateVerification;
     if (verification) {
       if (!http.frontend.certificateId) {
-        fail('TLS_REQUIRED', 'frontend/clientCertificateVerification', 'client certificate verification needs HTTPS: set frontend.certificateId');
+        fail(
+          'TLS_REQUIRED',
+          'frontend/clientCertificateVerification',
+          'client certificate verification needs HTTPS: set frontend.certificateId',
+        );
       }
       await caCertificates(verification.caCertificateIds, 'frontend/clientCertificateVerification/caCertificateIds');
     }
@@ -269,12 +288,20 @@ async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType,
     const verify = tls?.verifyCertificate;
     if (verify?.mode === 'CUSTOM_TRUSTSTORE') {
       if (!verify.caCertificateIds?.length) {
-        fail('CA_CERTIFICATES_REQUIRED', 'backend/tlsSettings/verifyCertificate/caCertificateIds', 'CUSTOM_TRUSTSTORE needs at least one CA certificate ID');
+        fail(
+          'CA_CERTIFICATES_REQUIRED',
+          'backend/tlsSettings/verifyCertificate/caCertificateIds',
+          'CUSTOM_TRUSTSTORE needs at least one CA certificate ID',
+        );
       } else {
         await caCertificates(verify.caCertificateIds, 'backend/tlsSettings/verifyCertificate/caCertificateIds');
       }
     } else if (verify?.mode === 'SYSTEM_TRUSTSTORE' && verify.caCertificateIds?.length) {
-      fail('UNEXPECTED_CA_CERTIFICATES', 'backend/tlsSettings/verifyCertificate/caCertificateIds', 'caCertificateIds go with CUSTOM_TRUSTSTORE only');
+      fail(
+        'UNEXPECTED_CA_CERTIFICATES',
+        'backend/tlsSettings/verifyCertificate/caCertificateIds',
+        'caCertificateIds go with CUSTOM_TRUSTSTORE only',
+      );
     }
   }
   if (errors.length > 0) throw ApiError.many(errors);

@@ -41,7 +41,8 @@ export function validateBody<T extends TSchema>(schema: T, value: unknown): Stat
   return value as Static<T>;
 }
 
-const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /**
  * The frame every JSON:API request body shares, checked before the route's own schema and before

@@ -39,12 +39,22 @@ export class ApiSession {
     const response = await send(`${settings.authUrl}/oauth/token`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ client_id: settings.clientId, client_secret: settings.clientSecret, grant_type: 'client_credentials', audience: settings.audience }),
+      body: JSON.stringify({
+        client_id: settings.clientId,
+        client_secret: settings.clientSecret,
+        grant_type: 'client_credentials',
+        audience: settings.audience,
+      }),
     });
     const body = (await readJson(response)) as { access_token?: string; error?: string; error_description?: string } | undefined;
     if (response.status !== 200 || typeof body?.access_token !== 'string') {
-      const reason = body?.error ? `${body.error}${body.error_description ? `: ${body.error_description}` : ''}` : `HTTP ${response.status}`;
-      throw new CliError('TOKEN_REFUSED', `the token issuer at ${settings.authUrl} refused the service account ${settings.clientId} (${reason})`);
+      const reason = body?.error
+        ? `${body.error}${body.error_description ? `: ${body.error_description}` : ''}`
+        : `HTTP ${response.status}`;
+      throw new CliError(
+        'TOKEN_REFUSED',
+        `the token issuer at ${settings.authUrl} refused the service account ${settings.clientId} (${reason})`,
+      );
     }
     const tenantId = tenantOf(body.access_token);
     if (!tenantId) throw new CliError('TOKEN_REFUSED', 'the access token names no tenant');
@@ -56,13 +66,19 @@ export class ApiSession {
     for (let attempt = 0; ; attempt++) {
       const response = await send(`${this.apiUrl}${path}`, {
         method,
-        headers: { authorization: `Bearer ${this.#token}`, accept: JSONAPI_MEDIA_TYPE, ...(body !== undefined && { 'content-type': JSONAPI_MEDIA_TYPE }) },
+        headers: {
+          authorization: `Bearer ${this.#token}`,
+          accept: JSONAPI_MEDIA_TYPE,
+          ...(body !== undefined && { 'content-type': JSONAPI_MEDIA_TYPE }),
+        },
         ...(body !== undefined && { body: JSON.stringify(body) }),
       });
       if (response.status === 429 && attempt < RATE_LIMIT_RETRIES) {
         const seconds = Number(response.headers.get('retry-after'));
         await response.body?.cancel();
-        await new Promise((resolve) => setTimeout(resolve, Math.min(MAX_RETRY_WAIT_MS, Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1000)));
+        await new Promise((resolve) =>
+          setTimeout(resolve, Math.min(MAX_RETRY_WAIT_MS, Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1000)),
+        );
         continue;
       }
       const parsed = await readJson(response);
@@ -70,7 +86,16 @@ export class ApiSession {
       const errors = (parsed as { errors?: JsonApiErrorObject<string>[] } | undefined)?.errors;
       throw new ApiCallError(
         response.status,
-        Array.isArray(errors) && errors.length > 0 ? errors : [{ status: String(response.status), code: 'HTTP_ERROR', title: 'Error', detail: `${method} ${path} answered ${response.status}` }],
+        Array.isArray(errors) && errors.length > 0
+          ? errors
+          : [
+              {
+                status: String(response.status),
+                code: 'HTTP_ERROR',
+                title: 'Error',
+                detail: `${method} ${path} answered ${response.status}`,
+              },
+            ],
         `${method} ${path}`,
       );
     }
@@ -93,7 +118,9 @@ export class ApiSession {
       certificates: certificates.data,
       caCertificates: caCertificates.data,
       frontendIps: ips.data.map((ip) => ip.attributes.address),
-      assignedBindings: ips.data.flatMap((ip) => (ip.attributes.assignedPorts ?? []).map((taken) => bindingLabel(ip.attributes.address, taken.port, taken.protocol))),
+      assignedBindings: ips.data.flatMap((ip) =>
+        (ip.attributes.assignedPorts ?? []).map((taken) => bindingLabel(ip.attributes.address, taken.port, taken.protocol)),
+      ),
     };
   }
 }
@@ -103,7 +130,10 @@ async function send(url: string, init: RequestInit): Promise<Response> {
     return await fetch(url, { ...init, signal: AbortSignal.timeout(CALL_TIMEOUT_MS) });
   } catch (error) {
     const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    throw new CliError('API_UNREACHABLE', `cannot reach ${new URL(url).origin}: ${cause?.code ?? cause?.message ?? (error as Error).message} (set --api-url or TPS_API_URL)`);
+    throw new CliError(
+      'API_UNREACHABLE',
+      `cannot reach ${new URL(url).origin}: ${cause?.code ?? cause?.message ?? (error as Error).message} (set --api-url or TPS_API_URL)`,
+    );
   }
 }
 

@@ -79,7 +79,8 @@ async function execute(session: ApiSession, change: Change, created: Map<string,
   const resolve = (value: unknown): unknown => {
     if (isPending(value)) return created.get(pendingKey(value));
     if (Array.isArray(value)) return value.map(resolve);
-    if (typeof value === 'object' && value !== null) return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, resolve(item)]));
+    if (typeof value === 'object' && value !== null)
+      return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, resolve(item)]));
     return value;
   };
   const id = (document: { data: { id: string } }) => document.data.id;
@@ -104,7 +105,9 @@ async function execute(session: ApiSession, change: Change, created: Map<string,
               type: 'certificate',
               attributes: {
                 certificate: entry.upload!.certificate,
-                ...(entry.upload!.intermediateCertificates !== undefined && { intermediateCertificates: entry.upload!.intermediateCertificates }),
+                ...(entry.upload!.intermediateCertificates !== undefined && {
+                  intermediateCertificates: entry.upload!.intermediateCertificates,
+                }),
                 privateKey: entry.upload!.privateKey,
               },
             },
@@ -161,7 +164,13 @@ function apiErrors(file: ConfigFile, change: Change, error: ApiCallError): CliEr
     const detail = detailWithoutPointer(apiError.detail, pointer);
     // A deletion concerns a resource the file no longer has: no place in the file to point at.
     if (!base) return { code: apiError.code, detail: `${change.label}: ${detail}`, path: [], status: apiError.status };
-    return { code: apiError.code, detail, path: pointer ? [...base, ...inEntry(change, pointerSegments(pointer))] : base, status: apiError.status, ...(pointer && { pointer }) };
+    return {
+      code: apiError.code,
+      detail,
+      path: pointer ? [...base, ...inEntry(change, pointerSegments(pointer))] : base,
+      status: apiError.status,
+      ...(pointer && { pointer }),
+    };
   });
   return problemErrors(file, problems);
 }
@@ -193,8 +202,11 @@ export function describeReport(report: ApplyReport): string {
   ];
   const sign = { create: '+', update: '~', delete: '-' } as const;
   for (const change of report.changes) {
-    lines.push(`  ${sign[change.action]} ${change.label}${change.action === 'create' && change.id && !report.dryRun ? ` -> ${change.id}` : ''}`);
-    for (const difference of change.attributeChanges ?? []) lines.push(`      ${difference.path}: ${shown(difference.from)} -> ${shown(difference.to)}`);
+    lines.push(
+      `  ${sign[change.action]} ${change.label}${change.action === 'create' && change.id && !report.dryRun ? ` -> ${change.id}` : ''}`,
+    );
+    for (const difference of change.attributeChanges ?? [])
+      lines.push(`      ${difference.path}: ${shown(difference.from)} -> ${shown(difference.to)}`);
   }
   if (report.changes.length === 0) lines.push('nothing to change');
   else lines.push(report.dryRun ? 'dry run: nothing was changed' : 'applied');

@@ -24,13 +24,18 @@ export function exportState(current: CurrentState): ExportedState {
   for (const ca of current.caCertificates) {
     exported.caCertificates[caNames.get(ca.id)!] = {
       id: ca.id,
-      certificates: ca.attributes.certificates.map((entry) => ({ certificate: entry.certificate, ...(entry.crlUrl !== undefined && { crlUrl: entry.crlUrl }) })),
+      certificates: ca.attributes.certificates.map((entry) => ({
+        certificate: entry.certificate,
+        ...(entry.crlUrl !== undefined && { crlUrl: entry.crlUrl }),
+      })),
     };
   }
   for (const certificate of current.certificates) {
     const { attributes } = certificate;
     exported.certificates[certificateNames.get(certificate.id)!] =
-      attributes.source === 'ACME' ? { id: certificate.id, domains: attributes.domains } : { id: certificate.id, fingerprint: attributes.fingerprint ?? '' };
+      attributes.source === 'ACME'
+        ? { id: certificate.id, domains: attributes.domains }
+        : { id: certificate.id, fingerprint: attributes.fingerprint ?? '' };
   }
   for (const config of current.trafficConfigs) {
     const attributes = structuredClone(config.attributes);
@@ -39,7 +44,8 @@ export function exportState(current: CurrentState): ExportedState {
       const parent = field.path.slice(0, -1).reduce<unknown>((node, segment) => (isObject(node) ? node[segment] : undefined), attributes);
       const last = field.path.at(-1)!;
       if (!isObject(parent)) continue;
-      const nameOf = (id: unknown) => (typeof id === 'string' ? ((field.kind === 'certificate' ? certificateNames : caNames).get(id) ?? id) : id);
+      const nameOf = (id: unknown) =>
+        typeof id === 'string' ? ((field.kind === 'certificate' ? certificateNames : caNames).get(id) ?? id) : id;
       parent[last] = Array.isArray(parent[last]) ? (parent[last] as unknown[]).map(nameOf) : nameOf(parent[last]);
     }
     exported.trafficConfigs.push({ type: config.type, id: config.id, attributes });
@@ -52,7 +58,7 @@ export function exportYaml(current: CurrentState, exported: ExportedState, now =
   const document = new Document(exported);
   document.commentBefore =
     ` tps export of tenant ${current.tenantId}, ${now.toISOString()}\n` +
-    ' Apply with: tps apply -f FILE (docs/operations.md). Each entry keeps its id; names are this file\'s own.';
+    " Apply with: tps apply -f FILE (docs/operations.md). Each entry keeps its id; names are this file's own.";
   const byId = new Map(current.certificates.map((certificate) => [certificate.id, certificate]));
   for (const [name, entry] of Object.entries(exported.certificates)) {
     const node = document.getIn(['certificates', name]);
@@ -82,7 +88,13 @@ function names<T extends { id: string }>(items: readonly T[], base: (item: T) =>
     let text = base(item);
     const cn = /(?:^|,\s*)CN=([^,]+)/.exec(text)?.[1];
     if (cn) text = cn;
-    const slug = text.toLowerCase().replace(/^\*\./, 'wildcard.').replace(/[^a-z0-9._-]+/g, '-').replace(/^[^a-z0-9]+|-+$/g, '').slice(0, 90) || fallback;
+    const slug =
+      text
+        .toLowerCase()
+        .replace(/^\*\./, 'wildcard.')
+        .replace(/[^a-z0-9._-]+/g, '-')
+        .replace(/^[^a-z0-9]+|-+$/g, '')
+        .slice(0, 90) || fallback;
     let name = slug;
     for (let n = 2; taken.has(name); n++) name = `${slug}-${n}`;
     taken.add(name);

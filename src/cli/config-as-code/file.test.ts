@@ -86,11 +86,14 @@ describe('config file: certificates', () => {
     assert.match(problem.detail, /ENOENT/);
   });
 
-  it('refuses a fingerprint that is not the certificate\'s, a key without a certificate, and domains beside an upload', () => {
+  it("refuses a fingerprint that is not the certificate's, a key without a certificate, and domains beside an upload", () => {
     const wrong = `certificates:\n  www:\n    fingerprint: "${'00:'.repeat(31)}00"\n    certificate: |\n${certificatePem.replace(/^/gm, '      ')}`;
     assert.equal(placeOf(wrong, 'FINGERPRINT_MISMATCH').path, 'certificates.www.fingerprint');
     assert.equal(placeOf('certificates:\n  www: { privateKey: x }\n', 'INCOMPLETE_ENTRY').path, 'certificates.www');
-    assert.equal(placeOf('certificates:\n  www: { domains: [a.example], fingerprint: "' + 'AB'.repeat(32) + '" }\n', 'CONFLICTING_ATTRIBUTES').path, 'certificates.www.fingerprint');
+    assert.equal(
+      placeOf(`certificates:\n  www: { domains: [a.example], fingerprint: "${'AB'.repeat(32)}" }\n`, 'CONFLICTING_ATTRIBUTES').path,
+      'certificates.www.fingerprint',
+    );
   });
 
   it('writes fingerprints one way: upper case with colons', () => {

@@ -21,7 +21,15 @@ import { Type } from '@sinclair/typebox';
 import { validateBody } from '../../api/schemas/validator.ts';
 import { ApiError } from '../../api/jsonapi.ts';
 import { CaCertificateUploadAttributes, CertificateOrderAttributes, Enum, Uuid, HTTP_PROXY, L4_PROXY, type ProxyType } from '@tps/model';
-import type { CertificateUpload, DesiredCaCertificate, DesiredCertificate, DesiredState, DesiredTrafficConfig, FilePath, FileProblem } from './types.ts';
+import type {
+  CertificateUpload,
+  DesiredCaCertificate,
+  DesiredCertificate,
+  DesiredState,
+  DesiredTrafficConfig,
+  FilePath,
+  FileProblem,
+} from './types.ts';
 
 /** Bounds on what apply reads: the file itself and each PEM file it names. */
 export const MAX_CONFIG_FILE_BYTES = 16 * 1024 * 1024;
@@ -105,12 +113,14 @@ export function loadConfigFile(name: string): ConfigFile {
   let text: string;
   try {
     const size = name === '-' ? 0 : fs.statSync(name).size;
-    if (size > MAX_CONFIG_FILE_BYTES) return failed(name, 'FILE_TOO_LARGE', `the file has ${size} bytes; at most ${MAX_CONFIG_FILE_BYTES} are read`);
+    if (size > MAX_CONFIG_FILE_BYTES)
+      return failed(name, 'FILE_TOO_LARGE', `the file has ${size} bytes; at most ${MAX_CONFIG_FILE_BYTES} are read`);
     text = fs.readFileSync(name === '-' ? 0 : name, 'utf8');
   } catch (error) {
     return failed(name, 'FILE_UNREADABLE', `cannot read ${name}: ${(error as Error).message}`);
   }
-  if (Buffer.byteLength(text) > MAX_CONFIG_FILE_BYTES) return failed(name, 'FILE_TOO_LARGE', `the input has more than ${MAX_CONFIG_FILE_BYTES} bytes`);
+  if (Buffer.byteLength(text) > MAX_CONFIG_FILE_BYTES)
+    return failed(name, 'FILE_TOO_LARGE', `the input has more than ${MAX_CONFIG_FILE_BYTES} bytes`);
   return parseConfigFile(name, text, name === '-' ? process.cwd() : path.dirname(path.resolve(name)));
 }
 
@@ -123,7 +133,12 @@ export function parseConfigFile(name: string, text: string, folder: string): Con
   if (document.errors.length > 0) {
     file.problems = document.errors.map((error) => {
       const position = lineCounter.linePos(error.pos[0]);
-      return { code: 'FILE_SYNTAX', detail: error.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''), path: [], position: { line: position.line, column: position.col } };
+      return {
+        code: 'FILE_SYNTAX',
+        detail: error.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''),
+        path: [],
+        position: { line: position.line, column: position.col },
+      };
     });
     return file;
   }
@@ -136,12 +151,18 @@ export function parseConfigFile(name: string, text: string, folder: string): Con
     return file;
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    file.problems = [{ code: 'INVALID_VALUE', detail: 'the file must be a mapping with caCertificates, certificates and/or trafficConfigs', path: [] }];
+    file.problems = [
+      { code: 'INVALID_VALUE', detail: 'the file must be a mapping with caCertificates, certificates and/or trafficConfigs', path: [] },
+    ];
     return file;
   }
   // `certificates:` with nothing under it means "none", as an empty list or mapping does.
   const content = raw as Record<string, unknown>;
-  for (const [section, empty] of [['caCertificates', {}], ['certificates', {}], ['trafficConfigs', []]] as const) {
+  for (const [section, empty] of [
+    ['caCertificates', {}],
+    ['certificates', {}],
+    ['trafficConfigs', []],
+  ] as const) {
     if (section in content && content[section] === null) content[section] = empty;
   }
   try {
@@ -172,7 +193,11 @@ function checkContent(raw: RawFile, folder: string): { state: DesiredState; prob
 
   const checkKey = (section: string, key: string) => {
     if (!ENTRY_KEY.test(key)) {
-      problem('INVALID_NAME', `"${key}" is not a usable name: letters, digits, ".", "_" and "-", starting with a letter or digit, at most 100`, [section, key]);
+      problem(
+        'INVALID_NAME',
+        `"${key}" is not a usable name: letters, digits, ".", "_" and "-", starting with a letter or digit, at most 100`,
+        [section, key],
+      );
     }
   };
 
@@ -182,10 +207,14 @@ function checkContent(raw: RawFile, folder: string): { state: DesiredState; prob
       checkKey('caCertificates', key);
       const desired: DesiredCaCertificate = { key, ...(entry.id !== undefined && { id: entry.id }) };
       if (entry.certificates) {
-        desired.certificates = entry.certificates.map((item) => ({ certificate: item.certificate, ...(item.crlUrl !== undefined && { crlUrl: item.crlUrl }) }));
+        desired.certificates = entry.certificates.map((item) => ({
+          certificate: item.certificate,
+          ...(item.crlUrl !== undefined && { crlUrl: item.crlUrl }),
+        }));
         desired.fingerprints = entry.certificates.map((item, index) => {
           const fingerprint = leafFingerprint(item.certificate);
-          if (fingerprint === undefined) problem('INVALID_CERTIFICATE', 'is not a PEM certificate', ['caCertificates', key, 'certificates', index, 'certificate']);
+          if (fingerprint === undefined)
+            problem('INVALID_CERTIFICATE', 'is not a PEM certificate', ['caCertificates', key, 'certificates', index, 'certificate']);
           return fingerprint ?? '';
         });
       } else if (entry.id === undefined) {
@@ -217,11 +246,20 @@ function checkContent(raw: RawFile, folder: string): { state: DesiredState; prob
         }
       }
       if (entry.domains !== undefined) {
-        const conflicting = ['fingerprint', 'certificate', 'certificateFile', 'privateKey', 'privateKeyFile', 'intermediateCertificates', 'intermediateCertificatesFile'].filter(
-          (attribute) => entry[attribute] !== undefined,
-        );
+        const conflicting = [
+          'fingerprint',
+          'certificate',
+          'certificateFile',
+          'privateKey',
+          'privateKeyFile',
+          'intermediateCertificates',
+          'intermediateCertificatesFile',
+        ].filter((attribute) => entry[attribute] !== undefined);
         if (conflicting.length > 0) {
-          problem('CONFLICTING_ATTRIBUTES', 'domains (a service-issued certificate) goes without the attributes of an uploaded one', [...at, conflicting[0]!]);
+          problem('CONFLICTING_ATTRIBUTES', 'domains (a service-issued certificate) goes without the attributes of an uploaded one', [
+            ...at,
+            conflicting[0]!,
+          ]);
         }
         desired.domains = (entry.domains as string[]).map((domain) => domain.toLowerCase().replace(/\.$/, ''));
       }
@@ -250,7 +288,11 @@ function checkContent(raw: RawFile, folder: string): { state: DesiredState; prob
         problem('INCOMPLETE_ENTRY', 'a private key or intermediates go with the certificate (certificate or certificateFile)', at);
       }
       if (desired.id === undefined && desired.fingerprint === undefined && desired.domains === undefined) {
-        problem('INCOMPLETE_ENTRY', 'a certificate needs domains (service-issued), certificate and privateKey (to upload), a fingerprint or the id of an existing one', at);
+        problem(
+          'INCOMPLETE_ENTRY',
+          'a certificate needs domains (service-issued), certificate and privateKey (to upload), a fingerprint or the id of an existing one',
+          at,
+        );
       }
       state.certificates.push(desired);
     }
@@ -258,7 +300,12 @@ function checkContent(raw: RawFile, folder: string): { state: DesiredState; prob
 
   if (raw.trafficConfigs) {
     state.trafficConfigs = raw.trafficConfigs.map(
-      (entry, index): DesiredTrafficConfig => ({ index, type: entry.type, ...(entry.id !== undefined && { id: entry.id }), attributes: entry.attributes }),
+      (entry, index): DesiredTrafficConfig => ({
+        index,
+        type: entry.type,
+        ...(entry.id !== undefined && { id: entry.id }),
+        attributes: entry.attributes,
+      }),
     );
     const ids = new Map<string, number>();
     for (const config of state.trafficConfigs) {
@@ -283,7 +330,8 @@ function checkContent(raw: RawFile, folder: string): { state: DesiredState; prob
 function readPemFile(file: string): string | { code: string; detail: string } {
   try {
     const size = fs.statSync(file).size;
-    if (size > MAX_PEM_FILE_BYTES) return { code: 'FILE_TOO_LARGE', detail: `${file} has ${size} bytes; at most ${MAX_PEM_FILE_BYTES} are read` };
+    if (size > MAX_PEM_FILE_BYTES)
+      return { code: 'FILE_TOO_LARGE', detail: `${file} has ${size} bytes; at most ${MAX_PEM_FILE_BYTES} are read` };
     return fs.readFileSync(file, 'utf8');
   } catch (error) {
     return { code: 'FILE_UNREADABLE', detail: `cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}` };

@@ -65,7 +65,11 @@ export function planChanges(desired: DesiredState, current: CurrentState): Plan 
         matches.set(entry.key, existing);
         claimed.add(existing.id);
       } else if (entry.certificates === undefined) {
-        problems.push({ code: 'NOT_FOUND', detail: `the tenant has no CA certificate ${entry.id}`, path: ['caCertificates', entry.key, 'id'] });
+        problems.push({
+          code: 'NOT_FOUND',
+          detail: `the tenant has no CA certificate ${entry.id}`,
+          path: ['caCertificates', entry.key, 'id'],
+        });
       }
     }
     for (const entry of desired.caCertificates) {
@@ -87,7 +91,8 @@ export function planChanges(desired: DesiredState, current: CurrentState): Plan 
       }
     }
     for (const ca of current.caCertificates) {
-      if (!claimed.has(ca.id)) changes.push({ kind: 'caCertificate', action: 'delete', id: ca.id, label: `caCertificate ${ca.id} (${caSubject(ca)})` });
+      if (!claimed.has(ca.id))
+        changes.push({ kind: 'caCertificate', action: 'delete', id: ca.id, label: `caCertificate ${ca.id} (${caSubject(ca)})` });
     }
   }
 
@@ -108,7 +113,9 @@ export function planChanges(desired: DesiredState, current: CurrentState): Plan 
     }
     for (const entry of desired.certificates) {
       if (matches.has(entry.key) || (entry.fingerprint === undefined && entry.domains === undefined)) continue;
-      const candidates = current.certificates.filter((certificate) => !claimed.has(certificate.id) && certificateMatches(entry, certificate));
+      const candidates = current.certificates.filter(
+        (certificate) => !claimed.has(certificate.id) && certificateMatches(entry, certificate),
+      );
       // Of several service-issued certificates for the same names, the one that works.
       const existing = [...candidates].sort((a, b) => statusRank(a) - statusRank(b))[0];
       if (existing) {
@@ -123,7 +130,8 @@ export function planChanges(desired: DesiredState, current: CurrentState): Plan 
         unchanged++;
       } else if (entry.domains !== undefined || entry.upload?.privateKey !== undefined) {
         certificateIds.set(entry.key, { pending: 'certificate', key: entry.key });
-        const how = entry.domains !== undefined ? `request for ${entry.domains.join(', ')}` : `upload ${entry.fingerprint?.slice(0, 23)}...`;
+        const how =
+          entry.domains !== undefined ? `request for ${entry.domains.join(', ')}` : `upload ${entry.fingerprint?.slice(0, 23)}...`;
         changes.push({ kind: 'certificate', action: 'create', key: entry.key, entry, label: `certificate ${entry.key} (${how})` });
       } else if (entry.fingerprint !== undefined) {
         problems.push({
@@ -135,7 +143,12 @@ export function planChanges(desired: DesiredState, current: CurrentState): Plan 
     }
     for (const certificate of current.certificates) {
       if (!claimed.has(certificate.id)) {
-        changes.push({ kind: 'certificate', action: 'delete', id: certificate.id, label: `certificate ${certificate.id} (${certificateLabel(certificate)})` });
+        changes.push({
+          kind: 'certificate',
+          action: 'delete',
+          id: certificate.id,
+          label: `certificate ${certificate.id} (${certificateLabel(certificate)})`,
+        });
       }
     }
   }
@@ -178,7 +191,11 @@ export function planChanges(desired: DesiredState, current: CurrentState): Plan 
         if (other !== undefined) {
           problems.push({ code: 'PORT_IN_USE', detail: `${binding} is also the front-end of trafficConfigs[${other}]`, path: at });
         } else if (takenElsewhere.has(binding)) {
-          problems.push({ code: 'PORT_IN_USE', detail: `${binding} is assigned to a proxy of another account: choose another port`, path: at });
+          problems.push({
+            code: 'PORT_IN_USE',
+            detail: `${binding} is assigned to a proxy of another account: choose another port`,
+            path: at,
+          });
         } else {
           bindingOwner.set(binding, entry.index);
         }
@@ -214,20 +231,42 @@ export function planChanges(desired: DesiredState, current: CurrentState): Plan 
       if (!existing) {
         creates.push({ kind: 'trafficConfig', action: 'create', index: entry.index, type: entry.type, attributes, label });
       } else if (existing.type !== entry.type) {
-        deletes.push({ kind: 'trafficConfig', action: 'delete', id: existing.id, label: `${existing.type} ${frontendLabel(existing.type, existing.attributes)} (${existing.id}, replaced by trafficConfigs[${entry.index}])` });
+        deletes.push({
+          kind: 'trafficConfig',
+          action: 'delete',
+          id: existing.id,
+          label: `${existing.type} ${frontendLabel(existing.type, existing.attributes)} (${existing.id}, replaced by trafficConfigs[${entry.index}])`,
+        });
         creates.push({ kind: 'trafficConfig', action: 'create', index: entry.index, type: entry.type, attributes, label });
       } else {
-        const differences = attributeChanges(normalized(existing.type, existing.attributes) ?? existing.attributes, normalized(entry.type, attributes) ?? attributes);
+        const differences = attributeChanges(
+          normalized(existing.type, existing.attributes) ?? existing.attributes,
+          normalized(entry.type, attributes) ?? attributes,
+        );
         if (differences.length === 0) {
           unchanged++;
         } else {
-          updates.push({ kind: 'trafficConfig', action: 'update', index: entry.index, id: existing.id, type: entry.type, attributes, label: `${label} (${existing.id})`, changes: differences });
+          updates.push({
+            kind: 'trafficConfig',
+            action: 'update',
+            index: entry.index,
+            id: existing.id,
+            type: entry.type,
+            attributes,
+            label: `${label} (${existing.id})`,
+            changes: differences,
+          });
         }
       }
     }
     for (const config of current.trafficConfigs) {
       if (!claimed.has(config.id)) {
-        deletes.push({ kind: 'trafficConfig', action: 'delete', id: config.id, label: `${config.type} ${frontendLabel(config.type, config.attributes)} (${config.id})` });
+        deletes.push({
+          kind: 'trafficConfig',
+          action: 'delete',
+          id: config.id,
+          label: `${config.type} ${frontendLabel(config.type, config.attributes)} (${config.id})`,
+        });
       }
     }
     changes.push(...deletes, ...updates, ...creates);
@@ -248,13 +287,21 @@ export function orderOfChanges(changes: readonly Change[]): Change[] {
     if (change.kind === 'trafficConfig') return change.action === 'delete' ? 2 : change.action === 'update' ? 3 : 4;
     return change.kind === 'certificate' ? 5 : 6;
   };
-  return changes.map((change, position) => ({ change, position })).sort((a, b) => rank(a.change) - rank(b.change) || a.position - b.position).map(({ change }) => change);
+  return changes
+    .map((change, position) => ({ change, position }))
+    .sort((a, b) => rank(a.change) - rank(b.change) || a.position - b.position)
+    .map(({ change }) => change);
 }
 
 /** Replaces names of the file's certificates and CA certificates by ids (or pending references). */
 function resolveReferences(
   entry: DesiredTrafficConfig,
-  context: { desired: DesiredState; certificateIds: Map<string, string | PendingReference>; caIds: Map<string, string | PendingReference>; current: CurrentState },
+  context: {
+    desired: DesiredState;
+    certificateIds: Map<string, string | PendingReference>;
+    caIds: Map<string, string | PendingReference>;
+    current: CurrentState;
+  },
   problems: FileProblem[],
 ): Record<string, unknown> {
   const attributes = structuredClone(entry.attributes);
@@ -290,9 +337,10 @@ function resolveReferences(
     const last = field.path.at(-1)!;
     if (!isObject(parent) || parent[last] === undefined || parent[last] === null) continue;
     const at: FilePath = ['trafficConfigs', entry.index, 'attributes', ...field.path];
-    parent[last] = field.list && Array.isArray(parent[last])
-      ? (parent[last] as unknown[]).map((value, index) => resolve(field.kind, value, [...at, index]))
-      : resolve(field.kind, parent[last], at);
+    parent[last] =
+      field.list && Array.isArray(parent[last])
+        ? (parent[last] as unknown[]).map((value, index) => resolve(field.kind, value, [...at, index]))
+        : resolve(field.kind, parent[last], at);
   }
   return attributes;
 }
@@ -301,7 +349,11 @@ function resolveReferences(
  * The attributes as the API would store them (defaults applied, read-only attributes dropped),
  * checked with the API's own schema; problems point into the file.
  */
-function checkAttributes(entry: DesiredTrafficConfig, attributes: Record<string, unknown>, problems: FileProblem[]): Record<string, unknown> | undefined {
+function checkAttributes(
+  entry: DesiredTrafficConfig,
+  attributes: Record<string, unknown>,
+  problems: FileProblem[],
+): Record<string, unknown> | undefined {
   try {
     return validateAttributes(entry.type, withPlaceholders(attributes));
   } catch (error) {
@@ -309,7 +361,13 @@ function checkAttributes(entry: DesiredTrafficConfig, attributes: Record<string,
     for (const problem of error.errors) {
       const pointer = problem.source?.pointer ?? '/data';
       const inData = pointerSegments(pointer).slice(1);
-      problems.push({ code: problem.code, detail: detailWithoutPointer(problem.detail, pointer), path: ['trafficConfigs', entry.index, ...inData], pointer, status: problem.status });
+      problems.push({
+        code: problem.code,
+        detail: detailWithoutPointer(problem.detail, pointer),
+        path: ['trafficConfigs', entry.index, ...inData],
+        pointer,
+        status: problem.status,
+      });
     }
     return undefined;
   }
@@ -343,7 +401,8 @@ function normalized(type: ProxyType, attributes: Record<string, unknown>): Recor
   const clean = withoutNulls(restored) as Record<string, unknown>;
   const frontend = clean.frontend;
   if (isObject(frontend)) {
-    for (const family of ['ipv4', 'ipv6']) if (typeof frontend[family] === 'string') frontend[family] = canonicalIp(frontend[family] as string);
+    for (const family of ['ipv4', 'ipv6'])
+      if (typeof frontend[family] === 'string') frontend[family] = canonicalIp(frontend[family] as string);
   }
   return clean;
 }
@@ -378,9 +437,13 @@ export function attributeChanges(from: unknown, to: unknown, at = ''): Attribute
 
 /** JSON with object keys sorted: equal values, equal text. */
 export function stableJson(value: unknown): string {
-  return JSON.stringify(value, (_key, item: unknown) =>
-    isObject(item) && !Array.isArray(item) ? Object.fromEntries(Object.entries(item).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : item,
-  ) ?? 'undefined';
+  return (
+    JSON.stringify(value, (_key, item: unknown) =>
+      isObject(item) && !Array.isArray(item)
+        ? Object.fromEntries(Object.entries(item).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+        : item,
+    ) ?? 'undefined'
+  );
 }
 
 /** `ip:port/protocol` of each front-end binding, as the store counts them. */

@@ -45,7 +45,10 @@ describe('line writer', () => {
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
     const lines = out.trimEnd().split('\n');
     assert.equal(lines.length, 3000);
-    assert.deepEqual(lines.map((line) => (JSON.parse(line) as { i: number }).i), Array.from({ length: 3000 }, (_, i) => i));
+    assert.deepEqual(
+      lines.map((line) => (JSON.parse(line) as { i: number }).i),
+      Array.from({ length: 3000 }, (_, i) => i),
+    );
   });
 
   it('drops and counts lines past its buffer instead of growing', async () => {
@@ -63,9 +66,29 @@ describe('line writer', () => {
 
 describe('access log sampling', () => {
   const entry = (answeredBy: AccessLogEntry['answeredBy'], status: number): AccessLogEntry => ({
-    type: 'http', time: '2026-01-01T00:00:00.000Z', proxyId: 'p', tenantId: 't', revision: 1, supportId: 's', requestId: 's',
-    clientIp: '192.0.2.1', clientPort: 1, serverIp: '192.0.2.2', serverPort: 80, country: 'ZZ', protocol: 'HTTP/1.1', tls: false,
-    method: 'GET', host: 'h', url: '/', status, answeredBy, bytesIn: 0, bytesOut: 0, upstreamAttempts: 1, durationMs: 1,
+    type: 'http',
+    time: '2026-01-01T00:00:00.000Z',
+    proxyId: 'p',
+    tenantId: 't',
+    revision: 1,
+    supportId: 's',
+    requestId: 's',
+    clientIp: '192.0.2.1',
+    clientPort: 1,
+    serverIp: '192.0.2.2',
+    serverPort: 80,
+    country: 'ZZ',
+    protocol: 'HTTP/1.1',
+    tls: false,
+    method: 'GET',
+    host: 'h',
+    url: '/',
+    status,
+    answeredBy,
+    bytesIn: 0,
+    bytesOut: 0,
+    upstreamAttempts: 1,
+    durationMs: 1,
   });
 
   it('writes every request the origin did not answer with 1xx-3xx, and one in N of the others, marked', async () => {
@@ -75,7 +98,11 @@ describe('access log sampling', () => {
     for (let i = 0; i < 50; i++) log.http(entry('waf', 403));
     for (let i = 0; i < 50; i++) log.http(entry('origin', 500));
     await log.close();
-    const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n').map((line) => JSON.parse(line) as AccessLogEntry);
+    const lines = fs
+      .readFileSync(file, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line) as AccessLogEntry);
     const normal = lines.filter((line) => line.status === 200);
     assert.equal(lines.filter((line) => line.status !== 200).length, 100);
     assert.ok(normal.every((line) => line.sample === 10));

@@ -123,7 +123,7 @@ export class LineWriter {
     }
     const lines = this.#pending.splice(0, count);
     this.#pendingBytes -= bytes;
-    const buffer = Buffer.from(lines.join('\n') + '\n');
+    const buffer = Buffer.from(`${lines.join('\n')}\n`);
     this.#writing = true;
     this.#writeFully(buffer, 0, (error) => {
       this.#writing = false;

@@ -41,9 +41,15 @@ describe('HostPool', () => {
       const clock = fakeClock();
       const pool = new HostPool(threeHosts, 'ROUND_ROBIN', { downForMs: 5_000, now: clock.now });
       pool.markDown(pool.hosts[1]!);
-      assert.deepEqual(Array.from({ length: 4 }, () => pool.pick('192.0.2.1')!.index), [0, 2, 0, 2]);
+      assert.deepEqual(
+        Array.from({ length: 4 }, () => pool.pick('192.0.2.1')!.index),
+        [0, 2, 0, 2],
+      );
       clock.advance(5_000);
-      assert.deepEqual(Array.from({ length: 3 }, () => pool.pick('192.0.2.1')!.index), [0, 1, 2]);
+      assert.deepEqual(
+        Array.from({ length: 3 }, () => pool.pick('192.0.2.1')!.index),
+        [0, 1, 2],
+      );
     });
   });
 
@@ -66,7 +72,10 @@ describe('HostPool', () => {
     it('spreads long-lived connections evenly, equal loads taking turns', () => {
       const pool = new HostPool(threeHosts, 'LEAST_CONNECTIONS');
       for (let i = 0; i < 30; i++) pool.begin(pool.pick('192.0.2.1')!);
-      assert.deepEqual(pool.hosts.map((h) => h.active), [10, 10, 10]);
+      assert.deepEqual(
+        pool.hosts.map((h) => h.active),
+        [10, 10, 10],
+      );
     });
 
     it('never counts below zero', () => {

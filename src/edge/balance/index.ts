@@ -206,7 +206,7 @@ export class HostPool {
   private pickSoonestUp(tried: ReadonlySet<number> | undefined): PoolEntry | undefined {
     let soonest: PoolEntry | undefined;
     for (const entry of this.entries) {
-      if (tried !== undefined && tried.has(entry.index)) continue;
+      if (tried?.has(entry.index)) continue;
       if (soonest === undefined || entry.state.downUntil < soonest.state.downUntil) soonest = entry;
     }
     return soonest;

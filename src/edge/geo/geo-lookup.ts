@@ -97,9 +97,7 @@ export function loadGeoLookup(options: GeoLookupOptions = {}): GeoLookup {
     parseOverrides(fs.readFileSync(options.overridesPath, 'utf8'), overrides, options.overridesPath);
   }
   if (options.overrides !== undefined) parseOverrides(options.overrides, overrides);
-  const reader = options.withoutMmdb
-    ? undefined
-    : new Reader<Response>(fs.readFileSync(options.mmdbPath ?? defaultMmdbPath()));
+  const reader = options.withoutMmdb ? undefined : new Reader<Response>(fs.readFileSync(options.mmdbPath ?? defaultMmdbPath()));
   return new MmdbGeoLookup(reader, overrides);
 }
 

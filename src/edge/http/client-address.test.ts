@@ -17,7 +17,15 @@ import { HttpProxy } from './http-proxy.ts';
 import type { AccessLogEntry, HttpProxyDeps, WafHook, WafRequestInput } from './types.ts';
 import { request } from '../../../test/support/http-client.ts';
 import { TestCa, type IssuedCertificate } from '../../../test/support/pki.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
+import {
+  FRONT_IP,
+  freePort,
+  resolvedProxy,
+  startOrigin,
+  testDeps,
+  type EchoReply,
+  type TestOrigin,
+} from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 /** The load balancer in front of the edge, and a CDN in front of it: both trusted. */
@@ -68,7 +76,12 @@ const get = (path: string, headers: Record<string, string> = {}, close = true) =
     .map(([name, value]) => `${name}: ${value}\r\n`)
     .join('')}${close ? 'Connection: close\r\n' : ''}\r\n`;
 
-const proxied = (sourceAddress: string, port: number) => ({ sourceAddress, sourcePort: 40123, destinationAddress: FRONT_IP, destinationPort: port });
+const proxied = (sourceAddress: string, port: number) => ({
+  sourceAddress,
+  sourcePort: 40123,
+  destinationAddress: FRONT_IP,
+  destinationPort: port,
+});
 
 describe('HTTP proxy behind load balancers (client address)', () => {
   let ca: TestCa;
@@ -76,7 +89,10 @@ describe('HTTP proxy behind load balancers (client address)', () => {
   let origin: TestOrigin;
   const started: HttpProxy[] = [];
 
-  async function startProxy(settings: ClientAddressSettings | undefined, extra: NonNullable<Parameters<typeof resolvedProxy>[2]> = {}): Promise<Started> {
+  async function startProxy(
+    settings: ClientAddressSettings | undefined,
+    extra: NonNullable<Parameters<typeof resolvedProxy>[2]> = {},
+  ): Promise<Started> {
     const port = await freePort(FRONT_IP);
     const accessLog: AccessLogEntry[] = [];
     const wafSeen: WafRequestInput[] = [];
@@ -85,7 +101,13 @@ describe('HTTP proxy behind load balancers (client address)', () => {
       inspectRequest(input) {
         wafSeen.push(input);
         return input.url.includes('attack')
-          ? { action: 'block', event: { action: 'BLOCKED', rules: [{ modSecId: 942100, name: 'test rule', matchedData: { status: 'DISABLED', value: null } }] as WafEvent['rules'] } }
+          ? {
+              action: 'block',
+              event: {
+                action: 'BLOCKED',
+                rules: [{ modSecId: 942100, name: 'test rule', matchedData: { status: 'DISABLED', value: null } }] as WafEvent['rules'],
+              },
+            }
           : { action: 'continue' };
       },
     };
@@ -115,10 +137,17 @@ describe('HTTP proxy behind load balancers (client address)', () => {
 
     it('from a trusted peer names the client for the WAF, the access log and the origin', T, async () => {
       const { base, accessLog, wafSeen } = await startProxy(trustLb);
-      const res = await request(`${base}/hello`, { localAddress: LB, headers: { 'x-forwarded-for': 'spoofed, 198.51.100.7, 127.0.0.10', 'x-real-ip': '6.6.6.6' } });
+      const res = await request(`${base}/hello`, {
+        localAddress: LB,
+        headers: { 'x-forwarded-for': 'spoofed, 198.51.100.7, 127.0.0.10', 'x-real-ip': '6.6.6.6' },
+      });
       assert.equal(res.status, 200);
       const echo = JSON.parse(res.text) as EchoReply;
-      assert.equal(echo.headers['x-forwarded-for'], 'spoofed, 198.51.100.7', 'the trusted hops are folded away: the last entry is the client');
+      assert.equal(
+        echo.headers['x-forwarded-for'],
+        'spoofed, 198.51.100.7',
+        'the trusted hops are folded away: the last entry is the client',
+      );
       assert.equal(echo.headers['x-real-ip'], '198.51.100.7', "the client's own X-Real-IP is replaced");
       assert.equal(wafSeen.at(-1)?.client.ip, '198.51.100.7', 'REMOTE_ADDR of the WAF');
       const entry = accessLog.at(-1)!;
@@ -155,10 +184,13 @@ describe('HTTP proxy behind load balancers (client address)', () => {
     });
 
     it('rate limiting: counted per resolved client behind the load balancer, per peer otherwise', T, async () => {
-      const { base, deps } = await startProxy(trustLb, { attributes: { rateLimiting: { thresholds: [{ requests: 2, periodSeconds: 60 }], blockSeconds: 60 } } });
+      const { base, deps } = await startProxy(trustLb, {
+        attributes: { rateLimiting: { thresholds: [{ requests: 2, periodSeconds: 60 }], blockSeconds: 60 } },
+      });
       const statuses = async (localAddress: string, forwardedFor: (i: number) => string) => {
         const out: number[] = [];
-        for (let i = 0; i < 3; i++) out.push((await request(`${base}/`, { localAddress, headers: { 'x-forwarded-for': forwardedFor(i) } })).status);
+        for (let i = 0; i < 3; i++)
+          out.push((await request(`${base}/`, { localAddress, headers: { 'x-forwarded-for': forwardedFor(i) } })).status);
         return out;
       };
       // Two clients behind one load balancer: neither is blocked by the other's requests.
@@ -185,7 +217,12 @@ describe('HTTP proxy behind load balancers (client address)', () => {
 
     it('v1 from a trusted peer names the client, on every request of a kept-alive connection', T, async () => {
       const { port, accessLog } = await startProxy(optional);
-      const text = await raw(port, LB, Buffer.concat([encodeProxyV1(proxied('198.51.100.7', port)), Buffer.from(get('/one', {}, false))]), get('/two'));
+      const text = await raw(
+        port,
+        LB,
+        Buffer.concat([encodeProxyV1(proxied('198.51.100.7', port)), Buffer.from(get('/one', {}, false))]),
+        get('/two'),
+      );
       const replies = echoes(text);
       assert.equal(replies.length, 2, text);
       for (const echo of replies) {
@@ -216,10 +253,18 @@ describe('HTTP proxy behind load balancers (client address)', () => {
     it('the address in the header is where the X-Forwarded-For walk starts (CDN -> L4 load balancer -> edge)', T, async () => {
       const { port } = await startProxy(optional);
       // The load balancer's header names the CDN (trusted), whose X-Forwarded-For names the client.
-      const text = await raw(port, LB, Buffer.concat([encodeProxyV1(proxied(CDN, port)), Buffer.from(get('/', { 'x-forwarded-for': '198.51.100.9' }))]));
+      const text = await raw(
+        port,
+        LB,
+        Buffer.concat([encodeProxyV1(proxied(CDN, port)), Buffer.from(get('/', { 'x-forwarded-for': '198.51.100.9' }))]),
+      );
       assert.equal(echoes(text)[0]?.headers['x-forwarded-for'], '198.51.100.9', text);
       // A header naming an untrusted client: that client's own X-Forwarded-For is just data.
-      const direct = await raw(port, LB, Buffer.concat([encodeProxyV1(proxied('198.51.100.9', port)), Buffer.from(get('/', { 'x-forwarded-for': '1.1.1.1' }))]));
+      const direct = await raw(
+        port,
+        LB,
+        Buffer.concat([encodeProxyV1(proxied('198.51.100.9', port)), Buffer.from(get('/', { 'x-forwarded-for': '1.1.1.1' }))]),
+      );
       assert.equal(echoes(direct)[0]?.headers['x-forwarded-for'], '1.1.1.1, 198.51.100.9', direct);
     });
 
@@ -249,9 +294,13 @@ describe('HTTP proxy behind load balancers (client address)', () => {
 
     it('geo fencing and rate limiting key on the address in the header', T, async () => {
       const { port, deps } = await startProxy(required, {
-        attributes: { geoFencing: { mode: 'ALLOW_LISTED', countries: ['DE'] }, rateLimiting: { thresholds: [{ requests: 1, periodSeconds: 60 }], blockSeconds: 60 } },
+        attributes: {
+          geoFencing: { mode: 'ALLOW_LISTED', countries: ['DE'] },
+          rateLimiting: { thresholds: [{ requests: 1, periodSeconds: 60 }], blockSeconds: 60 },
+        },
       });
-      const status = async (client: string) => /^HTTP\/1\.1 (\d+)/.exec(await raw(port, LB, Buffer.concat([encodeProxyV1(proxied(client, port)), Buffer.from(get('/'))])))?.[1];
+      const status = async (client: string) =>
+        /^HTTP\/1\.1 (\d+)/.exec(await raw(port, LB, Buffer.concat([encodeProxyV1(proxied(client, port)), Buffer.from(get('/'))])))?.[1];
       assert.equal(await status(IN_US), '403');
       assert.equal(await status(IN_DE), '200');
       assert.equal(await status(IN_DE), '429');
@@ -275,7 +324,9 @@ describe('HTTP proxy behind load balancers (client address)', () => {
       }
 
       it('HTTP/1.1 over TLS after a v2 header', T, async () => {
-        const { port, accessLog } = await startProxy(required, { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } });
+        const { port, accessLog } = await startProxy(required, {
+          frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem },
+        });
         const secure = await tlsAfterHeader(port, encodeProxyV2(proxied('198.51.100.7', port), 'TCP'), 'http/1.1');
         let text = '';
         secure.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
@@ -290,7 +341,9 @@ describe('HTTP proxy behind load balancers (client address)', () => {
       });
 
       it('HTTP/2 over TLS after a v1 header', T, async () => {
-        const { port, base } = await startProxy(optional, { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } });
+        const { port, base } = await startProxy(optional, {
+          frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem },
+        });
         const secure = await tlsAfterHeader(port, encodeProxyV1(proxied('198.51.100.8', port)), 'h2');
         assert.equal(secure.alpnProtocol, 'h2');
         const session = http2.connect(base, { createConnection: () => secure });
@@ -312,7 +365,9 @@ describe('HTTP proxy behind load balancers (client address)', () => {
       });
 
       it('required: a trusted peer starting TLS without a header gets no handshake', T, async () => {
-        const { port } = await startProxy(required, { frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem } });
+        const { port } = await startProxy(required, {
+          frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem },
+        });
         await assert.rejects(tlsAfterHeader(port, undefined, 'http/1.1'));
         // An untrusted peer's TLS needs no header.
         const res = await request(`https://${FRONT_IP}:${port}/`, { localAddress: DIRECT, ca: ca.certificatePem, servername: 'shop.test' });

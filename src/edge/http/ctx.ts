@@ -124,12 +124,7 @@ export class RequestCtx {
 
   private countryCode: string | undefined = undefined;
 
-  constructor(
-    proxy: ProxySnapshot,
-    req: ClientRequest,
-    res: ClientResponse | undefined,
-    upgrade?: { socket: Duplex; head: Buffer },
-  ) {
+  constructor(proxy: ProxySnapshot, req: ClientRequest, res: ClientResponse | undefined, upgrade?: { socket: Duplex; head: Buffer }) {
     this.proxy = proxy;
     this.req = req;
     this.res = res;

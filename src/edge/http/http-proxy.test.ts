@@ -10,7 +10,16 @@ import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy } from './http-proxy.ts';
 import { request } from '../../../test/support/http-client.ts';
-import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
+import {
+  FRONT_IP,
+  ORIGIN_IP,
+  freePort,
+  resolvedProxy,
+  startOrigin,
+  testDeps,
+  type EchoReply,
+  type TestOrigin,
+} from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 
@@ -73,7 +82,9 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
     const { execFile } = await import('node:child_process');
     // Asynchronously: the proxy under test runs in this very process.
     const out = await new Promise<string>((resolve, reject) =>
-      execFile('curl', ['-s', '--max-time', '5', '--http1.0', '-H', 'Host:', `${base}/old`], (err, stdout) => (err ? reject(err) : resolve(stdout))),
+      execFile('curl', ['-s', '--max-time', '5', '--http1.0', '-H', 'Host:', `${base}/old`], (err, stdout) =>
+        err ? reject(err) : resolve(stdout),
+      ),
     );
     const echo = JSON.parse(out) as EchoReply;
     assert.equal(echo.headers.host, `${ORIGIN_IP}:${origin.port}`);
@@ -107,11 +118,15 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
 
   it('forwards a POST body with its length, and a chunked body', T, async () => {
     const body = 'a=1&b=2';
-    const posted = JSON.parse((await request(`${base}/form`, { method: 'POST', body, headers: { 'content-type': 'application/x-www-form-urlencoded' } })).text) as EchoReply;
+    const posted = JSON.parse(
+      (await request(`${base}/form`, { method: 'POST', body, headers: { 'content-type': 'application/x-www-form-urlencoded' } })).text,
+    ) as EchoReply;
     assert.equal(posted.method, 'POST');
     assert.equal(posted.bodyLength, body.length);
     assert.equal(posted.headers['content-length'], String(body.length));
-    const chunked = JSON.parse((await request(`${base}/chunked`, { method: 'PUT', body: Readable.from([Buffer.from('hello '), Buffer.from('world')]) })).text) as EchoReply;
+    const chunked = JSON.parse(
+      (await request(`${base}/chunked`, { method: 'PUT', body: Readable.from([Buffer.from('hello '), Buffer.from('world')]) })).text,
+    ) as EchoReply;
     assert.equal(chunked.headers['transfer-encoding'], 'chunked');
     assert.equal(chunked.bodyLength, 11);
     assert.equal(chunked.bodySha256, createHash('sha256').update('hello world').digest('hex'));
@@ -179,7 +194,10 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
       const declared = await request(`http://${FRONT_IP}:${port2}/`, { method: 'POST', body: Buffer.alloc(2048) });
       assert.equal(declared.status, 413);
       assert.match(declared.text, /Support ID: <code>[0-9a-f]{32}<\/code>/);
-      const chunked = await request(`http://${FRONT_IP}:${port2}/`, { method: 'POST', body: Readable.from([Buffer.alloc(1000), Buffer.alloc(1000)]) });
+      const chunked = await request(`http://${FRONT_IP}:${port2}/`, {
+        method: 'POST',
+        body: Readable.from([Buffer.alloc(1000), Buffer.alloc(1000)]),
+      });
       assert.equal(chunked.status, 413);
     } finally {
       await small.stop();
@@ -201,7 +219,7 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
       const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
       socket.on('error', () => {});
       await new Promise<void>((resolve) => socket.once('connect', resolve));
-      const trickle = 'GET / HTTP/1.1\r\nHost: slow\r\nX-Slow: ' + 'a'.repeat(1000);
+      const trickle = `GET / HTTP/1.1\r\nHost: slow\r\nX-Slow: ${'a'.repeat(1000)}`;
       let i = 0;
       timer = setInterval(() => {
         if (!socket.destroyed && i < trickle.length) socket.write(trickle[i++]!);
@@ -235,7 +253,11 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
       const first = await get();
       assert.equal(first.status, 200);
       // 127.0.0.20 is in DE by the test overrides.
-      await live.update({ ...config, revision: config.revision + 1, attributes: { ...config.attributes, geoFencing: { mode: 'BLOCK_LISTED', countries: ['DE'] } } });
+      await live.update({
+        ...config,
+        revision: config.revision + 1,
+        attributes: { ...config.attributes, geoFencing: { mode: 'BLOCK_LISTED', countries: ['DE'] } },
+      });
       const second = await get();
       assert.equal(second.status, 403);
       assert.equal(second.localPort, first.localPort, 'same connection');
@@ -260,7 +282,10 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
 
   it('listens on IPv6 too when the front end has an ipv6 address', T, async () => {
     const port2 = await freePort('::1');
-    const dual = new HttpProxy(resolvedProxy(port2, [origin], { attributes: { frontend: { ipv4: FRONT_IP, ipv6: '::1', port: port2 } } }), deps);
+    const dual = new HttpProxy(
+      resolvedProxy(port2, [origin], { attributes: { frontend: { ipv4: FRONT_IP, ipv6: '::1', port: port2 } } }),
+      deps,
+    );
     try {
       await dual.start();
       const res = await request(`http://[::1]:${port2}/v6`);
@@ -304,7 +329,9 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
     /** A request on a new connection from `localAddress`: the connection is kept open when served. */
     const attempt = (localAddress: string) =>
       new Promise<'served' | 'refused'>((resolve) => {
-        const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress }, () => socket.write('GET / HTTP/1.1\r\nHost: cap\r\n\r\n'));
+        const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress }, () =>
+          socket.write('GET / HTTP/1.1\r\nHost: cap\r\n\r\n'),
+        );
         socket.on('data', (chunk: Buffer) => {
           if (!chunk.toString('latin1').startsWith('HTTP/1.1 200')) return;
           held.push(socket);
@@ -333,39 +360,46 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
     }
   });
 
-  it('counts the clients of a trusted load balancer by its PROXY header, and its own header-less connections towards the total only', T, async () => {
-    const { ClientAddressPolicy } = await import('../net/client-address.ts');
-    const { encodeProxyV1 } = await import('../net/proxy-protocol.ts');
-    const capPort = await freePort(FRONT_IP);
-    const capped = new HttpProxy(
-      resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1, maxConnections: 100 } } }),
-      testDeps({ clientAddress: new ClientAddressPolicy({ trustedProxies: ['127.0.1.13/32'], listenerProxyProtocol: 'optional' }) }),
-    );
-    await capped.start();
-    const held: net.Socket[] = [];
-    const attempt = (prefix: string) =>
-      new Promise<'served' | 'refused'>((resolve) => {
-        const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress: '127.0.1.13' }, () => socket.write(`${prefix}GET / HTTP/1.1\r\nHost: lb\r\n\r\n`));
-        socket.on('data', (chunk: Buffer) => {
-          if (!chunk.toString('latin1').startsWith('HTTP/1.1 200')) return;
-          held.push(socket);
-          resolve('served');
+  it(
+    'counts the clients of a trusted load balancer by its PROXY header, and its own header-less connections towards the total only',
+    T,
+    async () => {
+      const { ClientAddressPolicy } = await import('../net/client-address.ts');
+      const { encodeProxyV1 } = await import('../net/proxy-protocol.ts');
+      const capPort = await freePort(FRONT_IP);
+      const capped = new HttpProxy(
+        resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1, maxConnections: 100 } } }),
+        testDeps({ clientAddress: new ClientAddressPolicy({ trustedProxies: ['127.0.1.13/32'], listenerProxyProtocol: 'optional' }) }),
+      );
+      await capped.start();
+      const held: net.Socket[] = [];
+      const attempt = (prefix: string) =>
+        new Promise<'served' | 'refused'>((resolve) => {
+          const socket = net.connect({ host: FRONT_IP, port: capPort, localAddress: '127.0.1.13' }, () =>
+            socket.write(`${prefix}GET / HTTP/1.1\r\nHost: lb\r\n\r\n`),
+          );
+          socket.on('data', (chunk: Buffer) => {
+            if (!chunk.toString('latin1').startsWith('HTTP/1.1 200')) return;
+            held.push(socket);
+            resolve('served');
+          });
+          socket.on('error', () => {});
+          socket.on('close', () => resolve('refused'));
         });
-        socket.on('error', () => {});
-        socket.on('close', () => resolve('refused'));
-      });
-    const header = (client: string) =>
-      encodeProxyV1({ sourceAddress: client, sourcePort: 4000, destinationAddress: FRONT_IP, destinationPort: capPort }).toString('latin1');
-    try {
-      assert.equal(await attempt(''), 'served');
-      assert.equal(await attempt(''), 'served', 'the load balancer itself is not one source');
-      assert.equal(await attempt(header('198.51.100.1')), 'served');
-      assert.equal(await attempt(header('198.51.100.1')), 'refused', 'the client its header names is');
-      assert.equal(await attempt(header('198.51.100.2')), 'served');
-    } finally {
-      for (const socket of held) socket.destroy();
-      await capped.stop();
-    }
-  });
+      const header = (client: string) =>
+        encodeProxyV1({ sourceAddress: client, sourcePort: 4000, destinationAddress: FRONT_IP, destinationPort: capPort }).toString(
+          'latin1',
+        );
+      try {
+        assert.equal(await attempt(''), 'served');
+        assert.equal(await attempt(''), 'served', 'the load balancer itself is not one source');
+        assert.equal(await attempt(header('198.51.100.1')), 'served');
+        assert.equal(await attempt(header('198.51.100.1')), 'refused', 'the client its header names is');
+        assert.equal(await attempt(header('198.51.100.2')), 'served');
+      } finally {
+        for (const socket of held) socket.destroy();
+        await capped.stop();
+      }
+    },
+  );
 });
-

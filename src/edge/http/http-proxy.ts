@@ -13,10 +13,10 @@
  */
 import http from 'node:http';
 import http2 from 'node:http2';
-import tls from 'node:tls';
+import type tls from 'node:tls';
 import { createAcmeTlsAlpnServer, isAcmeTlsAlpn } from '../../certs/acme-tls-alpn.ts';
 import { readClientHello } from '../net/client-hello.ts';
-import net from 'node:net';
+import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { acceptProxyHeaders, proxiedAddressesOf } from '../net/proxy-header.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../l4/flood-limits.ts';
@@ -137,7 +137,12 @@ export class HttpProxy {
     const limits = connectionLimitsOf(config, deps);
     this.admission = deps.connectionLimits?.create?.(config.id, limits) ?? new FloodLimiter(limits);
     this.http2Guard = new Http2SessionGuard(this.limits, {
-      onRefused: (reason, details) => this.refused('HTTP/2', reason, { remoteAddress: details.remoteAddress, streams: details.streams, prematureResets: details.premature }),
+      onRefused: (reason, details) =>
+        this.refused('HTTP/2', reason, {
+          remoteAddress: details.remoteAddress,
+          streams: details.streams,
+          prematureResets: details.premature,
+        }),
     });
   }
 
@@ -157,7 +162,8 @@ export class HttpProxy {
     if (this.stopped) throw new Error('HttpProxy stopped');
     this.started = true;
     const specs = listenerSpecs(this.snapshot.config, this.deps.reusePort === true);
-    if (specs.length === 0) throw Object.assign(new Error('no front-end address (frontend.ipv4 or frontend.ipv6)'), { code: 'ENOFRONTEND' });
+    if (specs.length === 0)
+      throw Object.assign(new Error('no front-end address (frontend.ipv4 or frontend.ipv6)'), { code: 'ENOFRONTEND' });
     try {
       for (const spec of specs) await this.bind(spec);
     } catch (err) {
@@ -218,7 +224,9 @@ export class HttpProxy {
     const acmeTlsAlpn = this.deps.acmeTlsAlpn;
     if (spec.secure && acmeTlsAlpn) {
       // Bound to this proxy's tenant: another tenant's pending order gets no answer here.
-      this.acmeTlsServer ??= createAcmeTlsAlpnServer({ alpnChallengeCertificate: (servername) => acmeTlsAlpn.alpnChallengeCertificate(servername, this.snapshot.tenantId) });
+      this.acmeTlsServer ??= createAcmeTlsAlpnServer({
+        alpnChallengeCertificate: (servername) => acmeTlsAlpn.alpnChallengeCertificate(servername, this.snapshot.tenantId),
+      });
       dispatchAcmeTlsAlpn(server, this.acmeTlsServer);
     }
     // The caps count the client, so they come after the PROXY header (which names it) and before
@@ -226,7 +234,8 @@ export class HttpProxy {
     this.admitConnections(server);
     // On the wire the PROXY header comes first, before the TLS ClientHello: its reader wraps the rest.
     const clientAddress = this.deps.clientAddress;
-    if (clientAddress !== undefined && clientAddress.proxyProtocol !== 'off') acceptProxyHeaders(server, clientAddress, { resume: !spec.secure });
+    if (clientAddress !== undefined && clientAddress.proxyProtocol !== 'off')
+      acceptProxyHeaders(server, clientAddress, { resume: !spec.secure });
     // Last: the listener tracks every connection from its first moment (stop cuts those still reading a header).
     const listener = new Listener(spec, server);
     await listener.listen();
@@ -264,7 +273,10 @@ export class HttpProxy {
   private refused(protocol: 'HTTP' | 'HTTP/2', reason: HttpRefusalReason, details: object): void {
     const proxyId = this.snapshot.id;
     this.deps.metrics?.connectionRefused?.(proxyId, protocol, reason);
-    this.deps.logger?.warn({ proxyId, protocol, reason, ...details }, 'http connection refused or ended: over a cap, a deadline or the reset bound');
+    this.deps.logger?.warn(
+      { proxyId, protocol, reason, ...details },
+      'http connection refused or ended: over a cap, a deadline or the reset bound',
+    );
   }
 
   private createPlainServer(): http.Server {
@@ -343,9 +355,10 @@ export class HttpProxy {
    */
   private readonly onClientError = (error: NodeJS.ErrnoException, socket: Duplex): void => {
     const code = error.code;
-    if (code === 'ERR_HTTP_REQUEST_TIMEOUT') this.refused('HTTP', 'REQUEST_TIMEOUT', { remoteAddress: (socket as net.Socket).remoteAddress });
+    if (code === 'ERR_HTTP_REQUEST_TIMEOUT')
+      this.refused('HTTP', 'REQUEST_TIMEOUT', { remoteAddress: (socket as net.Socket).remoteAddress });
     const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
-    if (socket.writable && (!inFlight || !inFlight.headersSent)) {
+    if (socket.writable && !inFlight?.headersSent) {
       socket.write(
         code === 'HPE_HEADER_OVERFLOW'
           ? 'HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n'

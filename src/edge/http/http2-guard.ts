@@ -160,7 +160,11 @@ export class Http2SessionGuard {
   #end(state: SessionState, reason: Http2Refusal, code: number): void {
     if (state.ended) return;
     state.ended = true;
-    this.#events.onRefused(reason, { remoteAddress: state.session.socket?.remoteAddress, streams: state.opened, premature: state.premature });
+    this.#events.onRefused(reason, {
+      remoteAddress: state.session.socket?.remoteAddress,
+      streams: state.opened,
+      premature: state.premature,
+    });
     // destroy sends a GOAWAY with `code` and closes the socket: streams still open are cut. (The
     // number form: `destroy(undefined, code)` would take the default NO_ERROR for its first argument.)
     if (code === http2.constants.NGHTTP2_NO_ERROR) state.session.destroy();
@@ -211,7 +215,11 @@ export class Http2SessionGuard {
   };
 
   #timeOutStream(state: SessionState, stream: http2.ServerHttp2Stream): void {
-    this.#events.onRefused('REQUEST_TIMEOUT', { remoteAddress: state.session.socket?.remoteAddress, streams: state.opened, premature: state.premature });
+    this.#events.onRefused('REQUEST_TIMEOUT', {
+      remoteAddress: state.session.socket?.remoteAddress,
+      streams: state.opened,
+      premature: state.premature,
+    });
     closedByUs.add(stream);
     if (!stream.headersSent) {
       try {

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import http from 'node:http';
+import type http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
 import { after, before, describe, it } from 'node:test';
@@ -17,7 +17,15 @@ import type { ResolvedHttpProxy } from './types.ts';
 import { request } from '../../../test/support/http-client.ts';
 import { rapidReset } from '../../../test/support/rapid-reset.ts';
 import { TestCa, tempDir, writePemFile, type IssuedCertificate } from '../../../test/support/pki.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../test/support/http-servers.ts';
+import {
+  FRONT_IP,
+  freePort,
+  resolvedProxy,
+  startOrigin,
+  testDeps,
+  type EchoReply,
+  type TestOrigin,
+} from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 
@@ -112,7 +120,11 @@ describe('HTTP proxy, TLS front end', () => {
     try {
       const before = await viaAgent();
       assert.equal(before.fingerprint, leaf.fingerprintHex);
-      await proxy.update({ ...config, revision: config.revision + 1, frontendCertificate: { certificatePem: renewed.certificatePem, privateKeyPem: renewed.privateKeyPem } });
+      await proxy.update({
+        ...config,
+        revision: config.revision + 1,
+        frontendCertificate: { certificatePem: renewed.certificatePem, privateKeyPem: renewed.privateKeyPem },
+      });
       const fresh = await request(`${url}/`, { ca: serverCa.certificatePem });
       assert.equal(fresh.serverCertificate, renewed.fingerprintHex, 'a new connection gets the new certificate');
       const kept = await viaAgent();
@@ -150,9 +162,29 @@ describe('HTTP proxy, TLS front end', () => {
       session.close();
     }
     // curl negotiates h2 by itself: the version it reports is the proof.
-    const curl = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_version} %{http_code}', '--http2', '--cacert', serverCaFile, `${url}/curl`]);
+    const curl = await run('curl', [
+      '-s',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_version} %{http_code}',
+      '--http2',
+      '--cacert',
+      serverCaFile,
+      `${url}/curl`,
+    ]);
     assert.equal(curl.stdout, '2 200');
-    const curl1 = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_version} %{http_code}', '--http1.1', '--cacert', serverCaFile, `${url}/curl`]);
+    const curl1 = await run('curl', [
+      '-s',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_version} %{http_code}',
+      '--http1.1',
+      '--cacert',
+      serverCaFile,
+      `${url}/curl`,
+    ]);
     assert.equal(curl1.stdout, '1.1 200');
   });
 
@@ -190,7 +222,9 @@ describe('HTTP proxy, TLS front end', () => {
   describe('mutual TLS, VERIFY_AND_REJECT with CRL', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [crl] } }));
+      ({ url } = await startProxy({
+        clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [crl] },
+      }));
     });
 
     it('accepts a client certificate issued by the configured CA', T, async () => {
@@ -218,7 +252,20 @@ describe('HTTP proxy, TLS front end', () => {
       await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem, cert: mallory.certificatePem, key: mallory.privateKeyPem }));
       // Node checks the chain verdict right after the handshake and closes the connection: curl sees
       // no status line at all (exit code 56, or 35 when the close races the handshake).
-      const curl = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--cacert', serverCaFile, '--cert', malloryCertificateFile, '--key', malloryKeyFile, `${url}/`]);
+      const curl = await run('curl', [
+        '-sS',
+        '-o',
+        '/dev/null',
+        '-w',
+        '%{http_code}',
+        '--cacert',
+        serverCaFile,
+        '--cert',
+        malloryCertificateFile,
+        '--key',
+        malloryKeyFile,
+        `${url}/`,
+      ]);
       assert.notEqual(curl.code, 0);
       assert.equal(curl.stdout, '000');
       assert.equal(origin.requests, before, 'nothing reached the origin');
@@ -232,11 +279,17 @@ describe('HTTP proxy, TLS front end', () => {
   describe('mutual TLS, VERIFY_AND_FORWARD', () => {
     let url = '';
     before(async () => {
-      ({ url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [crl] } }));
+      ({ url } = await startProxy({
+        clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [crl] },
+      }));
     });
 
     const seen = async (client: IssuedCertificate | undefined, headers: http.OutgoingHttpHeaders = {}) => {
-      const res = await request(`${url}/`, { ca: serverCa.certificatePem, headers, ...(client ? { cert: client.certificatePem, key: client.privateKeyPem } : {}) });
+      const res = await request(`${url}/`, {
+        ca: serverCa.certificatePem,
+        headers,
+        ...(client ? { cert: client.certificatePem, key: client.privateKeyPem } : {}),
+      });
       assert.equal(res.status, 200);
       return (JSON.parse(res.text) as EchoReply).headers;
     };
@@ -250,7 +303,11 @@ describe('HTTP proxy, TLS front end', () => {
     });
 
     it('passes NONE without a certificate, and replaces forged headers', T, async () => {
-      const headers = await seen(undefined, { 'x-client-cert-verified': 'SUCCESS', 'x-client-cert-subject': 'CN=admin', 'x-client-cert-fingerprint': 'ab' });
+      const headers = await seen(undefined, {
+        'x-client-cert-verified': 'SUCCESS',
+        'x-client-cert-subject': 'CN=admin',
+        'x-client-cert-fingerprint': 'ab',
+      });
       assert.equal(headers['x-client-cert-verified'], 'NONE');
       assert.equal(headers['x-client-cert-subject'], undefined);
       assert.equal(headers['x-client-cert-fingerprint'], undefined);
@@ -258,15 +315,28 @@ describe('HTTP proxy, TLS front end', () => {
 
     it('passes FAILED with the reason for a revoked or untrusted certificate', T, async () => {
       assert.equal((await seen(mallory))['x-client-cert-verified'], 'FAILED:CERT_REVOKED');
-      assert.match(String((await seen(stranger))['x-client-cert-verified']), /^FAILED:(UNABLE_TO_GET_ISSUER_CERT|UNABLE_TO_GET_ISSUER_CERT_LOCALLY|UNABLE_TO_VERIFY_LEAF_SIGNATURE)$/);
+      assert.match(
+        String((await seen(stranger))['x-client-cert-verified']),
+        /^FAILED:(UNABLE_TO_GET_ISSUER_CERT|UNABLE_TO_GET_ISSUER_CERT_LOCALLY|UNABLE_TO_VERIFY_LEAF_SIGNATURE)$/,
+      );
     });
   });
 
   it('with verifyCrl and no CRL fetched yet, refuses every client certificate (fail closed)', T, async () => {
-    const { url } = await startProxy({ clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [] } });
-    await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem, cert: mallory.certificatePem, key: mallory.privateKeyPem }), 'the revoked one');
-    await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem }), 'and the good one: revocation cannot be checked');
-    const forwarding = await startProxy({ clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [] } });
+    const { url } = await startProxy({
+      clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [] },
+    });
+    await assert.rejects(
+      request(`${url}/`, { ca: serverCa.certificatePem, cert: mallory.certificatePem, key: mallory.privateKeyPem }),
+      'the revoked one',
+    );
+    await assert.rejects(
+      request(`${url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem }),
+      'and the good one: revocation cannot be checked',
+    );
+    const forwarding = await startProxy({
+      clientVerification: { mode: 'VERIFY_AND_FORWARD', caPems: [clientCa.certificatePem], verifyCrl: true, crlPems: [] },
+    });
     const res = await request(`${forwarding.url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem });
     assert.equal((JSON.parse(res.text) as EchoReply).headers['x-client-cert-verified'], 'FAILED:UNABLE_TO_GET_CRL');
   });
@@ -276,24 +346,36 @@ describe('HTTP proxy, TLS front end', () => {
     const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: serverCa.certificatePem });
     const viaAgent = () =>
       new Promise<number>((resolve, reject) => {
-        https.get(`${url}/`, { agent }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        }).on('error', reject);
+        https
+          .get(`${url}/`, { agent }, (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          })
+          .on('error', reject);
       });
     try {
       assert.equal(await viaAgent(), 200);
-      await proxy.update({ ...config, revision: config.revision + 1, clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: false, crlPems: [] } });
+      await proxy.update({
+        ...config,
+        revision: config.revision + 1,
+        clientVerification: { mode: 'VERIFY_AND_REJECT', caPems: [clientCa.certificatePem], verifyCrl: false, crlPems: [] },
+      });
       assert.equal(await viaAgent(), 403);
       await assert.rejects(request(`${url}/`, { ca: serverCa.certificatePem }));
-      assert.equal((await request(`${url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem })).status, 200);
+      assert.equal(
+        (await request(`${url}/`, { ca: serverCa.certificatePem, cert: alice.certificatePem, key: alice.privateKeyPem })).status,
+        200,
+      );
     } finally {
       agent.destroy();
     }
   });
 
   it('drops a slow client over TLS too: one that never handshakes, and one that trickles its headers', T, async () => {
-    const { url } = await startProxy({}, testDeps({ limits: { tlsHandshakeTimeoutMs: 500, headersTimeoutMs: 1000, connectionsCheckingIntervalMs: 200 } }));
+    const { url } = await startProxy(
+      {},
+      testDeps({ limits: { tlsHandshakeTimeoutMs: 500, headersTimeoutMs: 1000, connectionsCheckingIntervalMs: 200 } }),
+    );
     const { hostname, port } = new URL(url);
     const silent = net.connect({ host: hostname, port: Number(port) });
     silent.on('error', () => {});
@@ -302,7 +384,7 @@ describe('HTTP proxy, TLS front end', () => {
     const slow = tls.connect({ host: hostname, port: Number(port), ca: serverCa.certificatePem, ALPNProtocols: ['http/1.1'] });
     slow.on('error', () => {});
     await new Promise<void>((resolve) => slow.once('secureConnect', () => resolve()));
-    const trickle = 'GET / HTTP/1.1\r\nHost: slow\r\nX-Slow: ' + 'a'.repeat(1000);
+    const trickle = `GET / HTTP/1.1\r\nHost: slow\r\nX-Slow: ${'a'.repeat(1000)}`;
     let i = 0;
     const timer = setInterval(() => {
       if (!slow.destroyed && i < trickle.length) slow.write(trickle[i++]!);
@@ -392,7 +474,10 @@ describe('HTTP proxy, HTTP/2 bounds', () => {
     const attack = await rapidReset({ host: hostname, port: Number(port), ca: ca.certificatePem, streams: 10_000 });
     assert.equal(attack.closed, true, 'the session was ended');
     // The GOAWAY may be overtaken by the reset of a close with the client's frames unread.
-    assert.ok(attack.goawayCode === undefined || attack.goawayCode === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, String(attack.goawayCode));
+    assert.ok(
+      attack.goawayCode === undefined || attack.goawayCode === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM,
+      String(attack.goawayCode),
+    );
     assert.ok(refused.includes('HTTP/2 RAPID_RESET'), JSON.stringify(refused));
     const other = http2.connect(url, { ca: ca.certificatePem });
     try {

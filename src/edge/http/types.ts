@@ -103,7 +103,9 @@ export interface HttpProxyDeps {
    * proxy's tenant (`tenantId`) has an order pending for that name. Absent = TLS listeners hand
    * every connection to the site.
    */
-  acmeTlsAlpn?: { alpnChallengeCertificate(servername: string, tenantId: string): Promise<{ certPem: string; keyPem: string } | undefined> };
+  acmeTlsAlpn?: {
+    alpnChallengeCertificate(servername: string, tenantId: string): Promise<{ certPem: string; keyPem: string } | undefined>;
+  };
   /**
    * Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL): from their
    * networks only, listeners read PROXY headers and requests' X-Forwarded-For names the client.
@@ -118,15 +120,7 @@ export type WafSettings = NonNullable<HttpProxyAttributes['waf']>;
 // What the phases answer.
 
 /** The phases that may answer a request themselves (`internal`: a phase that failed). */
-export type PhaseName =
-  | 'accept'
-  | 'acme-challenge'
-  | 'geo-fence'
-  | 'rate-limit'
-  | 'waf'
-  | 'upstream'
-  | 'waf-response'
-  | 'internal';
+export type PhaseName = 'accept' | 'acme-challenge' | 'geo-fence' | 'rate-limit' | 'waf' | 'upstream' | 'waf-response' | 'internal';
 
 /** A response the proxy makes itself. */
 export interface Answer {
@@ -288,7 +282,13 @@ export interface HttpProxyMetrics {
    * A request ended (answered, proxied or abandoned): how long it took, and how long the origin
    * took to its response head (undefined when no origin was asked).
    */
-  requestCompleted?(proxyId: string, status: number, answeredBy: AnsweredBy, durationSeconds: number, originSeconds: number | undefined): void;
+  requestCompleted?(
+    proxyId: string,
+    status: number,
+    answeredBy: AnsweredBy,
+    durationSeconds: number,
+    originSeconds: number | undefined,
+  ): void;
   /** One attempt to an origin failed (`reason`: error code such as ECONNREFUSED or UND_ERR_HEADERS_TIMEOUT). */
   upstreamFailed?(proxyId: string, host: string, reason: string): void;
   /**

@@ -66,7 +66,10 @@ const originGuard = permissiveOriginGuard();
 
 async function proxy(
   cleanup: Cleanup,
-  options: Omit<L4ProxyOptions, 'id' | 'threatFeed' | 'originGuard'> & { threatFeed?: ThreatFeed; originGuard?: L4ProxyOptions['originGuard'] },
+  options: Omit<L4ProxyOptions, 'id' | 'threatFeed' | 'originGuard'> & {
+    threatFeed?: ThreatFeed;
+    originGuard?: L4ProxyOptions['originGuard'];
+  },
 ): Promise<L4Proxy> {
   const created = new L4Proxy({ id: 'test-proxy', threatFeed: noThreats, originGuard, ...options });
   await created.start();
@@ -183,7 +186,7 @@ describe('L4Proxy over TCP', () => {
     assert.equal(readAfterOwnFin, 'still here');
   });
 
-  test('sends a PROXY v1 header with the client\'s real address and port', async (cleanup) => {
+  test("sends a PROXY v1 header with the client's real address and port", async (cleanup) => {
     const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
     const port = await freePort(FRONT);
     await proxy(cleanup, {
@@ -221,8 +224,24 @@ describe('L4Proxy over TCP', () => {
     assert.deepEqual(
       echo.headers.map(({ length: _length, ...header }) => header),
       [
-        { version: 2, command: 'PROXY', protocol: 'TCP4', sourceAddress: '127.0.0.6', sourcePort: overV4.localPort, destinationAddress: FRONT, destinationPort: port },
-        { version: 2, command: 'PROXY', protocol: 'TCP6', sourceAddress: '::1', sourcePort: overV6.localPort, destinationAddress: '::1', destinationPort: port },
+        {
+          version: 2,
+          command: 'PROXY',
+          protocol: 'TCP4',
+          sourceAddress: '127.0.0.6',
+          sourcePort: overV4.localPort,
+          destinationAddress: FRONT,
+          destinationPort: port,
+        },
+        {
+          version: 2,
+          command: 'PROXY',
+          protocol: 'TCP6',
+          sourceAddress: '::1',
+          sourcePort: overV6.localPort,
+          destinationAddress: '::1',
+          destinationPort: port,
+        },
       ],
     );
   });
@@ -288,14 +307,20 @@ describe('L4Proxy over TCP', () => {
       }
     }
     await eventually(() => origins.reduce((sum, o) => sum + o.open, 0) === 30, 'all 30 connections at the origins');
-    assert.deepEqual(origins.map((o) => o.open), [10, 10, 10]);
+    assert.deepEqual(
+      origins.map((o) => o.open),
+      [10, 10, 10],
+    );
     assert.equal(l4.connections, 30);
     // Closing five at the first origin sends the next five there.
     for (const socket of [...origins[0]!.sockets].slice(0, 5)) socket.destroy();
     await eventually(() => origins[0]!.open === 5 && l4.connections === 25, 'five closed');
     for (let i = 0; i < 5; i++) sockets.push(await plainClient());
     await eventually(() => l4.connections === 30 && origins[0]!.open === 10, 'five more at the first origin');
-    assert.deepEqual(origins.map((o) => o.open), [10, 10, 10]);
+    assert.deepEqual(
+      origins.map((o) => o.open),
+      [10, 10, 10],
+    );
   });
 
   test('skips a dead host: the connect is retried on the next host, and the dead one is marked down', async (cleanup) => {
@@ -377,7 +402,7 @@ describe('L4Proxy over TCP', () => {
     assert.equal(echo.accepted, 4);
   });
 
-  test('caps new connections per second per source, and the proxy\'s total', async (cleanup) => {
+  test("caps new connections per second per source, and the proxy's total", async (cleanup) => {
     const echo = await origin(cleanup);
     const port = await freePort(FRONT);
     const metrics = new L4Counters();
@@ -468,9 +493,20 @@ describe('L4Proxy over UDP', () => {
     });
     const { replies, localPort } = await udpExchange('::1', port, [Buffer.from('six')]);
     assert.equal(replies[0]?.toString(), 'six');
-    assert.deepEqual(echo.headers.map(({ length: _length, ...header }) => header), [
-      { version: 2, command: 'PROXY', protocol: 'UDP6', sourceAddress: '::1', sourcePort: localPort, destinationAddress: '::1', destinationPort: port },
-    ]);
+    assert.deepEqual(
+      echo.headers.map(({ length: _length, ...header }) => header),
+      [
+        {
+          version: 2,
+          command: 'PROXY',
+          protocol: 'UDP6',
+          sourceAddress: '::1',
+          sourcePort: localPort,
+          destinationAddress: '::1',
+          destinationPort: port,
+        },
+      ],
+    );
   });
 
   test('ends a session whose host answers with ICMP port unreachable, and marks the host down', async (cleanup) => {
@@ -538,7 +574,10 @@ describe('L4Proxy and the origin policy', () => {
     assert.equal(await connectionOutcome(FRONT, port, '127.0.0.8'), 'ECONNRESET');
     await eventually(() => metrics.closed.TCP.NO_HOST === 1);
     assert.equal(echo.accepted, 0);
-    assert.deepEqual(refusals.map((r) => [r.scope, r.address, r.reason]), [['test-proxy', '127.0.0.3', 'loopback']]);
+    assert.deepEqual(
+      refusals.map((r) => [r.scope, r.address, r.reason]),
+      [['test-proxy', '127.0.0.3', 'loopback']],
+    );
   });
 
   test('drops the datagrams of a UDP client whose origin the policy refuses', async (cleanup) => {
@@ -546,7 +585,11 @@ describe('L4Proxy and the origin policy', () => {
     const port = await freePort(FRONT);
     const metrics = new L4Counters();
     const { guard, refusals } = recordingOriginGuard({ allowedNetworks: ['127.0.0.0/8'], ownHosts: ['127.0.0.3'] });
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: echo.address, port: echo.port }], { protocols: ['UDP'] }), metrics, originGuard: guard });
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: echo.address, port: echo.port }], { protocols: ['UDP'] }),
+      metrics,
+      originGuard: guard,
+    });
     const { replies } = await udpExchange(FRONT, port, [Buffer.from('x')], { replyTimeoutMs: 300 });
     assert.deepEqual(replies, []);
     assert.deepEqual(echo.received, []);
@@ -578,7 +621,10 @@ describe('L4Proxy over UDP: the reply budget (anti-amplification)', () => {
     const origin = await amplifyingOrigin(cleanup);
     const port = await freePort(FRONT);
     const metrics = new L4Counters();
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: origin.port }], { protocols: ['UDP'] }), metrics });
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: origin.port }], { protocols: ['UDP'] }),
+      metrics,
+    });
     const socket = cleanup.add(createSocket('udp4'), (s) => new Promise<void>((resolve) => s.close(() => resolve())));
     const received: Buffer[] = [];
     socket.on('message', (reply) => received.push(reply));
@@ -597,7 +643,10 @@ describe('L4Proxy over UDP: the reply budget (anti-amplification)', () => {
     const origin = await amplifyingOrigin(cleanup);
     const port = await freePort(FRONT);
     const metrics = new L4Counters();
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: origin.port }], { protocols: ['UDP'] }), metrics });
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: origin.port }], { protocols: ['UDP'] }),
+      metrics,
+    });
     const socket = cleanup.add(createSocket('udp4'), (s) => new Promise<void>((resolve) => s.close(() => resolve())));
     const received: Buffer[] = [];
     socket.on('message', (reply) => received.push(reply));
@@ -683,7 +732,12 @@ describe('L4Proxy lifecycle', () => {
     const blocker = createServer();
     await new Promise<void>((resolve) => blocker.listen(port, '::1', resolve));
     cleanup.add(blocker, (s) => new Promise((resolve) => s.close(resolve)));
-    const clash = new L4Proxy({ id: 'clash', attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echoA]), threatFeed: noThreats, originGuard });
+    const clash = new L4Proxy({
+      id: 'clash',
+      attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echoA]),
+      threatFeed: noThreats,
+      originGuard,
+    });
     await assert.rejects(clash.start(), { code: 'EADDRINUSE' });
     // The IPv4 listener it had bound first is released again.
     const probe = createServer();
@@ -691,7 +745,12 @@ describe('L4Proxy lifecycle', () => {
     await new Promise((resolve) => probe.close(resolve));
 
     // An address this host does not have (TEST-NET-1): nothing is sent, the bind just fails.
-    const foreign = new L4Proxy({ id: 'foreign', attributes: l4Attributes({ ipv4: '192.0.2.1', port }, [echoA]), threatFeed: noThreats, originGuard });
+    const foreign = new L4Proxy({
+      id: 'foreign',
+      attributes: l4Attributes({ ipv4: '192.0.2.1', port }, [echoA]),
+      threatFeed: noThreats,
+      originGuard,
+    });
     await assert.rejects(foreign.start(), { code: 'EADDRNOTAVAIL' });
   });
 
@@ -705,7 +764,12 @@ describe('L4Proxy lifecycle', () => {
 
   test('stop frees the port and closes established connections', async (cleanup) => {
     const port = await freePort(FRONT);
-    const l4 = new L4Proxy({ id: 'stopping', attributes: l4Attributes({ ipv4: FRONT, port }, [echoA], { protocols: ['TCP', 'UDP'] }), threatFeed: noThreats, originGuard });
+    const l4 = new L4Proxy({
+      id: 'stopping',
+      attributes: l4Attributes({ ipv4: FRONT, port }, [echoA], { protocols: ['TCP', 'UDP'] }),
+      threatFeed: noThreats,
+      originGuard,
+    });
     await l4.start();
     const socket = client(cleanup, await connectTo(FRONT, port));
     socket.write('x');
@@ -750,7 +814,12 @@ describe('L4Proxy behind a load balancer (PROXY protocol from trusted peers)', (
       metrics,
     });
     const socket = client(cleanup, await connectTo(FRONT, port, LB));
-    socket.write(Buffer.concat([encodeProxyV1({ sourceAddress: '198.51.100.7', sourcePort: 40123, destinationAddress: FRONT, destinationPort: port }), Buffer.from('hello')]));
+    socket.write(
+      Buffer.concat([
+        encodeProxyV1({ sourceAddress: '198.51.100.7', sourcePort: 40123, destinationAddress: FRONT, destinationPort: port }),
+        Buffer.from('hello'),
+      ]),
+    );
     socket.write(' world');
     assert.equal((await readBytes(socket, 11)).toString(), 'hello world');
     assert.equal(echo.headers.length, 1);
@@ -855,7 +924,22 @@ describe('L4Proxy behind a load balancer (PROXY protocol from trusted peers)', (
     const [refused, tunnelled] = lines;
     assert.deepEqual(
       { ...refused, time: undefined },
-      { type: 'l4', time: undefined, proxyId: 'test-proxy', tenantId: 'tenant-1', protocol: 'TCP', clientIp: '127.0.0.9', clientPort: refused!.clientPort, serverIp: FRONT, serverPort: port, durationMs: 0, answeredBy: 'threat-feed', refused: 'THREAT_FEED', bytesIn: 0, bytesOut: 0 },
+      {
+        type: 'l4',
+        time: undefined,
+        proxyId: 'test-proxy',
+        tenantId: 'tenant-1',
+        protocol: 'TCP',
+        clientIp: '127.0.0.9',
+        clientPort: refused!.clientPort,
+        serverIp: FRONT,
+        serverPort: port,
+        durationMs: 0,
+        answeredBy: 'threat-feed',
+        refused: 'THREAT_FEED',
+        bytesIn: 0,
+        bytesOut: 0,
+      },
     );
     assert.equal(tunnelled!.answeredBy, 'origin');
     assert.equal(tunnelled!.end, 'COMPLETED');
@@ -875,7 +959,16 @@ describe('L4Proxy behind a load balancer (PROXY protocol from trusted peers)', (
     await eventually(() => udpLines.length === 1, 'the session line');
     const session = udpLines[0]!;
     assert.deepEqual(
-      [session.protocol, session.clientIp, session.clientPort, session.answeredBy, session.end, session.bytesIn, session.bytesOut, session.upstream],
+      [
+        session.protocol,
+        session.clientIp,
+        session.clientPort,
+        session.answeredBy,
+        session.end,
+        session.bytesIn,
+        session.bytesOut,
+        session.upstream,
+      ],
       ['UDP', '127.0.0.5', localPort, 'origin', 'IDLE_TIMEOUT', 4, 4, `127.0.0.3:${udpEcho.port}`],
     );
   });

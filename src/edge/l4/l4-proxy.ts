@@ -328,7 +328,10 @@ export class L4Proxy {
         onSessionLimit: () => this.metrics?.connectionRefused(this.id, 'UDP', 'SESSION_LIMIT'),
         onReplyOverBudget: (details) => {
           this.metrics?.datagramDropped?.(this.id, 'UDP', 'REPLY_BUDGET');
-          this.logger?.warn({ proxyId: this.id, ...details }, 'udp reply dropped: over the reply budget of a client that has not shown it receives');
+          this.logger?.warn(
+            { proxyId: this.id, ...details },
+            'udp reply dropped: over the reply budget of a client that has not shown it receives',
+          );
         },
         onOriginError: (host, error) => this.metrics?.originConnectFailed(this.id, 'UDP', host, error),
         onSessionClose: (slot, result) => {
@@ -373,7 +376,7 @@ export class L4Proxy {
       socket.destroy(); // already gone
       return;
     }
-    if (this.clientAddress !== undefined && this.clientAddress.readsProxyHeader(ip)) {
+    if (this.clientAddress?.readsProxyHeader(ip)) {
       this.readClientFromHeader(socket, this.clientAddress);
       return;
     }

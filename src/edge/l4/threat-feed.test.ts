@@ -220,7 +220,10 @@ describe('ThreatFeed', { timeout: 15_000 }, () => {
 
 describe('threat feed sources in logs and metrics', () => {
   it('show a URL without its credentials and query, a file path as it is', () => {
-    assert.equal(sourceLabel('https://user:s3cret@feeds.example.net/drop.txt?apikey=abc123#x'), 'https://feeds.example.net/drop.txt?redacted');
+    assert.equal(
+      sourceLabel('https://user:s3cret@feeds.example.net/drop.txt?apikey=abc123#x'),
+      'https://feeds.example.net/drop.txt?redacted',
+    );
     assert.equal(sourceLabel('http://feeds.example.net/level1.netset'), 'http://feeds.example.net/level1.netset');
     assert.equal(sourceLabel('/etc/tps/feeds/drop.txt'), '/etc/tps/feeds/drop.txt');
   });

@@ -91,7 +91,13 @@ export interface UdpRelayHooks<Ticket> {
   /** A datagram of a new client was dropped because `maxSessions` sessions exist. */
   onSessionLimit?: () => void;
   /** A reply was dropped: it did not fit the session's reply budget (the client is not validated). */
-  onReplyOverBudget?: (details: { clientAddress: string; clientPort: number; bytes: number; bytesFromClient: number; bytesToClient: number }) => void;
+  onReplyOverBudget?: (details: {
+    clientAddress: string;
+    clientPort: number;
+    bytes: number;
+    bytesFromClient: number;
+    bytesToClient: number;
+  }) => void;
   /** An origin failed, or the origin policy refused it (the datagram that asked for it is dropped). */
   onOriginError?: (host: PooledHost, error: Error) => void;
   /** A session ended; its ticket is handed back. */

@@ -25,7 +25,11 @@ describe('ClientAddressPolicy', () => {
 
   it('refuses an entry that is not an address or CIDR', () => {
     assert.throws(() => new ClientAddressPolicy({ trustedProxies: ['10.0.0.0/33'], listenerProxyProtocol: 'off' }), /10\.0\.0\.0\/33/);
-    assert.deepEqual(invalidCidrs(['10.0.0.0/8', ' 2001:db8::/32 ', 'lb.example.com', '10.0.0.0/', '1.2.3.4/-1']), ['lb.example.com', '10.0.0.0/', '1.2.3.4/-1']);
+    assert.deepEqual(invalidCidrs(['10.0.0.0/8', ' 2001:db8::/32 ', 'lb.example.com', '10.0.0.0/', '1.2.3.4/-1']), [
+      'lb.example.com',
+      '10.0.0.0/',
+      '1.2.3.4/-1',
+    ]);
   });
 
   it('reads PROXY headers only when the setting is on, and only from trusted peers', () => {
@@ -45,7 +49,12 @@ describe('X-Forwarded-For from a trusted peer', () => {
   });
 
   it('names the client: the last entry when it is not trusted', () => {
-    assert.deepEqual(resolve('10.0.0.5', '198.51.100.7'), { ip: '198.51.100.7', port: 0, source: 'x-forwarded-for', forwardedForBefore: '' });
+    assert.deepEqual(resolve('10.0.0.5', '198.51.100.7'), {
+      ip: '198.51.100.7',
+      port: 0,
+      source: 'x-forwarded-for',
+      forwardedForBefore: '',
+    });
   });
 
   it('walks right to left over trusted hops (CDN -> load balancer -> edge) to the first untrusted entry', () => {
@@ -64,7 +73,12 @@ describe('X-Forwarded-For from a trusted peer', () => {
   });
 
   it('takes the leftmost entry when every entry is trusted', () => {
-    assert.deepEqual(resolve('10.0.0.5', '10.0.0.7, 192.0.2.1'), { ip: '10.0.0.7', port: 0, source: 'x-forwarded-for', forwardedForBefore: '' });
+    assert.deepEqual(resolve('10.0.0.5', '10.0.0.7, 192.0.2.1'), {
+      ip: '10.0.0.7',
+      port: 0,
+      source: 'x-forwarded-for',
+      forwardedForBefore: '',
+    });
   });
 
   it('stops at an entry that is not an address: the last trusted hop is the client', () => {
@@ -82,7 +96,12 @@ describe('X-Forwarded-For from a trusted peer', () => {
   });
 
   it('reads ports and IPv6 forms, and gives one spelling per client', () => {
-    assert.deepEqual(resolve('10.0.0.5', '198.51.100.7:4711'), { ip: '198.51.100.7', port: 4711, source: 'x-forwarded-for', forwardedForBefore: '' });
+    assert.deepEqual(resolve('10.0.0.5', '198.51.100.7:4711'), {
+      ip: '198.51.100.7',
+      port: 4711,
+      source: 'x-forwarded-for',
+      forwardedForBefore: '',
+    });
     assert.equal(resolve('10.0.0.5', '[2001:DB8::0:7]:443')?.ip, '2001:db8::7');
     assert.equal(resolve('10.0.0.5', '2001:db8:0::7')?.ip, '2001:db8::7');
     assert.equal(resolve('10.0.0.5', '::ffff:198.51.100.7')?.ip, '198.51.100.7');
@@ -101,7 +120,18 @@ describe('parseForwardedEntry', () => {
   });
 
   it('refuses what is not one address', () => {
-    for (const entry of ['', 'unknown', '_hidden', '192.0.2.7:99999', '192.0.2.7:', '[::1', '[::1]x', 'fe80::1%eth0', '192.0.2.7 192.0.2.8', '"192.0.2.7"']) {
+    for (const entry of [
+      '',
+      'unknown',
+      '_hidden',
+      '192.0.2.7:99999',
+      '192.0.2.7:',
+      '[::1',
+      '[::1]x',
+      'fe80::1%eth0',
+      '192.0.2.7 192.0.2.8',
+      '"192.0.2.7"',
+    ]) {
       assert.equal(parseForwardedEntry(entry), undefined, entry);
     }
   });

@@ -95,7 +95,12 @@ export class ClientAddressPolicy implements ProxyHeaderPolicy {
       const comma = forwardedFor.lastIndexOf(',', end - 1);
       const entry = parseForwardedEntry(forwardedFor, comma + 1, end);
       if (entry === undefined) break;
-      found = { ip: entry.ip, port: entry.port, source: 'x-forwarded-for', forwardedForBefore: comma < 0 ? '' : forwardedFor.slice(0, comma).trim() };
+      found = {
+        ip: entry.ip,
+        port: entry.port,
+        source: 'x-forwarded-for',
+        forwardedForBefore: comma < 0 ? '' : forwardedFor.slice(0, comma).trim(),
+      };
       if (comma < 0 || !this.trusted.has(entry.ip)) break;
       end = comma;
     }

@@ -59,27 +59,26 @@ describe('ClientHello parser', () => {
   });
 
   it('asks for more on every prefix of a ClientHello', () => {
-    for (let length = 0; length < hello.length; length++) assert.equal(parseClientHello(hello.subarray(0, length)), 'incomplete', `prefix of ${length} bytes`);
+    for (let length = 0; length < hello.length; length++)
+      assert.equal(parseClientHello(hello.subarray(0, length)), 'incomplete', `prefix of ${length} bytes`);
   });
 
   it('answers without throwing on any bytes, and on damaged ClientHellos', () => {
     const wellFormed = (result: ReturnType<typeof parseClientHello>): boolean =>
       result === undefined ||
       result === 'incomplete' ||
-      ((result.servername === undefined || typeof result.servername === 'string') && result.alpnProtocols.every((p) => typeof p === 'string'));
+      ((result.servername === undefined || typeof result.servername === 'string') &&
+        result.alpnProtocols.every((p) => typeof p === 'string'));
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 600 }), (bytes) => wellFormed(parseClientHello(Buffer.from(bytes)))),
       { numRuns: 2_000 },
     );
     fc.assert(
-      fc.property(
-        fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 8 }),
-        (changes) => {
-          const damaged = Buffer.from(hello);
-          for (const [at, value] of changes) damaged[at % damaged.length] = value;
-          return wellFormed(parseClientHello(damaged));
-        },
-      ),
+      fc.property(fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 8 }), (changes) => {
+        const damaged = Buffer.from(hello);
+        for (const [at, value] of changes) damaged[at % damaged.length] = value;
+        return wellFormed(parseClientHello(damaged));
+      }),
       { numRuns: 2_000 },
     );
   });

@@ -28,8 +28,26 @@ describe('parseIpInto', () => {
   });
 
   it('refuses what is not an address', () => {
-    for (const bad of ['', '1', '1.2.3', '1.2.3.4.5', '256.1.1.1', '1..2.3', 'a.b.c.d', '1.2.3.4 ', ':', ':1', '1:', '1:::2',
-      '1::2::3', '1:2:3:4:5:6:7:8:9', '12345::', 'g::', '1:2:3:4:5:6:7:1.2.3.4', 'example.com']) {
+    for (const bad of [
+      '',
+      '1',
+      '1.2.3',
+      '1.2.3.4.5',
+      '256.1.1.1',
+      '1..2.3',
+      'a.b.c.d',
+      '1.2.3.4 ',
+      ':',
+      ':1',
+      '1:',
+      '1:::2',
+      '1::2::3',
+      '1:2:3:4:5:6:7:8:9',
+      '12345::',
+      'g::',
+      '1:2:3:4:5:6:7:1.2.3.4',
+      'example.com',
+    ]) {
       assert.equal(words(bad), undefined, bad);
     }
   });
@@ -169,8 +187,19 @@ describe('IpSet in shared memory', () => {
     const random = xorshift(7);
     const set = new IpSet();
     const probes: string[] = ['0.0.0.0', '255.255.255.255', '::', '::1', '2001:db8::1', 'garbage', '::ffff:0:1.2.3.4'];
-    const entries = ['192.0.2.0/24', '192.0.2.128/25', '198.51.100.7', '203.0.113.0/28', '2001:db8::/32', '2001:db8:1::/48',
-      '2001:db8:ffff::1/128', 'fe80::/10', '::ffff:100.64.0.0/106', '10.0.0.0/8', '10.1.2.3'];
+    const entries = [
+      '192.0.2.0/24',
+      '192.0.2.128/25',
+      '198.51.100.7',
+      '203.0.113.0/28',
+      '2001:db8::/32',
+      '2001:db8:1::/48',
+      '2001:db8:ffff::1/128',
+      'fe80::/10',
+      '::ffff:100.64.0.0/106',
+      '10.0.0.0/8',
+      '10.1.2.3',
+    ];
     for (let i = 0; i < extraV4; i++) {
       const length = [32, 24, 20, 16][random() % 4]!;
       entries.push(`${ipv4Text(mask4(random(), length))}/${length}`);
@@ -187,7 +216,18 @@ describe('IpSet in shared memory', () => {
       probes.push(ip, `::ffff:${ip}`);
     }
     for (let i = 0; i < 5_000; i++) probes.push(ipv6Text(randomV6(random)));
-    for (const near of ['192.0.2.255', '192.0.3.0', '198.51.100.6', '203.0.113.15', '203.0.113.16', '100.64.0.1', '100.128.0.0', '2001:db9::', 'fe80::1', 'fec0::1']) {
+    for (const near of [
+      '192.0.2.255',
+      '192.0.3.0',
+      '198.51.100.6',
+      '203.0.113.15',
+      '203.0.113.16',
+      '100.64.0.1',
+      '100.128.0.0',
+      '2001:db9::',
+      'fe80::1',
+      'fec0::1',
+    ]) {
       probes.push(near);
     }
     return { set, probes };
@@ -204,7 +244,10 @@ describe('IpSet in shared memory', () => {
     assert.ok(positives > 50, `only ${positives} listed probes`);
   }
 
-  for (const [name, extra] of [['a small set (no IPv4 start table)', 40], ['a large set (with the IPv4 start table)', 20_000]] as const) {
+  for (const [name, extra] of [
+    ['a small set (no IPv4 start table)', 40],
+    ['a large set (with the IPv4 start table)', 20_000],
+  ] as const) {
     it(`gives the same answers as the original set for ${name}`, () => {
       const { set, probes } = fixture(extra);
       const shared = set.toShared();

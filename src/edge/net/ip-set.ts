@@ -254,7 +254,8 @@ export class IpSet {
   static fromShared(shared: SharedIpSet): IpSet {
     const { nodeCount } = shared;
     if (
-      !Number.isInteger(nodeCount) || nodeCount < 1 ||
+      !Number.isInteger(nodeCount) ||
+      nodeCount < 1 ||
       shared.nodes.byteLength !== 4 * NODE_INTS * nodeCount ||
       shared.keys.byteLength !== 4 * WORDS * nodeCount ||
       (shared.ipv4Start !== null && shared.ipv4Start.byteLength !== 4 * 65536)

@@ -52,7 +52,7 @@ function outcome(socket: net.Socket): Promise<{ data: string; error: NodeJS.Errn
   });
 }
 
-describe('origin guard: connections on a tenant\'s behalf', () => {
+describe("origin guard: connections on a tenant's behalf", () => {
   let dns: TestDns;
   let allowed: CountingServer;
   let internal: CountingServer;
@@ -73,7 +73,7 @@ describe('origin guard: connections on a tenant\'s behalf', () => {
     await Promise.all([dns.close(), allowed.close(), internal.close()]);
   });
 
-  it('resolves names with the operator\'s DNS server', async () => {
+  it("resolves names with the operator's DNS server", async () => {
     const resolver = createOriginResolver([dns.server]);
     assert.deepEqual(await resolver.resolve('good.test', 0), [{ address: ALLOWED_IP, family: 4 }]);
     await assert.rejects(resolver.resolve('nowhere.test', 0), { code: 'ENOTFOUND' });
@@ -91,9 +91,21 @@ describe('origin guard: connections on a tenant\'s behalf', () => {
     const result = await outcome(guard.for('proxy-a').connect({ host: 'evil.test', port: internal.port }));
     assert.equal(result.error?.code, ORIGIN_REFUSED);
     assert.ok(isOriginRefused(result.error));
-    assert.match(result.error!.message, /evil\.test:\d+ \(127\.0\.0\.233\) refused by the origin policy: 127\.0\.0\.233 is a loopback address/);
+    assert.match(
+      result.error!.message,
+      /evil\.test:\d+ \(127\.0\.0\.233\) refused by the origin policy: 127\.0\.0\.233 is a loopback address/,
+    );
     assert.equal(internal.connections, before, 'the internal listener saw nothing');
-    assert.deepEqual(refusals, [{ scope: 'proxy-a', host: 'evil.test', address: INTERNAL_IP, port: internal.port, reason: 'loopback', detail: `${INTERNAL_IP} is a loopback address` }]);
+    assert.deepEqual(refusals, [
+      {
+        scope: 'proxy-a',
+        host: 'evil.test',
+        address: INTERNAL_IP,
+        port: internal.port,
+        reason: 'loopback',
+        detail: `${INTERNAL_IP} is a loopback address`,
+      },
+    ]);
 
     const metadata = await outcome(guard.for('proxy-a').connect({ host: 'metadata.test', port: 80 }));
     assert.equal((metadata.error as { reason?: string } | undefined)?.reason, 'link-local');
@@ -130,16 +142,22 @@ describe('origin guard: connections on a tenant\'s behalf', () => {
     await new Promise<void>((resolve) => origin.listen(0, ALLOWED_IP, resolve));
     const originPort = (origin.address() as net.AddressInfo).port;
     try {
-      const good = new Pool(`http://good.test:${originPort}`, { connect: guard.for('proxy-d').undiciConnector('good.test', originPort, {}) });
+      const good = new Pool(`http://good.test:${originPort}`, {
+        connect: guard.for('proxy-d').undiciConnector('good.test', originPort, {}),
+      });
       const response = await good.request({ path: '/', method: 'GET' });
       assert.equal(await response.body.text(), 'pooled');
       await good.close();
 
       const before = internal.connections;
-      const evil = new Pool(`http://evil.test:${internal.port}`, { connect: guard.for('proxy-d').undiciConnector('evil.test', internal.port, {}) });
+      const evil = new Pool(`http://evil.test:${internal.port}`, {
+        connect: guard.for('proxy-d').undiciConnector('evil.test', internal.port, {}),
+      });
       await assert.rejects(evil.request({ path: '/', method: 'GET' }), { code: ORIGIN_REFUSED });
       await evil.close();
-      const literal = new Pool(`http://${INTERNAL_IP}:${internal.port}`, { connect: guard.for('proxy-d').undiciConnector(INTERNAL_IP, internal.port, {}) });
+      const literal = new Pool(`http://${INTERNAL_IP}:${internal.port}`, {
+        connect: guard.for('proxy-d').undiciConnector(INTERNAL_IP, internal.port, {}),
+      });
       await assert.rejects(literal.request({ path: '/', method: 'GET' }), { code: ORIGIN_REFUSED });
       await literal.close();
       assert.equal(internal.connections, before);

@@ -12,11 +12,11 @@
  *   callers treat as any failed connect (next host, then 502 or a closed connection), and is reported
  *   once to `onRefused` (the edge counts and logs it).
  */
-import dns from 'node:dns';
+import type dns from 'node:dns';
 import net from 'node:net';
 import tls from 'node:tls';
 import { buildConnector } from 'undici';
-import { OriginPolicy, literalAddress, type OriginRefusalReason, type OriginVerdict } from './origin-policy.ts';
+import { type OriginPolicy, literalAddress, type OriginRefusalReason, type OriginVerdict } from './origin-policy.ts';
 import type { OriginResolver, ResolvedAddress } from './origin-resolver.ts';
 
 export const ORIGIN_REFUSED = 'TPS_ORIGIN_REFUSED';
@@ -71,7 +71,13 @@ export class OriginGuard {
   }
 
   /** @internal Reports and builds the error of one refused connection. */
-  refuse(scope: string, host: string, port: number, address: string, verdict: Exclude<OriginVerdict, { allowed: true }>): OriginRefusedError {
+  refuse(
+    scope: string,
+    host: string,
+    port: number,
+    address: string,
+    verdict: Exclude<OriginVerdict, { allowed: true }>,
+  ): OriginRefusedError {
     this.#onRefused({ scope, host, address, port, reason: verdict.reason, detail: verdict.detail });
     const shown = host === address ? `${address}:${port}` : `${host}:${port} (${address})`;
     return new OriginRefusedError(verdict.reason, `origin ${shown} refused by the origin policy: ${verdict.detail}`);
@@ -106,7 +112,9 @@ export class ScopedOriginGuard {
       const all = typeof options === 'object' && options.all === true;
       const literal = literalAddress(hostname);
       const resolving: Promise<ResolvedAddress[]> =
-        literal !== undefined ? Promise.resolve([{ address: literal, family: net.isIP(literal) === 6 ? 6 : 4 }]) : guard.resolver.resolve(hostname, family);
+        literal !== undefined
+          ? Promise.resolve([{ address: literal, family: net.isIP(literal) === 6 ? 6 : 4 }])
+          : guard.resolver.resolve(hostname, family);
       resolving.then(
         (found) => {
           const usable = found.filter((candidate) => family === 0 || candidate.family === family);
@@ -124,7 +132,11 @@ export class ScopedOriginGuard {
                 : Object.assign(new Error(`${hostname} has no IPv${family} address`), { code: 'ENOTFOUND' });
             return callback(error, all ? [] : '', 0);
           }
-          if (all) return callback(null, allowed.map(({ address, family: f }) => ({ address, family: f })));
+          if (all)
+            return callback(
+              null,
+              allowed.map(({ address, family: f }) => ({ address, family: f })),
+            );
           callback(null, allowed[0]!.address, allowed[0]!.family);
         },
         (error: NodeJS.ErrnoException) => callback(error, all ? [] : '', 0),

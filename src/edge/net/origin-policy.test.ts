@@ -110,7 +110,11 @@ describe('origin policy: the operator opens networks, never the service itself',
   });
 
   it('keeps own listeners refused even when every network is allowed', () => {
-    const open = new OriginPolicy({ allowedNetworks: ['0.0.0.0/0', '::/0'], ownHosts: ['127.0.0.2'], ownListeners: [{ address: '::1', port: 8080 }] });
+    const open = new OriginPolicy({
+      allowedNetworks: ['0.0.0.0/0', '::/0'],
+      ownHosts: ['127.0.0.2'],
+      ownListeners: [{ address: '::1', port: 8080 }],
+    });
     assert.equal(reasonOf(open, '127.0.0.2', 1234), 'own-listener');
     assert.equal(reasonOf(open, '::1', 8080), 'own-listener');
     assert.equal(reasonOf(open, '::1', 8081), 'allowed');
@@ -127,18 +131,30 @@ describe('origin policy: property', () => {
   const ipv4 = fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)).map((octets) => octets.join('.'));
   const port = fc.integer({ min: 1, max: 65535 });
 
-  it('an address inside an allowed network is allowed unless it is one of the service\'s own', () => {
+  it("an address inside an allowed network is allowed unless it is one of the service's own", () => {
     fc.assert(
-      fc.property(ipv4, fc.integer({ min: 0, max: 32 }), ipv4, ipv4, port, port, (network, bits, candidate, own, ownPort, candidatePort) => {
-        const policy = new OriginPolicy({ allowedNetworks: [`${network}/${bits}`], ownHosts: [own], ownListeners: [{ address: network, port: ownPort }] });
-        const inside = bits === 0 || ipv4ToNumber(candidate) >>> (32 - bits) === ipv4ToNumber(network) >>> (32 - bits);
-        const isOwn = candidate === own || (candidate === network && candidatePort === ownPort);
-        for (const spelling of [candidate, `::ffff:${candidate}`]) {
-          const verdict = policy.check(spelling, candidatePort);
-          if (isOwn) assert.equal(verdict.allowed ? 'allowed' : verdict.reason, 'own-listener', spelling);
-          else if (inside) assert.equal(verdict.allowed, true, `${spelling} inside ${network}/${bits}`);
-        }
-      }),
+      fc.property(
+        ipv4,
+        fc.integer({ min: 0, max: 32 }),
+        ipv4,
+        ipv4,
+        port,
+        port,
+        (network, bits, candidate, own, ownPort, candidatePort) => {
+          const policy = new OriginPolicy({
+            allowedNetworks: [`${network}/${bits}`],
+            ownHosts: [own],
+            ownListeners: [{ address: network, port: ownPort }],
+          });
+          const inside = bits === 0 || ipv4ToNumber(candidate) >>> (32 - bits) === ipv4ToNumber(network) >>> (32 - bits);
+          const isOwn = candidate === own || (candidate === network && candidatePort === ownPort);
+          for (const spelling of [candidate, `::ffff:${candidate}`]) {
+            const verdict = policy.check(spelling, candidatePort);
+            if (isOwn) assert.equal(verdict.allowed ? 'allowed' : verdict.reason, 'own-listener', spelling);
+            else if (inside) assert.equal(verdict.allowed, true, `${spelling} inside ${network}/${bits}`);
+          }
+        },
+      ),
       { numRuns: 2000 },
     );
   });

@@ -67,7 +67,10 @@ function inParts(...parts: (Buffer | string)[]): (socket: net.Socket) => Promise
 
 describe('readProxyHeader', () => {
   it('reads a v1 header sent with the payload, and leaves the payload byte for byte', T, async () => {
-    const { outcome, rest } = await exchange({ required: true }, inParts(Buffer.concat([encodeProxyV1(client), Buffer.from('hello')]), ' world'));
+    const { outcome, rest } = await exchange(
+      { required: true },
+      inParts(Buffer.concat([encodeProxyV1(client), Buffer.from('hello')]), ' world'),
+    );
     assert.deepEqual(outcome, { kind: 'header', addresses: client });
     assert.equal(rest, 'hello world');
   });

@@ -43,10 +43,7 @@ export function proxiedAddressesOf(socket: object): ProxiedAddresses | undefined
  * Reads a PROXY header at the start of `socket` (accepted, nothing read from it yet). The socket is
  * left paused, with whatever followed the header put back (`unshift`) for its next reader.
  */
-export function readProxyHeader(
-  socket: net.Socket,
-  options: { required: boolean; timeoutMs: number },
-): Promise<ProxyHeaderOutcome> {
+export function readProxyHeader(socket: net.Socket, options: { required: boolean; timeoutMs: number }): Promise<ProxyHeaderOutcome> {
   const refused = (reason: 'INVALID' | 'TIMEOUT' | 'CLOSED') => ({ result: { kind: 'refused', reason } as const, putBack: undefined });
   return readPrefix<ProxyHeaderOutcome>(socket, {
     timeoutMs: options.timeoutMs,
@@ -54,18 +51,23 @@ export function readProxyHeader(
       const decoded = decodeProxyHeader(buffered);
       if (decoded === 'incomplete') return buffered.length > MAX_HEADER_BYTES ? refused('INVALID') : 'more';
       if (decoded === 'invalid') return refused('INVALID');
-      if (decoded === 'none') return { result: options.required ? { kind: 'refused', reason: 'MISSING' } : { kind: 'absent' }, putBack: buffered };
+      if (decoded === 'none')
+        return { result: options.required ? { kind: 'refused', reason: 'MISSING' } : { kind: 'absent' }, putBack: buffered };
       return { result: { kind: 'header', addresses: decoded.addresses }, putBack: buffered.subarray(decoded.length) };
     },
     ended: () => refused('CLOSED'),
     // A silent trusted peer without a header is fine when it is optional (the listener's own
     // timeouts take over); a header begun and not finished is not.
-    timedOut: (buffered) => (buffered.length === 0 && !options.required ? { result: { kind: 'absent' }, putBack: undefined } : refused('TIMEOUT')),
+    timedOut: (buffered) =>
+      buffered.length === 0 && !options.required ? { result: { kind: 'absent' }, putBack: undefined } : refused('TIMEOUT'),
   });
 }
 
 /** The read options a policy sets (`required` mode, the header timeout). */
-export function headerReadOptions(policy: Pick<ProxyHeaderPolicy, 'proxyProtocol' | 'headerTimeoutMs'>): { required: boolean; timeoutMs: number } {
+export function headerReadOptions(policy: Pick<ProxyHeaderPolicy, 'proxyProtocol' | 'headerTimeoutMs'>): {
+  required: boolean;
+  timeoutMs: number;
+} {
   return { required: policy.proxyProtocol === 'required', timeoutMs: policy.headerTimeoutMs };
 }
 

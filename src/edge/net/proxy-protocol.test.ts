@@ -15,7 +15,7 @@ describe('PROXY protocol version 1', () => {
     assert.equal(encodeProxyV1(v6).toString('latin1'), 'PROXY TCP6 2001:db8::10 2001:db8:1::1 51234 443\r\n');
   });
 
-  it('describes a dual-stack listener\'s IPv4-mapped ends as IPv4', () => {
+  it("describes a dual-stack listener's IPv4-mapped ends as IPv4", () => {
     const mapped = { ...v4, sourceAddress: '::ffff:192.0.2.10', destinationAddress: '::ffff:198.51.100.1' };
     assert.equal(encodeProxyV1(mapped).toString('latin1'), 'PROXY TCP4 192.0.2.10 198.51.100.1 51234 443\r\n');
   });
@@ -177,6 +177,7 @@ describe('decodeProxyHeader (headers from a load balancer in front of the edge)'
     shortAddresses.writeUInt16BE(8, 14); // AF_INET needs 12
     const badFamily = Buffer.from(v2);
     badFamily[13] = 0x41;
-    for (const header of [badVersion, badCommand, shortAddresses, badFamily]) assert.equal(decodeProxyHeader(header), 'invalid', header.toString('hex'));
+    for (const header of [badVersion, badCommand, shortAddresses, badFamily])
+      assert.equal(decodeProxyHeader(header), 'invalid', header.toString('hex'));
   });
 });

@@ -30,7 +30,11 @@ const spelledAddress = fc
     if (style === 0) text = words.map((w) => w.toString(16)).join(':');
     else if (style === 1) text = words.map((w) => w.toString(16).padStart(4, '0')).join(':');
     else if (style === 2) text = new URL(`http://[${words.map((w) => w.toString(16)).join(':')}]/`).hostname.slice(1, -1);
-    else text = `${words.slice(0, 6).map((w) => w.toString(16)).join(':')}:${words[6]! >>> 8}.${words[6]! & 255}.${words[7]! >>> 8}.${words[7]! & 255}`;
+    else
+      text = `${words
+        .slice(0, 6)
+        .map((w) => w.toString(16))
+        .join(':')}:${words[6]! >>> 8}.${words[6]! & 255}.${words[7]! >>> 8}.${words[7]! & 255}`;
     return { words, text: upper ? text.toUpperCase() : text };
   });
 
@@ -80,14 +84,21 @@ describe('source key', () => {
 
   it('never throws, and refuses what Node refuses', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.stringMatching(/^[0-9a-fA-F:.]{0,45}$/), fc.stringMatching(/^[0-9a:.]{0,20}$/), fc.stringMatching(/^(?:[0-9]{1,3}|::?|[a-f0-9]{1,4}|\.){1,12}$/)), (text) => {
-        const out = new Uint16Array(8);
-        const parsed = parseIpv6Groups(text, out);
-        if (!text.includes(':')) return;
-        const expected = reference(text);
-        assert.equal(parsed, expected !== undefined, text);
-        if (expected !== undefined) assert.deepEqual([...out], expected, text);
-      }),
+      fc.property(
+        fc.oneof(
+          fc.stringMatching(/^[0-9a-fA-F:.]{0,45}$/),
+          fc.stringMatching(/^[0-9a:.]{0,20}$/),
+          fc.stringMatching(/^(?:[0-9]{1,3}|::?|[a-f0-9]{1,4}|\.){1,12}$/),
+        ),
+        (text) => {
+          const out = new Uint16Array(8);
+          const parsed = parseIpv6Groups(text, out);
+          if (!text.includes(':')) return;
+          const expected = reference(text);
+          assert.equal(parsed, expected !== undefined, text);
+          if (expected !== undefined) assert.deepEqual([...out], expected, text);
+        },
+      ),
       { numRuns: 5000 },
     );
   });

@@ -35,7 +35,14 @@ const l4 = (port: number, protocols: ('TCP' | 'UDP')[] = ['TCP'], originPort = 9
   connectionLimits: { maxConnectionsPerSource: 512, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 1000 },
 });
 
-function record(fields: { id: string; port: number; revision: number; since?: number; createdAt?: string; protocols?: ('TCP' | 'UDP')[] }): TrafficConfigRecord {
+function record(fields: {
+  id: string;
+  port: number;
+  revision: number;
+  since?: number;
+  createdAt?: string;
+  protocols?: ('TCP' | 'UDP')[];
+}): TrafficConfigRecord {
   const attributes = l4(fields.port, fields.protocols);
   const key = bindingKey({ ip: FRONTEND, port: fields.port, protocol: 'TCP' });
   return {
@@ -52,9 +59,16 @@ function record(fields: { id: string; port: number; revision: number; since?: nu
 
 describe('binding arbitration', () => {
   it('serves every configuration when no binding is contested', () => {
-    const records = [record({ id: 'a', port: 80, revision: 1 }), record({ id: 'b', port: 81, revision: 2 }), record({ id: 'c', port: 80, revision: 3, protocols: ['UDP'] })];
+    const records = [
+      record({ id: 'a', port: 80, revision: 1 }),
+      record({ id: 'b', port: 81, revision: 2 }),
+      record({ id: 'c', port: 80, revision: 3, protocols: ['UDP'] }),
+    ];
     const { served, refused } = arbitrateBindings(records);
-    assert.deepEqual(served.map((r) => r.id), ['a', 'b', 'c']);
+    assert.deepEqual(
+      served.map((r) => r.id),
+      ['a', 'b', 'c'],
+    );
     assert.equal(refused.size, 0);
   });
 
@@ -62,9 +76,15 @@ describe('binding arbitration', () => {
     // b was changed after a (higher revision) but has held the port since revision 2; a claimed it at 7.
     const holder = record({ id: 'b', port: 443, revision: 9, since: 2 });
     const claimant = record({ id: 'a', port: 443, revision: 7, since: 7, createdAt: '2024-01-01T00:00:00.000Z' });
-    for (const order of [[holder, claimant], [claimant, holder]]) {
+    for (const order of [
+      [holder, claimant],
+      [claimant, holder],
+    ]) {
       const { served, refused } = arbitrateBindings(order);
-      assert.deepEqual(served.map((r) => r.id), ['b']);
+      assert.deepEqual(
+        served.map((r) => r.id),
+        ['b'],
+      );
       const detail = refused.get('a')!;
       assert.match(detail, /port 443\/TCP on 127\.0\.9\.41 is served by another configuration/);
       assert.ok(!detail.includes('tenant-b') && !detail.includes(' b '), 'the holder is not named');
@@ -73,13 +93,22 @@ describe('binding arbitration', () => {
 
   it('falls back to the revision, then creation time, then id: the same answer on every node', () => {
     // Rows from before binding_since: the configuration's revision stands in.
-    assert.deepEqual(arbitrateBindings([record({ id: 'x', port: 80, revision: 5 }), record({ id: 'y', port: 80, revision: 4 })]).served.map((r) => r.id), ['y']);
+    assert.deepEqual(
+      arbitrateBindings([record({ id: 'x', port: 80, revision: 5 }), record({ id: 'y', port: 80, revision: 4 })]).served.map((r) => r.id),
+      ['y'],
+    );
     const older = record({ id: 'z', port: 80, revision: 4, since: 4, createdAt: '2024-01-01T00:00:00.000Z' });
     const newer = record({ id: 'w', port: 80, revision: 4, since: 4, createdAt: '2024-06-01T00:00:00.000Z' });
-    assert.deepEqual(arbitrateBindings([newer, older]).served.map((r) => r.id), ['z']);
+    assert.deepEqual(
+      arbitrateBindings([newer, older]).served.map((r) => r.id),
+      ['z'],
+    );
     const tieA = record({ id: 'aaa', port: 80, revision: 4, since: 4 });
     const tieB = record({ id: 'bbb', port: 80, revision: 4, since: 4 });
-    assert.deepEqual(arbitrateBindings([tieB, tieA]).served.map((r) => r.id), ['aaa']);
+    assert.deepEqual(
+      arbitrateBindings([tieB, tieA]).served.map((r) => r.id),
+      ['aaa'],
+    );
   });
 
   it('refuses a configuration whole when it loses one of its bindings', () => {
@@ -87,7 +116,10 @@ describe('binding arbitration', () => {
     const udpHolder = record({ id: 'udp', port: 53, revision: 1, protocols: ['UDP'] });
     udpHolder.bindingSince = { [bindingKey({ ip: FRONTEND, port: 53, protocol: 'UDP' })]: 1 };
     const { served, refused } = arbitrateBindings([both, udpHolder]);
-    assert.deepEqual(served.map((r) => r.id), ['udp']);
+    assert.deepEqual(
+      served.map((r) => r.id),
+      ['udp'],
+    );
     assert.match(refused.get('dual')!, /port 53\/UDP/);
   });
 });
@@ -142,10 +174,22 @@ describe('binding arbitration on a running edge node', () => {
     // A second configuration on the same binding, as a store fault (or a write past the unique key) would leave it.
     const id = crypto.randomUUID();
     const now = new Date().toISOString();
-    const revision = Number((await store.db.one<{ revision: number }>('UPDATE store_revision SET revision = revision + 1 WHERE singleton = 1 RETURNING revision'))!.revision);
+    const revision = Number(
+      (await store.db.one<{ revision: number }>(
+        'UPDATE store_revision SET revision = revision + 1 WHERE singleton = 1 RETURNING revision',
+      ))!.revision,
+    );
     await store.db.run(
       'INSERT INTO traffic_configs (id, tenant_id, type, attributes, revision, binding_since, created_at, updated_at) VALUES (?, ?, ?, ?, ?, NULL, ?, ?)',
-      [id, attacker.id, 'l4Proxy', JSON.stringify(l4(port, ['TCP'], await namedOrigin('attacker'))), revision, '2000-01-01T00:00:00.000Z', now],
+      [
+        id,
+        attacker.id,
+        'l4Proxy',
+        JSON.stringify(l4(port, ['TCP'], await namedOrigin('attacker'))),
+        revision,
+        '2000-01-01T00:00:00.000Z',
+        now,
+      ],
     );
     const intruder = (await store.trafficConfigs.get(attacker.id, id))!;
     await waitFor('the intruder refused', async () => (await status(intruder)).status === 'ERROR');

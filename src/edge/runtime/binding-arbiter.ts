@@ -48,7 +48,10 @@ export function arbitrateBindings(records: readonly TrafficConfigRecord[]): Bind
     for (const loser of losers) {
       if (refused.has(loser.id)) continue;
       const address = binding.ip.includes(':') ? `[${binding.ip}]` : binding.ip;
-      refused.set(loser.id, `port ${binding.port}/${binding.protocol} on ${address} is served by another configuration; choose another port`);
+      refused.set(
+        loser.id,
+        `port ${binding.port}/${binding.protocol} on ${address} is served by another configuration; choose another port`,
+      );
     }
   }
   return { served: records.filter((record) => !refused.has(record.id)), refused };

@@ -8,7 +8,10 @@
 import type { Metric, Registry } from 'prom-client';
 
 /** The histograms the workers observe, in seconds (Prometheus base units). */
-export type EdgeHistogramName = 'tps_edge_http_request_duration_seconds' | 'tps_edge_origin_response_seconds' | 'tps_edge_l4_connection_duration_seconds';
+export type EdgeHistogramName =
+  | 'tps_edge_http_request_duration_seconds'
+  | 'tps_edge_origin_response_seconds'
+  | 'tps_edge_l4_connection_duration_seconds';
 
 /** Upper bounds of the buckets (seconds); the +Inf bucket is implicit. */
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const;
@@ -129,7 +132,13 @@ export class MergedHistogram {
     this.#series.clear();
   }
 
-  async get(): Promise<{ name: string; help: string; type: 'histogram'; aggregator: 'sum'; values: { metricName: string; labels: Record<string, string | number>; value: number }[] }> {
+  async get(): Promise<{
+    name: string;
+    help: string;
+    type: 'histogram';
+    aggregator: 'sum';
+    values: { metricName: string; labels: Record<string, string | number>; value: number }[];
+  }> {
     const values: { metricName: string; labels: Record<string, string | number>; value: number }[] = [];
     for (const series of this.#series.values()) {
       let cumulative = 0;

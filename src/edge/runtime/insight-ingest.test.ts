@@ -80,7 +80,10 @@ describe('insight ingestion of an edge node', () => {
     store.mode = 'up';
     await node.drain();
     assert.equal(node.backlog, 0);
-    assert.equal(store.events.reduce((sum, event) => sum + requestsOf(event), 0) + (counts.get('tps_insight_dropped_requests_total') ?? 0), 3000);
+    assert.equal(
+      store.events.reduce((sum, event) => sum + requestsOf(event), 0) + (counts.get('tps_insight_dropped_requests_total') ?? 0),
+      3000,
+    );
     assert.equal(counts.get('tps_insight_dropped_requests_total') ?? 0, 0);
     assert.equal(new Set(store.events.map((event) => event.id)).size, store.events.length, 'nothing written twice');
     assert.ok(store.events.length < 3000, `${store.events.length} events for 3000 requests`);
@@ -106,14 +109,22 @@ describe('insight ingestion of an edge node', () => {
     const { node } = ingest(store, new Map());
     const first = rateLimitEvent(TENANT, PROXY);
     node.admit(first);
-    const update = (blockedRequests: number) => ({ lastBlockedAt: new Date().toISOString(), blockedRequests, blockedUntil: new Date().toISOString() });
+    const update = (blockedRequests: number) => ({
+      lastBlockedAt: new Date().toISOString(),
+      blockedRequests,
+      blockedUntil: new Date().toISOString(),
+    });
     node.updateEpisode(first.id, update(5));
     await node.flush();
     assert.equal((store.events[0] as AppDdosAttackEvent).rateLimit.blockedRequests, 5, 'changed while it waited');
     assert.equal(store.updates.length, 0);
     node.updateEpisode(first.id, update(9));
     await node.flush();
-    assert.deepEqual(store.updates.map((u) => [u.eventId, u.update.blockedRequests]), [[first.id, 9]], 'written after its event');
+    assert.deepEqual(
+      store.updates.map((u) => [u.eventId, u.update.blockedRequests]),
+      [[first.id, 9]],
+      'written after its event',
+    );
 
     // A write that fails: its event waits again, and a newer update wins over the one that failed with it.
     const second = rateLimitEvent(TENANT, PROXY);

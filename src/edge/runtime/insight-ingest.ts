@@ -22,7 +22,10 @@ const LOG_EVERY_MS = 10_000;
 export type EpisodeCounts = EpisodeUpdate['update'];
 
 /** The insight counters the workers report too (messages.ts, EdgeCounterName). */
-export type InsightCounterName = 'tps_insight_sampled_requests_total' | 'tps_insight_overflow_requests_total' | 'tps_insight_dropped_requests_total';
+export type InsightCounterName =
+  | 'tps_insight_sampled_requests_total'
+  | 'tps_insight_overflow_requests_total'
+  | 'tps_insight_dropped_requests_total';
 
 export interface InsightIngestOptions {
   writes: InsightWrites;
@@ -86,7 +89,11 @@ export class InsightIngest {
         help: 'WAF events counted into a sampled event instead of kept whole because the backlog to the store was full.',
         registers,
       }),
-      writeFailures: new Counter({ name: 'tps_insight_write_failures_total', help: 'Insight writes to the store that failed (retried).', registers }),
+      writeFailures: new Counter({
+        name: 'tps_insight_write_failures_total',
+        help: 'Insight writes to the store that failed (retried).',
+        registers,
+      }),
       lag: new Histogram({
         name: 'tps_insight_ingest_lag_seconds',
         help: "Insight events, from the request (the event's timestamp) to the event stored; a sampled event waits for its group's sampling period too.",

@@ -59,14 +59,21 @@ export class ConfigResolver {
   async resolve(record: TrafficConfigRecord, now = Date.now()): Promise<ResolvedEntry | Unresolved> {
     if (record.type === 'l4Proxy') {
       return {
-        config: { type: 'l4Proxy', id: record.id, tenantId: record.tenantId, revision: record.revision, attributes: record.attributes as L4ProxyAttributes },
+        config: {
+          type: 'l4Proxy',
+          id: record.id,
+          tenantId: record.tenantId,
+          revision: record.revision,
+          attributes: record.attributes as L4ProxyAttributes,
+        },
         version: String(record.revision),
       };
     }
     const attributes = record.attributes as HttpProxyAttributes;
     const certificateId = attributes.frontend.certificateId ?? undefined;
     const waitingFor = certificateId === undefined ? undefined : await this.#store.certificates.get(record.tenantId, certificateId);
-    if (certificateId === undefined || waitingFor?.status === 'ISSUED') return this.#resolveHttp(record, attributes, [String(record.revision)], now);
+    if (certificateId === undefined || waitingFor?.status === 'ISSUED')
+      return this.#resolveHttp(record, attributes, [String(record.revision)], now);
 
     const pending = waitingFor?.status === 'PENDING';
     const why = !waitingFor
@@ -88,7 +95,12 @@ export class ConfigResolver {
     };
   }
 
-  async #resolveHttp(record: TrafficConfigRecord, attributes: HttpProxyAttributes, versions: string[], now: number): Promise<ResolvedEntry | Unresolved> {
+  async #resolveHttp(
+    record: TrafficConfigRecord,
+    attributes: HttpProxyAttributes,
+    versions: string[],
+    now: number,
+  ): Promise<ResolvedEntry | Unresolved> {
     const resolved: ResolvedHttpProxy = { id: record.id, tenantId: record.tenantId, revision: record.revision, attributes };
     const unresolved = (detail: string): Unresolved => ({ id: record.id, unresolved: detail, state: 'ERROR' });
 
@@ -164,7 +176,10 @@ export class ConfigResolver {
     if (cached && cached.revision === record.revision) return cached.material;
     const material =
       record.status === 'ISSUED' && record.certificatePem && record.sealedPrivateKey
-        ? { certificatePem: record.certificatePem + (record.chainPem ?? ''), privateKeyPem: this.#secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)) }
+        ? {
+            certificatePem: record.certificatePem + (record.chainPem ?? ''),
+            privateKeyPem: this.#secrets.open(record.sealedPrivateKey, certificateKeyBinding(record)),
+          }
         : undefined;
     this.#materials.set(record.id, { revision: record.revision, material });
     return material;

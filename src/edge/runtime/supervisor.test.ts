@@ -64,7 +64,10 @@ describe('edge supervisor', () => {
     const port = 20000 + Math.floor(Math.random() * 20000);
     const attributes = {
       frontend: { ipv4: FRONTEND, port },
-      backend: { hosts: [{ address: '127.0.0.42', port: (origin.address() as net.AddressInfo).port }], deliveryMethod: 'LEAST_CONNECTIONS' },
+      backend: {
+        hosts: [{ address: '127.0.0.42', port: (origin.address() as net.AddressInfo).port }],
+        deliveryMethod: 'LEAST_CONNECTIONS',
+      },
       protocols: ['TCP'],
       proxyProtocol: { enabled: false, version: 1 },
       threatIntelligence: { enabled: true },
@@ -89,9 +92,18 @@ describe('edge supervisor', () => {
     for (let i = 0; i < 20; i++) assert.equal(await roundTrip({ host: FRONTEND, port }, `after ${i}`), `after ${i}`);
     assert.equal((await store.trafficConfigs.listAll()).length, 1, 'no configuration was lost');
     const health = edge.health();
-    assert.deepEqual({ ok: health.ok, configurations: health.configurations, notServed: health.notServed }, { ok: true, configurations: 1, notServed: [] });
+    assert.deepEqual(
+      { ok: health.ok, configurations: health.configurations, notServed: health.notServed },
+      { ok: true, configurations: 1, notServed: [] },
+    );
     // No threat feed on this node: the proxy refuses no source, and says so.
-    assert.deepEqual(health.warnings.map((warning) => [warning.code, warning.configurations]), [['NO_THREAT_FEED', [config.id]]]);
-    assert.match((await store.edgeStatus.statusOf([config])).get(config.id)!.statusDetail ?? '', /^test-node: threatIntelligence is enabled but this edge node has no threat feed/);
+    assert.deepEqual(
+      health.warnings.map((warning) => [warning.code, warning.configurations]),
+      [['NO_THREAT_FEED', [config.id]]],
+    );
+    assert.match(
+      (await store.edgeStatus.statusOf([config])).get(config.id)!.statusDetail ?? '',
+      /^test-node: threatIntelligence is enabled but this edge node has no threat feed/,
+    );
   });
 });

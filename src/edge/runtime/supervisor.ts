@@ -201,18 +201,38 @@ export class EdgeSupervisor {
             'Connections, HTTP/2 sessions or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse).',
             ['proxy', 'protocol', 'reason'],
           ],
-          ['tps_edge_dropped_total', 'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).', ['proxy', 'protocol', 'reason']],
+          [
+            'tps_edge_dropped_total',
+            'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
+            ['proxy', 'protocol', 'reason'],
+          ],
           ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
-          ['tps_edge_origin_refused_total', 'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.', ['proxy', 'reason']],
+          [
+            'tps_edge_origin_refused_total',
+            'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.',
+            ['proxy', 'reason'],
+          ],
           [
             'tps_edge_http_requests_total',
             'HTTP requests by who answered (origin, waf, rate-limit, geo, acme, error; none: the client left first) and status class (2xx...; none).',
             ['proxy', 'answered_by', 'status_class'],
           ],
-          ['tps_edge_waf_rule_matches_total', 'WAF rule matches by rule id (requests and responses; a rule counted once per verdict), whether or not the request was blocked.', ['rule']],
-          ['tps_edge_waf_audit_log_lines_total', 'WAF audit-log records (TPS_WAF_AUDIT_LOG) by outcome: written, dropped (the buffer was full or the file failed).', ['outcome']],
-          ['tps_edge_access_log_lines_total', 'Access-log lines by outcome: written, dropped (the buffer was full: the disk could not keep up; or a write failed), sampled (left out, TPS_ACCESS_LOG_SAMPLE).', ['outcome']],
+          [
+            'tps_edge_waf_rule_matches_total',
+            'WAF rule matches by rule id (requests and responses; a rule counted once per verdict), whether or not the request was blocked.',
+            ['rule'],
+          ],
+          [
+            'tps_edge_waf_audit_log_lines_total',
+            'WAF audit-log records (TPS_WAF_AUDIT_LOG) by outcome: written, dropped (the buffer was full or the file failed).',
+            ['outcome'],
+          ],
+          [
+            'tps_edge_access_log_lines_total',
+            'Access-log lines by outcome: written, dropped (the buffer was full: the disk could not keep up; or a write failed), sampled (left out, TPS_ACCESS_LOG_SAMPLE).',
+            ['outcome'],
+          ],
           [
             'tps_insight_sampled_requests_total',
             'WAF requests counted into a sampled event (their number is in its requestCount) instead of stored as events of their own.',
@@ -223,7 +243,11 @@ export class EdgeSupervisor {
             "WAF requests counted into a proxy-wide sampled event because the sampler's groups (source, rule set) were full: their source and rules are not kept.",
             [],
           ],
-          ['tps_insight_dropped_requests_total', 'WAF requests neither stored nor counted: the sampler had no room at all (a long store outage).', []],
+          [
+            'tps_insight_dropped_requests_total',
+            'WAF requests neither stored nor counted: the sampler had no room at all (a long store outage).',
+            [],
+          ],
           [
             'tps_edge_waf_uninspected_total',
             "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, unavailable, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
@@ -240,7 +264,10 @@ export class EdgeSupervisor {
             ['event'],
           ],
         ] as const
-      ).map(([name, help, labelNames]) => [name, new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] })]),
+      ).map(([name, help, labelNames]) => [
+        name,
+        new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] }),
+      ]),
     );
     this.#histograms = new Map(
       (Object.keys(EDGE_HISTOGRAMS) as EdgeHistogramName[]).map((name) => [name, new MergedHistogram(name, options.metrics.registry)]),
@@ -256,7 +283,7 @@ export class EdgeSupervisor {
     const registers = [options.metrics.registry];
     this.#applySeconds = new Histogram({
       name: 'tps_edge_config_apply_seconds',
-      help: "Configuration changes, from the change in the store (its updatedAt) to every worker of this node serving it (or reporting it cannot).",
+      help: 'Configuration changes, from the change in the store (its updatedAt) to every worker of this node serving it (or reporting it cannot).',
       buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
       registers,
     });
@@ -290,7 +317,8 @@ export class EdgeSupervisor {
       registers,
       collect() {
         this.reset();
-        for (const certificate of certificates()) this.set({ proxy: certificate.proxy, certificate: certificate.certificate, use: certificate.use }, certificate.notAfter / 1000);
+        for (const certificate of certificates())
+          this.set({ proxy: certificate.proxy, certificate: certificate.certificate, use: certificate.use }, certificate.notAfter / 1000);
       },
     });
     const feed = this.#threatFeed;
@@ -368,7 +396,9 @@ export class EdgeSupervisor {
   async whenApplied(timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
     const applied = () =>
-      this.#entries.every((entry) => this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version));
+      this.#entries.every((entry) =>
+        this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version),
+      );
     while (!applied()) {
       if (Date.now() > deadline || this.#stopping) return false;
       await new Promise((resolve) => setTimeout(resolve, 50));
@@ -407,7 +437,11 @@ export class EdgeSupervisor {
       logLevel: o.logLevel ?? 'info',
       nodeId: o.nodeId,
       ipv6SourcePrefix: o.ipv6SourcePrefix ?? 64,
-      httpConnectionLimits: o.httpConnectionLimits ?? { maxConnectionsPerSource: 256, maxNewConnectionsPerSecondPerSource: 100, maxConnections: 10_000 },
+      httpConnectionLimits: o.httpConnectionLimits ?? {
+        maxConnectionsPerSource: 256,
+        maxNewConnectionsPerSecondPerSource: 100,
+        maxConnections: 10_000,
+      },
       udpReplyBudgetFactor: o.udpReplyBudgetFactor ?? 3,
       rateLimitClientsPerProxy: o.rateLimitClientsPerProxy ?? 16_384,
       location: o.location,
@@ -520,7 +554,10 @@ export class EdgeSupervisor {
       revisions.set(id, record.revision);
       unresolved.set(id, { revision: record.revision, state: 'ERROR', detail });
       if (!this.#bindingRefused.has(id)) {
-        this.#options.logger.warn({ configId: id, tenantId: record.tenantId, detail }, 'edge refuses a configuration: its front-end binding is served by another');
+        this.#options.logger.warn(
+          { configId: id, tenantId: record.tenantId, detail },
+          'edge refuses a configuration: its front-end binding is served by another',
+        );
       }
     }
     this.#bindingRefused = new Set(refused.keys());
@@ -528,7 +565,8 @@ export class EdgeSupervisor {
       revisions.set(record.id, record.revision);
       try {
         const resolved = await this.#resolver.resolve(record);
-        if ('unresolved' in resolved) unresolved.set(record.id, { revision: record.revision, state: resolved.state, detail: resolved.unresolved });
+        if ('unresolved' in resolved)
+          unresolved.set(record.id, { revision: record.revision, state: resolved.state, detail: resolved.unresolved });
         else entries.push({ ...resolved, counters: this.#counterTables.tablesFor(record.id, ratePeriodsMs(resolved.config)) });
       } catch (error) {
         unresolved.set(record.id, { revision: record.revision, state: 'ERROR', detail: `cannot be prepared: ${(error as Error).message}` });
@@ -611,7 +649,11 @@ export class EdgeSupervisor {
         const since = Math.max(this.#applying.get(id)?.since ?? now, this.#workersChangedAt);
         if (now - since > APPLY_GRACE_MS) {
           const serving = reports.filter((report) => report?.version === entry.version).length;
-          problem = { id, state: 'APPLYING', detail: `served by ${serving} of ${this.#slots.length} workers for ${Math.round((now - since) / 1000)} s` };
+          problem = {
+            id,
+            state: 'APPLYING',
+            detail: `served by ${serving} of ${this.#slots.length} workers for ${Math.round((now - since) / 1000)} s`,
+          };
         }
       }
       if (problem === undefined) continue;
@@ -631,7 +673,11 @@ export class EdgeSupervisor {
     if (this.#threatFeed !== undefined) {
       const failing = (report?.sources ?? []).filter((source) => !source.ok).map((source) => sourceLabel(source.source));
       if (report === undefined) warnings.push({ code: 'THREAT_FEED_NOT_LOADED', detail: 'the threat feeds have not been read yet' });
-      else if (failing.length > 0) warnings.push({ code: 'THREAT_FEED_SOURCE_FAILING', detail: `threat-feed sources failing (their last good entries stay in use): ${failing.join(', ')}` });
+      else if (failing.length > 0)
+        warnings.push({
+          code: 'THREAT_FEED_SOURCE_FAILING',
+          detail: `threat-feed sources failing (their last good entries stay in use): ${failing.join(', ')}`,
+        });
     }
     return { ok: notServedCount === 0, configurations: this.#entries.length, notServed, notServedCount, warnings };
   }
@@ -723,12 +769,16 @@ export class EdgeSupervisor {
     const all = [...episode.perWorker.values()];
     return {
       blockedRequests: all.reduce((sum, counts) => sum + counts.blockedRequests, 0),
-      lastBlockedAt: all.map((counts) => counts.lastBlockedAt).sort().at(-1)!,
-      blockedUntil: all.map((counts) => counts.blockedUntil).sort().at(-1)!,
+      lastBlockedAt: all
+        .map((counts) => counts.lastBlockedAt)
+        .sort()
+        .at(-1)!,
+      blockedUntil: all
+        .map((counts) => counts.blockedUntil)
+        .sort()
+        .at(-1)!,
     };
   }
-
-
 }
 
 /** The periods (ms) of an HTTP proxy's rate-limit thresholds, in order; undefined without rate limiting. */

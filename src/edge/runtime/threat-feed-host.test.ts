@@ -111,7 +111,10 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
     assert.ok(!originClients.includes(FIRST_LISTED), 'the origin never saw a listed client');
 
     writeFeed(`# test feed, changed\n${LATER_LISTED}/32\n`);
-    await waitFor('a refusal of the newly listed client', async () => (await roundTrip({ host: FRONTEND, port, localAddress: LATER_LISTED }, 'probe')) === 'CLOSED');
+    await waitFor(
+      'a refusal of the newly listed client',
+      async () => (await roundTrip({ host: FRONTEND, port, localAddress: LATER_LISTED }, 'probe')) === 'CLOSED',
+    );
     // The ack of every worker, and what real connections get from both of them.
     await waitFor('both workers to use the new set', async () => edge.threatFeedWorkers() === 2);
     assert.deepEqual(await outcomes(port, LATER_LISTED), { CLOSED: ATTEMPTS });

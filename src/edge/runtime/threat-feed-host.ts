@@ -108,11 +108,22 @@ export class ThreatFeedHost {
     const { logger, onSet } = this.#options;
     this.#report = report;
     for (const source of report.sources) {
-      if (!source.ok) logger.warn({ source: sourceLabel(source.source), error: source.error, entries: source.entries }, 'threat feed source could not be read; its last good entries stay');
+      if (!source.ok)
+        logger.warn(
+          { source: sourceLabel(source.source), error: source.error, entries: source.entries },
+          'threat feed source could not be read; its last good entries stay',
+        );
     }
     if (set === undefined) return;
     this.#current = { set, generation: ++this.#generation };
-    logger.info({ size: report.size, generation: this.#generation, sources: report.sources.map((source) => ({ source: sourceLabel(source.source), entries: source.entries })) }, 'threat feed set built');
+    logger.info(
+      {
+        size: report.size,
+        generation: this.#generation,
+        sources: report.sources.map((source) => ({ source: sourceLabel(source.source), entries: source.entries })),
+      },
+      'threat feed set built',
+    );
     onSet(this.#current);
   }
 }

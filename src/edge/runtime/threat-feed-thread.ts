@@ -15,7 +15,8 @@ const feed: ThreatFeed = new ThreatFeed({
   sources: settings.sources,
   refreshIntervalMs: settings.refreshIntervalMs,
   shared: true,
-  onRefresh: (report) => port.postMessage({ kind: 'report', report, set: report.swapped ? feed.sharedSet : undefined } satisfies FromThreatFeedThread),
+  onRefresh: (report) =>
+    port.postMessage({ kind: 'report', report, set: report.swapped ? feed.sharedSet : undefined } satisfies FromThreatFeedThread),
 });
 
 // The feed's timer is unref'd (a feed alone keeps no process alive); this thread lives until the

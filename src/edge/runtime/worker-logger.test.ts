@@ -7,7 +7,10 @@ describe('edge worker logger', () => {
   it('writes a message at most `burst` times per interval, then says how many it left out', () => {
     const lines: { level: string; details: Record<string, unknown>; message: string }[] = [];
     const target = Object.fromEntries(
-      ['info', 'warn', 'error'].map((level) => [level, (details: Record<string, unknown>, message: string) => lines.push({ level, details, message })]),
+      ['info', 'warn', 'error'].map((level) => [
+        level,
+        (details: Record<string, unknown>, message: string) => lines.push({ level, details, message }),
+      ]),
     ) as unknown as Logger;
     let clock = 0;
     const logger = rateLimitedLogger(target, { burst: 3, intervalMs: 1000, now: () => clock });

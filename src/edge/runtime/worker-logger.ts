@@ -20,7 +20,10 @@ interface Window {
   suppressed: number;
 }
 
-export function rateLimitedLogger(target: Logger, options: { burst?: number; intervalMs?: number; now?: () => number } = {}): EdgeWorkerLogger {
+export function rateLimitedLogger(
+  target: Logger,
+  options: { burst?: number; intervalMs?: number; now?: () => number } = {},
+): EdgeWorkerLogger {
   const burst = options.burst ?? 10;
   const intervalMs = options.intervalMs ?? 10_000;
   const now = options.now ?? Date.now;

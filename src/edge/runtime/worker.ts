@@ -133,7 +133,9 @@ const l4Metrics: L4Metrics = {
 
 // ----- the access log: lines buffered here, written on libuv's pool, counted with the other counters -----
 const accessLog = settings.accessLog
-  ? new AccessLog(settings.accessLog, { onError: (err) => logger.error({ err, destination: settings.accessLog?.destination }, 'access log write failed: lines dropped') })
+  ? new AccessLog(settings.accessLog, {
+      onError: (err) => logger.error({ err, destination: settings.accessLog?.destination }, 'access log write failed: lines dropped'),
+    })
   : undefined;
 const reportedLines: AccessLogCounts = { written: 0, dropped: 0, sampled: 0 };
 function reportAccessLogLines(): void {
@@ -175,13 +177,17 @@ redis?.on('ready', () => {
 const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
 const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
 // Every origin connection of every proxy of this worker is checked here; a refusal is counted and logged.
-const originGuard = new OriginGuard(new OriginPolicy(settings.origins.policy), createOriginResolver(settings.origins.resolverServers), (refusal) => {
-  count('tps_edge_origin_refused_total', { proxy: refusal.scope, reason: refusal.reason });
-  logger.warn(
-    { proxyId: refusal.scope, host: refusal.host, address: refusal.address, port: refusal.port, reason: refusal.reason },
-    'origin refused by the origin policy',
-  );
-});
+const originGuard = new OriginGuard(
+  new OriginPolicy(settings.origins.policy),
+  createOriginResolver(settings.origins.resolverServers),
+  (refusal) => {
+    count('tps_edge_origin_refused_total', { proxy: refusal.scope, reason: refusal.reason });
+    logger.warn(
+      { proxyId: refusal.scope, host: refusal.host, address: refusal.address, port: refusal.port, reason: refusal.reason },
+      'origin refused by the origin policy',
+    );
+  },
+);
 // The first sampling stage: under a flood, one message a second per group instead of one per request.
 const insightSampler = new InsightSampler({ wholePerWindow: settings.insightWholeEventsPerMinute, maxGroups: INSIGHT_SAMPLER_GROUPS });
 const insight: InsightSink = {
@@ -222,7 +228,11 @@ function startWafEngine(): Promise<ExchangingEngine> {
     responseBodyLimit: Math.max(1, body.response),
     responseBodyAccess: body.response > 0,
   };
-  return startEngine(settings.wafEngine, { workers: settings.wafThreads, queueLength: settings.wafQueueLength * settings.wafThreads, ...limits });
+  return startEngine(settings.wafEngine, {
+    workers: settings.wafThreads,
+    queueLength: settings.wafQueueLength * settings.wafThreads,
+    ...limits,
+  });
 }
 const wafAuditLog = settings.wafAuditLogPath ? new WafAuditLog(settings.wafAuditLogPath) : undefined;
 const reportedAudit = { written: 0, dropped: 0 };
@@ -278,7 +288,9 @@ const httpDeps: HttpProxyDeps = {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
       if (redis) {
         // Scoped by the periods too: changed thresholds start from fresh counters, never misread old ones.
-        return new RedisRateLimitStore(redis, `${proxyId}|${periodsMs.join(',')}`, periodsMs, { maxClients: settings.rateLimitClientsPerProxy });
+        return new RedisRateLimitStore(redis, `${proxyId}|${periodsMs.join(',')}`, periodsMs, {
+          maxClients: settings.rateLimitClientsPerProxy,
+        });
       }
       const table = tablesOf(proxyId).rate;
       if (table === undefined) throw new Error(`no rate-limit table for proxy ${proxyId}`);
@@ -343,7 +355,8 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           metrics: l4Metrics,
           reusePort: true,
           logger,
-          createFloodAdmission: (limits) => new SharedFloodLimiter(new SharedTable(tablesOf(config.id).flood), limits, { sourceKey: countingKey }),
+          createFloodAdmission: (limits) =>
+            new SharedFloodLimiter(new SharedTable(tablesOf(config.id).flood), limits, { sourceKey: countingKey }),
           udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
           ...(clientAddress && { clientAddress }),
           tenantId: config.tenantId,

@@ -9,7 +9,7 @@
  * the slots of the proxy it floods. Memory is bounded per proxy (`rateSlots`, `floodSlots`), and the
  * kernel commits a table's pages only as its slots are first used.
  */
-import { SharedTable, type SharedTableInit } from './shared-table.ts';
+import type { SharedTable, SharedTableInit } from './shared-table.ts';
 import { createRateTable } from './shared-rate-store.ts';
 import { createFloodTable } from './shared-flood-limiter.ts';
 

@@ -17,7 +17,9 @@ describe('Redis rate-limit store', () => {
 
   before(async () => {
     const port = await freePort('127.0.0.1');
-    server = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    server = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
     nodeA = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 1 });
     nodeB = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 1 });
     // Refused connects while the server starts are expected here.

@@ -10,7 +10,7 @@
  * Redis has room for the proxies' shares (its own eviction policy would otherwise pick keys of any
  * proxy). A blocked client is indexed at its block's end, so it is the last of its proxy to go.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { RateHit, RateLimitStore } from '../http/rate-limit/store.ts';
 
 /**
@@ -87,7 +87,16 @@ export class RedisRateLimitStore implements RateLimitStore {
   }
 
   async hit(key: string, now: number): Promise<RateHit> {
-    const reply = (await this.#redis.eval(HIT, 2, this.#prefix + key, this.#index, now, this.#maxClients, this.#periodsMs.length, ...this.#periodsMs)) as string[];
+    const reply = (await this.#redis.eval(
+      HIT,
+      2,
+      this.#prefix + key,
+      this.#index,
+      now,
+      this.#maxClients,
+      this.#periodsMs.length,
+      ...this.#periodsMs,
+    )) as string[];
     return { blockedUntil: Number(reply[0]), estimates: reply.slice(1).map(Number) };
   }
 

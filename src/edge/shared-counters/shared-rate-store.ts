@@ -41,7 +41,8 @@ export class SharedRateLimitStore implements RateLimitStore {
     this.#table.update(key, now / 1000, (words, offset) => {
       result.blockedUntil = words[offset]!;
       if (result.blockedUntil > now) return;
-      for (let i = 0; i < periods.length; i++) result.estimates[i] = countAndEstimate(words, offset + 1 + i * WINDOW_PAIR_WORDS, periods[i]!, now);
+      for (let i = 0; i < periods.length; i++)
+        result.estimates[i] = countAndEstimate(words, offset + 1 + i * WINDOW_PAIR_WORDS, periods[i]!, now);
     });
     return result;
   }

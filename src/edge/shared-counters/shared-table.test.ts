@@ -34,7 +34,11 @@ const read = (table: SharedTable, key: string) => table.update(key, 1, (words, o
 describe('shared counter table', () => {
   it('keeps exact counts when several threads update the same key at once', async () => {
     const table = SharedTable.create(1024, 1);
-    await Promise.all([incrementInWorker(table, 'client', 50_000), incrementInWorker(table, 'client', 50_000), incrementInWorker(table, 'other', 10_000)]);
+    await Promise.all([
+      incrementInWorker(table, 'client', 50_000),
+      incrementInWorker(table, 'client', 50_000),
+      incrementInWorker(table, 'other', 10_000),
+    ]);
     assert.equal(read(table, 'client'), 100_000);
     assert.equal(read(table, 'other'), 10_000);
   });
@@ -146,4 +150,3 @@ describe('per-proxy counter tables', () => {
     assert.equal(tables.size, 1);
   });
 });
-

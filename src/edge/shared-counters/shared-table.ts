@@ -100,7 +100,14 @@ export class SharedTable {
     return count;
   }
 
-  #claim<T>(slot: number, header: number, low: number, high: number, nowSeconds: number, work: (words: Float64Array, offset: number, fresh: boolean) => T): T {
+  #claim<T>(
+    slot: number,
+    header: number,
+    low: number,
+    high: number,
+    nowSeconds: number,
+    work: (words: Float64Array, offset: number, fresh: boolean) => T,
+  ): T {
     Atomics.store(this.#headers, header + HASH_LOW, low);
     Atomics.store(this.#headers, header + HASH_HIGH, high);
     const offset = (slot * this.#stride + HEADER_BYTES) >> 3;
@@ -108,7 +115,13 @@ export class SharedTable {
     return this.#run(slot, header, nowSeconds, true, work);
   }
 
-  #run<T>(slot: number, header: number, nowSeconds: number, fresh: boolean, work: (words: Float64Array, offset: number, fresh: boolean) => T): T {
+  #run<T>(
+    slot: number,
+    header: number,
+    nowSeconds: number,
+    fresh: boolean,
+    work: (words: Float64Array, offset: number, fresh: boolean) => T,
+  ): T {
     try {
       Atomics.store(this.#headers, header + LAST_USE, nowSeconds | 0);
       return work(this.#payload, (slot * this.#stride + HEADER_BYTES) >> 3, fresh);

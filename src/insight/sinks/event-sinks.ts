@@ -65,7 +65,12 @@ export class EventSinks {
   /** Opens every sink (a file sink opens its file at once: one that cannot be opened throws). */
   constructor(addresses: readonly SinkAddress[], options: EventSinksOptions) {
     const registers = [options.registry];
-    const sent = new Counter({ name: 'tps_event_sink_sent_total', help: 'Insight events handed to an event sink (TPS_EVENT_SINKS): written to its connection, datagram or file.', labelNames: ['sink'], registers });
+    const sent = new Counter({
+      name: 'tps_event_sink_sent_total',
+      help: 'Insight events handed to an event sink (TPS_EVENT_SINKS): written to its connection, datagram or file.',
+      labelNames: ['sink'],
+      registers,
+    });
     const dropped = new Counter({
       name: 'tps_event_sink_dropped_total',
       help: 'Insight events an event sink did not send: queue_full (its destination slow or away), too_large (over a datagram even without headers), error (a send or write failed).',
@@ -81,8 +86,10 @@ export class EventSinks {
       };
       // One line a minute per sink and message: an unreachable SIEM must not flood the log.
       const logger: SinkLogger = {
-        warn: (details, message) => limited(address.label + message, () => options.logger.warn({ sink: address.label, ...details }, message)),
-        error: (details, message) => limited(address.label + message, () => options.logger.error({ sink: address.label, ...details }, message)),
+        warn: (details, message) =>
+          limited(address.label + message, () => options.logger.warn({ sink: address.label, ...details }, message)),
+        error: (details, message) =>
+          limited(address.label + message, () => options.logger.error({ sink: address.label, ...details }, message)),
       };
       const limited = (key: string, write: () => void) => {
         const now = Date.now();
@@ -91,7 +98,8 @@ export class EventSinks {
         write();
       };
       if (address.kind === 'file') return new FileSink(address.label, address.path, options.nodeId, metrics, logger);
-      if (address.kind === 'syslog-udp') return new UdpSink(address.label, address.host, address.port, options.nodeId, origin, metrics, logger);
+      if (address.kind === 'syslog-udp')
+        return new UdpSink(address.label, address.host, address.port, options.nodeId, origin, metrics, logger);
       return new TcpSink(address.label, address.host, address.port, options.nodeId, origin, metrics, logger);
     });
     const sinks = this.#sinks;
@@ -264,7 +272,8 @@ class UdpSink implements Sink {
 
   ship(event: InsightEvent): void {
     let message = Buffer.from(syslogMessage(event, eventJson(event, this.#nodeId), this.#origin));
-    if (message.length > MAX_DATAGRAM_BYTES) message = Buffer.from(syslogMessage(event, truncatedEventJson(event, this.#nodeId), this.#origin));
+    if (message.length > MAX_DATAGRAM_BYTES)
+      message = Buffer.from(syslogMessage(event, truncatedEventJson(event, this.#nodeId), this.#origin));
     if (message.length > MAX_DATAGRAM_BYTES) {
       this.#metrics.dropped('too_large');
       return;
@@ -299,13 +308,14 @@ class UdpSink implements Sink {
     clearTimeout(this.#retry);
     while (this.#inFlight > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
     const socket = this.#socket;
-    if (socket !== undefined) await new Promise<void>((resolve) => {
-      try {
-        socket.close(() => resolve());
-      } catch {
-        resolve();
-      }
-    });
+    if (socket !== undefined)
+      await new Promise<void>((resolve) => {
+        try {
+          socket.close(() => resolve());
+        } catch {
+          resolve();
+        }
+      });
   }
 }
 

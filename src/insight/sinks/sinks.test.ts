@@ -12,7 +12,12 @@ describe('event sink addresses (TPS_EVENT_SINKS)', () => {
       { kind: 'syslog-tcp', host: 'siem.example.com', port: 514, label: 'syslog+tcp://siem.example.com:514' },
       { kind: 'file', path: '/var/log/tps/events.jsonl', label: 'file:///var/log/tps/events.jsonl' },
     ]);
-    assert.deepEqual(parseSinkAddress('syslog+tcp://[2001:db8::1]:6514'), { kind: 'syslog-tcp', host: '2001:db8::1', port: 6514, label: 'syslog+tcp://[2001:db8::1]:6514' });
+    assert.deepEqual(parseSinkAddress('syslog+tcp://[2001:db8::1]:6514'), {
+      kind: 'syslog-tcp',
+      host: '2001:db8::1',
+      port: 6514,
+      label: 'syslog+tcp://[2001:db8::1]:6514',
+    });
     assert.deepEqual(parseSinkAddresses(''), []);
   });
 
@@ -30,21 +35,31 @@ describe('event sink addresses (TPS_EVENT_SINKS)', () => {
       ['file://relative/path', /absolute/],
       ['file:///var/log/', /must name a file/],
     ] as const) {
-      assert.throws(() => parseSinkAddress(entry), (error: Error) => error instanceof SinkAddressError && why.test(error.message), entry);
+      assert.throws(
+        () => parseSinkAddress(entry),
+        (error: Error) => error instanceof SinkAddressError && why.test(error.message),
+        entry,
+      );
     }
     assert.throws(() => parseSinkAddresses('file:///a,file:///a'), /listed twice/);
   });
 
   it('never fails but with its own error, whatever the entry', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.string(), fc.constantFrom('syslog+udp://', 'syslog+tcp://', 'file://').chain((scheme) => fc.string().map((rest) => scheme + rest))), (entry) => {
-        try {
-          const parsed = parseSinkAddress(entry);
-          if (parsed.kind !== 'file') assert.ok(parsed.port >= 1 && parsed.port <= 65535);
-        } catch (error) {
-          assert.ok(error instanceof SinkAddressError, String(error));
-        }
-      }),
+      fc.property(
+        fc.oneof(
+          fc.string(),
+          fc.constantFrom('syslog+udp://', 'syslog+tcp://', 'file://').chain((scheme) => fc.string().map((rest) => scheme + rest)),
+        ),
+        (entry) => {
+          try {
+            const parsed = parseSinkAddress(entry);
+            if (parsed.kind !== 'file') assert.ok(parsed.port >= 1 && parsed.port <= 65535);
+          } catch (error) {
+            assert.ok(error instanceof SinkAddressError, String(error));
+          }
+        },
+      ),
       { numRuns: 2000 },
     );
   });
@@ -61,8 +76,21 @@ const event: WafEvent = {
   tpc: 'TST',
   destinationIp: '192.0.2.10',
   source: { countryCode: 'ZZ', ip: '198.51.100.7', port: 40000 },
-  request: { method: 'GET', path: '/', headers: ['Host: example.com'], messageHeader: 'GET /?q=x HTTP/1.1\nHost: example.com', statusCode: 403 },
-  rules: [{ modSecId: 941100, name: 'XSS Attack Detected via libinjection', matchedData: { status: 'DISABLED', value: null }, matchedVariable: 'ARGS:q' }],
+  request: {
+    method: 'GET',
+    path: '/',
+    headers: ['Host: example.com'],
+    messageHeader: 'GET /?q=x HTTP/1.1\nHost: example.com',
+    statusCode: 403,
+  },
+  rules: [
+    {
+      modSecId: 941100,
+      name: 'XSS Attack Detected via libinjection',
+      matchedData: { status: 'DISABLED', value: null },
+      matchedVariable: 'ARGS:q',
+    },
+  ],
 };
 
 describe('syslog messages of insight events', () => {
@@ -72,13 +100,16 @@ describe('syslog messages of insight events', () => {
     const message = syslogMessage(event, json, { hostname: 'edge 1.example', procId: '42' });
     // local0.warning = 16 * 8 + 4
     assert.equal(message, `<132>1 2026-03-01T10:11:12.345Z edge1.example tps 42 WAF_EVENT - ${json}`);
-    assert.match(syslogMessage({ ...event, action: 'LOGGED' }, json, { hostname: '', procId: '42' }), /^<133>1 \S+ - tps 42 WAF_EVENT - \{/);
+    assert.match(
+      syslogMessage({ ...event, action: 'LOGGED' }, json, { hostname: '', procId: '42' }),
+      /^<133>1 \S+ - tps 42 WAF_EVENT - \{/,
+    );
     const framed = octetCounted('<132>1 é');
     assert.equal(framed.toString(), '9 <132>1 é'); // bytes, not characters
   });
 
   it('leave the request headers out of a datagram that would be too large', () => {
-    const big = { ...event, request: { ...event.request, headers: ['X: ' + 'a'.repeat(70_000)] } };
+    const big = { ...event, request: { ...event.request, headers: [`X: ${'a'.repeat(70_000)}`] } };
     const truncated = JSON.parse(truncatedEventJson(big, 'n')) as Record<string, unknown> & { request: Record<string, unknown> };
     assert.equal(truncated.truncated, true);
     assert.equal(truncated.request.headers, undefined);

@@ -197,7 +197,8 @@ const CAS = '/api/v2/traffic-mgmt/ca-certificates';
 export const api = {
   proxies: () => call<{ data: Resource<ProxyAttributes>[] }>('GET', CONFIGS),
   proxy: (id: string) => call<{ data: Resource<ProxyAttributes> }>('GET', `${CONFIGS}/${id}`),
-  createProxy: (type: string, attributes: unknown) => call<{ data: Resource<ProxyAttributes> }>('POST', CONFIGS, { data: { type, attributes } }),
+  createProxy: (type: string, attributes: unknown) =>
+    call<{ data: Resource<ProxyAttributes> }>('POST', CONFIGS, { data: { type, attributes } }),
   replaceProxy: (id: string, type: string, attributes: unknown) =>
     call<{ data: Resource<ProxyAttributes> }>('PUT', `${CONFIGS}/${id}`, { data: { type, id, attributes } }),
   patchProxy: (id: string, type: string, attributes: unknown) =>
@@ -208,7 +209,9 @@ export const api = {
   uploadCertificate: (attributes: { certificate: string; intermediateCertificates?: string; privateKey: string }) =>
     call<{ data: Resource<CertificateAttributes> }>('POST', `${CERTS}/pem`, { data: { type: 'certificate', attributes } }),
   requestCertificate: (domains: string[]) =>
-    call<{ data: Resource<CertificateAttributes> }>('POST', `${CERTS}/lets-encrypt`, { data: { type: 'certificate', attributes: { domains } } }),
+    call<{ data: Resource<CertificateAttributes> }>('POST', `${CERTS}/lets-encrypt`, {
+      data: { type: 'certificate', attributes: { domains } },
+    }),
   deleteCertificate: (id: string) => call('DELETE', `${CERTS}/${id}`),
   caCertificates: () => call<{ data: Resource<CaCertificateAttributes>[] }>('GET', CAS),
   uploadCaCertificate: (certificates: { certificate: string; crlUrl?: string }[]) =>

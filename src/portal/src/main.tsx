@@ -67,42 +67,50 @@ function App() {
       <div class="shell">
         <aside class="sidebar">
           <div class="sidebar-inner">
-          <div class="brand">
-            <svg viewBox="0 0 32 32" width="26" height="26" aria-hidden="true">
-              <path d="M16 2 4 7v8c0 7.5 5.1 13.4 12 15 6.9-1.6 12-7.5 12-15V7z" fill="#f97316" />
-              <path d="m10.5 16 4 4 7-8" stroke="#fff" stroke-width="2.6" fill="none" stroke-linecap="round" stroke-linejoin="round" />
-            </svg>
-            <span>Traffic protection</span>
-          </div>
-          <nav>
-            {NAV.map((item) => (
-              <Link to={item.to} class={route.path.startsWith(item.to) ? 'active' : ''} data-testid={`nav ${item.label}`}>
-                <svg class="icon" viewBox="0 0 24 24" width="18" height="18" aria-hidden="true">
-                  <path d={item.icon} fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round" />
-                </svg>
-                {item.label}
-              </Link>
-            ))}
-          </nav>
-          <div class="account">
-            <div class="tenant" title={session.tenantId}>
-              {session.tenantName || 'Tenant'}
+            <div class="brand">
+              <svg viewBox="0 0 32 32" width="26" height="26" aria-hidden="true">
+                <path d="M16 2 4 7v8c0 7.5 5.1 13.4 12 15 6.9-1.6 12-7.5 12-15V7z" fill="#f97316" />
+                <path d="m10.5 16 4 4 7-8" stroke="#fff" stroke-width="2.6" fill="none" stroke-linecap="round" stroke-linejoin="round" />
+              </svg>
+              <span>Traffic protection</span>
             </div>
-            <div class="email" data-testid="signed-in-as">
-              {session.email}
+            <nav>
+              {NAV.map((item) => (
+                <Link to={item.to} class={route.path.startsWith(item.to) ? 'active' : ''} data-testid={`nav ${item.label}`}>
+                  <svg class="icon" viewBox="0 0 24 24" width="18" height="18" aria-hidden="true">
+                    <path
+                      d={item.icon}
+                      fill="none"
+                      stroke="currentColor"
+                      stroke-width="1.8"
+                      stroke-linecap="round"
+                      stroke-linejoin="round"
+                    />
+                  </svg>
+                  {item.label}
+                </Link>
+              ))}
+            </nav>
+            <div class="account">
+              <div class="tenant" title={session.tenantId}>
+                {session.tenantName || 'Tenant'}
+              </div>
+              <div class="email" data-testid="signed-in-as">
+                {session.email}
+              </div>
+              <button
+                type="button"
+                class="btn btn-ghost btn-small"
+                onClick={async () => {
+                  await portal.logout().catch(() => undefined);
+                  setCsrfToken('');
+                  setSession(null);
+                  navigate('/login', true);
+                }}
+              >
+                Sign out
+              </button>
             </div>
-            <button
-              class="btn btn-ghost btn-small"
-              onClick={async () => {
-                await portal.logout().catch(() => undefined);
-                setCsrfToken('');
-                setSession(null);
-                navigate('/login', true);
-              }}
-            >
-              Sign out
-            </button>
-          </div>
           </div>
         </aside>
         <main class="content">

@@ -65,8 +65,15 @@ export const useSession = () => useContext(Session);
 
 // ---- loading data -----------------------------------------------------------------------------
 
-export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data: T | undefined; error: ApiFailure | Error | undefined; reload: () => void; loading: boolean } {
-  const [state, setState] = useState<{ data: T | undefined; error: Error | undefined; loading: boolean }>({ data: undefined, error: undefined, loading: true });
+export function useLoad<T>(
+  load: () => Promise<T>,
+  deps: unknown[],
+): { data: T | undefined; error: ApiFailure | Error | undefined; reload: () => void; loading: boolean } {
+  const [state, setState] = useState<{ data: T | undefined; error: Error | undefined; loading: boolean }>({
+    data: undefined,
+    error: undefined,
+    loading: true,
+  });
   const [tick, setTick] = useState(0);
   useEffect(() => {
     let live = true;
@@ -78,7 +85,7 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data: T |
     return () => {
       live = false;
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // The caller's own dependencies and the reload tick say when to load again.
   }, [...deps, tick]);
   const reload = useCallback(() => setTick((n) => n + 1), []);
   return { ...state, reload };
@@ -133,7 +140,8 @@ export class ErrorBoard {
   }
   unplaced(): FieldError[] {
     return this.errors.filter(
-      (error) => !this.shown.has(error.pointer) && ![...this.shownDeep].some((p) => error.pointer === p || error.pointer.startsWith(`${p}/`)),
+      (error) =>
+        !this.shown.has(error.pointer) && ![...this.shownDeep].some((p) => error.pointer === p || error.pointer.startsWith(`${p}/`)),
     );
   }
 }
@@ -195,7 +203,11 @@ export function ErrorSummary(props: { board: ErrorBoard }) {
 
 // ---- small pieces -------------------------------------------------------------------------------
 
-export function Badge(props: { tone: 'green' | 'amber' | 'red' | 'gray' | 'blue' | 'orange'; children: ComponentChildren; title?: string }) {
+export function Badge(props: {
+  tone: 'green' | 'amber' | 'red' | 'gray' | 'blue' | 'orange';
+  children: ComponentChildren;
+  title?: string;
+}) {
   return (
     <span class={`badge badge-${props.tone}`} title={props.title}>
       {props.children}
@@ -204,7 +216,12 @@ export function Badge(props: { tone: 'green' | 'amber' | 'red' | 'gray' | 'blue'
 }
 
 export function StatusBadge(props: { status: string | undefined; detail?: string | null }) {
-  const tone = props.status === 'ACTIVE' || props.status === 'ISSUED' ? 'green' : props.status === 'ERROR' || props.status === 'FAILED' ? 'red' : 'amber';
+  const tone =
+    props.status === 'ACTIVE' || props.status === 'ISSUED'
+      ? 'green'
+      : props.status === 'ERROR' || props.status === 'FAILED'
+        ? 'red'
+        : 'amber';
   return (
     <Badge tone={tone} title={props.detail ?? undefined}>
       {props.status ?? 'UNKNOWN'}
@@ -224,7 +241,13 @@ export function PageHeader(props: { title: string; subtitle?: ComponentChildren;
   );
 }
 
-export function Card(props: { title?: ComponentChildren; children: ComponentChildren; class?: string; actions?: ComponentChildren; 'data-testid'?: string }) {
+export function Card(props: {
+  title?: ComponentChildren;
+  children: ComponentChildren;
+  class?: string;
+  actions?: ComponentChildren;
+  'data-testid'?: string;
+}) {
   return (
     <section class={`card ${props.class ?? ''}`} data-testid={props['data-testid']}>
       {(props.title || props.actions) && (
@@ -302,4 +325,3 @@ export function CopyButton(props: { text: string; label?: string; 'data-testid'?
     </button>
   );
 }
-

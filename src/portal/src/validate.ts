@@ -65,7 +65,8 @@ export function validate(schema: Schema, value: unknown, pointer = ''): FieldErr
     if (typeof schema.maxLength === 'number' && length > schema.maxLength) fail(`must NOT have more than ${schema.maxLength} characters`);
     if (typeof schema.pattern === 'string' && !new RegExp(schema.pattern, 'u').test(value)) fail(`must match pattern "${schema.pattern}"`);
     const format = schema.format as string | undefined;
-    if (format === 'ipv6' ? !isIpv6(value) : format && FORMATS[format] && !FORMATS[format].test(value)) fail(`must match format "${format}"`);
+    if (format === 'ipv6' ? !isIpv6(value) : format && FORMATS[format] && !FORMATS[format].test(value))
+      fail(`must match format "${format}"`);
   }
 
   if (Array.isArray(value)) {
@@ -76,7 +77,7 @@ export function validate(schema: Schema, value: unknown, pointer = ''): FieldErr
       if (seen.size !== value.length) fail('must NOT have duplicate items');
     }
     if (schema.items && typeof schema.items === 'object') {
-      value.forEach((item, index) => errors.push(...validate(schema.items as Schema, item, `${pointer}/${index}`)));
+      for (const [index, item] of value.entries()) errors.push(...validate(schema.items as Schema, item, `${pointer}/${index}`));
     }
   }
 
@@ -101,7 +102,11 @@ export function validate(schema: Schema, value: unknown, pointer = ''): FieldErr
     const tag = (value as Record<string, unknown>)[discriminator];
     const branch = branches.find((candidate) => ((candidate.properties as Record<string, Schema>)[discriminator]?.const ?? null) === tag);
     if (branch) errors.push(...validate(branch, value, pointer));
-    else fail(`must be one of ${branches.map((candidate) => JSON.stringify((candidate.properties as Record<string, Schema>)[discriminator]?.const)).join(', ')}`, `${pointer}/${discriminator}`);
+    else
+      fail(
+        `must be one of ${branches.map((candidate) => JSON.stringify((candidate.properties as Record<string, Schema>)[discriminator]?.const)).join(', ')}`,
+        `${pointer}/${discriminator}`,
+      );
   }
   const anyOf = schema.anyOf as Schema[] | undefined;
   if (anyOf) {

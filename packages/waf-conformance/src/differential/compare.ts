@@ -74,7 +74,9 @@ export function runDifferential(engines: Engines, cases: readonly CorpusCase[]):
 
 export function formatReport(title: string, r: DifferentialReport, limit = 50): string {
   const pct = r.total === 0 ? 100 : (100 * r.agreeing) / r.total;
-  const lines = [`${title}: ${r.agreeing} of ${r.total} requests with the same rule ids (${pct.toFixed(2)} %), ${r.verdictMismatches} with a different block decision`];
+  const lines = [
+    `${title}: ${r.agreeing} of ${r.total} requests with the same rule ids (${pct.toFixed(2)} %), ${r.verdictMismatches} with a different block decision`,
+  ];
   for (const d of r.differences.slice(0, limit)) {
     lines.push(
       `  ${d.name} PL${d.settings.paranoiaLevel} ${d.method} ${JSON.stringify(d.uri.slice(0, 80))}: only compiled [${d.onlyCompiled.join(',')}] only ModSecurity [${d.onlyModSecurity.join(',')}]`,

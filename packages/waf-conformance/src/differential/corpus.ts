@@ -106,9 +106,68 @@ const USER_AGENTS = [
   'okhttp/4.12.0',
   'Go-http-client/1.1',
 ];
-const PATHS = ['/', '/index.html', '/products', '/api/v1/items', '/search', '/login', '/account/settings', '/static/app.js', '/images/logo.png', '/blog/2024/06/hello-world', '/cart/checkout', '/wp-admin/admin-ajax.php', '/graphql', '/v2/users/123/orders'];
-const WORDS = ['alpha', 'beta', 'shoes', 'red', 'size', 'page', 'sort', 'desc', 'query', 'hello world', 'café', 'Zürich', '東京', 'o\'reilly', 'a+b', '50%', 'x@y.com', '2024-06-01', '12345', 'true', 'null', 'John Smith', 'new york', '+49 30 123456'];
-const PARAM_NAMES = ['q', 'id', 'page', 'sort', 'lang', 'user', 'name', 'email', 'search', 'category', 'redirect', 'file', 'token', 'filter[status]', 'items[]', 'ref', 'utm_source', 'callback'];
+const PATHS = [
+  '/',
+  '/index.html',
+  '/products',
+  '/api/v1/items',
+  '/search',
+  '/login',
+  '/account/settings',
+  '/static/app.js',
+  '/images/logo.png',
+  '/blog/2024/06/hello-world',
+  '/cart/checkout',
+  '/wp-admin/admin-ajax.php',
+  '/graphql',
+  '/v2/users/123/orders',
+];
+const WORDS = [
+  'alpha',
+  'beta',
+  'shoes',
+  'red',
+  'size',
+  'page',
+  'sort',
+  'desc',
+  'query',
+  'hello world',
+  'café',
+  'Zürich',
+  '東京',
+  "o'reilly",
+  'a+b',
+  '50%',
+  'x@y.com',
+  '2024-06-01',
+  '12345',
+  'true',
+  'null',
+  'John Smith',
+  'new york',
+  '+49 30 123456',
+];
+const PARAM_NAMES = [
+  'q',
+  'id',
+  'page',
+  'sort',
+  'lang',
+  'user',
+  'name',
+  'email',
+  'search',
+  'category',
+  'redirect',
+  'file',
+  'token',
+  'filter[status]',
+  'items[]',
+  'ref',
+  'utm_source',
+  'callback',
+];
 const ACCEPTS = ['text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8', 'application/json', '*/*', 'image/avif,image/webp,*/*'];
 const MUTATORS: ((s: string, r: Random) => string)[] = [
   (s) => s,
@@ -116,7 +175,7 @@ const MUTATORS: ((s: string, r: Random) => string)[] = [
   (s) => s.toUpperCase(),
   (s, r) => s.replace(/ /g, r.pick(['/**/', '%20', '+', '\t', '%09', '  '])),
   (s, r) => s.slice(0, Math.max(1, r.int(s.length + 1))),
-  (s, r) => r.pick(WORDS) + ' ' + s,
+  (s, r) => `${r.pick(WORDS)} ${s}`,
   (s, r) => s + r.pick(["'", '"', ';', '--', '#', ' or 1=1', '<', '>', '%00', '\\']),
   (s) => s.replace(/[aeiou]/g, (c) => `%${c.charCodeAt(0).toString(16)}`),
   (s) => encodeURIComponent(encodeURIComponent(s)),
@@ -132,7 +191,11 @@ function q(s: string): string {
 }
 
 function baseHeaders(r: Random, host: string): [string, string][] {
-  const h: [string, string][] = [['Host', host], ['User-Agent', r.pick(USER_AGENTS)], ['Accept', r.pick(ACCEPTS)]];
+  const h: [string, string][] = [
+    ['Host', host],
+    ['User-Agent', r.pick(USER_AGENTS)],
+    ['Accept', r.pick(ACCEPTS)],
+  ];
   if (r.chance(0.7)) h.push(['Accept-Language', r.pick(['en-US,en;q=0.9', 'de-DE,de;q=0.8,en;q=0.5', 'fr'])]);
   if (r.chance(0.7)) h.push(['Accept-Encoding', 'gzip, deflate, br']);
   if (r.chance(0.5)) h.push(['Cookie', `session=${r.int(1e9).toString(36)}; theme=${r.pick(['dark', 'light'])}; _ga=GA1.2.${r.int(1e9)}`]);
@@ -144,7 +207,12 @@ function baseHeaders(r: Random, host: string): [string, string][] {
 
 function settingsFor(r: Random): WafEngineSettings {
   const paranoiaLevel = 1 + r.int(4);
-  const s: { paranoiaLevel: number; mode: 'BLOCKING' | 'LOGGING'; anomalyThreshold?: number; ruleExclusions?: WafEngineSettings['ruleExclusions'] } = {
+  const s: {
+    paranoiaLevel: number;
+    mode: 'BLOCKING' | 'LOGGING';
+    anomalyThreshold?: number;
+    ruleExclusions?: WafEngineSettings['ruleExclusions'];
+  } = {
     paranoiaLevel,
     mode: r.chance(0.5) ? 'BLOCKING' : 'LOGGING',
   };
@@ -159,8 +227,36 @@ function settingsFor(r: Random): WafEngineSettings {
   return s;
 }
 
-type Place = 'query' | 'queryName' | 'path' | 'cookie' | 'header' | 'form' | 'json' | 'jsonKey' | 'multipart' | 'multipartFile' | 'xml' | 'xmlAttr';
-const PLACES: Place[] = ['query', 'query', 'query', 'queryName', 'path', 'cookie', 'header', 'form', 'form', 'json', 'jsonKey', 'multipart', 'multipartFile', 'xml', 'xmlAttr'];
+type Place =
+  | 'query'
+  | 'queryName'
+  | 'path'
+  | 'cookie'
+  | 'header'
+  | 'form'
+  | 'json'
+  | 'jsonKey'
+  | 'multipart'
+  | 'multipartFile'
+  | 'xml'
+  | 'xmlAttr';
+const PLACES: Place[] = [
+  'query',
+  'query',
+  'query',
+  'queryName',
+  'path',
+  'cookie',
+  'header',
+  'form',
+  'form',
+  'json',
+  'jsonKey',
+  'multipart',
+  'multipartFile',
+  'xml',
+  'xmlAttr',
+];
 
 function xmlEscape(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
@@ -193,10 +289,22 @@ export function generateRequest(r: Random, index: number, payload?: string): Cor
   if (place === 'queryName') params.push([value!, '1']);
   if (place === 'path') path = path.replace(/\/?$/, '/') + value!.replace(/[?#]/g, '');
   if (place === 'cookie') headers.push(['Cookie', `${r.pick(['pref', 'sid', 'cart'])}=${value}`]);
-  if (place === 'header') headers.push([r.pick(['User-Agent', 'Referer', 'X-Forwarded-For', 'X-Api-Version', 'Accept-Language']), value!.replace(/[\r\n]/g, ' ')]);
+  if (place === 'header')
+    headers.push([
+      r.pick(['User-Agent', 'Referer', 'X-Forwarded-For', 'X-Api-Version', 'Accept-Language']),
+      value!.replace(/[\r\n]/g, ' '),
+    ]);
   if (place === 'form' || place === 'multipart') fields.push([r.pick(PARAM_NAMES), value!]);
   let uri = path;
-  if (params.length > 0) uri += '?' + params.map(([k, v]) => `${q(k)}=${place === 'query' && v === value && r.chance(0.3) ? v.replace(/[ #&]/g, (c) => encodeURIComponent(c)) : q(v)}`).join('&');
+  if (params.length > 0)
+    uri +=
+      '?' +
+      params
+        .map(
+          ([k, v]) =>
+            `${q(k)}=${place === 'query' && v === value && r.chance(0.3) ? v.replace(/[ #&]/g, (c) => encodeURIComponent(c)) : q(v)}`,
+        )
+        .join('&');
   switch (bodyKind) {
     case 'form':
       method = 'POST';
@@ -205,7 +313,12 @@ export function generateRequest(r: Random, index: number, payload?: string): Cor
       break;
     case 'json': {
       method = r.pick(['POST', 'PUT', 'PATCH']);
-      const obj: Record<string, unknown> = { id: r.int(1000), name: r.pick(WORDS), tags: [r.pick(WORDS), r.pick(WORDS)], nested: { enabled: r.chance(0.5), count: r.int(50) } };
+      const obj: Record<string, unknown> = {
+        id: r.int(1000),
+        name: r.pick(WORDS),
+        tags: [r.pick(WORDS), r.pick(WORDS)],
+        nested: { enabled: r.chance(0.5), count: r.int(50) },
+      };
       if (place === 'json') (obj.nested as Record<string, unknown>)[r.pick(PARAM_NAMES)] = value;
       if (place === 'jsonKey') obj[value!] = 1;
       body = JSON.stringify(r.chance(0.2) ? [obj, obj] : obj);

@@ -25,7 +25,9 @@ const { values, positionals } = parseArgs({
 });
 const suite = positionals[0];
 if (suite === undefined || !existsSync(suite)) {
-  process.stderr.write(`differential: give the CRS regression suite folder (e.g. ../shared/crs-regression-v3.3.4)${suite ? `: ${suite} does not exist` : ''}\n`);
+  process.stderr.write(
+    `differential: give the CRS regression suite folder (e.g. ../shared/crs-regression-v3.3.4)${suite ? `: ${suite} does not exist` : ''}\n`,
+  );
   process.exit(2);
 }
 const limit = Number(values.limit);
@@ -35,15 +37,17 @@ const regression = loadEngines(crsRegressionEngineOptions());
 const crsCases = crsRegressionCases(suite, CRS_REGRESSION_SETTINGS);
 const crs = runDifferential(regression, crsCases);
 regression.close();
-process.stdout.write(formatReport('CRS regression stages (PL4, detection only)', crs, limit) + '\n');
+process.stdout.write(`${formatReport('CRS regression stages (PL4, detection only)', crs, limit)}\n`);
 
 const engines = loadEngines();
 const gen = generatedCases(suite, Number(values.generated), Number(values.seed));
 const generated = runDifferential(engines, gen);
 engines.close();
-process.stdout.write(formatReport(`generated corpus (seed ${values.seed})`, generated, limit) + '\n');
+process.stdout.write(`${formatReport(`generated corpus (seed ${values.seed})`, generated, limit)}\n`);
 
 const total = crs.total + generated.total;
 const agreeing = crs.agreeing + generated.agreeing;
-process.stdout.write(`overall: ${agreeing} of ${total} (${((100 * agreeing) / total).toFixed(2)} %) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
-if (values.json) writeFileSync(values.json, JSON.stringify({ crs, generated }, null, 2) + '\n');
+process.stdout.write(
+  `overall: ${agreeing} of ${total} (${((100 * agreeing) / total).toFixed(2)} %) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,
+);
+if (values.json) writeFileSync(values.json, `${JSON.stringify({ crs, generated }, null, 2)}\n`);

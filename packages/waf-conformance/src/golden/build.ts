@@ -5,7 +5,17 @@
  * ../oracle/golden.test.ts compares it with the checked-in files.
  */
 import { CompiledInspector, encodeRequest, TRANSFORMATIONS, ruleCaseLines } from '@tps/waf';
-import type { CrsVector, CrsVectors, GoldenSource, RuleCaseVectors, RuleSetOptions, TransformationVectors, WafEngineSettings, WafEngineVerdict, WafRequest } from '@tps/waf';
+import type {
+  CrsVector,
+  CrsVectors,
+  GoldenSource,
+  RuleCaseVectors,
+  RuleSetOptions,
+  TransformationVectors,
+  WafEngineSettings,
+  WafEngineVerdict,
+  WafRequest,
+} from '@tps/waf';
 import { ModSecurityInspector } from '@tps/waf-modsecurity';
 import { crsRegressionCases, generatedCases } from '../differential/corpus.ts';
 import { smallRuleSets } from '../differential/oracle.ts';
@@ -96,7 +106,11 @@ export function ruleCaseVectors(source: GoldenSource): RuleCaseVectors {
 
 const ids = (v: WafEngineVerdict): number[] => [...new Set(v.matchedRules.map((m) => m.id))].sort((a, b) => a - b);
 
-export function crsVectors(source: GoldenSource, ruleSet: RuleSetOptions, cases: readonly { name: string; request: WafRequest; settings: WafEngineSettings }[]): CrsVectors {
+export function crsVectors(
+  source: GoldenSource,
+  ruleSet: RuleSetOptions,
+  cases: readonly { name: string; request: WafRequest; settings: WafEngineSettings }[],
+): CrsVectors {
   const modsecurity = ModSecurityInspector.load(ruleSet);
   const ours = CompiledInspector.load(ruleSet);
   try {
@@ -137,7 +151,7 @@ export function libinjectionVectors(source: GoldenSource, suite: string): Libinj
         if (m.id === 1) sqli.set(Number(mm[1]), mm[2] ?? '');
         else xss.add(Number(mm[1]));
       }
-      chunk.forEach((s, k) => cases.push([s, sqli.get(k) ?? null, xss.has(k)]));
+      for (const [k, s] of chunk.entries()) cases.push([s, sqli.get(k) ?? null, xss.has(k)]);
     }
   } finally {
     both.close();

@@ -47,14 +47,33 @@ export const TRANSFORMATION_INPUTS: readonly string[] = [
 
 /** Transformations compared with ModSecurity through its logdata (the others are checked against node:crypto and Buffer, or have no oracle form). */
 export function comparableTransformations(): string[] {
-  const without = ['sha1', 'md5', 'parityeven7bit', 'parityodd7bit', 'parityzero7bit', 'hexdecode', 'sqlhexdecode', 'escapeseqdecode', 'removecommentschar', 'base64encode', 'urlencode', 'uppercase', 'trim', 'trimleft', 'trimright'];
+  const without = [
+    'sha1',
+    'md5',
+    'parityeven7bit',
+    'parityodd7bit',
+    'parityzero7bit',
+    'hexdecode',
+    'sqlhexdecode',
+    'escapeseqdecode',
+    'removecommentschar',
+    'base64encode',
+    'urlencode',
+    'uppercase',
+    'trim',
+    'trimleft',
+    'trimright',
+  ];
   return [...TRANSFORMATIONS.keys()].filter((name) => !without.includes(name));
 }
 
 /** One rule per transformation, logging `name=value` of every value it changed (multiMatch: the last one logged is the fully transformed value). */
 export function transformationRules(names: readonly string[]): string {
   return names
-    .map((n, k) => `SecRule REQUEST_HEADERS "@unconditionalMatch" "id:${1000 + k},phase:1,pass,log,t:none,t:${n},msg:'${n}',logdata:'%{MATCHED_VAR_NAME}=%{MATCHED_VAR}',multiMatch"`)
+    .map(
+      (n, k) =>
+        `SecRule REQUEST_HEADERS "@unconditionalMatch" "id:${1000 + k},phase:1,pass,log,t:none,t:${n},msg:'${n}',logdata:'%{MATCHED_VAR_NAME}=%{MATCHED_VAR}',multiMatch"`,
+    )
     .join('\n');
 }
 
@@ -96,13 +115,42 @@ const OPERATORS = [
   '@rx (?i)^[a-z]{3}\\d',
   '@unconditionalMatch',
 ];
-const OPERATOR_VALUES = ['GET', 'get', 'POST', 'admin', 'the admin page', 'xadminx', '/admin/x', 'index.php', '5', '05', ' 6', '-1', '4x', '10.1.2.3', '192.168.1.1', '2001:db8::1', '8.8.8.8', 'tab\there', '%41%zz', '\xc3\xa9', '\xc3', 'abc1', 'ABC9', '', 'select * from'];
+const OPERATOR_VALUES = [
+  'GET',
+  'get',
+  'POST',
+  'admin',
+  'the admin page',
+  'xadminx',
+  '/admin/x',
+  'index.php',
+  '5',
+  '05',
+  ' 6',
+  '-1',
+  '4x',
+  '10.1.2.3',
+  '192.168.1.1',
+  '2001:db8::1',
+  '8.8.8.8',
+  'tab\there',
+  '%41%zz',
+  '\xc3\xa9',
+  '\xc3',
+  'abc1',
+  'ABC9',
+  '',
+  'select * from',
+];
 
 export function operatorCases(): RuleCase[] {
   return [
     {
       name: 'operators on header values',
-      rules: OPERATORS.map((op, k) => `SecRule REQUEST_HEADERS "${op}" "id:${100 + k},phase:1,pass,log,multiMatch,t:none,msg:'${k}',logdata:'%{MATCHED_VAR_NAME}'"`).join('\n'),
+      rules: OPERATORS.map(
+        (op, k) =>
+          `SecRule REQUEST_HEADERS "${op}" "id:${100 + k},phase:1,pass,log,multiMatch,t:none,msg:'${k}',logdata:'%{MATCHED_VAR_NAME}'"`,
+      ).join('\n'),
       request: simpleRequest({ headers: OPERATOR_VALUES.map((v, k) => [`h${k}`, v] as const) }),
     },
     {
@@ -133,14 +181,22 @@ export function bodyCases(): RuleCase[] {
     ['xml', [['Content-Type', 'text/xml']], '<?xml version="1.0"?><r a="1"><b>text</b><c d="e">more</c></r>'],
     ['xml error', [['Content-Type', 'text/xml']], '<r><b>text</r>'],
     ['urlencoded', [['Content-Type', 'application/x-www-form-urlencoded']], 'a=1&b=%41%zz&&c&=d&e=f+g'],
-    ['multipart', mp('XyZ'), '--XyZ\r\nContent-Disposition: form-data; name="f1"\r\n\r\nline1\r\nline2\r\n--XyZ\r\nContent-Disposition: form-data; name="up"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\nfile\r\ncontent\r\n--XyZ--\r\n'],
+    [
+      'multipart',
+      mp('XyZ'),
+      '--XyZ\r\nContent-Disposition: form-data; name="f1"\r\n\r\nline1\r\nline2\r\n--XyZ\r\nContent-Disposition: form-data; name="up"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\nfile\r\ncontent\r\n--XyZ--\r\n',
+    ],
     ['multipart lf', mp('XyZ'), '--XyZ\nContent-Disposition: form-data; name="f1"\n\nv\n--XyZ--\n'],
     ['multipart quoting', mp('XyZ'), "--XyZ\r\nContent-Disposition: form-data; name='f1'\r\n\r\nv\r\n--XyZ--\r\n"],
     ['multipart folding', mp('XyZ'), '--XyZ\r\nContent-Disposition: form-data;\r\n name="f1"\r\n\r\nv\r\n--XyZ--\r\n'],
     ['multipart data after', mp('XyZ'), '--XyZ\r\nContent-Disposition: form-data; name="f1"\r\n\r\nv\r\n--XyZ--\r\ntrailing'],
     ['multipart no final', mp('XyZ'), '--XyZ\r\nContent-Disposition: form-data; name="f1"\r\n\r\nv\r\n'],
     ['multipart unmatched', mp('XyZ'), '--XyZ\r\nContent-Disposition: form-data; name="f1"\r\n\r\n--XyZA\r\n--XyZ--\r\n'],
-    ['multipart no semicolon', [['Content-Type', 'multipart/form-data boundary=XyZ']], '--XyZ\r\nContent-Disposition: form-data; name="f1"\r\n\r\nv\r\n--XyZ--\r\n'],
+    [
+      'multipart no semicolon',
+      [['Content-Type', 'multipart/form-data boundary=XyZ']],
+      '--XyZ\r\nContent-Disposition: form-data; name="f1"\r\n\r\nv\r\n--XyZ--\r\n',
+    ],
   ];
   return bodies.map(([name, headers, body]) => ({
     name: `body: ${name}`,
@@ -157,7 +213,58 @@ export function bodyCases(): RuleCase[] {
 export function libinjectionInputs(suite: string): string[] {
   const r = new Random(42);
   const base = crsPayloads(suite).map((s) => Buffer.from(s, 'utf8').toString('latin1'));
-  const pieces = ["'", '"', ' ', '--', '#', '/*', '*/', ' or ', ' and ', '1', '=', '(', ')', ' union select ', ',', ';', '@@version', '0x41', '`', '\\', '<', '>', '<script>', ' onerror=', 'javascript:', '&#x6a;', '\0', '\xa0', '\xff', "N'", "q'[", '$$', '{', '}', ' like ', ' in (', 'sleep(', '||', '!=', '<=>', '.', 'e1', 'select', 'from', 'user(', '\n', '<!--', '<svg', ' style=', 'x:expression('];
+  const pieces = [
+    "'",
+    '"',
+    ' ',
+    '--',
+    '#',
+    '/*',
+    '*/',
+    ' or ',
+    ' and ',
+    '1',
+    '=',
+    '(',
+    ')',
+    ' union select ',
+    ',',
+    ';',
+    '@@version',
+    '0x41',
+    '`',
+    '\\',
+    '<',
+    '>',
+    '<script>',
+    ' onerror=',
+    'javascript:',
+    '&#x6a;',
+    '\0',
+    '\xa0',
+    '\xff',
+    "N'",
+    "q'[",
+    '$$',
+    '{',
+    '}',
+    ' like ',
+    ' in (',
+    'sleep(',
+    '||',
+    '!=',
+    '<=>',
+    '.',
+    'e1',
+    'select',
+    'from',
+    'user(',
+    '\n',
+    '<!--',
+    '<svg',
+    ' style=',
+    'x:expression(',
+  ];
   const out = [...base];
   for (let k = 0; k < 12_000; k++) {
     let s = base.length > 0 ? r.pick(base) : 'x';
@@ -205,11 +312,26 @@ export function crsBlockingCases(): { name: string; request: WafRequest; setting
     ['Accept-Language', 'en-US,en;q=0.5'],
   ];
   const out: { name: string; request: WafRequest; settings: WafEngineSettings }[] = [];
-  for (const uri of ['/products?q=red', "/?id=1'%20or%20'1'%3D'1", '/?q=<script>alert(1)</script>', '/../../etc/passwd', '/?cmd=;cat%20/etc/passwd']) {
+  for (const uri of [
+    '/products?q=red',
+    "/?id=1'%20or%20'1'%3D'1",
+    '/?q=<script>alert(1)</script>',
+    '/../../etc/passwd',
+    '/?cmd=;cat%20/etc/passwd',
+  ]) {
     for (const paranoiaLevel of [1, 2, 3, 4]) {
       out.push({
         name: `${uri} PL${paranoiaLevel}`,
-        request: { clientIp: '203.0.113.7', clientPort: 50000, serverIp: '198.51.100.1', serverPort: 80, method: 'GET', uri, httpVersion: '1.1', headers: browser },
+        request: {
+          clientIp: '203.0.113.7',
+          clientPort: 50000,
+          serverIp: '198.51.100.1',
+          serverPort: 80,
+          method: 'GET',
+          uri,
+          httpVersion: '1.1',
+          headers: browser,
+        },
         settings: { paranoiaLevel, mode: 'BLOCKING' },
       });
     }

@@ -17,7 +17,9 @@ import { buildGolden } from './build.ts';
 
 const suite = process.argv[2];
 if (suite === undefined || !existsSync(suite)) {
-  process.stderr.write(`golden: give the CRS regression suite folder (e.g. ../shared/crs-regression-v3.3.4)${suite ? `: ${suite} does not exist` : ''}\n`);
+  process.stderr.write(
+    `golden: give the CRS regression suite folder (e.g. ../shared/crs-regression-v3.3.4)${suite ? `: ${suite} does not exist` : ''}\n`,
+  );
   process.exit(2);
 }
 
@@ -32,7 +34,9 @@ function linewise(data: Record<string, unknown>): string {
   const parts = Object.entries(data).map(([key, value]) => {
     if (Array.isArray(value) && value.length > 0) return `${JSON.stringify(key)}: [\n${value.map((v) => JSON.stringify(v)).join(',\n')}\n]`;
     if (value !== null && typeof value === 'object' && !Array.isArray(value) && key === 'outputs') {
-      return `${JSON.stringify(key)}: {\n${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}: ${JSON.stringify(v)}`).join(',\n')}\n}`;
+      return `${JSON.stringify(key)}: {\n${Object.entries(value)
+        .map(([k, v]) => `${JSON.stringify(k)}: ${JSON.stringify(v)}`)
+        .join(',\n')}\n}`;
     }
     return `${JSON.stringify(key)}: ${JSON.stringify(value)}`;
   });
@@ -52,8 +56,17 @@ write(GOLDEN_DIR, 'rule-cases.json', golden.ruleCases satisfies RuleCaseVectors)
 write(GOLDEN_DIR, 'crs-blocking.json', golden.crsBlocking satisfies CrsVectors);
 write(GOLDEN_DIR, 'crs-regression.json', golden.crsRegression satisfies CrsVectors);
 write(GOLDEN_DIR, 'generated-corpus.json', golden.generatedCorpus satisfies CrsVectors);
-write(GOLDEN_DIR, 'crs-payloads.json', { source: 'the payloads of the OWASP CRS v3.3.4 regression tests (query values, bodies, header values)', payloads: crsPayloads(suite) });
+write(GOLDEN_DIR, 'crs-payloads.json', {
+  source: 'the payloads of the OWASP CRS v3.3.4 regression tests (query values, bodies, header values)',
+  payloads: crsPayloads(suite),
+});
 write(LIBINJECTION_DIR, 'libinjection.json', golden.libinjection);
-for (const [name, vectors] of [['crs-regression', golden.crsRegression], ['generated-corpus', golden.generatedCorpus], ['crs-blocking', golden.crsBlocking]] as const) {
-  process.stdout.write(`${name}: ${vectors.cases.length} cases, ${vectors.knownDifferences.length} known differences ${vectors.knownDifferences.map((d) => d.name).join(' ')}\n`);
+for (const [name, vectors] of [
+  ['crs-regression', golden.crsRegression],
+  ['generated-corpus', golden.generatedCorpus],
+  ['crs-blocking', golden.crsBlocking],
+] as const) {
+  process.stdout.write(
+    `${name}: ${vectors.cases.length} cases, ${vectors.knownDifferences.length} known differences ${vectors.knownDifferences.map((d) => d.name).join(' ')}\n`,
+  );
 }

@@ -16,7 +16,15 @@ import { crsRegressionCases, generatedCases } from '../differential/corpus.ts';
 import { SKIP_WITHOUT_ORACLE } from '../differential/oracle.ts';
 import { givenSuite, skipWithoutSuite } from '../suite.ts';
 import { CRS_REGRESSION_SETTINGS, crsRegressionEngineOptions } from '../target.ts';
-import { crsVectors, GENERATED_COUNT, GENERATED_EVERY, GENERATED_SEED, libinjectionVectors, ruleCaseVectors, transformationVectors } from './build.ts';
+import {
+  crsVectors,
+  GENERATED_COUNT,
+  GENERATED_EVERY,
+  GENERATED_SEED,
+  libinjectionVectors,
+  ruleCaseVectors,
+  transformationVectors,
+} from './build.ts';
 import type { LibinjectionVectors } from './build.ts';
 import { crsBlockingCases } from './cases.ts';
 
@@ -31,7 +39,10 @@ function crsDifferences(live: CrsVectors, file: CrsVectors): string[] {
   if (live.cases.length !== file.cases.length) out.push(`${live.cases.length} cases live, ${file.cases.length} in the file`);
   live.cases.forEach((c, k) => {
     const f = file.cases[k];
-    if (JSON.stringify(c) !== JSON.stringify(f)) out.push(`${c.name}: live ids [${c.ids.join(',')}] ${String(c.interrupt)}, file ${f?.name} [${f?.ids.join(',')}] ${String(f?.interrupt)}`);
+    if (JSON.stringify(c) !== JSON.stringify(f))
+      out.push(
+        `${c.name}: live ids [${c.ids.join(',')}] ${String(c.interrupt)}, file ${f?.name} [${f?.ids.join(',')}] ${String(f?.interrupt)}`,
+      );
   });
   return out;
 }
@@ -57,13 +68,19 @@ test('golden vectors: crs-blocking.json is what ModSecurity answers now', { skip
   assert.deepEqual(crsDifferences(live, file), []);
 });
 
-test('golden vectors: crs-regression.json is what ModSecurity answers now for every stage of the suite', { skip: withSuite, timeout: 300_000 }, () => {
+test('golden vectors: crs-regression.json is what ModSecurity answers now for every stage of the suite', {
+  skip: withSuite,
+  timeout: 300_000,
+}, () => {
   const file = readGolden<CrsVectors>('crs-regression.json');
   const live = crsVectors(sourceOf(file), crsRegressionEngineOptions(), crsRegressionCases(givenSuite()!, CRS_REGRESSION_SETTINGS));
   assert.deepEqual(crsDifferences(live, file), []);
 });
 
-test('golden vectors: generated-corpus.json is what ModSecurity answers now (but where its answer is not reproducible)', { skip: withSuite, timeout: 300_000 }, () => {
+test('golden vectors: generated-corpus.json is what ModSecurity answers now (but where its answer is not reproducible)', {
+  skip: withSuite,
+  timeout: 300_000,
+}, () => {
   const file = readGolden<CrsVectors>('generated-corpus.json');
   const cases = generatedCases(givenSuite()!, GENERATED_COUNT, GENERATED_SEED).filter((_, k) => k % GENERATED_EVERY === 0);
   const live = crsVectors(sourceOf(file), file.ruleSet, cases);
@@ -72,10 +89,17 @@ test('golden vectors: generated-corpus.json is what ModSecurity answers now (but
   assert.deepEqual(differences, []);
 });
 
-test('golden vectors: @tps/libinjection testdata/libinjection.json is what ModSecurity detects now', { skip: withSuite, timeout: 300_000 }, () => {
-  const file = JSON.parse(readFileSync(new URL('../../../libinjection/testdata/libinjection.json', import.meta.url), 'utf8')) as LibinjectionVectors;
+test('golden vectors: @tps/libinjection testdata/libinjection.json is what ModSecurity detects now', {
+  skip: withSuite,
+  timeout: 300_000,
+}, () => {
+  const file = JSON.parse(
+    readFileSync(new URL('../../../libinjection/testdata/libinjection.json', import.meta.url), 'utf8'),
+  ) as LibinjectionVectors;
   const live = libinjectionVectors(sourceOf(file), givenSuite()!);
-  const differences = live.cases.flatMap((c, k) => (JSON.stringify(c) === JSON.stringify(file.cases[k]) ? [] : [`${JSON.stringify(c)} / file ${JSON.stringify(file.cases[k])}`]));
+  const differences = live.cases.flatMap((c, k) =>
+    JSON.stringify(c) === JSON.stringify(file.cases[k]) ? [] : [`${JSON.stringify(c)} / file ${JSON.stringify(file.cases[k])}`],
+  );
   assert.equal(live.cases.length, file.cases.length);
   assert.deepEqual(differences.slice(0, 20), []);
 });

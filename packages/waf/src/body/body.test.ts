@@ -5,7 +5,12 @@ import { parseXml } from './xml.ts';
 
 function jsonArgs(body: string): [string, string][] {
   const args: [string, string][] = [];
-  parseJsonBody(body, { addArgument: (_o, k, v) => (args.push([k, v]), true) });
+  parseJsonBody(body, {
+    addArgument: (_o, k, v) => {
+      args.push([k, v]);
+      return true;
+    },
+  });
   return args;
 }
 
@@ -35,4 +40,3 @@ test('XML body: root text and attribute values, errors keep the partial tree', (
   assert.ok(bad.error);
   assert.equal(bad.document?.rootText, 'text');
 });
-

@@ -84,7 +84,7 @@ export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): J
     if (containers.length > 0) {
       containers.pop();
       const last = containers[containers.length - 1];
-      if (last && last.array) last.counter++;
+      if (last?.array) last.counter++;
     }
     depth--;
   };
@@ -274,10 +274,10 @@ export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): J
             endContainer();
             return;
           }
-          fail('after key and value, inside map, I expect \',\' or \'}\'');
+          fail("after key and value, inside map, I expect ',' or '}'");
         }
       }
-      // eslint-disable-next-line no-fallthrough
+      // fail() throws: no case above falls through.
       case '[': {
         pos++;
         startContainer(true);
@@ -303,7 +303,7 @@ export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): J
           fail("after array element, I expect ',' or ']'");
         }
       }
-      // eslint-disable-next-line no-fallthrough
+      // fail() throws: no case above falls through.
       case '"':
         addArgument(readString());
         return;

@@ -35,10 +35,7 @@ function boundaryCharactersValid(b: string): boolean {
   for (let i = 0; i < b.length; i++) {
     const c = b.charCodeAt(i);
     if (c === 0) return true; // C string ends here
-    const ok =
-      isAlnum(c) ||
-      (c === 0x20 && i + 1 < b.length && b.charCodeAt(i + 1) !== 0) ||
-      "'()+_,-./:=?".includes(b[i]!);
+    const ok = isAlnum(c) || (c === 0x20 && i + 1 < b.length && b.charCodeAt(i + 1) !== 0) || "'()+_,-./:=?".includes(b[i]!);
     if (!ok) return false;
   }
   return true;
@@ -153,7 +150,8 @@ class Multipart {
     const at = hc.indexOf('boundary');
     if (at < 0) {
       this.flagError = true;
-      this.error = countBoundaryParams(h) > 0 ? 'Multipart: Invalid boundary in C-T (case sensitivity).' : 'Multipart: Boundary not found in C-T.';
+      this.error =
+        countBoundaryParams(h) > 0 ? 'Multipart: Invalid boundary in C-T (case sensitivity).' : 'Multipart: Boundary not found in C-T.';
       return false;
     }
     let seenSemicolon = false;
@@ -296,7 +294,7 @@ class Multipart {
         } else if (this.bufContainsLine) {
           for (let k = 0; k < bufLen; k++) {
             if (buf.charCodeAt(k) === 0x2d && k + 1 < bufLen && buf.charCodeAt(k + 1) === 0x2d) {
-              if (cstr(buf.slice(k + 2)).startsWith(bnd) || (blen === 0)) {
+              if (cstr(buf.slice(k + 2)).startsWith(bnd) || blen === 0) {
                 this.flagUnmatchedBoundary = 1;
                 break;
               }
@@ -395,13 +393,13 @@ class Multipart {
         k++;
       }
       const h = mpp.headers.get(mpp.lastHeaderName.toLowerCase())!;
-      const newValue = h.value + ' ' + chomp(line.slice(k));
+      const newValue = `${h.value} ${chomp(line.slice(k))}`;
       h.value = newValue;
       if (newValue.length > BUF) {
         this.error = 'Multipart: Part header too long.';
         return;
       }
-      mpp.lastHeaderLine = mpp.lastHeaderName + ': ' + newValue;
+      mpp.lastHeaderLine = `${mpp.lastHeaderName}: ${newValue}`;
       return;
     }
     if (mpp.lastHeaderLine !== '') {

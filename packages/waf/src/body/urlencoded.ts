@@ -28,7 +28,7 @@ export function urlDecodeNonStrict(s: string): { text: string; invalid: boolean 
       continue;
     }
     if (c === 0x2b) {
-      out += s.slice(start, i) + ' ';
+      out += `${s.slice(start, i)} `;
       i++;
       start = i;
       continue;

@@ -60,7 +60,11 @@ function checkUtf8(s: string): number {
       if (!(d >= 0x80 && d <= 0xbf)) return i;
       cp = (cp << 6) | (d & 0x3f);
     }
-    if ((need === 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff) || cp === 0xfffe || cp === 0xffff)) || (need === 3 && (cp < 0x10000 || cp > 0x10ffff))) return i;
+    if (
+      (need === 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff) || cp === 0xfffe || cp === 0xffff)) ||
+      (need === 3 && (cp < 0x10000 || cp > 0x10ffff))
+    )
+      return i;
     i += need + 1;
   }
   return -1;
@@ -127,7 +131,16 @@ export function parseXml(body: string): XmlResult {
       }
       if (peek() !== ';') fail('char ref without ;');
       pos++;
-      if (!(cp === 0x9 || cp === 0xa || cp === 0xd || (cp >= 0x20 && cp <= 0xd7ff) || (cp >= 0xe000 && cp <= 0xfffd) || (cp >= 0x10000 && cp <= 0x10ffff))) {
+      if (
+        !(
+          cp === 0x9 ||
+          cp === 0xa ||
+          cp === 0xd ||
+          (cp >= 0x20 && cp <= 0xd7ff) ||
+          (cp >= 0xe000 && cp <= 0xfffd) ||
+          (cp >= 0x10000 && cp <= 0x10ffff)
+        )
+      ) {
         fail('invalid char ref');
       }
       return utf8Encode(cp);
@@ -233,7 +246,13 @@ export function parseXml(body: string): XmlResult {
             if (!parameter && !entities.has(name)) external.add(name);
           } else {
             const value = readQuoted();
-            if (!parameter && !entities.has(name)) entities.set(name, value.replace(/&#x([0-9a-fA-F]+);|&#([0-9]+);/g, (_m, h: string, d: string) => utf8Encode(h ? parseInt(h, 16) : parseInt(d, 10))));
+            if (!parameter && !entities.has(name))
+              entities.set(
+                name,
+                value.replace(/&#x([0-9a-fA-F]+);|&#([0-9]+);/g, (_m, h: string, d: string) =>
+                  utf8Encode(h ? parseInt(h, 16) : parseInt(d, 10)),
+                ),
+              );
           }
           if (peek() !== '>') fail('> expected in ENTITY');
           pos++;

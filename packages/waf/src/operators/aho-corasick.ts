@@ -70,7 +70,10 @@ export function buildAutomaton(patterns: readonly string[]): Automaton {
  * rows lay scattered over megabytes of table; numbered breadth-first, they are its first rows
  * (a scan with cold caches ~10 % faster).
  */
-function breadthFirst(goto: readonly Map<number, number>[], ends: readonly (number[] | undefined)[]): [Map<number, number>[], (number[] | undefined)[]] {
+function breadthFirst(
+  goto: readonly Map<number, number>[],
+  ends: readonly (number[] | undefined)[],
+): [Map<number, number>[], (number[] | undefined)[]] {
   const order = [0];
   for (let q = 0; q < order.length; q++) for (const t of goto[order[q]!]!.values()) order.push(t);
   const renamed = new Int32Array(goto.length);
@@ -86,7 +89,12 @@ function breadthFirst(goto: readonly Map<number, number>[], ends: readonly (numb
 }
 
 /** The deterministic automaton (transition table, failure links) of a trie. */
-function construct(classOf: Uint8Array, classes: number, goto: readonly Map<number, number>[], ends: readonly (number[] | undefined)[]): Automaton {
+function construct(
+  classOf: Uint8Array,
+  classes: number,
+  goto: readonly Map<number, number>[],
+  ends: readonly (number[] | undefined)[],
+): Automaton {
   const n = goto.length;
   const next = n <= 0xffff ? new Uint16Array(n * classes) : new Int32Array(n * classes);
   const fail = new Int32Array(n);

@@ -50,7 +50,8 @@ export function atoll(s: string): number {
   const p = parseIntPrefix(s);
   if (!p) return 0;
   const v = Number(p.digits);
-  const clamped = v > 9223372036854775807 ? 9223372036854775807 : v;
+  // INT64_MAX as a double (2^63, its nearest): ModSecurity compares numbers as int64.
+  const clamped = Math.min(v, 2 ** 63);
   return p.neg ? -clamped : clamped;
 }
 
@@ -71,7 +72,13 @@ const NUMERIC_GE = 2;
 const NUMERIC_GT = 3;
 const NUMERIC_LE = 4;
 const NUMERIC_LT = 5;
-export const NUMERIC_CODES: Readonly<Record<string, number>> = { eq: NUMERIC_EQ, ge: NUMERIC_GE, gt: NUMERIC_GT, le: NUMERIC_LE, lt: NUMERIC_LT };
+export const NUMERIC_CODES: Readonly<Record<string, number>> = {
+  eq: NUMERIC_EQ,
+  ge: NUMERIC_GE,
+  gt: NUMERIC_GT,
+  le: NUMERIC_LE,
+  lt: NUMERIC_LT,
+};
 
 /** CompiledOperator.numeric and .operand of an operator: a numeric one with a static operand, converted once. */
 export function numericComparison(name: string, staticParam: string | undefined): { numeric: number; operand: number } {

@@ -2,7 +2,18 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { AhoCorasick } from './aho-corasick.ts';
 import { compileRuleSet } from '../seclang/compiler.ts';
-import { atoll, BUILT_IN_OPERATORS, compareNumeric, compileOperator, invalidUtf8, isOperator, parsePmContent, pmFileLines, stoi, validateUrlEncoding } from './index.ts';
+import {
+  atoll,
+  BUILT_IN_OPERATORS,
+  compareNumeric,
+  compileOperator,
+  invalidUtf8,
+  isOperator,
+  parsePmContent,
+  pmFileLines,
+  stoi,
+  validateUrlEncoding,
+} from './index.ts';
 import type { CompiledRule } from '../seclang/program.ts';
 import type { TransactionCollections } from '../transaction/collections.ts';
 
@@ -37,22 +48,37 @@ test('operators: the rule loop compares numbers as the numeric operators do', ()
       const { numeric, operand } = op;
       assert.notEqual(numeric, 0, `@${name} ${param} is compared in the loop`);
       for (const value of ['1', '2', '3', '-3', '', 'x', '2147483648', ' 5 ', '99999999999', '0']) {
-        assert.equal(compareNumeric(numeric, operand, value), op.run(tx, rule, value), `@${name} ${JSON.stringify(param)} on ${JSON.stringify(value)}`);
+        assert.equal(
+          compareNumeric(numeric, operand, value),
+          op.run(tx, rule, value),
+          `@${name} ${JSON.stringify(param)} on ${JSON.stringify(value)}`,
+        );
       }
     }
   }
   assert.equal(compileOperator({ name: 'streq', param: '2', negated: false }, ctx).numeric, 0);
-  assert.equal(compileOperator({ name: 'lt', param: '%{tx.limit}', negated: false }, { ...ctx, compileExpand: () => ({ parts: [] }) }).numeric, 0, 'an operand with macros is left to run()');
+  assert.equal(
+    compileOperator({ name: 'lt', param: '%{tx.limit}', negated: false }, { ...ctx, compileExpand: () => ({ parts: [] }) }).numeric,
+    0,
+    'an operand with macros is left to run()',
+  );
 });
-
 
 test('operators: one module each, registered by name; an unknown, disabled or unusable one is a load error naming the rule', () => {
   const names = BUILT_IN_OPERATORS.flatMap((o) => o.names);
   assert.equal(new Set(names).size, names.length, 'no name registered twice');
-  for (const name of ['rx', 'pm', 'pmf', 'pmfromfile', 'ipmatchf', 'ipmatchfromfile', 'detectsqli', 'detectxss', 'validatebyterange']) assert.ok(isOperator(name), name);
-  const compile = (rule: string, disabledOperators?: string[]) => compileRuleSet([{ text: rule, name: 'rules' }], { ...(disabledOperators && { disabledOperators }) });
-  assert.throws(() => compile('SecRule ARGS "@nosuch x" "id:1,phase:2"'), /^SecLangError: rules:1: unknown or unsupported operator @nosuch$/);
-  assert.throws(() => compile('SecRule ARGS "@rx x" "id:1,phase:2"', ['rx']), /^SecLangError: rules:1: operator @rx is disabled in this rule set$/);
+  for (const name of ['rx', 'pm', 'pmf', 'pmfromfile', 'ipmatchf', 'ipmatchfromfile', 'detectsqli', 'detectxss', 'validatebyterange'])
+    assert.ok(isOperator(name), name);
+  const compile = (rule: string, disabledOperators?: string[]) =>
+    compileRuleSet([{ text: rule, name: 'rules' }], { ...(disabledOperators && { disabledOperators }) });
+  assert.throws(
+    () => compile('SecRule ARGS "@nosuch x" "id:1,phase:2"'),
+    /^SecLangError: rules:1: unknown or unsupported operator @nosuch$/,
+  );
+  assert.throws(
+    () => compile('SecRule ARGS "@rx x" "id:1,phase:2"', ['rx']),
+    /^SecLangError: rules:1: operator @rx is disabled in this rule set$/,
+  );
   assert.throws(() => compile('SecRule ARGS "x" "id:1,phase:2"', ['RX']), /@rx is disabled/, 'an implicit @rx is an @rx');
   assert.doesNotThrow(() => compile('SecRule ARGS "@contains x" "id:1,phase:2"', ['rx']));
   assert.throws(() => compile('SecRule REMOTE_ADDR "@ipMatch 10.0.0.300" "id:1,phase:1"'), /rules:1: @ipMatch: bad address 10\.0\.0\.300/);

@@ -21,6 +21,7 @@ const WHOLE_VALUE = '^.*$';
  */
 function literalGate(re: CompiledRegex): readonly string[] | undefined {
   const found = requiredLiterals(re.translated.source);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: every byte that is not a letter, control characters included
   if (found === undefined || found.some((l) => l.length === 0 || !/^[\x00-\x40\x5b-\x60\x7b-\x7f]+$/.test(l))) return undefined;
   // a literal holding another is found whenever that one is (930110: `/../`, `..\\` ... -> `..`)
   const literals = found.filter((l, i) => !found.some((o, j) => j !== i && l.includes(o) && (o !== l || j < i)));
@@ -28,7 +29,13 @@ function literalGate(re: CompiledRegex): readonly string[] | undefined {
 }
 
 /** A static @rx on one value (CompiledOperator.rx, .gate): whether it matches; captures go to TX:0-9. */
-export function runRegex(tx: TransactionCollections, rule: CompiledRule, re: CompiledRegex, gate: readonly string[] | undefined, input: string): boolean {
+export function runRegex(
+  tx: TransactionCollections,
+  rule: CompiledRule,
+  re: CompiledRegex,
+  gate: readonly string[] | undefined,
+  input: string,
+): boolean {
   // a rule the literal prefilter does not cover (multiMatch, some variables) checks here
   if (gate !== undefined && rule.prefilter === undefined && !containsAny(input, gate)) return false;
   if (!rule.capture) return re.test(input);

@@ -63,7 +63,10 @@ describe('fair admission to the WAF threads', () => {
     for (let i = 0; i < 50; i++) enter(admission, FLOODER, log, started);
     await settle();
     assert.equal(admission.waiting, 8);
-    assert.ok(benign.every((entry) => entry.state === 'waiting'), 'every benign request has a place');
+    assert.ok(
+      benign.every((entry) => entry.state === 'waiting'),
+      'every benign request has a place',
+    );
     const flooderShed = log.filter((entry) => entry.client === FLOODER && entry.state === 'shed').length;
     assert.equal(flooderShed, 100 - 2 - 5, 'the flooder keeps the two slots and five places, and loses the rest');
     // The benign requests start before the flooder's waiting ones (round robin, one each turn).

@@ -60,7 +60,11 @@ export class FairAdmission {
   private sweeper: NodeJS.Timeout | undefined = undefined;
 
   constructor(options: FairAdmissionOptions) {
-    for (const [name, value, min] of [['slots', options.slots, 1], ['queueLength', options.queueLength, 0], ['maxWaitMs', options.maxWaitMs, 1]] as const) {
+    for (const [name, value, min] of [
+      ['slots', options.slots, 1],
+      ['queueLength', options.queueLength, 0],
+      ['maxWaitMs', options.maxWaitMs, 1],
+    ] as const) {
       if (!Number.isInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${String(value)}`);
     }
     this.slots = options.slots;
@@ -118,7 +122,9 @@ export class FairAdmission {
     if (this.waitingCount >= this.queueLength) {
       const biggest = this.biggest();
       if (biggest === undefined || (queue?.waiters.length ?? 0) >= biggest.waiters.length) {
-        return Promise.reject(new WafOverloadedError(`WAF engine overloaded: ${this.waitingCount} requests waiting, this client's share is taken`));
+        return Promise.reject(
+          new WafOverloadedError(`WAF engine overloaded: ${this.waitingCount} requests waiting, this client's share is taken`),
+        );
       }
       const newest = biggest.waiters.pop()!;
       this.waitingCount--;
@@ -182,7 +188,8 @@ export class FairAdmission {
       return false;
     });
     this.stopSweeping();
-    for (const waiter of expired) waiter.reject(new WafOverloadedError(`WAF engine overloaded: no thread free within ${this.maxWaitMs} ms`));
+    for (const waiter of expired)
+      waiter.reject(new WafOverloadedError(`WAF engine overloaded: no thread free within ${this.maxWaitMs} ms`));
   }
 
   /** Sheds every waiting request (the engine is closing). */
@@ -208,7 +215,10 @@ export function clientKey(ip: string): string {
   }
   const groups = ipv6Groups(ip);
   if (groups === undefined) return ip;
-  return `${groups.slice(0, 4).map((group) => group.toString(16)).join(':')}::/64`;
+  return `${groups
+    .slice(0, 4)
+    .map((group) => group.toString(16))
+    .join(':')}::/64`;
 }
 
 /** The eight 16-bit groups of an IPv6 address (compressed or not, a dotted IPv4 tail allowed); undefined when it is not one. */

@@ -18,7 +18,11 @@ import type { WafEngineSettings, WafEngineVerdict, WafRequest, WafResponse } fro
 export interface PoolInspector<Open> {
   readonly ruleCount: number;
   /** Request phases; with `keepOpen` the transaction is returned (`open`) for the response phases. */
-  inspectRequest(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): { verdict: WafEngineVerdict; open?: Open | undefined };
+  inspectRequest(
+    request: WafRequest,
+    settings: WafEngineSettings,
+    keepOpen: boolean,
+  ): { verdict: WafEngineVerdict; open?: Open | undefined };
   /** Response phases and logging of an open transaction, which is then freed. */
   inspectResponse(open: Open, response: WafResponse): WafEngineVerdict;
   /** Ends an open transaction without a response (logging phase), and frees it. */
@@ -37,7 +41,11 @@ export type PoolReply =
   | { type: 'result'; id: number; verdict: WafEngineVerdict; exchange?: number | undefined }
   | { type: 'failure'; id: number; message: string; name: string; code?: string | undefined };
 
-export type FromPoolWorker = { type: 'ready'; ruleCount: number } | { type: 'loadError'; message: string } | PoolReply | { type: 'batch'; messages: PoolReply[] };
+export type FromPoolWorker =
+  | { type: 'ready'; ruleCount: number }
+  | { type: 'loadError'; message: string }
+  | PoolReply
+  | { type: 'batch'; messages: PoolReply[] };
 
 /** A pool thread's workerData. */
 export interface PoolWorkerData<Options> {

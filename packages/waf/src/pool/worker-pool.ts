@@ -230,7 +230,8 @@ export class WorkerPool<Options> {
         if (worker.dead) throw new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`);
         const body = response.body;
         const sent = body && compactBody(body, this.options.limits.response + 1);
-        return (await this.run(worker, { type: 'response', exchange, response: sent === body ? response : { ...response, body: sent } })).verdict;
+        return (await this.run(worker, { type: 'response', exchange, response: sent === body ? response : { ...response, body: sent } }))
+          .verdict;
       },
       end: (): void => {
         if (done || exchange === undefined) return;
@@ -267,7 +268,12 @@ export class WorkerPool<Options> {
       if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
       const body = request.body;
       const sent = body && compactBody(body, this.options.limits.request + 1);
-      const result = await this.run(worker, { type: 'request', request: sent === body ? request : { ...request, body: sent }, settings, keepOpen });
+      const result = await this.run(worker, {
+        type: 'request',
+        request: sent === body ? request : { ...request, body: sent },
+        settings,
+        keepOpen,
+      });
       return { ...result, worker };
     } finally {
       this.admission.leave();

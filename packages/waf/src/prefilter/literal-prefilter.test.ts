@@ -56,14 +56,29 @@ function request(uri: string, body?: string, headers: [string, string][] = []): 
     method: bytes ? 'POST' : 'GET',
     uri,
     httpVersion: '1.1',
-    headers: [['Host', 'example.com'], ...headers, ...(bytes ? ([['Content-Type', 'application/x-www-form-urlencoded'], ['Content-Length', String(bytes.length)]] as [string, string][]) : [])],
+    headers: [
+      ['Host', 'example.com'],
+      ...headers,
+      ...(bytes
+        ? ([
+            ['Content-Type', 'application/x-www-form-urlencoded'],
+            ['Content-Length', String(bytes.length)],
+          ] as [string, string][])
+        : []),
+    ],
     ...(bytes ? { body: bytes } : {}),
   };
 }
 
 test('literal prefilter: skipping the rules that cannot match changes no verdict (lists grown by the body, MATCHED_VARS, @pm, names)', () => {
-  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }]), { request: 1 << 20, response: 1 << 20 });
-  const without = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }], { prefilter: false }), { request: 1 << 20, response: 1 << 20 });
+  const withPrefilter = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }]), {
+    request: 1 << 20,
+    response: 1 << 20,
+  });
+  const without = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }], { prefilter: false }), {
+    request: 1 << 20,
+    response: 1 << 20,
+  });
   const cases: [WafRequest, number[]][] = [
     [request('/?a=hay'), []],
     [request('/?a=NEEDLE'), [10, 20]],
@@ -77,14 +92,19 @@ test('literal prefilter: skipping the rules that cannot match changes no verdict
   ];
   for (const [req, expected] of cases) {
     const ids = (inspector: CompiledInspector): number[] =>
-      [...new Set(inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.id))].sort((a, b) => a - b);
+      [...new Set(inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.id))].sort(
+        (a, b) => a - b,
+      );
     assert.deepEqual(ids(withPrefilter), expected, `${req.uri} ${req.body?.toString() ?? ''}`);
     assert.deepEqual(ids(without), expected, `${req.uri} ${req.body?.toString() ?? ''} (no prefilter)`);
   }
 });
 
 test('literal prefilter: a finished transaction hands its buffers to the next ones, an open one keeps its own', () => {
-  const inspector = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }]), { request: 1 << 20, response: 1 << 20 });
+  const inspector = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }]), {
+    request: 1 << 20,
+    response: 1 << 20,
+  });
   const settings = { paranoiaLevel: 1, mode: 'LOGGING' } as const;
   const ids = (matched: readonly { id: number }[]): number[] => [...new Set(matched.map((m) => m.id))].sort((a, b) => a - b);
   const open = inspector.inspectRequest(request('/?a=NEEDLE'), settings, true);
@@ -95,7 +115,12 @@ test('literal prefilter: a finished transaction hands its buffers to the next on
   }
   // the open transaction's unions (ARGS lower-cased, from phase 1) survived the others
   assert.ok(open.open);
-  const response = inspector.inspectResponse(open.open, { status: 200, httpVersion: '1.1', headers: [['Content-Type', 'text/plain']], body: Buffer.from('ok') });
+  const response = inspector.inspectResponse(open.open, {
+    status: 200,
+    httpVersion: '1.1',
+    headers: [['Content-Type', 'text/plain']],
+    body: Buffer.from('ok'),
+  });
   assert.deepEqual(ids(response.matchedRules), [60]);
 });
 
@@ -104,11 +129,23 @@ test('literal prefilter: a finished transaction hands its buffers to the next on
  * matches, as "id matchedData", must be `expected` in both.
  */
 function sameWithAndWithoutPrefilter(rules: string, cases: readonly (readonly [WafRequest, readonly string[]])[]): void {
-  const inspectors = [true, false].map((prefilter) => new CompiledInspector(compileRuleSet([{ text: rules, name: 'prefilter-case.conf' }], { prefilter }), { request: 1 << 20, response: 1 << 20 }));
+  const inspectors = [true, false].map(
+    (prefilter) =>
+      new CompiledInspector(compileRuleSet([{ text: rules, name: 'prefilter-case.conf' }], { prefilter }), {
+        request: 1 << 20,
+        response: 1 << 20,
+      }),
+  );
   for (const [req, expected] of cases) {
     for (const [k, inspector] of inspectors.entries()) {
-      const logged = inspector.inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.matchedData ?? ''}`.trim());
-      assert.deepEqual(logged, expected, `${req.uri} ${req.headers.map((h) => h.join(': ')).join(', ')}${k === 1 ? ' (no prefilter)' : ''}`);
+      const logged = inspector
+        .inspectRequest(req, { paranoiaLevel: 1, mode: 'LOGGING' })
+        .verdict.matchedRules.map((m) => `${m.id} ${m.matchedData ?? ''}`.trim());
+      assert.deepEqual(
+        logged,
+        expected,
+        `${req.uri} ${req.headers.map((h) => h.join(': ')).join(', ')}${k === 1 ? ' (no prefilter)' : ''}`,
+      );
     }
   }
 }
@@ -123,13 +160,19 @@ SecRule TX:2 "@rx ^\\d+$" "id:71,phase:1,pass,log,msg:'capture kept',logdata:'%{
     [
       [request('/?a=hay&b=NEEDLE-7&c=straw'), ['70 ARGS:b=needle/7', '71 7']],
       [request('/?a=needle-1&b=hay&c=needle-22'), ['70 ARGS:c=needle/22', '71 22']],
-      [request('/?a=hay', undefined, [['X-Probe', 'needle-3'], ['X-Other', 'hay']]), ['70 REQUEST_HEADERS:X-Probe=needle/3', '71 3']],
+      [
+        request('/?a=hay', undefined, [
+          ['X-Probe', 'needle-3'],
+          ['X-Other', 'hay'],
+        ]),
+        ['70 REQUEST_HEADERS:X-Probe=needle/3', '71 3'],
+      ],
       [request('/?a=needle&b=hay'), []],
     ],
   );
 });
 
-test('literal prefilter: a decoding chain reads the raw values\' bits for the values it leaves alone and decodes the others (a literal only decoding makes)', () => {
+test("literal prefilter: a decoding chain reads the raw values' bits for the values it leaves alone and decodes the others (a literal only decoding makes)", () => {
   sameWithAndWithoutPrefilter(
     `
 SecRuleEngine On

@@ -41,19 +41,45 @@ test('pcre: possessive quantifiers and atomic groups keep their meaning', () => 
 });
 
 test('key selectors: a plain word (anchored or not) selects the same keys as the caseless expression', () => {
-  const keys = ['header_name_accept', 'HEADER_NAME_HOST', 'x_header_name_', 'header_name', 'Header_Name_', 'anomaly_score', 'web_attack/sqli', 'leak/WEB_ATTACK', 'a-b-c', 'A-B', '', 'h\xe9ader_name_', 'WEB_ATTACk'];
-  keys.push('multipart_headers_content_types_text/plain', 'MULTIPART_HEADERS_CONTENT_TYPE', 'leakage\\/errors-sql', 'LEAKAGE/ERRORS', 'x.y', 'xzy', 'a*b', 'ab', 'b');
+  const keys = [
+    'header_name_accept',
+    'HEADER_NAME_HOST',
+    'x_header_name_',
+    'header_name',
+    'Header_Name_',
+    'anomaly_score',
+    'web_attack/sqli',
+    'leak/WEB_ATTACK',
+    'a-b-c',
+    'A-B',
+    '',
+    'h\xe9ader_name_',
+    'WEB_ATTACk',
+  ];
+  keys.push(
+    'multipart_headers_content_types_text/plain',
+    'MULTIPART_HEADERS_CONTENT_TYPE',
+    'leakage\\/errors-sql',
+    'LEAKAGE/ERRORS',
+    'x.y',
+    'xzy',
+    'a*b',
+    'ab',
+    'b',
+  );
   keys.push('paramcounter_ARGS_NAMES:id', 'TX_PARAMCOUNTER_', 'paramcounter', 'paramcounter_\nx', 'rfi_parameter_ARGS:url');
   const patterns = ['^header_name_', 'WEB_ATTACK', '^a-b', 'name_', 'x', '^[a-z]+$', 'paramcounter_.*'];
   patterns.push('MULTIPART_HEADERS_CONTENT_TYPES_*', 'LEAKAGE\\\\\\/ERRORS', 'x\\.y', '^ab?', 'b+', 'a\\**', 'a\\\\*', '^$', 'y$');
   patterns.push('rfi_parameter_.*', '^.*', '.*', 'x\\..*');
-  for (const plain of ['^header_name_', 'paramcounter_.*', 'MULTIPART_HEADERS_CONTENT_TYPES_*']) assert.ok(compileKeyRegex(plain).testLowerCase !== undefined, `${plain} is a plain word`);
+  for (const plain of ['^header_name_', 'paramcounter_.*', 'MULTIPART_HEADERS_CONTENT_TYPES_*'])
+    assert.ok(compileKeyRegex(plain).testLowerCase !== undefined, `${plain} is a plain word`);
   for (const pattern of patterns) {
     const expression = new CompiledRegex(pattern, true);
     const selector = compileKeyRegex(pattern);
     for (const key of keys) {
       assert.equal(selector.test(key), expression.test(key), `${pattern} on ${key}`);
-      if (selector.testLowerCase) assert.equal(selector.testLowerCase(lowerAscii(key)), expression.test(key), `${pattern} on ${key} lower-cased`);
+      if (selector.testLowerCase)
+        assert.equal(selector.testLowerCase(lowerAscii(key)), expression.test(key), `${pattern} on ${key} lower-cased`);
     }
   }
 });
@@ -67,7 +93,7 @@ test('pcre: what cannot be translated is an error', () => {
 test('ReDoS: catastrophic backtracking falls back to V8 linear engine (known ReDoS inputs)', { timeout: 30_000 }, () => {
   // classic exponential cases; each finishes only because V8 switches engines
   const cases: [string, string][] = [
-    ['^(a+)+$', 'a'.repeat(40) + '!'],
+    ['^(a+)+$', `${'a'.repeat(40)}!`],
     ['(x+x+)+y', 'x'.repeat(40)],
     ['^(\\w+\\s?)*$', 'hello world this is a long sentence with many words and then !'.repeat(2)],
     ['(?:[a-z]*[a-z]*)*=', 'b'.repeat(60)],
@@ -105,7 +131,10 @@ test('prefilter: every match of every CRS expression contains one of its require
         if (!re.test(s)) continue;
         matches++;
         const lower = s.replace(/[A-Z]/g, (c) => c.toLowerCase());
-        assert.ok(literals.some((l) => lower.includes(l)), `${f} /${d.operator.param.slice(0, 60)}/ matches ${JSON.stringify(s.slice(0, 60))} without ${literals.slice(0, 5).join(' ')}`);
+        assert.ok(
+          literals.some((l) => lower.includes(l)),
+          `${f} /${d.operator.param.slice(0, 60)}/ matches ${JSON.stringify(s.slice(0, 60))} without ${literals.slice(0, 5).join(' ')}`,
+        );
       }
     }
   }

@@ -162,7 +162,7 @@ function posixSet(name: string): ByteSet | undefined {
 }
 
 function hex2(c: number): string {
-  return '\\x' + c.toString(16).padStart(2, '0');
+  return `\\x${c.toString(16).padStart(2, '0')}`;
 }
 
 /** A byte set written as a JS class (or a single char when the set has one member). */
@@ -187,11 +187,11 @@ function emitSet(set: ByteSet): string {
     let end = c;
     while (end + 1 < 256 && s[end + 1]) end++;
     out += classChar(c);
-    if (end > c + 1) out += '-' + classChar(end);
+    if (end > c + 1) out += `-${classChar(end)}`;
     else if (end === c + 1) out += classChar(end);
     c = end + 1;
   }
-  return out + ']';
+  return `${out}]`;
 }
 
 function classChar(c: number): string {
@@ -294,13 +294,13 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
     outM.push(m);
   };
   const fail = (msg: string): never => {
-    throw new PcreTranslationError(`${msg} at offset ${i} in /${p.length > 120 ? p.slice(0, 120) + '...' : p}/`);
+    throw new PcreTranslationError(`${msg} at offset ${i} in /${p.length > 120 ? `${p.slice(0, 120)}...` : p}/`);
   };
   const literal = (c: number): void => {
     atomStart = out.length;
     if (flags.i && ((c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a))) {
       const up = c & ~0x20;
-      push('[' + String.fromCharCode(up) + String.fromCharCode(up | 0x20) + ']');
+      push(`[${String.fromCharCode(up)}${String.fromCharCode(up | 0x20)}]`);
     } else {
       push(emitChar(c));
     }
@@ -409,7 +409,7 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
       let digits = e!;
       while (p[i] !== undefined && /[0-9]/.test(p[i]!)) digits += p[i++];
       const n = parseInt(digits, 10);
-      if (!inClass && (n < 10 || n <= totalGroups)) return { kind: 'other', esc: 'ref' + n };
+      if (!inClass && (n < 10 || n <= totalGroups)) return { kind: 'other', esc: `ref${n}` };
       // octal: up to three octal digits from the start
       i -= digits.length;
       let oct = '';
@@ -568,7 +568,7 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
     return n;
   }
   function shiftGroupRefs(text: string, from: number): { text: string } {
-    return { text: text.replace(/\\(\d+)/g, (m, d: string) => (Number(d) >= from ? '\\' + (Number(d) + 1) : m)) };
+    return { text: text.replace(/\\(\d+)/g, (m, d: string) => (Number(d) >= from ? `\\${Number(d) + 1}` : m)) };
   }
   function renumberAfter(from: number): void {
     // PCRE groups already mapped to JS numbers >= from move up by one (they sit inside the atom).
@@ -636,7 +636,7 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
         else {
           const e = esc.esc;
           if (e === 'b' || e === 'B') {
-            push('\\' + e);
+            push(`\\${e}`);
             atomStart = -1;
           } else if (e === 'A' || e === 'G') {
             push('^', '(?<![^])', '(?<![^])');
@@ -658,8 +658,8 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
             atomStart = out.length;
             if (js === undefined) {
               // forward reference: resolved as the group's JS number at the end (placeholder)
-              push(`\\${'@' + n}`);
-            } else push('\\' + js);
+              push(`\\${`@${n}`}`);
+            } else push(`\\${js}`);
           } else if (e === 'g' || e === 'k') {
             // \g{n} \g{-n} \gn \k<name> \k'name' \k{name} \g{name}
             let ref: number | undefined;
@@ -678,13 +678,13 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
               i += m![0].length;
               usesBackref = true;
               atomStart = out.length;
-              push('\\' + g);
+              push(`\\${g}`);
               continue;
             }
             if (ref === undefined || ref < 1 || groupMap[ref] === undefined) fail('bad or forward \\g reference');
             usesBackref = true;
             atomStart = out.length;
-            push('\\' + groupMap[ref!]);
+            push(`\\${groupMap[ref!]}`);
           } else {
             fail(`unsupported escape \\${e}`);
           }
@@ -762,12 +762,12 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
           i++;
           usesLookahead = true;
           stack.push({ saved, start, close: ')' });
-          push('(?' + c);
+          push(`(?${c}`);
         } else if (c === '<' && (p[i + 1] === '=' || p[i + 1] === '!')) {
           const d = p[i + 1];
           i += 2;
           stack.push({ saved, start, close: ')' });
-          push('(?<' + d);
+          push(`(?<${d}`);
         } else if (c === '>') {
           // atomic group: (?=(X))\N
           i++;
@@ -810,7 +810,7 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
           i += m![0].length;
           usesBackref = true;
           atomStart = start;
-          push('\\' + g);
+          push(`\\${g}`);
           continue;
         } else if (c !== undefined && /[imsxJUn-]/.test(c)) {
           // inline option setting: (?i) (?-i) (?i:...) (?^) not supported
@@ -858,7 +858,7 @@ export function translatePcre(pattern: string, caseless = false): TranslatedRege
       s.replace(/\\@(\d+)/g, (_m, d: string) => {
         const js = groupMap[Number(d)];
         if (js === undefined) fail(`backreference to missing group ${d}`);
-        return '\\' + js;
+        return `\\${js}`;
       });
     source = fix(source);
     sourceNl = fix(sourceNl);

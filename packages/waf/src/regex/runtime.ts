@@ -28,7 +28,7 @@ enableLinearFallback();
 
 function canRunLinear(source: string, flags: string): boolean {
   try {
-    new RegExp(source, 'l' + flags);
+    new RegExp(source, `l${flags}`);
     return true;
   } catch {
     return false;

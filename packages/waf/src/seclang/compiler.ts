@@ -22,7 +22,16 @@ import { compileExpand } from './macros.ts';
 import { parseSecLang, SecLangError } from './parser.ts';
 import type { Directive } from './parser.ts';
 import { LIST_COLLECTIONS, READ_FILTERED, READ_LIST, READ_NAMES, READ_RESOLVE, READ_SINGLE, READ_TX_KEY, READ_XML } from './program.ts';
-import type { CompiledRule, CompiledRuleSet, DefaultActions, DisruptiveAction, PhaseEntry, RuntimeAction, VarRef, VarResolver } from './program.ts';
+import type {
+  CompiledRule,
+  CompiledRuleSet,
+  DefaultActions,
+  DisruptiveAction,
+  PhaseEntry,
+  RuntimeAction,
+  VarRef,
+  VarResolver,
+} from './program.ts';
 import { txCheckOf } from './tx-check.ts';
 
 /** One piece of SecLang to load (the shape of rule-set.ts's RulesSource). */
@@ -65,11 +74,14 @@ export function readRulesFile(file: string): Directive[] {
 export function compileRuleSet(sources: readonly CompileSource[], options: CompileOptions = {}): CompiledRuleSet {
   const config = defaultConfig();
   const phases: PhaseEntry[][] = [[], [], [], [], [], []];
-  const defaults: { runtime: RuntimeAction[]; transformations: string[]; disruptive: DisruptiveAction[] }[] = Array.from({ length: 6 }, () => ({
-    runtime: [],
-    transformations: [],
-    disruptive: [],
-  }));
+  const defaults: { runtime: RuntimeAction[]; transformations: string[]; disruptive: DisruptiveAction[] }[] = Array.from(
+    { length: 6 },
+    () => ({
+      runtime: [],
+      transformations: [],
+      disruptive: [],
+    }),
+  );
   const trie = new TransformationTrie();
   const rulesById = new Map<number, CompiledRule>();
   const allRules: CompiledRule[] = [];
@@ -91,7 +103,9 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
       options.onFile?.(source.file);
       directives = readRulesFile(source.file);
     } else {
-      directives = parseSecLang(source.text, source.name, (path, from) => readRulesFile(isAbsolute(path) ? path : join(dirname(from), path)));
+      directives = parseSecLang(source.text, source.name, (path, from) =>
+        readRulesFile(isAbsolute(path) ? path : join(dirname(from), path)),
+      );
     }
     // per source ("driver"): last rule for chaining, SecDefaultAction once per phase
     let lastRule: CompiledRule | undefined;
@@ -108,11 +122,15 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               const excludes = d.variables.filter((v) => v.exclude);
               const plain = d.variables.filter((v) => !v.exclude);
               // ModSecurity drops a variable that is also excluded as a whole (ARGS:x|!ARGS:x).
-              const kept = plain.filter((v) => !excludes.some((x) => x.collection === v.collection && x.key === v.key && x.keyRegex === v.keyRegex && x.count === v.count));
+              const kept = plain.filter(
+                (v) =>
+                  !excludes.some(
+                    (x) => x.collection === v.collection && x.key === v.key && x.keyRegex === v.keyRegex && x.count === v.count,
+                  ),
+              );
               variables = kept.map((v) => compileVariable(v, keyExclusionsFor(v.collection, excludes)));
             }
-            const operator =
-              d.kind === 'rule' ? compileOperator(d.operator, { ...opContext, file: d.file }) : undefined;
+            const operator = d.kind === 'rule' ? compileOperator(d.operator, { ...opContext, file: d.file }) : undefined;
             // transformations after the last t:none
             let lastNone = -1;
             parsed.transformations.forEach((t, k) => {
@@ -146,7 +164,8 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
               setvars: parsed.setvars,
               tags: parsed.tags,
               tagTexts: parsed.tagTexts,
-              staticTags: parsed.tags.length > 0 && parsed.tags.every((t) => t.text !== undefined) ? parsed.tags.map((t) => t.text!) : undefined,
+              staticTags:
+                parsed.tags.length > 0 && parsed.tags.every((t) => t.text !== undefined) ? parsed.tags.map((t) => t.text!) : undefined,
               severity: parsed.severity,
               msg: parsed.msg,
               logdata: parsed.logdata,
@@ -214,7 +233,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
         throw new SecLangError(d.file, d.line, (error as Error).message);
       }
     }
-    if (lastRule !== undefined && lastRule.chained && lastRule.child === undefined) {
+    if (lastRule?.chained && lastRule.child === undefined) {
       throw new SecLangError(lastRule.file, lastRule.line, 'chained rule without a following rule');
     }
   }
@@ -236,7 +255,8 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     }
   }
   const slots = new Map<string, number>();
-  for (const rule of allRules) rule.refs = [...rule.variables.map((v) => varRef(v, true, slots)), ...rule.additions.map((v) => varRef(v, false, slots))];
+  for (const rule of allRules)
+    rule.refs = [...rule.variables.map((v) => varRef(v, true, slots)), ...rule.additions.map((v) => varRef(v, false, slots))];
   // every match adds to MATCHED_VARS and its names
   const growingLists = new Set(['MATCHED_VARS', 'MATCHED_VARS_NAMES'].map((name) => LIST_COLLECTIONS.indexOf(name)));
   const prefilter = buildLiteralPrefilters(options.prefilter === false ? [] : allRules, growingLists, isComputedSingle, trie.nodes);

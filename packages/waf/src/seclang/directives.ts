@@ -29,11 +29,7 @@ export interface RuleChanges {
   sourceName: string;
 }
 
-export function applyConfig(
-  d: Directive & { kind: 'config' },
-  config: EngineConfig,
-  acc: RuleChanges,
-): void {
+export function applyConfig(d: Directive & { kind: 'config' }, config: EngineConfig, acc: RuleChanges): void {
   const arg = d.args[0] ?? '';
   const onOff = (): boolean => {
     const v = arg.toLowerCase();
@@ -73,7 +69,10 @@ export function applyConfig(
       config.responseBodyAccess = onOff();
       return;
     case 'secresponsebodymimetype':
-      config.responseBodyMimeTypes = d.args.join(' ').split(/\s+/).filter((s) => s !== '');
+      config.responseBodyMimeTypes = d.args
+        .join(' ')
+        .split(/\s+/)
+        .filter((s) => s !== '');
       return;
     case 'secresponsebodymimetypesclear':
       config.responseBodyMimeTypes = [];
@@ -147,7 +146,12 @@ export function applyConfig(
           for (const t of targets) {
             if (t.exclude) {
               const ex: UpdateExclusion = {
-                fullName: t.keyRegex !== undefined ? `${t.collection}:regex(${t.keyRegex})` : t.key !== undefined ? `${t.collection}:${t.key}` : t.collection,
+                fullName:
+                  t.keyRegex !== undefined
+                    ? `${t.collection}:regex(${t.keyRegex})`
+                    : t.key !== undefined
+                      ? `${t.collection}:${t.key}`
+                      : t.collection,
                 ...(t.keyRegex !== undefined ? { re: compileKeyRegex(t.keyRegex) } : {}),
               };
               rule.exclusions.push(ex);

@@ -14,7 +14,11 @@ test('seclang: continuations, comments and quoting', () => {
   const rule = ds[0]!;
   assert.equal(rule.kind, 'rule');
   if (rule.kind !== 'rule') return;
-  assert.deepEqual(rule.operator, { name: 'rx', negated: false, param: 'a\\"b' }, 'escaped quotes stay verbatim, as ModSecurity v3 keeps them');
+  assert.deepEqual(
+    rule.operator,
+    { name: 'rx', negated: false, param: 'a\\"b' },
+    'escaped quotes stay verbatim, as ModSecurity v3 keeps them',
+  );
   assert.deepEqual(
     rule.actions.map((a) => [a.name, a.value]),
     [
@@ -35,9 +39,21 @@ test('seclang: variables with selectors, regex selectors, exclusions and counts'
     'XML:/*',
     'TX:/^a|b$/',
   ]);
-  assert.deepEqual(parseVariable('!REQUEST_COOKIES:/__utm/'), { count: false, exclude: true, collection: 'REQUEST_COOKIES', keyRegex: '__utm', text: '!REQUEST_COOKIES:/__utm/' });
+  assert.deepEqual(parseVariable('!REQUEST_COOKIES:/__utm/'), {
+    count: false,
+    exclude: true,
+    collection: 'REQUEST_COOKIES',
+    keyRegex: '__utm',
+    text: '!REQUEST_COOKIES:/__utm/',
+  });
   assert.deepEqual(parseVariable('&TX:foo'), { count: true, exclude: false, collection: 'TX', key: 'foo', text: '&TX:foo' });
-  assert.deepEqual(parseVariable("&TX:'/WEB_ATTACK/'"), { count: true, exclude: false, collection: 'TX', keyRegex: 'WEB_ATTACK', text: "&TX:'/WEB_ATTACK/'" });
+  assert.deepEqual(parseVariable("&TX:'/WEB_ATTACK/'"), {
+    count: true,
+    exclude: false,
+    collection: 'TX',
+    keyRegex: 'WEB_ATTACK',
+    text: "&TX:'/WEB_ATTACK/'",
+  });
   assert.deepEqual(parseVariable('xml:/*'), { count: false, exclude: false, collection: 'XML', key: '/*', text: 'xml:/*' });
   assert.deepEqual(parseOperator('!@within %{tx.allowed_methods}'), { name: 'within', negated: true, param: '%{tx.allowed_methods}' });
   assert.deepEqual(parseOperator('^abc$'), { name: 'rx', negated: false, param: '^abc$' }, 'implicit @rx');
@@ -69,7 +85,7 @@ test('seclang: unknown directives, actions, operators, variables and bad pattern
   }
 });
 
-test('seclang: the CRS 3.3.4 files and Debian\'s crs-setup.conf parse completely', () => {
+test("seclang: the CRS 3.3.4 files and Debian's crs-setup.conf parse completely", () => {
   const dir = '/usr/share/modsecurity-crs/rules/';
   let files: string[];
   try {

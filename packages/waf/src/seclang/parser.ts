@@ -56,7 +56,12 @@ interface Located {
 }
 
 export type Directive =
-  | (Located & { readonly kind: 'rule'; readonly variables: VariableSpec[]; readonly operator: OperatorSpec; readonly actions: ActionSpec[] })
+  | (Located & {
+      readonly kind: 'rule';
+      readonly variables: VariableSpec[];
+      readonly operator: OperatorSpec;
+      readonly actions: ActionSpec[];
+    })
   | (Located & { readonly kind: 'action'; readonly actions: ActionSpec[] })
   | (Located & { readonly kind: 'marker'; readonly name: string })
   | (Located & { readonly kind: 'defaultAction'; readonly actions: ActionSpec[] })
@@ -383,11 +388,7 @@ export function parseActions(text: string): ActionSpec[] {
  * Parses SecLang text. `includeFile` resolves an Include directive (path relative to `file`) to
  * its directives; without it Include is a load error.
  */
-export function parseSecLang(
-  text: string,
-  file: string,
-  includeFile?: (path: string, from: string) => Directive[],
-): Directive[] {
+export function parseSecLang(text: string, file: string, includeFile?: (path: string, from: string) => Directive[]): Directive[] {
   const directives: Directive[] = [];
   for (const { text: lineText, line } of logicalLines(text)) {
     try {

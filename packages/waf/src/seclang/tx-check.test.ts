@@ -23,7 +23,16 @@ SecRule REQUEST_URI "@rx ." "id:30,phase:1,pass,log,msg:'seen %{tx.seen} thresho
 `;
 
 function request(uri: string): WafRequest {
-  return { clientIp: '192.0.2.1', clientPort: 1234, serverIp: '192.0.2.2', serverPort: 80, method: 'GET', uri, httpVersion: '1.1', headers: [['Host', 'example.com']] };
+  return {
+    clientIp: '192.0.2.1',
+    clientPort: 1234,
+    serverIp: '192.0.2.2',
+    serverPort: 80,
+    method: 'GET',
+    uri,
+    httpVersion: '1.1',
+    headers: [['Host', 'example.com']],
+  };
 }
 
 test('TX checks on the short path: same matches and messages as the general loop (jumps, MATCHED_VAR*, setvars, ctl removals)', () => {
@@ -63,7 +72,8 @@ SecRule REQUEST_URI "@rx ." "id:9,phase:1,pass,log,msg:'gone=%{tx.gone} back=%{t
   const inspector = (txChecks: boolean): CompiledInspector =>
     new CompiledInspector(compileRuleSet([{ text: rules, name: 'tx-slots.conf' }], { txChecks }), { request: 1 << 20, response: 1 << 20 });
   for (const i of [inspector(true), inspector(false)]) {
-    const run = (uri: string): string[] => i.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.message);
+    const run = (uri: string): string[] =>
+      i.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.message);
     assert.deepEqual(run('/'), ['gone=yes back= flag=']);
     assert.deepEqual(run('/?again=1'), ['gone=yes back=yes flag=7']);
   }
@@ -82,7 +92,10 @@ SecRule &TX:made|TX:made "@eq 0" "id:4,phase:1,pass,nolog,setvar:tx.made=0,setva
 SecRule REQUEST_URI "@rx ." "id:5,phase:1,pass,log,msg:'4 matched:%{tx.seen}'"
 `;
   const inspector = (txChecks: boolean): CompiledInspector =>
-    new CompiledInspector(compileRuleSet([{ text: rules, name: 'tx-count-value.conf' }], { txChecks }), { request: 1 << 20, response: 1 << 20 });
+    new CompiledInspector(compileRuleSet([{ text: rules, name: 'tx-count-value.conf' }], { txChecks }), {
+      request: 1 << 20,
+      response: 1 << 20,
+    });
   const short = inspector(true);
   const general = inspector(false);
   const cases: [string, string[]][] = [

@@ -12,7 +12,8 @@ const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);
 export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slots: Map<string, number>): TxCheck | undefined {
   if (rule.type !== 'rule' || rule.parent !== undefined || rule.chained || rule.multiMatch || rule.capture) return undefined;
   if (rule.refs.length > 2 || rule.exclusions.length > 0 || rule.tnode !== 0 || rule.operator === undefined) return undefined;
-  if (rule.tags.length > 0 || rule.severity !== undefined || rule.msg !== undefined || rule.logdata !== undefined || rule.hasBlock) return undefined;
+  if (rule.tags.length > 0 || rule.severity !== undefined || rule.msg !== undefined || rule.logdata !== undefined || rule.hasBlock)
+    return undefined;
   if (rule.disruptive !== undefined && rule.disruptive.kind !== 'pass') return undefined;
   const actions = [...(defaults?.runtime ?? []), ...rule.runtime];
   if (!actions.every((a) => LOG_ACTIONS.has(a.kind) || a.kind === 'skipAfter')) return undefined;
@@ -29,7 +30,15 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
   };
   const op = rule.operator;
   // (skipMarker and skipTarget are set by now: compileRuleSet computes them first)
-  const loop = { rule, numeric: op.numeric, operand: op.operand, negated: op.negated, hasSetvars: rule.setvars.length > 0, skipMarker: rule.skipMarker, skipTarget: rule.skipTarget };
+  const loop = {
+    rule,
+    numeric: op.numeric,
+    operand: op.operand,
+    negated: op.negated,
+    hasSetvars: rule.setvars.length > 0,
+    skipMarker: rule.skipMarker,
+    skipTarget: rule.skipTarget,
+  };
   const second = rule.refs[1];
   if (ref.kind === READ_TX_KEY) {
     if (second !== undefined) return undefined;
@@ -39,6 +48,13 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
   if (counted === undefined) return undefined;
   // &TX:name|TX:name (the CRS's "exclusions for this application?" checks): the count, then the value
   if (second !== undefined && !(second.kind === READ_TX_KEY && second.name === counted)) return undefined;
-  return { lowerKey: counted, slot: slotOf(counted), count: true, matchedName: ref.resolver.fullName, valueName: second && `TX:${second.key}`, pass, ...loop };
+  return {
+    lowerKey: counted,
+    slot: slotOf(counted),
+    count: true,
+    matchedName: ref.resolver.fullName,
+    valueName: second && `TX:${second.key}`,
+    pass,
+    ...loop,
+  };
 }
-

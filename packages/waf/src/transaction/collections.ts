@@ -235,27 +235,48 @@ export class TransactionCollections {
   /** The list collection LIST_COLLECTIONS[index] (seclang/program.ts). */
   listAt(index: number): Entry[] {
     switch (index) {
-      case 0: return this.args;
-      case 1: return this.argsGet;
-      case 2: return this.argsPost;
-      case 3: return this.requestHeaders;
-      case 4: return this.requestHeadersNames;
-      case 5: return this.requestCookies;
-      case 6: return this.requestCookiesNames;
-      case 7: return this.files;
-      case 8: return this.filesNames;
-      case 9: return this.filesSizes;
-      case 10: return this.filesTmpNames;
-      case 11: return this.filesTmpContent;
-      case 12: return this.multipartFilename;
-      case 13: return this.multipartName;
-      case 14: return this.multipartPartHeaders;
-      case 15: return this.matchedList(false);
-      case 16: return this.matchedList(true);
-      case 17: return this.responseHeaders;
-      case 18: return this.responseHeadersNames;
-      case 19: return this.geo;
-      default: throw new Error(`no list collection ${index}`);
+      case 0:
+        return this.args;
+      case 1:
+        return this.argsGet;
+      case 2:
+        return this.argsPost;
+      case 3:
+        return this.requestHeaders;
+      case 4:
+        return this.requestHeadersNames;
+      case 5:
+        return this.requestCookies;
+      case 6:
+        return this.requestCookiesNames;
+      case 7:
+        return this.files;
+      case 8:
+        return this.filesNames;
+      case 9:
+        return this.filesSizes;
+      case 10:
+        return this.filesTmpNames;
+      case 11:
+        return this.filesTmpContent;
+      case 12:
+        return this.multipartFilename;
+      case 13:
+        return this.multipartName;
+      case 14:
+        return this.multipartPartHeaders;
+      case 15:
+        return this.matchedList(false);
+      case 16:
+        return this.matchedList(true);
+      case 17:
+        return this.responseHeaders;
+      case 18:
+        return this.responseHeadersNames;
+      case 19:
+        return this.geo;
+      default:
+        throw new Error(`no list collection ${index}`);
     }
   }
 

@@ -111,7 +111,8 @@ export class TransactionLiteralCache extends TransactionCollections {
       }
       let at = slot * stride;
       const unions = this.unions;
-      if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined) at += UNION_HEADER;
+      if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined)
+        at += UNION_HEADER;
       else at = this.sourceBits(slot, rule.refs[vi]!, rule);
       if ((this.unions![at + word]! & mask) !== 0) return true;
     }

@@ -34,7 +34,16 @@ export interface MutableMessage {
 }
 
 export function newMutableMessage(): MutableMessage {
-  return { rule: { id: 0, phase: 0, severity: undefined }, message: '', data: '', severity: undefined, tags: [], save: true, disruptive: false, matchedVar: undefined };
+  return {
+    rule: { id: 0, phase: 0, severity: undefined },
+    message: '',
+    data: '',
+    severity: undefined,
+    tags: [],
+    save: true,
+    disruptive: false,
+    matchedVar: undefined,
+  };
 }
 
 /** Resets `m` for `rule` (a rule starts with an empty message that logs). */

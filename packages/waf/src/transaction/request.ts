@@ -232,7 +232,7 @@ export function processRequestBody(tx: Transaction, body: string): void {
   if (!access) return;
   let full = '';
   for (const h of tx.requestHeaders) full += `${h.key}: ${h.box.v}\n`;
-  full += '\n\n' + body;
+  full += `\n\n${body}`;
   tx.setSingle('FULL_REQUEST', full);
   tx.setSingle('FULL_REQUEST_LENGTH', String(full.length));
   if (body.length > 0) {

@@ -209,7 +209,8 @@ export class Transaction extends TransactionLiteralCache {
   /** One value of a TxCheck: the operator, and on a match MATCHED_VAR* and the rule's setvars. */
   private txCheckValue(check: TxCheck, value: string, name: string): boolean {
     const rule = check.rule;
-    const passes = check.numeric !== 0 ? compareNumeric(check.numeric, check.operand, value) : this.runOperator(rule, rule.operator!, value);
+    const passes =
+      check.numeric !== 0 ? compareNumeric(check.numeric, check.operand, value) : this.runOperator(rule, rule.operator!, value);
     if (passes === check.negated) return false;
     this.matchedVar = value;
     this.matchedVarName = name;

@@ -8,9 +8,9 @@ export const isHex = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0
 
 /** ModSecurity's x2c: two hex digits to a byte. */
 export function x2c(a: number, b: number): number {
-  const hi = a >= 0x41 ? ((a & 0xdf) - 0x41 + 10) : a - 0x30;
-  const lo = b >= 0x41 ? ((b & 0xdf) - 0x41 + 10) : b - 0x30;
-  return ((hi * 16) + lo) & 0xff;
+  const hi = a >= 0x41 ? (a & 0xdf) - 0x41 + 10 : a - 0x30;
+  const lo = b >= 0x41 ? (b & 0xdf) - 0x41 + 10 : b - 0x30;
+  return (hi * 16 + lo) & 0xff;
 }
 
 export function xsingle(a: number): number {

@@ -3,6 +3,7 @@
  */
 const HAS_LOWER = /[a-z]/;
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the ASCII range, control characters included
 const NON_ASCII = /[^\x00-\x7f]/;
 
 const UPPER_RUNS = /[A-Z]+/g;

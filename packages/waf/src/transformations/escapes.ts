@@ -18,7 +18,14 @@ export function jsDecode(s: string): string {
       continue;
     }
     const c1 = s.charCodeAt(i + 1);
-    if (i + 5 < n && c1 === 0x75 && isHex(s.charCodeAt(i + 2)) && isHex(s.charCodeAt(i + 3)) && isHex(s.charCodeAt(i + 4)) && isHex(s.charCodeAt(i + 5))) {
+    if (
+      i + 5 < n &&
+      c1 === 0x75 &&
+      isHex(s.charCodeAt(i + 2)) &&
+      isHex(s.charCodeAt(i + 3)) &&
+      isHex(s.charCodeAt(i + 4)) &&
+      isHex(s.charCodeAt(i + 5))
+    ) {
       let d = x2c(s.charCodeAt(i + 4), s.charCodeAt(i + 5));
       const h2 = s.charCodeAt(i + 2);
       const h3 = s.charCodeAt(i + 3);

@@ -6,7 +6,7 @@ import { fromCodes, isHex } from './bytes.ts';
 /** strtol(x, 16 or 10) saturating at LONG_MAX, then cast to a byte. */
 function entityByte(digits: string, radix: number): number {
   // LONG_MAX = 2^63 - 1; beyond it strtol returns LONG_MAX, whose low byte is 0xFF.
-  const big = BigInt(radix === 16 ? '0x' + digits : digits);
+  const big = BigInt(radix === 16 ? `0x${digits}` : digits);
   if (big > 0x7fffffffffffffffn) return 0xff;
   return Number(big & 0xffn);
 }

@@ -59,13 +59,45 @@ test('transformations: same output as ModSecurity on a corpus (golden vectors)',
   for (const [name, outputs] of Object.entries(golden.outputs)) {
     const fn = TRANSFORMATIONS.get(name);
     assert.ok(fn, `t:${name} exists`);
-    golden.inputs.forEach((input, k) => assert.equal(addonString(fn(input)), outputs[k], `t:${name} on ${JSON.stringify(input)}`));
+    for (const [k, input] of golden.inputs.entries())
+      assert.equal(addonString(fn(input)), outputs[k], `t:${name} on ${JSON.stringify(input)}`);
   }
 });
 
 test('transformations: none changes a value without a byte of the kinds it is listed with (CHANGES_ON)', () => {
   const r = new Random(7);
-  const pieces = ['%41', '%u0041', '&lt;', '&#65;', '\\x41', '\\41 ', '/*x*/', '/./', '/../', '//', '..', 'a.', '\0', ' ', '\t', '\xa0', '\xc2', '\xc3\xa9', 'é', '"', "'", '^', ',', ';', '(', 'AbC', 'abc', '0x41', '+', '\\'];
+  const pieces = [
+    '%41',
+    '%u0041',
+    '&lt;',
+    '&#65;',
+    '\\x41',
+    '\\41 ',
+    '/*x*/',
+    '/./',
+    '/../',
+    '//',
+    '..',
+    'a.',
+    '\0',
+    ' ',
+    '\t',
+    '\xa0',
+    '\xc2',
+    '\xc3\xa9',
+    'é',
+    '"',
+    "'",
+    '^',
+    ',',
+    ';',
+    '(',
+    'AbC',
+    'abc',
+    '0x41',
+    '+',
+    '\\',
+  ];
   for (const [name, mask] of CHANGES_ON) {
     const fn = TRANSFORMATIONS.get(name)!;
     // the bytes (and pieces) that hold none of the kinds: the transformation must leave them as they are
@@ -102,7 +134,38 @@ test('transformations: sha1, hexEncode and base64Decode of any length give what 
 test('transformations: none makes a letter-free literal appear without a byte of the kinds literalEffect gives, or adds other kinds', () => {
   const r = new Random(13);
   const literals = ['..', '/*', '*/', '<!--', '::', '$(', '||', '%', '\\\\', '\0', '. .', ';', '--'];
-  const pieces = ['.', '/', '*', '<', '!', '-', ':', '$', '(', ')', '|', '%', '%2e', '%u002e', '\\', '\0', ' ', '\t', ',', ';', '"', "'", '^', '&#46;', '\\x2e', 'AbC', 'x', '\xc3\xae', '\xff', '+'];
+  const pieces = [
+    '.',
+    '/',
+    '*',
+    '<',
+    '!',
+    '-',
+    ':',
+    '$',
+    '(',
+    ')',
+    '|',
+    '%',
+    '%2e',
+    '%u002e',
+    '\\',
+    '\0',
+    ' ',
+    '\t',
+    ',',
+    ';',
+    '"',
+    "'",
+    '^',
+    '&#46;',
+    '\\x2e',
+    'AbC',
+    'x',
+    '\xc3\xae',
+    '\xff',
+    '+',
+  ];
   for (const name of [...CHANGES_ON.keys(), 'cmdline']) {
     const fn = TRANSFORMATIONS.get(name)!;
     for (const literal of literals) {
@@ -115,7 +178,11 @@ test('transformations: none makes a letter-free literal appear without a byte of
         if (s.includes(literal)) continue;
         const out = fn(s);
         assert.ok(!out.includes(literal), `${name} made ${JSON.stringify(literal)} from ${JSON.stringify(s)}: ${JSON.stringify(out)}`);
-        assert.equal(charMask(out) & ~(charMask(s) | effect.adds), 0, `${name} added kinds to ${JSON.stringify(s)}: ${JSON.stringify(out)}`);
+        assert.equal(
+          charMask(out) & ~(charMask(s) | effect.adds),
+          0,
+          `${name} added kinds to ${JSON.stringify(s)}: ${JSON.stringify(out)}`,
+        );
       }
     }
   }

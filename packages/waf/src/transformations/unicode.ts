@@ -16,7 +16,7 @@ export function utf8toUnicode(s: string): string {
     }
   }
   if (ascii) return s;
-  const input = s + '\0';
+  const input = `${s}\0`;
   const inputLen = input.length;
   let out = '';
   // A NUL byte inside the input is written without advancing, so the next byte overwrites it;
@@ -28,7 +28,7 @@ export function utf8toUnicode(s: string): string {
   };
   const u = (d: number): string => {
     const h = hexLower(d);
-    return '%u' + (h.length < 4 ? '0'.repeat(4 - h.length) : '') + h;
+    return `%u${h.length < 4 ? '0'.repeat(4 - h.length) : ''}${h}`;
   };
   let i = 0;
   while (i < inputLen) {
@@ -43,7 +43,8 @@ export function utf8toUnicode(s: string): string {
       } else emit(input[i]!);
     } else if ((c & 0xe0) === 0xc0) {
       const c1 = input.charCodeAt(i + 1);
-      if (inputLen < 2) unicodeLen = -1; // ModSecurity never decrements bytes_left
+      if (inputLen < 2)
+        unicodeLen = -1; // ModSecurity never decrements bytes_left
       else if ((c1 & 0xc0) !== 0x80) unicodeLen = -1;
       else {
         unicodeLen = 2;

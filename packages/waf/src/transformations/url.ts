@@ -74,8 +74,17 @@ export function urlEncode(s: string): string {
   for (let i = 0; i < s.length; i++) {
     const c = s.charCodeAt(i);
     if (c === 0x20) out += '+';
-    else if ((c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x2a || c === 0x2d || c === 0x2e || c === 0x5f) out += s[i];
-    else out += '%' + c.toString(16).padStart(2, '0');
+    else if (
+      (c >= 0x30 && c <= 0x39) ||
+      (c >= 0x41 && c <= 0x5a) ||
+      (c >= 0x61 && c <= 0x7a) ||
+      c === 0x2a ||
+      c === 0x2d ||
+      c === 0x2e ||
+      c === 0x5f
+    )
+      out += s[i];
+    else out += `%${c.toString(16).padStart(2, '0')}`;
   }
   return out === s ? s : out;
 }

@@ -27,7 +27,17 @@ LIST_COLLECTIONS.forEach((name, index) => {
  * Lists that only grow (push) during a transaction, never lose or replace an entry: a filtered read
  * of one stays valid while its length is the same (TransactionCollections's filtered-list cache).
  */
-const PUSH_ONLY_LISTS = new Set(['ARGS', 'ARGS_GET', 'ARGS_POST', 'REQUEST_HEADERS', 'REQUEST_HEADERS_NAMES', 'REQUEST_COOKIES', 'REQUEST_COOKIES_NAMES', 'RESPONSE_HEADERS', 'RESPONSE_HEADERS_NAMES']);
+const PUSH_ONLY_LISTS = new Set([
+  'ARGS',
+  'ARGS_GET',
+  'ARGS_POST',
+  'REQUEST_HEADERS',
+  'REQUEST_HEADERS_NAMES',
+  'REQUEST_COOKIES',
+  'REQUEST_COOKIES_NAMES',
+  'RESPONSE_HEADERS',
+  'RESPONSE_HEADERS_NAMES',
+]);
 
 /** ARGS_NAMES & co: the keys of another collection (ModSecurity's translation proxy). */
 const NAME_PROXIES: Record<string, string> = {
@@ -172,7 +182,8 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
   const base = compileBase(spec, exclusions);
   if (!spec.count) return base;
   const fullName = base.fullName;
-  const direct = spec.key === undefined && spec.keyRegex === undefined && exclusions.length === 0 ? SET_COLLECTIONS[spec.collection] : undefined;
+  const direct =
+    spec.key === undefined && spec.keyRegex === undefined && exclusions.length === 0 ? SET_COLLECTIONS[spec.collection] : undefined;
   if (direct) {
     return {
       fullName,
@@ -279,13 +290,15 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
     const isTx = collection === 'TX';
     return {
       ...common,
-      direct: isTx && keyLower !== undefined && exclusions.length === 0 ? { kind: READ_TX_KEY, lowerKey: keyLower, key: spec.key! } : undefined,
+      direct:
+        isTx && keyLower !== undefined && exclusions.length === 0 ? { kind: READ_TX_KEY, lowerKey: keyLower, key: spec.key! } : undefined,
       resolve(tx, _rule, out) {
         const store = isTx ? tx.txStore : tx.collection(collection);
         if (keyLower !== undefined) {
           const v = store.get(keyLower);
           // ModSecurity names the value with the key as the rule wrote it.
-          if (v !== undefined && !(exclusions.length > 0 && excluded(spec.key!, exclusions))) out.push(tx.dynamicEntry(collection, spec.key!, v));
+          if (v !== undefined && !(exclusions.length > 0 && excluded(spec.key!, exclusions)))
+            out.push(tx.dynamicEntry(collection, spec.key!, v));
           return;
         }
         // the values only: a for-of over entries() makes a [key, value] pair per entry (the rules
@@ -341,7 +354,11 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
       // ModSecurity accepts e.g. REQUEST_URI:foo and ignores the key for single variables.
     }
     const slot = singleSlot(collection);
-    return { ...common, direct: { kind: READ_SINGLE, slot, name: collection }, resolve: (tx, _rule, out) => out.push(tx.singleAt(slot, collection)) };
+    return {
+      ...common,
+      direct: { kind: READ_SINGLE, slot, name: collection },
+      resolve: (tx, _rule, out) => out.push(tx.singleAt(slot, collection)),
+    };
   }
   throw new Error(`unknown variable ${spec.text}`);
 }

@@ -20,11 +20,11 @@ export function ruleValue(tx: TransactionCollections, rule: CompiledRule | undef
     case 'logdata':
       if (!rule) return undefined;
       while (r && r.logdata === undefined) r = r.parent;
-      return r && r.logdata ? expand(tx, r.logdata, undefined) : undefined;
+      return r?.logdata ? expand(tx, r.logdata, undefined) : undefined;
     case 'msg':
       if (!rule) return undefined;
       while (r && r.msg === undefined) r = r.parent;
-      return r && r.msg ? expand(tx, r.msg, undefined) : undefined;
+      return r?.msg ? expand(tx, r.msg, undefined) : undefined;
     case 'ver':
       if (!rule) return undefined;
       while (r && r.ver === '') r = r.parent;

@@ -137,6 +137,7 @@ function formatSubject(subject: Record<string, string | string[]> | undefined): 
         .replace(/[\\,+"<>;=]/g, (c) => `\\${c}`)
         .replace(/^([ #])/, '\\$1')
         .replace(/ $/, '\\ ')
+        // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it escapes
         .replace(/[\x00-\x1f\x7f]/g, (c) => `\\${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
       parts.push(`${key}=${escaped}`);
     }

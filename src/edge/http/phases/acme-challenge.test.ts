@@ -47,7 +47,11 @@ describe('acme challenge phase', () => {
       assert.equal(res.status, 200);
       assert.equal(res.text, 'tok_EN-123.thumbprint');
     }
-    assert.deepEqual(asked[0], { token: 'tok_EN-123', host: 'shop.example', tenantId: proxy.config.tenantId }, "asked with the proxy's tenant");
+    assert.deepEqual(
+      asked[0],
+      { token: 'tok_EN-123', host: 'shop.example', tenantId: proxy.config.tenantId },
+      "asked with the proxy's tenant",
+    );
     assert.equal(origin.requests, 0);
     assert.equal((await request(`${url}/`, { localAddress: DE })).status, 403, 'other paths are still fenced');
   });

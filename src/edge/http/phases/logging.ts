@@ -34,7 +34,13 @@ export const loggingPhase: EndPhase = {
       }
     }
     const originMs = originMsOf(ctx, now);
-    deps.metrics?.requestCompleted?.(ctx.proxy.id, ctx.statusCode, answeredByOf(ctx), (now - ctx.startedAt) / 1000, originMs === undefined ? undefined : originMs / 1000);
+    deps.metrics?.requestCompleted?.(
+      ctx.proxy.id,
+      ctx.statusCode,
+      answeredByOf(ctx),
+      (now - ctx.startedAt) / 1000,
+      originMs === undefined ? undefined : originMs / 1000,
+    );
   },
 };
 
@@ -101,7 +107,8 @@ export function accessLogEntry(ctx: RequestCtx, now = performance.now()): Access
   if (ctx.clientCertificate !== undefined) entry.clientCertificate = ctx.clientCertificate.verified;
   const waf = wafOutcomeOf(ctx);
   if (waf !== undefined) entry.waf = waf;
-  if (ctx.wafEvents !== undefined && ctx.wafEvents.length > 0) entry.wafRules = [...new Set(ctx.wafEvents.flatMap((event) => event.rules.map((rule) => rule.modSecId)))];
+  if (ctx.wafEvents !== undefined && ctx.wafEvents.length > 0)
+    entry.wafRules = [...new Set(ctx.wafEvents.flatMap((event) => event.rules.map((rule) => rule.modSecId)))];
   if (ctx.upstreamHost !== undefined) entry.upstream = `${ctx.upstreamHost.address}:${ctx.upstreamHost.port}`;
   if (ctx.upstreamError !== undefined) entry.upstreamError = ctx.upstreamError;
   const originMs = originMsOf(ctx, now);

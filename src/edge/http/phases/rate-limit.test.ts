@@ -24,7 +24,9 @@ describe('rate limit phase', () => {
     origin = await startOrigin();
     port = await freePort(FRONT_IP);
     proxy = new HttpProxy(
-      resolvedProxy(port, [origin], { attributes: { rateLimiting: { thresholds: [{ requests: 3, periodSeconds: 60 }], blockSeconds: 1 } } }),
+      resolvedProxy(port, [origin], {
+        attributes: { rateLimiting: { thresholds: [{ requests: 3, periodSeconds: 60 }], blockSeconds: 1 } },
+      }),
       deps,
     );
     await proxy.start();
@@ -35,9 +37,14 @@ describe('rate limit phase', () => {
     await origin.close();
   });
 
-  it('answers 429 over the threshold, records one event per episode, and lets the client back after blockSeconds', { timeout: 20_000 }, async () => {
+  it('answers 429 over the threshold, records one event per episode, and lets the client back after blockSeconds', {
+    timeout: 20_000,
+  }, async () => {
     for (let i = 0; i < 3; i++) assert.equal((await request(`${url}/ok/${i}`, { localAddress: CLIENT })).status, 200);
-    const blocked = await request(`${url}/login?user=x`, { localAddress: CLIENT, headers: { 'user-agent': 'flood/1.0', cookie: 'session=secret' } });
+    const blocked = await request(`${url}/login?user=x`, {
+      localAddress: CLIENT,
+      headers: { 'user-agent': 'flood/1.0', cookie: 'session=secret' },
+    });
     assert.equal(blocked.status, 429);
     assert.equal(blocked.headers['retry-after'], '1');
     assert.match(blocked.text, /Too many requests/);

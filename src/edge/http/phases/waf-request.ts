@@ -90,7 +90,9 @@ function refuseBody(ctx: RequestCtx, limit: number): Answer {
 function bodyLimitRule(ctx: RequestCtx, limit: number, refused: boolean): MatchedRule {
   return {
     modSecId: BODY_LIMIT_RULE_ID,
-    name: refused ? 'Request body larger than the WAF inspects: refused' : 'Request body larger than the WAF inspects: only its first part inspected',
+    name: refused
+      ? 'Request body larger than the WAF inspects: refused'
+      : 'Request body larger than the WAF inspects: only its first part inspected',
     matchedData: ctx.proxy.waf.logMatchedData ? { status: 'ENABLED', value: `limit ${limit} bytes` } : { status: 'DISABLED', value: null },
     matchedVariable: 'REQUEST_BODY',
   };

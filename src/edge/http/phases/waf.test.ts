@@ -14,13 +14,25 @@ import { Readable } from 'node:stream';
 import type { WafEvent } from '@tps/model';
 import { HttpProxy } from '../http-proxy.ts';
 import { request } from '../../../../test/support/http-client.ts';
-import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../../test/support/http-servers.ts';
+import {
+  FRONT_IP,
+  freePort,
+  resolvedProxy,
+  startOrigin,
+  testDeps,
+  type EchoReply,
+  type TestOrigin,
+} from '../../../../test/support/http-servers.ts';
 import net from 'node:net';
 import type { HttpProxyDeps, WafHook, WafRequestInput, WafResponseInput, WafSettings, WafVerdict } from '../types.ts';
 import { BODY_LIMIT_RULE_ID } from './waf-request.ts';
 import { WafOverloadedError, WafUnavailableError } from '@tps/waf';
 
-const RULE = { modSecId: 942100, name: 'SQL Injection Attack Detected via libinjection', matchedData: { status: 'DISABLED' as const, value: null } };
+const RULE = {
+  modSecId: 942100,
+  name: 'SQL Injection Attack Detected via libinjection',
+  matchedData: { status: 'DISABLED' as const, value: null },
+};
 
 describe('waf phase (hook slot)', () => {
   let origin: TestOrigin;
@@ -40,7 +52,9 @@ describe('waf phase (hook slot)', () => {
     },
     inspectResponse(input) {
       responses.push(input);
-      return input.body?.toString().includes('leak') ? { action: 'block', event: { action: 'BLOCKED', rules: [RULE] } } : { action: 'continue' };
+      return input.body?.toString().includes('leak')
+        ? { action: 'block', event: { action: 'BLOCKED', rules: [RULE] } }
+        : { action: 'continue' };
     },
   };
   const deps = testDeps({ waf });
@@ -82,11 +96,16 @@ describe('waf phase (hook slot)', () => {
     assert.equal(event.request.path, '/suspicious');
   });
 
-  it('refuses a body longer than the limit with 413 and a WAF_EVENT naming the limit; the origin never sees it', { timeout: 20_000 }, async () => {
+  it('refuses a body longer than the limit with 413 and a WAF_EVENT naming the limit; the origin never sees it', {
+    timeout: 20_000,
+  }, async () => {
     const before = origin.requests;
     const asked = seen.length;
-    const declared = await request(`${url}/upload`, { method: 'POST', body: 'x'.repeat(17) + 'attack' });
-    const chunked = await request(`${url}/upload`, { method: 'POST', body: Readable.from([Buffer.from('x'.repeat(10)), Buffer.from('y'.repeat(10))]) });
+    const declared = await request(`${url}/upload`, { method: 'POST', body: `${'x'.repeat(17)}attack` });
+    const chunked = await request(`${url}/upload`, {
+      method: 'POST',
+      body: Readable.from([Buffer.from('x'.repeat(10)), Buffer.from('y'.repeat(10))]),
+    });
     for (const res of [declared, chunked]) {
       assert.equal(res.status, 413);
       assert.equal(res.headers.connection, 'close');
@@ -110,10 +129,12 @@ describe('waf phase (hook slot)', () => {
     assert.equal(seen.at(-1)!.bodyTruncated, false);
   });
 
-  it('sends the rest on after the first part when the proxy opts into PROCESS_PARTIAL, and the event says bodyTruncated', { timeout: 20_000 }, async () => {
+  it('sends the rest on after the first part when the proxy opts into PROCESS_PARTIAL, and the event says bodyTruncated', {
+    timeout: 20_000,
+  }, async () => {
     const partial = await extraProxy({ bodyLimitAction: 'PROCESS_PARTIAL' });
     try {
-      const body = 'x'.repeat(100_000) + 'attack';
+      const body = `${'x'.repeat(100_000)}attack`;
       const res = await request(`${partial.url}/upload`, { method: 'POST', body });
       assert.equal(res.status, 200, 'the attack is past what the WAF looks at');
       const input = seen.at(-1)!;
@@ -142,13 +163,18 @@ describe('waf phase (hook slot)', () => {
   it('lets a multipart/form-data upload be as long as the multipart limit', { timeout: 20_000 }, async () => {
     const upload = await extraProxy({}, { ...waf, multipartBodyLimit: 128 });
     try {
-      const form = (size: number) => `--b\r\nContent-Disposition: form-data; name="f"; filename="a"\r\n\r\n${'z'.repeat(size)}\r\n--b--\r\n`;
+      const form = (size: number) =>
+        `--b\r\nContent-Disposition: form-data; name="f"; filename="a"\r\n\r\n${'z'.repeat(size)}\r\n--b--\r\n`;
       const headers = { 'content-type': 'multipart/form-data; boundary=b' };
       const fits = await request(`${upload.url}/upload`, { method: 'POST', headers, body: form(8) });
       assert.equal(fits.status, 200);
       assert.equal(seen.at(-1)!.bodyTruncated, false);
       assert.equal((await request(`${upload.url}/upload`, { method: 'POST', headers, body: form(200) })).status, 413);
-      assert.equal((await request(`${upload.url}/upload`, { method: 'POST', body: form(8) })).status, 413, 'not multipart: the plain limit');
+      assert.equal(
+        (await request(`${upload.url}/upload`, { method: 'POST', body: form(8) })).status,
+        413,
+        'not multipart: the plain limit',
+      );
     } finally {
       await upload.stop();
     }
@@ -178,11 +204,17 @@ describe('waf phase (hook slot)', () => {
     assert.equal((await request(`${url}/fine`)).status, 200);
   });
 
-  it('answers 503 with the page and counts it when the hook gives no verdict (failMode CLOSED, the default)', { timeout: 20_000 }, async () => {
+  it('answers 503 with the page and counts it when the hook gives no verdict (failMode CLOSED, the default)', {
+    timeout: 20_000,
+  }, async () => {
     const failures: string[] = [];
-    const failing = await extraProxy({}, { ...waf, inspectRequest: () => Promise.reject(new WafOverloadedError('queue full')) }, {
-      metrics: { wafUninspected: (_proxy, side, reason, outcome) => failures.push(`${side} ${reason} ${outcome}`) },
-    });
+    const failing = await extraProxy(
+      {},
+      { ...waf, inspectRequest: () => Promise.reject(new WafOverloadedError('queue full')) },
+      {
+        metrics: { wafUninspected: (_proxy, side, reason, outcome) => failures.push(`${side} ${reason} ${outcome}`) },
+      },
+    );
     try {
       const before = origin.requests;
       const res = await request(`${failing.url}/search?q=anything`);
@@ -235,11 +267,14 @@ describe('waf phase (hook slot)', () => {
   it('ends the exchange of a request whose client left while the WAF was at work, and sends nothing on', { timeout: 20_000 }, async () => {
     const ended: string[] = [];
     let release: (verdict: WafVerdict) => void = () => {};
-    const slow = await extraProxy({}, {
-      ...waf,
-      inspectRequest: () => new Promise<WafVerdict>((resolve) => (release = resolve)),
-      endExchange: (supportId) => ended.push(supportId),
-    });
+    const slow = await extraProxy(
+      {},
+      {
+        ...waf,
+        inspectRequest: () => new Promise<WafVerdict>((resolve) => (release = resolve)),
+        endExchange: (supportId) => ended.push(supportId),
+      },
+    );
     try {
       const before = origin.requests;
       const socket = net.connect({ host: FRONT_IP, port: slow.port });

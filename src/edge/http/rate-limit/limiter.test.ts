@@ -45,7 +45,13 @@ describe('rate limiter', () => {
   it('applies every threshold: a burst limit and a sustained limit', () => {
     const { c, now } = clock(0);
     const limiter = new RateLimiter(
-      { thresholds: [{ requests: 3, periodSeconds: 1 }, { requests: 5, periodSeconds: 60 }], blockSeconds: 1 },
+      {
+        thresholds: [
+          { requests: 3, periodSeconds: 1 },
+          { requests: 5, periodSeconds: 60 },
+        ],
+        blockSeconds: 1,
+      },
       { now },
     );
     for (let i = 0; i < 3; i++) assert.equal(check(limiter, 'b').allowed, true);
@@ -93,7 +99,16 @@ describe('rate limiter', () => {
 
   it('keeps its counter memory bounded under a flood from millions of addresses', () => {
     const store = new MemoryRateLimitStore([1000, 60_000], 50_000);
-    const limiter = new RateLimiter({ thresholds: [{ requests: 100, periodSeconds: 1 }, { requests: 1000, periodSeconds: 60 }], blockSeconds: 10 }, { store });
+    const limiter = new RateLimiter(
+      {
+        thresholds: [
+          { requests: 100, periodSeconds: 1 },
+          { requests: 1000, periodSeconds: 60 },
+        ],
+        blockSeconds: 10,
+      },
+      { store },
+    );
     let max = 0;
     for (let i = 0; i < 2_000_000; i++) {
       limiter.check(`10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}#${i >> 24}`);

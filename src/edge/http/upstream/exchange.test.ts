@@ -41,7 +41,10 @@ describe('upstream phase', () => {
     originGuard?: OriginGuard,
   ): Promise<string> {
     const port = await freePort(FRONT_IP);
-    const proxy = new HttpProxy(resolvedProxy(port, hosts, extra), testDeps({ limits, accessLog: (e) => log.push(e), ...(originGuard && { originGuard }) }));
+    const proxy = new HttpProxy(
+      resolvedProxy(port, hosts, extra),
+      testDeps({ limits, accessLog: (e) => log.push(e), ...(originGuard && { originGuard }) }),
+    );
     await proxy.start();
     stops.push(() => proxy.stop());
     return `http://${FRONT_IP}:${port}`;
@@ -80,7 +83,10 @@ describe('upstream phase', () => {
     it('SYSTEM_TRUSTSTORE: refuses an origin whose CA is not a well-known one (502)', T, async () => {
       const cert = await originCa.issue({ commonName: 'origin', ipAddresses: [ORIGIN_IP] });
       const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem } });
-      const url = await proxyTo([o], { attributes: { backend: { tlsSettings: tlsSettings('SYSTEM_TRUSTSTORE') } }, originTrust: { mode: 'SYSTEM_TRUSTSTORE' } });
+      const url = await proxyTo([o], {
+        attributes: { backend: { tlsSettings: tlsSettings('SYSTEM_TRUSTSTORE') } },
+        originTrust: { mode: 'SYSTEM_TRUSTSTORE' },
+      });
       const res = await request(`${url}/system`);
       assert.equal(res.status, 502);
       assert.match(res.text, /Support ID: <code>[0-9a-f]{32}<\/code>/);
@@ -120,10 +126,17 @@ describe('upstream phase', () => {
     for (const variant of ['NONE', 'CUSTOM_TRUSTSTORE'] as const) {
       it(`presents the proxy's client certificate to an origin that requires one (${variant})`, T, async () => {
         const cert = await originCa.issue({ commonName: 'origin', ipAddresses: [ORIGIN_IP] });
-        const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem, caPem: proxyClientCa.certificatePem, requestCert: true } });
+        const o = await origin({
+          tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem, caPem: proxyClientCa.certificatePem, requestCert: true },
+        });
         const trust: ResolvedHttpProxy['originTrust'] =
           variant === 'NONE' ? { mode: 'NONE' } : { mode: 'CUSTOM_TRUSTSTORE', caPems: [originCa.certificatePem] };
-        const backend = { tlsSettings: { clientCertificateId: '00000000-0000-4000-8000-0000000000c1', ...tlsSettings(variant === 'NONE' ? undefined : variant) } };
+        const backend = {
+          tlsSettings: {
+            clientCertificateId: '00000000-0000-4000-8000-0000000000c1',
+            ...tlsSettings(variant === 'NONE' ? undefined : variant),
+          },
+        };
         const withCert = await proxyTo([o], {
           attributes: { backend },
           originTrust: trust,
@@ -139,9 +152,15 @@ describe('upstream phase', () => {
 
     it('SYSTEM_TRUSTSTORE with the proxy client certificate: still refuses an untrusted origin', T, async () => {
       const cert = await originCa.issue({ commonName: 'origin', ipAddresses: [ORIGIN_IP] });
-      const o = await origin({ tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem, caPem: proxyClientCa.certificatePem, requestCert: true } });
+      const o = await origin({
+        tls: { certPem: cert.certificatePem, keyPem: cert.privateKeyPem, caPem: proxyClientCa.certificatePem, requestCert: true },
+      });
       const url = await proxyTo([o], {
-        attributes: { backend: { tlsSettings: { clientCertificateId: '00000000-0000-4000-8000-0000000000c1', verifyCertificate: { mode: 'SYSTEM_TRUSTSTORE' } } } },
+        attributes: {
+          backend: {
+            tlsSettings: { clientCertificateId: '00000000-0000-4000-8000-0000000000c1', verifyCertificate: { mode: 'SYSTEM_TRUSTSTORE' } },
+          },
+        },
         originTrust: { mode: 'SYSTEM_TRUSTSTORE' },
         originClientCertificate: { certificatePem: proxyClient.certificatePem, privateKeyPem: proxyClient.privateKeyPem },
       });
@@ -210,7 +229,10 @@ describe('upstream phase', () => {
       const { guard, refusals } = recordingOriginGuard({ allowedNetworks: [`${ORIGIN_IP_2}/32`] });
       const both = await proxyTo([refused, live], { attributes: { backend: { deliveryMethod: 'ROUND_ROBIN' } } }, {}, guard);
       assert.equal(JSON.parse((await request(`${both}/get`)).text).origin, 'live');
-      const streamed = await request(`${both}/upload`, { method: 'POST', body: Readable.from([Buffer.from('streamed '), Buffer.from('body')]) });
+      const streamed = await request(`${both}/upload`, {
+        method: 'POST',
+        body: Readable.from([Buffer.from('streamed '), Buffer.from('body')]),
+      });
       assert.equal(JSON.parse(streamed.text).origin, 'live');
 
       const only = await proxyTo([refused], {}, {}, guard);
@@ -220,7 +242,10 @@ describe('upstream phase', () => {
       assert.equal(log.find((e) => e.supportId === supportId)?.upstreamError, 'TPS_ORIGIN_REFUSED');
       assert.equal((await request(`${only}/upload`, { method: 'POST', body: Readable.from([Buffer.from('streamed')]) })).status, 502);
       assert.equal(refused.requests, 0, 'the refused origin saw no request');
-      assert.ok(refusals.length >= 2 && refusals.every((r) => r.address === ORIGIN_IP && r.reason === 'loopback'), JSON.stringify(refusals));
+      assert.ok(
+        refusals.length >= 2 && refusals.every((r) => r.address === ORIGIN_IP && r.reason === 'loopback'),
+        JSON.stringify(refusals),
+      );
     });
 
     it('answers 504 when the origin does not send its response head in time', T, async () => {

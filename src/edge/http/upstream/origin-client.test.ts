@@ -142,8 +142,14 @@ describe('origin client', () => {
       const out: Outcome = { status: 0, headers: [], body: '' };
       const handler: OriginHandler = {
         onConnect() {},
-        onHeaders: (status) => ((out.status = status), true),
-        onData: (chunk) => ((out.body += chunk.toString()), true),
+        onHeaders: (status) => {
+          out.status = status;
+          return true;
+        },
+        onData: (chunk) => {
+          out.body += chunk.toString();
+          return true;
+        },
         onComplete: () => resolve(out),
         onError: (err) => resolve({ ...out, error: err.message }),
       };
@@ -216,7 +222,10 @@ describe('origin client', () => {
   });
 
   for (const [what, response] of [
-    ['both Transfer-Encoding and Content-Length', 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n'],
+    [
+      'both Transfer-Encoding and Content-Length',
+      'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n',
+    ],
     ['two different Content-Length values', 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!'],
     ['an obs-folded header', 'HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 0\r\n\r\n'],
     ['a bare LF inside a header', 'HTTP/1.1 200 OK\r\nX-A: 1\nX-B: 2\r\nContent-Length: 0\r\n\r\n'],

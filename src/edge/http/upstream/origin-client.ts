@@ -103,7 +103,14 @@ export class OriginClient {
    * against the address). With a body, its Content-Length is ours: the client's framing (chunked,
    * HTTP/2 DATA frames, a Content-Length) ended when the body was read whole.
    */
-  request(method: string, path: string, headers: readonly string[], servername: string | undefined, handler: OriginHandler, body?: Buffer): void {
+  request(
+    method: string,
+    path: string,
+    headers: readonly string[],
+    servername: string | undefined,
+    handler: OriginHandler,
+    body?: Buffer,
+  ): void {
     let head = `${method} ${path} HTTP/1.1\r\n`;
     // Names and values come from Node's parsers (which refuse CR, LF and NUL) or from our own code.
     for (let i = 0; i + 1 < headers.length; i += 2) {
@@ -479,7 +486,7 @@ class Connection {
   private onHead(head: string): boolean {
     const lines = head.split('\r\n');
     const status = /^HTTP\/1\.([01]) ([1-9]\d\d)(?: [^\r\n]*)?$/.exec(lines[0]!);
-    if (status === null) return this.bad('bad status line'), false;
+    if (status === null) return this.badHead('bad status line');
     const http10 = status[1] === '0';
     const code = Number(status[2]);
     const raw: string[] = [];
@@ -491,9 +498,9 @@ class Connection {
       const line = lines[i]!;
       const colon = line.indexOf(':');
       // A bare CR or LF inside a line would split it differently for the next reader: refuse it.
-      if (colon <= 0 || line.indexOf('\n') !== -1 || line.indexOf('\r') !== -1) return this.bad('bad header line'), false;
+      if (colon <= 0 || line.indexOf('\n') !== -1 || line.indexOf('\r') !== -1) return this.badHead('bad header line');
       const name = line.slice(0, colon);
-      if (!TOKEN.test(name)) return this.bad('bad header name'), false;
+      if (!TOKEN.test(name)) return this.badHead('bad header name');
       let start = colon + 1;
       let end = line.length;
       while (start < end && (line.charCodeAt(start) === 32 || line.charCodeAt(start) === 9)) start++;
@@ -513,9 +520,9 @@ class Connection {
           break;
         case 14:
           if (name.toLowerCase() === 'content-length') {
-            if (!/^\d{1,15}$/.test(value)) return this.bad('bad content-length'), false;
+            if (!/^\d{1,15}$/.test(value)) return this.badHead('bad content-length');
             const n = Number(value);
-            if (length !== -1 && length !== n) return this.bad('conflicting content-length'), false;
+            if (length !== -1 && length !== n) return this.badHead('conflicting content-length');
             length = n;
           }
           break;
@@ -527,10 +534,10 @@ class Connection {
           break;
       }
     }
-    if (transferEncoding && length !== -1) return this.bad('both Transfer-Encoding and Content-Length'), false;
+    if (transferEncoding && length !== -1) return this.badHead('both Transfer-Encoding and Content-Length');
     if (code < 200) {
       // Interim response (100, 102, 103): the final one follows on the same connection.
-      if (code === 101) return this.bad('unexpected protocol switch'), false;
+      if (code === 101) return this.badHead('unexpected protocol switch');
       return true;
     }
     if (close) this.reusable = false;
@@ -615,6 +622,12 @@ class Connection {
 
   private bad(why: string): void {
     this.fail(new OriginError(BAD_RESPONSE, `bad response from origin: ${why}`), false);
+  }
+
+  /** `bad`, for the head parser: false, which it returns at once. */
+  private badHead(why: string): false {
+    this.bad(why);
+    return false;
   }
 
   /** Ends the connection and reports `err` to the request in flight, if any. */

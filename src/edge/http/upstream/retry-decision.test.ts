@@ -28,8 +28,16 @@ const rows: [string, Partial<AttemptFailure>, FailureDecision][] = [
   ['a broken POST is never sent twice', { method: 'POST' }, FAIL],
   ['nor a PATCH', { method: 'PATCH' }, FAIL],
   ['a PUT whose body streamed cannot be sent again', { method: 'PUT', replayable: false }, FAIL],
-  ['a refused connection sends even a streamed POST elsewhere, and marks the host down', { code: 'ECONNREFUSED', beforeRequestSent: true, method: 'POST', replayable: false }, NEXT_HOST_MARK_DOWN],
-  ['a TLS or origin-policy refusal while connecting likewise', { code: 'TPS_ORIGIN_REFUSED', beforeRequestSent: true }, NEXT_HOST_MARK_DOWN],
+  [
+    'a refused connection sends even a streamed POST elsewhere, and marks the host down',
+    { code: 'ECONNREFUSED', beforeRequestSent: true, method: 'POST', replayable: false },
+    NEXT_HOST_MARK_DOWN,
+  ],
+  [
+    'a TLS or origin-policy refusal while connecting likewise',
+    { code: 'TPS_ORIGIN_REFUSED', beforeRequestSent: true },
+    NEXT_HOST_MARK_DOWN,
+  ],
   ['a connect timeout likewise: nothing was sent', { code: 'UND_ERR_CONNECT_TIMEOUT', beforeRequestSent: true }, NEXT_HOST_MARK_DOWN],
   ['an origin too slow to answer is not asked again', { code: 'TPS_ORIGIN_HEADERS_TIMEOUT' }, FAIL],
   ["undici's headers timeout likewise", { code: 'UND_ERR_HEADERS_TIMEOUT' }, FAIL],
@@ -38,9 +46,17 @@ const rows: [string, Partial<AttemptFailure>, FailureDecision][] = [
   ['a failure while the WAF holds the response head fails', { responseHeld: true }, FAIL],
   ['once the head went to the client, the response is cut', { responseForwarded: true }, CUT],
   ['even for a failure that would be retried before', { responseForwarded: true, beforeRequestSent: true }, CUT],
-  ['a body over the size limit is refused with 413', { bodyTooLarge: true, method: 'POST', replayable: false }, { action: 'refuse', reason: 'body-too-large' }],
+  [
+    'a body over the size limit is refused with 413',
+    { bodyTooLarge: true, method: 'POST', replayable: false },
+    { action: 'refuse', reason: 'body-too-large' },
+  ],
   ['a request undici refuses is answered 400', { code: 'UND_ERR_INVALID_ARG' }, { action: 'refuse', reason: 'invalid-request' }],
-  ['the 400 comes before a retry of a connect failure', { code: 'UND_ERR_INVALID_ARG', beforeRequestSent: true }, { action: 'refuse', reason: 'invalid-request' }],
+  [
+    'the 400 comes before a retry of a connect failure',
+    { code: 'UND_ERR_INVALID_ARG', beforeRequestSent: true },
+    { action: 'refuse', reason: 'invalid-request' },
+  ],
 ];
 
 describe('retry decision', () => {

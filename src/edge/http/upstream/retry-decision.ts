@@ -75,7 +75,11 @@ export function decideAfterFailure(failure: AttemptFailure): FailureDecision {
   if (failure.code === INVALID_REQUEST) return INVALID;
   if (failure.beforeRequestSent) return NEXT_HOST_AFTER_CONNECT_FAILURE;
   const sendAgain =
-    failure.replayable && IDEMPOTENT.has(failure.method) && !TIMEOUTS.has(failure.code) && !NO_RETRY.has(failure.code) && !failure.responseHeld;
+    failure.replayable &&
+    IDEMPOTENT.has(failure.method) &&
+    !TIMEOUTS.has(failure.code) &&
+    !NO_RETRY.has(failure.code) &&
+    !failure.responseHeld;
   return sendAgain ? NEXT_HOST_AFTER_BROKEN_EXCHANGE : FAIL;
 }
 

@@ -8,7 +8,16 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy } from '../http-proxy.ts';
-import { FRONT_IP, ORIGIN_IP, freePort, resolvedProxy, startOrigin, testDeps, type EchoReply, type TestOrigin } from '../../../../test/support/http-servers.ts';
+import {
+  FRONT_IP,
+  ORIGIN_IP,
+  freePort,
+  resolvedProxy,
+  startOrigin,
+  testDeps,
+  type EchoReply,
+  type TestOrigin,
+} from '../../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
 
@@ -65,7 +74,8 @@ function exchange(port: number, data: string, after?: { wait: RegExp; send: stri
   });
 }
 
-const HANDSHAKE = 'GET /chat HTTP/1.1\r\nHost: shop.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n';
+const HANDSHAKE =
+  'GET /chat HTTP/1.1\r\nHost: shop.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n';
 const SMUGGLED = "GET /search?q=1'%20UNION%20SELECT%20password%20FROM%20users-- HTTP/1.1\r\nHost: shop.test\r\n\r\n";
 
 describe('upgrades', () => {
@@ -121,7 +131,11 @@ describe('upgrades', () => {
       { wait: /"origin":"origin"\}$/, send: 'GET /second HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n' },
     );
     const bodies = [...received.matchAll(/\{"method".*?"origin":"origin"\}/g)].map((m) => JSON.parse(m[0]) as EchoReply);
-    assert.deepEqual(bodies.map((b) => b.url), ['/h2c', '/second'], 'both answered as plain requests on one connection');
+    assert.deepEqual(
+      bodies.map((b) => b.url),
+      ['/h2c', '/second'],
+      'both answered as plain requests on one connection',
+    );
     assert.equal(bodies[0]!.headers.upgrade, undefined);
     assert.equal(bodies[0]!.headers['http2-settings'], undefined);
   });

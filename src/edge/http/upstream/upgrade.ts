@@ -201,7 +201,7 @@ class UpgradeTunnel {
 function responseHead(res: http.IncomingMessage, headers: readonly string[]): string {
   let head = `HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ''}\r\n`;
   for (let i = 0; i + 1 < headers.length; i += 2) head += `${headers[i]}: ${headers[i + 1]}\r\n`;
-  return head + '\r\n';
+  return `${head}\r\n`;
 }
 
 function hostName(host: string): string {

@@ -19,8 +19,24 @@ const request = {
 };
 const blocked: WafEngineVerdict = {
   matchedRules: [
-    { id: 942100, message: 'SQL Injection Attack Detected via libinjection', matchedData: "Matched Data: s&sos found within ARGS:id: 1' OR '1'='1", matchedVariable: 'ARGS:id', severity: 2, tags: ['attack-sqli'], phase: 2 },
-    { id: 949110, message: 'Inbound Anomaly Score Exceeded (Total Score: 5)', matchedData: null, matchedVariable: 'TX:ANOMALY_SCORE', severity: 2, tags: [], phase: 2 },
+    {
+      id: 942100,
+      message: 'SQL Injection Attack Detected via libinjection',
+      matchedData: "Matched Data: s&sos found within ARGS:id: 1' OR '1'='1",
+      matchedVariable: 'ARGS:id',
+      severity: 2,
+      tags: ['attack-sqli'],
+      phase: 2,
+    },
+    {
+      id: 949110,
+      message: 'Inbound Anomaly Score Exceeded (Total Score: 5)',
+      matchedData: null,
+      matchedVariable: 'TX:ANOMALY_SCORE',
+      severity: 2,
+      tags: [],
+      phase: 2,
+    },
   ],
   anomalyScore: 5,
   interrupt: { status: 403, ruleId: 949110, phase: 2 },
@@ -72,10 +88,15 @@ test('the writer appends JSON lines and skips requests without matches', async (
     assert.equal(log.record(input({ requestVerdict: { matchedRules: [] } })), null);
     log.record(input({ supportId: 'ffffffffffffffffffffffffffffffff', mode: 'LOGGING' }));
     await log.close();
-    const lines = readFileSync(path, 'utf8').split('\n').filter((l) => l !== '');
+    const lines = readFileSync(path, 'utf8')
+      .split('\n')
+      .filter((l) => l !== '');
     assert.equal(lines.length, 2);
     const records = lines.map(parseWafAuditLine);
-    assert.deepEqual(records.map((r) => r?.action), ['BLOCKED', 'LOGGED']);
+    assert.deepEqual(
+      records.map((r) => r?.action),
+      ['BLOCKED', 'LOGGED'],
+    );
     assert.equal(parseWafAuditLine('not json'), null);
     assert.equal(parseWafAuditLine('{"schema":"other"}'), null);
     assert.equal(log.written, 2);

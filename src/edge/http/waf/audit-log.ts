@@ -216,7 +216,7 @@ export class WafAuditLog {
       this.dropped++;
       return;
     }
-    this.stream.write(JSON.stringify(record) + '\n');
+    this.stream.write(`${JSON.stringify(record)}\n`);
     this.written++;
   }
 

@@ -26,7 +26,11 @@ export type ModSecurityLoader = () => Promise<typeof import('@tps/waf-modsecurit
 const importModSecurity: ModSecurityLoader = () => import('@tps/waf-modsecurity');
 
 /** Starts engine `name`; rejects with what to install when it is ModSecurity and its package is absent. */
-export async function startWafEngine(name: WafEngineName, options: WafEngineStart, loadModSecurity: ModSecurityLoader = importModSecurity): Promise<ExchangingEngine> {
+export async function startWafEngine(
+  name: WafEngineName,
+  options: WafEngineStart,
+  loadModSecurity: ModSecurityLoader = importModSecurity,
+): Promise<ExchangingEngine> {
   if (name === 'compiled') return createCompiledEngine(options);
   let modsecurity: Awaited<ReturnType<ModSecurityLoader>>;
   try {

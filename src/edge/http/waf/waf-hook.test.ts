@@ -15,11 +15,21 @@ function fakeEngine(seen: WafRequest[]): WafEngine {
     name: 'fake',
     async inspectRequest(request): Promise<WafEngineVerdict> {
       seen.push(request);
-      const attack = Buffer.from(request.body ?? []).toString().includes('attack');
+      const attack = Buffer.from(request.body ?? [])
+        .toString()
+        .includes('attack');
       return attack
         ? {
             matchedRules: [
-              { id: 942100, message: 'SQL Injection Attack Detected via libinjection', matchedData: "1' or 1=1", matchedVariable: 'ARGS:q', severity: 2, tags: [], phase: 2 },
+              {
+                id: 942100,
+                message: 'SQL Injection Attack Detected via libinjection',
+                matchedData: "1' or 1=1",
+                matchedVariable: 'ARGS:q',
+                severity: 2,
+                tags: [],
+                phase: 2,
+              },
             ],
             interrupt: { status: 403 },
           }
@@ -55,7 +65,14 @@ describe('WAF hook', () => {
       status: 403,
       event: {
         action: 'BLOCKED',
-        rules: [{ modSecId: 942100, name: 'SQL Injection Attack Detected via libinjection', matchedData: { status: 'DISABLED', value: null }, matchedVariable: 'ARGS:q' }],
+        rules: [
+          {
+            modSecId: 942100,
+            name: 'SQL Injection Attack Detected via libinjection',
+            matchedData: { status: 'DISABLED', value: null },
+            matchedVariable: 'ARGS:q',
+          },
+        ],
       },
     });
   });
@@ -110,7 +127,11 @@ describe('WAF hook', () => {
     const engine: WafEngine = {
       ...fakeEngine([]),
       async beginExchange(request) {
-        return { requestVerdict: await fakeEngine([]).inspectRequest(request, { paranoiaLevel: 1 }), inspectResponse: async () => ({ matchedRules: [] }), end: () => {} };
+        return {
+          requestVerdict: await fakeEngine([]).inspectRequest(request, { paranoiaLevel: 1 }),
+          inspectResponse: async () => ({ matchedRules: [] }),
+          end: () => {},
+        };
       },
     };
     const hook = createWafHook(engine, { exchangeTtlMs: 5 });

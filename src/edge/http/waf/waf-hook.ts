@@ -87,7 +87,13 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
     open.exchange.end();
   };
 
-  const audit = (head: WafRequestHead, request: WafRequest, requestVerdict: WafEngineVerdict, responseVerdict?: WafEngineVerdict, responseStatus?: number) => {
+  const audit = (
+    head: WafRequestHead,
+    request: WafRequest,
+    requestVerdict: WafEngineVerdict,
+    responseVerdict?: WafEngineVerdict,
+    responseStatus?: number,
+  ) => {
     auditLog?.record({
       supportId: head.supportId,
       tenantId: head.tenantId,
@@ -154,7 +160,13 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
           ...(input.body && { body: input.body }),
         });
         if (open.requestVerdict.matchedRules.length > 0 || verdict.matchedRules.length > 0) {
-          audit(input.request, open.request, open.requestVerdict, verdict, verdict.interrupt && input.request.settings.mode === 'BLOCKING' ? 403 : input.statusCode);
+          audit(
+            input.request,
+            open.request,
+            open.requestVerdict,
+            verdict,
+            verdict.interrupt && input.request.settings.mode === 'BLOCKING' ? 403 : input.statusCode,
+          );
         }
         // Rules already reported with the request are not reported twice.
         const seen = new Set(open.requestVerdict.matchedRules.map((rule) => rule.id));

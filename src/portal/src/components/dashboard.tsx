@@ -40,7 +40,13 @@ export function withFilters(base: string, query: URLSearchParams, changes: Recor
   return search ? `${base}?${search}` : base;
 }
 
-export function FilterBar(props: { base: string; query: URLSearchParams; filters: Filters; onRefresh: () => void; children?: ComponentChildren }) {
+export function FilterBar(props: {
+  base: string;
+  query: URLSearchParams;
+  filters: Filters;
+  onRefresh: () => void;
+  children?: ComponentChildren;
+}) {
   const proxies = useLoad(() => api.proxies(), []);
   const go = (changes: Record<string, string | undefined>) => navigate(withFilters(props.base, props.query, changes));
   return (
@@ -56,7 +62,12 @@ export function FilterBar(props: { base: string; query: URLSearchParams; filters
       </label>
       <label>
         <span>Time range</span>
-        <select name="range" value={props.filters.range.key} onChange={(e) => go({ range: e.currentTarget.value })} data-testid="filter-range">
+        <select
+          name="range"
+          value={props.filters.range.key}
+          onChange={(e) => go({ range: e.currentTarget.value })}
+          data-testid="filter-range"
+        >
           {RANGES.map((range) => (
             <option value={range.key}>{range.label}</option>
           ))}
@@ -99,7 +110,9 @@ export function TimeChart(props: { starts: string[]; series: ChartSeries[]; heig
     if (!element) return;
     const x = props.starts.map((start) => Date.parse(start) / 1000 + props.stepSeconds / 2);
     const cumulative: number[][] = [];
-    props.series.forEach((series, index) => cumulative.push(series.values.map((value, i) => value + (index ? cumulative[index - 1]![i]! : 0))));
+    for (const [index, series] of props.series.entries()) {
+      cumulative.push(series.values.map((value, i) => value + (index ? cumulative[index - 1]![i]! : 0)));
+    }
     const bars = uPlot.paths.bars!({ size: [0.86, 48], gap: 1 });
     const options: uPlot.Options = {
       width: Math.max(320, element.clientWidth),
@@ -110,10 +123,20 @@ export function TimeChart(props: { starts: string[]; series: ChartSeries[]; heig
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(4, Math.ceil(max * 1.12))] } },
       axes: [
         { stroke: '#64748b', grid: { stroke: '#eef2f7' }, ticks: { stroke: '#e2e8f0' } },
-        { stroke: '#64748b', grid: { stroke: '#eef2f7' }, ticks: { stroke: '#e2e8f0' }, size: 48, values: (_u, splits) => splits.map((v) => formatNumber(v)) },
+        {
+          stroke: '#64748b',
+          grid: { stroke: '#eef2f7' },
+          ticks: { stroke: '#e2e8f0' },
+          size: 48,
+          values: (_u, splits) => splits.map((v) => formatNumber(v)),
+        },
       ],
       series: [
-        { label: 'Time', value: (_u, v) => (v == null ? '—' : new Date((v - props.stepSeconds / 2) * 1000).toISOString().slice(0, 16).replace('T', ' ') + ' UTC') },
+        {
+          label: 'Time',
+          value: (_u, v) =>
+            v == null ? '—' : `${new Date((v - props.stepSeconds / 2) * 1000).toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+        },
         // Drawn last-to-first so that the lower segments cover the cumulative bars above them.
         ...props.series
           .map((series, index) => ({
@@ -123,7 +146,8 @@ export function TimeChart(props: { starts: string[]; series: ChartSeries[]; heig
             width: 0,
             paths: bars,
             points: { show: false },
-            value: (_u: uPlot, _v: number | null, _s: number, idx: number | null) => (idx == null ? '—' : formatNumber(props.series[index]!.values[idx] ?? 0)),
+            value: (_u: uPlot, _v: number | null, _s: number, idx: number | null) =>
+              idx == null ? '—' : formatNumber(props.series[index]!.values[idx] ?? 0),
           }))
           .reverse(),
       ],

@@ -1,6 +1,19 @@
 import { useState } from 'preact/hooks';
 import { api, ApiFailure } from '../api.ts';
-import { Badge, Card, Empty, ErrorBoard, ErrorSummary, Field, fieldErrors, formatTime, Loading, PageHeader, Problem, useLoad } from '../ui.tsx';
+import {
+  Badge,
+  Card,
+  Empty,
+  ErrorBoard,
+  ErrorSummary,
+  Field,
+  fieldErrors,
+  formatTime,
+  Loading,
+  PageHeader,
+  Problem,
+  useLoad,
+} from '../ui.tsx';
 import { Expiry } from './certificates.tsx';
 
 export function CaCertificatesPage() {
@@ -27,7 +40,10 @@ export function CaCertificatesPage() {
 
   return (
     <div class="page">
-      <PageHeader title="CA certificates" subtitle="Certificate authorities that validate client certificates (mutual TLS) and origin certificates." />
+      <PageHeader
+        title="CA certificates"
+        subtitle="Certificate authorities that validate client certificates (mutual TLS) and origin certificates."
+      />
       <div class="grid-2-1">
         <Card title="CA certificates">
           {problem && <Problem error={problem} />}
@@ -76,6 +92,7 @@ export function CaCertificatesPage() {
                       <td class="right">
                         {index === 0 && (
                           <button
+                            type="button"
                             class="btn btn-small btn-ghost"
                             onClick={async () => {
                               setProblem(null);
@@ -101,10 +118,25 @@ export function CaCertificatesPage() {
         <Card title="Upload a CA certificate">
           <form onSubmit={submit} noValidate>
             <Field label="CA certificate (PEM)" pointer={`${FIRST_ENTRY_POINTER}/certificate`} board={board}>
-              <textarea rows={6} value={certificate} placeholder="-----BEGIN CERTIFICATE-----" onInput={(e) => setCertificate(e.currentTarget.value)} />
+              <textarea
+                rows={6}
+                value={certificate}
+                placeholder="-----BEGIN CERTIFICATE-----"
+                onInput={(e) => setCertificate(e.currentTarget.value)}
+              />
             </Field>
-            <Field label="CRL URL (optional)" pointer={`${FIRST_ENTRY_POINTER}/crlUrl`} board={board} hint="Fetched and refreshed by the service.">
-              <input type="text" value={crlUrl} placeholder="http://ca.example.com/ca.crl" onInput={(e) => setCrlUrl(e.currentTarget.value)} />
+            <Field
+              label="CRL URL (optional)"
+              pointer={`${FIRST_ENTRY_POINTER}/crlUrl`}
+              board={board}
+              hint="Fetched and refreshed by the service."
+            >
+              <input
+                type="text"
+                value={crlUrl}
+                placeholder="http://ca.example.com/ca.crl"
+                onInput={(e) => setCrlUrl(e.currentTarget.value)}
+              />
             </Field>
             <ErrorSummary board={board} />
             <button class="btn btn-primary" type="submit">

@@ -1,6 +1,21 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, ApiFailure, type CertificateAttributes, type Resource } from '../api.ts';
-import { Badge, Card, daysUntil, Empty, ErrorBoard, ErrorSummary, Field, fieldErrors, formatDate, Loading, PageHeader, Problem, StatusBadge, useLoad } from '../ui.tsx';
+import {
+  Badge,
+  Card,
+  daysUntil,
+  Empty,
+  ErrorBoard,
+  ErrorSummary,
+  Field,
+  fieldErrors,
+  formatDate,
+  Loading,
+  PageHeader,
+  Problem,
+  StatusBadge,
+  useLoad,
+} from '../ui.tsx';
 
 /** Certificates expiring within this many days are highlighted. */
 export const EXPIRING_SOON_DAYS = 30;
@@ -45,7 +60,10 @@ export function CertificatesPage() {
 
   return (
     <div class="page">
-      <PageHeader title="Certificates" subtitle="Front-end TLS certificates: your own chain and key, or issued and renewed by the service (ACME)." />
+      <PageHeader
+        title="Certificates"
+        subtitle="Front-end TLS certificates: your own chain and key, or issued and renewed by the service (ACME)."
+      />
       <Card title="Certificates">
         {problem && <Problem error={problem} />}
         {certificates.error && <Problem error={certificates.error} />}
@@ -97,7 +115,9 @@ function CertificateRow(props: { certificate: Resource<CertificateAttributes>; o
   return (
     <tr class={days !== undefined && days <= EXPIRING_SOON_DAYS ? 'row-warning' : ''} data-certificate-id={props.certificate.id}>
       <td>
-        <div class="strong">{(attributes.subjectAltNames?.length ? attributes.subjectAltNames : attributes.domains).join(', ') || attributes.subject}</div>
+        <div class="strong">
+          {(attributes.subjectAltNames?.length ? attributes.subjectAltNames : attributes.domains).join(', ') || attributes.subject}
+        </div>
         <div class="muted small mono">{props.certificate.id}</div>
       </td>
       <td>{attributes.source === 'ACME' ? <Badge tone="blue">issued by the service</Badge> : <Badge tone="gray">uploaded</Badge>}</td>
@@ -112,15 +132,15 @@ function CertificateRow(props: { certificate: Resource<CertificateAttributes>; o
       <td class="right">
         {asking ? (
           <span class="confirm">
-            <button class="btn btn-danger btn-small" onClick={props.onDelete}>
+            <button type="button" class="btn btn-danger btn-small" onClick={props.onDelete}>
               Delete
             </button>{' '}
-            <button class="btn btn-small" onClick={() => setAsking(false)}>
+            <button type="button" class="btn btn-small" onClick={() => setAsking(false)}>
               Keep
             </button>
           </span>
         ) : (
-          <button class="btn btn-small btn-ghost" onClick={() => setAsking(true)}>
+          <button type="button" class="btn btn-small btn-ghost" onClick={() => setAsking(true)}>
             Delete…
           </button>
         )}
@@ -161,13 +181,24 @@ function UploadCard(props: { onDone: () => void }) {
     <Card title="Upload a certificate">
       <form onSubmit={submit} noValidate>
         <Field label="Certificate (PEM)" pointer={`${ATTRIBUTES_POINTER}/certificate`} board={board}>
-          <textarea id="f--data-attributes-certificate" rows={4} value={certificate} placeholder="-----BEGIN CERTIFICATE-----" onInput={(e) => setCertificate(e.currentTarget.value)} />
+          <textarea
+            id="f--data-attributes-certificate"
+            rows={4}
+            value={certificate}
+            placeholder="-----BEGIN CERTIFICATE-----"
+            onInput={(e) => setCertificate(e.currentTarget.value)}
+          />
           <input type="file" accept=".pem,.crt,.cer" onChange={(e) => readFileInto(e.currentTarget, setCertificate)} />
         </Field>
         <Field label="Intermediate certificates (PEM, optional)" pointer={`${ATTRIBUTES_POINTER}/intermediateCertificates`} board={board}>
           <textarea rows={3} value={chain} onInput={(e) => setChain(e.currentTarget.value)} />
         </Field>
-        <Field label="Private key (PEM)" pointer={`${ATTRIBUTES_POINTER}/privateKey`} board={board} hint="Encrypted at rest and never shown again.">
+        <Field
+          label="Private key (PEM)"
+          pointer={`${ATTRIBUTES_POINTER}/privateKey`}
+          board={board}
+          hint="Encrypted at rest and never shown again."
+        >
           <textarea rows={3} value={key} placeholder="-----BEGIN PRIVATE KEY-----" onInput={(e) => setKey(e.currentTarget.value)} />
           <input type="file" accept=".pem,.key" onChange={(e) => readFileInto(e.currentTarget, setKey)} />
         </Field>
@@ -201,11 +232,16 @@ function AcmeCard(props: { onDone: () => void }) {
     <Card title="Request a certificate from the ACME CA">
       <form onSubmit={submit} noValidate>
         <p class="muted small">
-          Each name must point (DNS) to a front-end IP with a proxy on port 80: the CA checks it there (HTTP-01). The certificate is renewed by
-          itself every 30 days.
+          Each name must point (DNS) to a front-end IP with a proxy on port 80: the CA checks it there (HTTP-01). The certificate is renewed
+          by itself every 30 days.
         </p>
         <Field label="Domains" pointer={DOMAINS_POINTER} board={board} deep>
-          <input type="text" value={domains} placeholder="shop.example.com, www.shop.example.com" onInput={(e) => setDomains(e.currentTarget.value)} />
+          <input
+            type="text"
+            value={domains}
+            placeholder="shop.example.com, www.shop.example.com"
+            onInput={(e) => setDomains(e.currentTarget.value)}
+          />
         </Field>
         <ErrorSummary board={board} />
         <button class="btn btn-primary" type="submit">

@@ -30,10 +30,20 @@ export function LoginPage(props: { onSignedIn: (info: SessionInfo) => void }) {
           <span>Traffic protection</span>
         </div>
         <h1>Sign in</h1>
-        <p class="muted">Your operator creates your account with <code>tps user create</code>.</p>
+        <p class="muted">
+          Your operator creates your account with <code>tps user create</code>.
+        </p>
         <div class="field">
           <label for="email">Email</label>
-          <input id="email" name="email" type="email" autocomplete="username" value={email} onInput={(e) => setEmail(e.currentTarget.value)} required />
+          <input
+            id="email"
+            name="email"
+            type="email"
+            autocomplete="username"
+            value={email}
+            onInput={(e) => setEmail(e.currentTarget.value)}
+            required
+          />
         </div>
         <div class="field">
           <label for="password">Password</label>

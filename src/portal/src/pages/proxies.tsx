@@ -66,7 +66,9 @@ export function ProxiesPage() {
                 return (
                   <tr data-proxy-id={proxy.id}>
                     <td>
-                      <Badge tone={proxy.type === 'httpProxy' ? 'blue' : 'gray'}>{proxy.type === 'httpProxy' ? 'HTTP' : `L4 ${(attributes.protocols ?? ['TCP']).join('+')}`}</Badge>
+                      <Badge tone={proxy.type === 'httpProxy' ? 'blue' : 'gray'}>
+                        {proxy.type === 'httpProxy' ? 'HTTP' : `L4 ${(attributes.protocols ?? ['TCP']).join('+')}`}
+                      </Badge>
                     </td>
                     <td>
                       <Link to={`/proxies/${proxy.id}`} class="strong">
@@ -82,15 +84,21 @@ export function ProxiesPage() {
                         <>
                           WAF {attributes.waf?.mode?.toLowerCase() ?? 'blocking'} (PL{attributes.waf?.paranoiaLevel ?? 1})
                           {attributes.rateLimiting ? ' · rate limit' : ''}
-                          {attributes.geoFencing ? ` · geo ${attributes.geoFencing.mode === 'ALLOW_LISTED' ? 'allow list' : 'block list'}` : ''}
+                          {attributes.geoFencing
+                            ? ` · geo ${attributes.geoFencing.mode === 'ALLOW_LISTED' ? 'allow list' : 'block list'}`
+                            : ''}
                         </>
+                      ) : attributes.threatIntelligence?.enabled === false ? (
+                        'threat feed off'
                       ) : (
-                        <>{attributes.threatIntelligence?.enabled === false ? 'threat feed off' : 'threat feed'}</>
+                        'threat feed'
                       )}
                     </td>
                     <td data-testid="proxy-status">
                       <StatusBadge status={attributes.status} detail={attributes.statusDetail} />
-                      {attributes.status === 'ERROR' && attributes.statusDetail && <div class="small error-text">{attributes.statusDetail}</div>}
+                      {attributes.status === 'ERROR' && attributes.statusDetail && (
+                        <div class="small error-text">{attributes.statusDetail}</div>
+                      )}
                     </td>
                     <td class="nowrap small">{formatTime(attributes.updatedAt)}</td>
                   </tr>

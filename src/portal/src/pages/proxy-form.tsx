@@ -7,7 +7,21 @@ import { useEffect, useState } from 'preact/hooks';
 import { TrafficConfigDocument } from '@tps/model';
 import { api, ApiFailure, type IpAttributes, type ProxyAttributes, type Resource } from '../api.ts';
 import { validate } from '../validate.ts';
-import { Card, ErrorBoard, ErrorSummary, fieldErrors, Link, Loading, navigate, PageHeader, Problem, StatusBadge, useLoad, useSession, type FieldError } from '../ui.tsx';
+import {
+  Card,
+  ErrorBoard,
+  ErrorSummary,
+  fieldErrors,
+  Link,
+  Loading,
+  navigate,
+  PageHeader,
+  Problem,
+  StatusBadge,
+  useLoad,
+  useSession,
+  type FieldError,
+} from '../ui.tsx';
 import {
   defaultAttributes,
   setIn,
@@ -45,8 +59,16 @@ export function ProxyFormPage(props: { id?: string | undefined }) {
       key={props.id ?? 'new'}
       proxy={proxy?.data}
       ips={ips.data}
-      certificates={certificates.data.map((c) => ({ id: c.id, label: certificateLabel(c.attributes), source: c.attributes.source, status: c.attributes.status }))}
-      caCertificates={caCertificates.data.map((c) => ({ id: c.id, label: c.attributes.certificates.map((entry) => entry.subject).join(', ') }))}
+      certificates={certificates.data.map((c) => ({
+        id: c.id,
+        label: certificateLabel(c.attributes),
+        source: c.attributes.source,
+        status: c.attributes.status,
+      }))}
+      caCertificates={caCertificates.data.map((c) => ({
+        id: c.id,
+        label: c.attributes.certificates.map((entry) => entry.subject).join(', '),
+      }))}
     />
   );
 }
@@ -75,9 +97,12 @@ function ProxyForm(props: {
 
   // After a save, follow the status until the edge serves the proxy (or reports an error).
   useEffect(() => {
-    if (!saved || saved.attributes.status !== 'PROVISIONING') return;
+    if (saved?.attributes.status !== 'PROVISIONING') return;
     const timer = setTimeout(() => {
-      api.proxy(saved.id).then((answer) => setSaved(answer.data), () => undefined);
+      api.proxy(saved.id).then(
+        (answer) => setSaved(answer.data),
+        () => undefined,
+      );
     }, 1000);
     return () => clearTimeout(timer);
   }, [saved]);
@@ -90,7 +115,9 @@ function ProxyForm(props: {
     if (local.length) return;
     setBusy(true);
     try {
-      const answer = proxy ? await api.replaceProxy(proxy.id, type, body.data.attributes) : await api.createProxy(type, body.data.attributes);
+      const answer = proxy
+        ? await api.replaceProxy(proxy.id, type, body.data.attributes)
+        : await api.createProxy(type, body.data.attributes);
       setSaved(answer.data);
       setErrors([]);
       if (!proxy) navigate(`/proxies/${answer.data.id}`, true);
@@ -112,7 +139,9 @@ function ProxyForm(props: {
     }
   };
 
-  const ownPort = proxy ? { port: proxy.attributes.frontend.port, ips: [proxy.attributes.frontend.ipv4, proxy.attributes.frontend.ipv6] } : undefined;
+  const ownPort = proxy
+    ? { port: proxy.attributes.frontend.port, ips: [proxy.attributes.frontend.ipv4, proxy.attributes.frontend.ipv6] }
+    : undefined;
   const protocols: string[] = http ? ['TCP'] : (attributes.protocols ?? ['TCP']);
 
   return (
@@ -131,7 +160,11 @@ function ProxyForm(props: {
             'Choose a front-end IP and a free port, then the origins behind it.'
           )
         }
-        actions={<Link to="/proxies" class="btn">Back to proxies</Link>}
+        actions={
+          <Link to="/proxies" class="btn">
+            Back to proxies
+          </Link>
+        }
       />
       <form class="form" onSubmit={submit} noValidate data-testid="proxy-form">
         {!proxy && (
@@ -152,7 +185,9 @@ function ProxyForm(props: {
                   />
                   <strong>{kind === 'httpProxy' ? 'HTTP proxy' : 'Layer 4 proxy'}</strong>
                   <span class="muted">
-                    {kind === 'httpProxy' ? 'TLS, WAF, rate limiting, geo fencing for web assets.' : 'TCP and/or UDP, PROXY protocol, threat-feed blocking.'}
+                    {kind === 'httpProxy'
+                      ? 'TLS, WAF, rate limiting, geo fencing for web assets.'
+                      : 'TCP and/or UDP, PROXY protocol, threat-feed blocking.'}
                   </span>
                 </label>
               ))}

@@ -19,7 +19,11 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
   const dashboard = useLoad(() => portal.dashboard(range), [filters.proxy, filters.range.key, now]);
   const summary = dashboard.data;
   const link = (changes: Record<string, string | undefined>) => withFilters(BASE, props.query, changes);
-  const series = useMemo(() => (summary ? [{ label: 'Episodes', color: '#8b5cf6', values: summary.series.map((bucket) => bucket.blocked + bucket.logged) }] : []), [summary]);
+  const series = useMemo(
+    () =>
+      summary ? [{ label: 'Episodes', color: '#8b5cf6', values: summary.series.map((bucket) => bucket.blocked + bucket.logged) }] : [],
+    [summary],
+  );
   const starts = useMemo(() => summary?.series.map((bucket) => bucket.start) ?? [], [summary]);
 
   const [episodes, setEpisodes] = useState<EventResource[] | null>(null);
@@ -27,7 +31,9 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
   const [error, setError] = useState<Error | null>(null);
   useEffect(() => {
     setEpisodes(null);
-    portal.events({ ...range, sourceIp: filters.ip || undefined, countryCode: filters.country || undefined, size: '50' }).then((page) => setEpisodes(page.data), setError);
+    portal
+      .events({ ...range, sourceIp: filters.ip || undefined, countryCode: filters.country || undefined, size: '50' })
+      .then((page) => setEpisodes(page.data), setError);
   }, [filters.proxy, filters.range.key, filters.ip, filters.country, now]);
 
   return (
@@ -62,11 +68,21 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
             />
           </div>
           <Card title="Episodes over time" class="chart-card">
-            {summary.totals.events === 0 ? <Empty>No rate-limit episodes in this range.</Empty> : <TimeChart starts={starts} series={series} stepSeconds={summary.range.stepSeconds} testid="ddos-chart" />}
+            {summary.totals.events === 0 ? (
+              <Empty>No rate-limit episodes in this range.</Empty>
+            ) : (
+              <TimeChart starts={starts} series={series} stepSeconds={summary.range.stepSeconds} testid="ddos-chart" />
+            )}
           </Card>
           <div class="grid-2">
             <Card>
-              <TopList title="Top sources" testid="top-sources" entries={summary.top.ip} link={(entry) => link({ ip: entry.key })} render={(entry) => <code>{entry.key}</code>} />
+              <TopList
+                title="Top sources"
+                testid="top-sources"
+                entries={summary.top.ip}
+                link={(entry) => link({ ip: entry.key })}
+                render={(entry) => <code>{entry.key}</code>}
+              />
             </Card>
             <Card>
               <TopList
@@ -113,13 +129,19 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
               {episodes.map((episode) => {
                 const attributes = episode.attributes;
                 return (
-                  <tr class={`clickable ${selected?.id === episode.id ? 'selected' : ''}`} onClick={() => setSelected(episode)} data-event-id={episode.id}>
+                  <tr
+                    class={`clickable ${selected?.id === episode.id ? 'selected' : ''}`}
+                    onClick={() => setSelected(episode)}
+                    data-event-id={episode.id}
+                  >
                     <td class="nowrap small">{attributes.timestamp.replace('T', ' ').slice(0, 19)}</td>
                     <td class="nowrap">
                       <CountryTag code={attributes.source.countryCode} /> <code>{attributes.source.ip}</code>
                     </td>
                     <td class="small">
-                      {attributes.rateLimit ? `${formatNumber(attributes.rateLimit.observedRequests)} > ${formatNumber(attributes.rateLimit.threshold.requests)} requests / ${attributes.rateLimit.threshold.periodSeconds} s` : '—'}
+                      {attributes.rateLimit
+                        ? `${formatNumber(attributes.rateLimit.observedRequests)} > ${formatNumber(attributes.rateLimit.threshold.requests)} requests / ${attributes.rateLimit.threshold.periodSeconds} s`
+                        : '—'}
                     </td>
                     <td class="right">{attributes.rateLimit ? formatNumber(attributes.rateLimit.blockedRequests) : '—'}</td>
                     <td class="nowrap small">{attributes.rateLimit ? formatTime(attributes.rateLimit.blockedUntil) : '—'}</td>
@@ -134,7 +156,7 @@ export function RateLimitDashboardPage(props: { query: URLSearchParams }) {
         <div class="drawer" role="dialog" aria-label="Episode detail" data-testid="event-detail">
           <div class="drawer-head">
             <h2>Episode</h2>
-            <button class="btn btn-small btn-ghost" onClick={() => setSelected(null)} title="Close">
+            <button type="button" class="btn btn-small btn-ghost" onClick={() => setSelected(null)} title="Close">
               ✕
             </button>
           </div>

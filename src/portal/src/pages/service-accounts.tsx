@@ -1,6 +1,20 @@
 import { useState } from 'preact/hooks';
 import { ApiFailure, portal, type ServiceAccount } from '../api.ts';
-import { Badge, Card, CopyButton, Empty, ErrorBoard, ErrorSummary, Field, fieldErrors, formatTime, Loading, PageHeader, Problem, useLoad } from '../ui.tsx';
+import {
+  Badge,
+  Card,
+  CopyButton,
+  Empty,
+  ErrorBoard,
+  ErrorSummary,
+  Field,
+  fieldErrors,
+  formatTime,
+  Loading,
+  PageHeader,
+  Problem,
+  useLoad,
+} from '../ui.tsx';
 
 const SCOPES = [
   { scope: 'read', help: 'list proxies, certificates, IPs' },
@@ -48,13 +62,16 @@ export function ServiceAccountsPage() {
 
   return (
     <div class="page">
-      <PageHeader title="Service accounts" subtitle="API-only users: a client id and secret that get access tokens from POST /oauth/token." />
+      <PageHeader
+        title="Service accounts"
+        subtitle="API-only users: a client id and secret that get access tokens from POST /oauth/token."
+      />
       {created && (
         <div class="secret-box" role="status" data-testid="new-secret">
           <h2>Service account “{created.name}” created</h2>
           <p class="warning">
-            <strong>Copy the client secret now.</strong> It is shown only this once: the service keeps only a hash of it. If it is lost, revoke this
-            account and create another.
+            <strong>Copy the client secret now.</strong> It is shown only this once: the service keeps only a hash of it. If it is lost,
+            revoke this account and create another.
           </p>
           <dl class="credentials">
             <dt>Client id</dt>
@@ -63,12 +80,13 @@ export function ServiceAccountsPage() {
             </dd>
             <dt>Client secret</dt>
             <dd>
-              <code data-testid="new-client-secret">{created.clientSecret}</code> <CopyButton text={created.clientSecret} label="Copy secret" data-testid="copy-secret" />
+              <code data-testid="new-client-secret">{created.clientSecret}</code>{' '}
+              <CopyButton text={created.clientSecret} label="Copy secret" data-testid="copy-secret" />
             </dd>
             <dt>Scopes</dt>
             <dd>{created.scopes.join(', ')}</dd>
           </dl>
-          <button class="btn btn-primary" onClick={() => setCreated(null)} data-testid="secret-stored">
+          <button type="button" class="btn btn-primary" onClick={() => setCreated(null)} data-testid="secret-stored">
             I have stored the secret
           </button>
         </div>
@@ -110,15 +128,15 @@ export function ServiceAccountsPage() {
                         (confirming === account.clientId ? (
                           <span class="confirm">
                             Revoke? Its tokens stop working.{' '}
-                            <button class="btn btn-danger btn-small" onClick={() => revoke(account.clientId)}>
+                            <button type="button" class="btn btn-danger btn-small" onClick={() => revoke(account.clientId)}>
                               Revoke
                             </button>{' '}
-                            <button class="btn btn-small" onClick={() => setConfirming(null)}>
+                            <button type="button" class="btn btn-small" onClick={() => setConfirming(null)}>
                               Keep
                             </button>
                           </span>
                         ) : (
-                          <button class="btn btn-small" onClick={() => setConfirming(account.clientId)}>
+                          <button type="button" class="btn btn-small" onClick={() => setConfirming(account.clientId)}>
                             Revoke…
                           </button>
                         ))}

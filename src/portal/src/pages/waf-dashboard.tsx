@@ -6,7 +6,21 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, ApiFailure, portal, type EventResource } from '../api.ts';
 import { FilterBar, readFilters, Stat, TimeChart, TopList, withFilters, type Filters } from '../components/dashboard.tsx';
-import { Badge, Card, countryName, CountryTag, Empty, formatNumber, formatTime, Link, Loading, navigate, PageHeader, Problem, useLoad } from '../ui.tsx';
+import {
+  Badge,
+  Card,
+  countryName,
+  CountryTag,
+  Empty,
+  formatNumber,
+  formatTime,
+  Link,
+  Loading,
+  navigate,
+  PageHeader,
+  Problem,
+  useLoad,
+} from '../ui.tsx';
 
 const BASE = '/waf';
 
@@ -46,7 +60,8 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
         subtitle={
           summary ? (
             <>
-              Requests the web application firewall blocked or, in logging mode, would have blocked · {formatTime(summary.range.from)} – {formatTime(summary.range.to)}
+              Requests the web application firewall blocked or, in logging mode, would have blocked · {formatTime(summary.range.from)} –{' '}
+              {formatTime(summary.range.to)}
             </>
           ) : (
             'Requests the web application firewall blocked or, in logging mode, would have blocked.'
@@ -65,7 +80,11 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
             <Stat label="Source IPs" value={summary.totals.distinctSourceIps} testid="total-sources" />
           </div>
           <Card title="Events over time" class="chart-card">
-            {summary.totals.events === 0 ? <Empty>No WAF events in this range.</Empty> : <TimeChart starts={starts} series={chartSeries} stepSeconds={summary.range.stepSeconds} testid="waf-chart" />}
+            {summary.totals.events === 0 ? (
+              <Empty>No WAF events in this range.</Empty>
+            ) : (
+              <TimeChart starts={starts} series={chartSeries} stepSeconds={summary.range.stepSeconds} testid="waf-chart" />
+            )}
           </Card>
           <div class="grid-2">
             <Card>
@@ -83,7 +102,14 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
               />
             </Card>
             <Card>
-              <TopList title="Top source IPs" testid="top-ips" entries={summary.top.ip} split link={(entry) => link({ ip: entry.key })} render={(entry) => <code>{entry.key}</code>} />
+              <TopList
+                title="Top source IPs"
+                testid="top-ips"
+                entries={summary.top.ip}
+                split
+                link={(entry) => link({ ip: entry.key })}
+                render={(entry) => <code>{entry.key}</code>}
+              />
             </Card>
             <Card>
               <TopList
@@ -100,7 +126,14 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
               />
             </Card>
             <Card>
-              <TopList title="Top paths" testid="top-paths" entries={summary.top.path} split link={(entry) => link({ path: entry.key })} render={(entry) => <code class="path">{entry.key}</code>} />
+              <TopList
+                title="Top paths"
+                testid="top-paths"
+                entries={summary.top.path}
+                split
+                link={(entry) => link({ path: entry.key })}
+                render={(entry) => <code class="path">{entry.key}</code>}
+              />
             </Card>
           </div>
           <div class="legend-note muted small">
@@ -114,9 +147,19 @@ export function WafDashboardPage(props: { query: URLSearchParams; eventId?: stri
   );
 }
 
-function EventList(props: { filters: Filters; query: URLSearchParams; range: ReturnType<typeof rangeQuery>; selected: string | undefined }) {
+function EventList(props: {
+  filters: Filters;
+  query: URLSearchParams;
+  range: ReturnType<typeof rangeQuery>;
+  selected: string | undefined;
+}) {
   const { filters } = props;
-  const narrowing = { ruleId: filters.rule || undefined, sourceIp: filters.ip || undefined, countryCode: filters.country || undefined, path: filters.path || undefined };
+  const narrowing = {
+    ruleId: filters.rule || undefined,
+    sourceIp: filters.ip || undefined,
+    countryCode: filters.country || undefined,
+    path: filters.path || undefined,
+  };
   const [pages, setPages] = useState<{ data: EventResource[]; next: string | null }[]>([]);
   const [error, setError] = useState<Error | null>(null);
   const key = JSON.stringify([props.range.configId, props.range.from.slice(0, 16), narrowing]);
@@ -195,7 +238,13 @@ function EventList(props: { filters: Filters; query: URLSearchParams; range: Ret
         </table>
       )}
       {more && (
-        <button class="btn btn-small" onClick={() => portal.events({ ...props.range, ...narrowing, size: '25', cursor: more }).then((page) => setPages([...pages, page]), setError)}>
+        <button
+          type="button"
+          class="btn btn-small"
+          onClick={() =>
+            portal.events({ ...props.range, ...narrowing, size: '25', cursor: more }).then((page) => setPages([...pages, page]), setError)
+          }
+        >
           Load older events
         </button>
       )}
@@ -210,7 +259,7 @@ function EventDetail(props: { id: string; query: URLSearchParams }) {
     <div class="drawer" role="dialog" aria-label="Event detail" data-testid="event-detail">
       <div class="drawer-head">
         <h2>Event</h2>
-        <button class="btn btn-small btn-ghost" onClick={close} title="Close">
+        <button type="button" class="btn btn-small btn-ghost" onClick={close} title="Close">
           ✕
         </button>
       </div>
@@ -236,18 +285,20 @@ export function EventBody(props: { event: EventResource }) {
           <>
             <dt>Requests</dt>
             <dd>
-              {formatNumber(attributes.requestCount!)}: a sample of the requests from this source that matched these rules in this minute, after
-              the first ones stored whole
+              {formatNumber(attributes.requestCount!)}: a sample of the requests from this source that matched these rules in this minute,
+              after the first ones stored whole
             </dd>
           </>
         )}
         <dt>Request</dt>
         <dd>
-          <span class="method">{attributes.request.method}</span> <code class="path">{attributes.request.path}</code> → {attributes.request.statusCode}
+          <span class="method">{attributes.request.method}</span> <code class="path">{attributes.request.path}</code> →{' '}
+          {attributes.request.statusCode}
         </dd>
         <dt>Source</dt>
         <dd>
-          <CountryTag code={attributes.source.countryCode} /> <code>{attributes.source.ip}</code>:{attributes.source.port} ({countryName(attributes.source.countryCode)})
+          <CountryTag code={attributes.source.countryCode} /> <code>{attributes.source.ip}</code>:{attributes.source.port} (
+          {countryName(attributes.source.countryCode)})
         </dd>
         <dt>Front end</dt>
         <dd>
@@ -268,11 +319,13 @@ export function EventBody(props: { event: EventResource }) {
           <dl class="facts">
             <dt>Threshold</dt>
             <dd>
-              {formatNumber(attributes.rateLimit.threshold.requests)} requests per {attributes.rateLimit.threshold.periodSeconds} s (observed {formatNumber(attributes.rateLimit.observedRequests)})
+              {formatNumber(attributes.rateLimit.threshold.requests)} requests per {attributes.rateLimit.threshold.periodSeconds} s
+              (observed {formatNumber(attributes.rateLimit.observedRequests)})
             </dd>
             <dt>Blocked</dt>
             <dd>
-              {formatNumber(attributes.rateLimit.blockedRequests)} requests, {formatTime(attributes.rateLimit.firstBlockedAt)} – {formatTime(attributes.rateLimit.lastBlockedAt)}
+              {formatNumber(attributes.rateLimit.blockedRequests)} requests, {formatTime(attributes.rateLimit.firstBlockedAt)} –{' '}
+              {formatTime(attributes.rateLimit.lastBlockedAt)}
             </dd>
             <dt>Blocked until</dt>
             <dd>{formatTime(attributes.rateLimit.blockedUntil)}</dd>
@@ -298,7 +351,9 @@ export function EventBody(props: { event: EventResource }) {
                     <code>{rule.modSecId}</code>
                     <div class="small">{rule.name}</div>
                   </td>
-                  <td class="small">{rule.matchedVariable ? <code>{rule.matchedVariable}</code> : <span class="muted">not recorded</span>}</td>
+                  <td class="small">
+                    {rule.matchedVariable ? <code>{rule.matchedVariable}</code> : <span class="muted">not recorded</span>}
+                  </td>
                   <td class="small">
                     {rule.matchedData.status === 'ENABLED' ? (
                       <code class="matched">{rule.matchedData.value ?? '(empty)'}</code>
@@ -309,7 +364,7 @@ export function EventBody(props: { event: EventResource }) {
                     )}
                   </td>
                   <td class="right">
-                    <button class="btn btn-small" onClick={() => setExclusionFor(index)}>
+                    <button type="button" class="btn btn-small" onClick={() => setExclusionFor(index)}>
                       Exclude…
                     </button>
                   </td>
@@ -351,7 +406,10 @@ function ExclusionForm(props: { event: EventResource; rule: EventResource['attri
       <h4>
         Exclude rule <code>{props.rule.modSecId}</code> on this proxy
       </h4>
-      <p class="small muted">Narrow by default: only this path prefix and, when known, only this request field. Widen it if the same false positive appears elsewhere.</p>
+      <p class="small muted">
+        Narrow by default: only this path prefix and, when known, only this request field. Widen it if the same false positive appears
+        elsewhere.
+      </p>
       <div class="row">
         <label class="field">
           <span>Path prefix</span>
@@ -359,7 +417,12 @@ function ExclusionForm(props: { event: EventResource; rule: EventResource['attri
         </label>
         <label class="field">
           <span>Request field</span>
-          <input type="text" value={target} onInput={(e) => setTarget(e.currentTarget.value)} placeholder="ARGS:q, REQUEST_COOKIES:session (all fields when empty)" />
+          <input
+            type="text"
+            value={target}
+            onInput={(e) => setTarget(e.currentTarget.value)}
+            placeholder="ARGS:q, REQUEST_COOKIES:session (all fields when empty)"
+          />
         </label>
       </div>
       {state.error && <div class="alert alert-error">{state.error}</div>}
@@ -369,10 +432,10 @@ function ExclusionForm(props: { event: EventResource; rule: EventResource['attri
         </div>
       ) : (
         <div class="buttons">
-          <button class="btn btn-primary btn-small" disabled={state.busy} onClick={save}>
+          <button type="button" class="btn btn-primary btn-small" disabled={state.busy} onClick={save}>
             Add exclusion to the proxy
           </button>{' '}
-          <button class="btn btn-small" onClick={props.onClose}>
+          <button type="button" class="btn btn-small" onClick={props.onClose}>
             Cancel
           </button>
         </div>

@@ -8,10 +8,10 @@ import { expand } from '../../transaction/macros.ts';
 import { compileExpand } from '../macros.ts';
 import type { CompiledRule, Expand } from '../program.ts';
 import type { ActionParser } from './parsed.ts';
-import { valueOf } from './parsed.ts';
+import { actionValue } from './parsed.ts';
 
 export const parseInitcolAction: ActionParser = (action, out) => {
-  const v = valueOf(action);
+  const v = actionValue(action);
   const eq = v.indexOf('=');
   if (eq < 0) throw new Error('initcol: missing =');
   const coll = v.slice(0, eq).toLowerCase();
@@ -20,7 +20,7 @@ export const parseInitcolAction: ActionParser = (action, out) => {
 };
 
 export const parseSetenvAction: ActionParser = (action, out) => {
-  const v = valueOf(action);
+  const v = actionValue(action);
   const unset = v.startsWith('!');
   const body = unset ? v.slice(1) : v;
   const eq = body.indexOf('=');

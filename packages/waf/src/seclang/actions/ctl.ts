@@ -6,7 +6,7 @@
 import type { TransactionCollections } from '../../transaction/collections.ts';
 import type { CtlAction } from '../program.ts';
 import type { ActionParser } from './parsed.ts';
-import { valueOf } from './parsed.ts';
+import { actionValue } from './parsed.ts';
 
 export function parseCtl(value: string): CtlAction {
   const eq = value.indexOf('=');
@@ -78,7 +78,7 @@ export function parseCtl(value: string): CtlAction {
 }
 
 export const parseCtlAction: ActionParser = (action, out) => {
-  out.runtime.push({ kind: 'ctl', ctl: parseCtl(valueOf(action)) });
+  out.runtime.push({ kind: 'ctl', ctl: parseCtl(actionValue(action)) });
 };
 
 export function runCtl(tx: TransactionCollections, c: CtlAction): void {

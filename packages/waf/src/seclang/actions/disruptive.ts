@@ -11,7 +11,7 @@ import type { MutableMessage } from '../../transaction/messages.ts';
 import { compileExpand } from '../macros.ts';
 import type { CompiledRule, DisruptiveAction } from '../program.ts';
 import type { ActionParser } from './parsed.ts';
-import { valueOf } from './parsed.ts';
+import { actionValue } from './parsed.ts';
 
 export const parseDisruptiveAction: ActionParser = (action, out) => {
   let disruptive: DisruptiveAction;
@@ -22,7 +22,7 @@ export const parseDisruptiveAction: ActionParser = (action, out) => {
       break;
     }
     case 'redirect':
-      disruptive = { kind: 'redirect', url: compileExpand(valueOf(action)) };
+      disruptive = { kind: 'redirect', url: compileExpand(actionValue(action)) };
       break;
     default:
       disruptive = { kind: action.name as 'deny' | 'drop' | 'pass' };
@@ -73,7 +73,12 @@ export function runDisruptive(tx: TransactionCollections, d: DisruptiveAction, r
 }
 
 /** `block`: the phase's default disruptive actions (SecDefaultAction), when the engine is On. */
-export function runBlock(tx: TransactionCollections, defaults: readonly DisruptiveAction[] | undefined, rule: CompiledRule, msg: MutableMessage): void {
+export function runBlock(
+  tx: TransactionCollections,
+  defaults: readonly DisruptiveAction[] | undefined,
+  rule: CompiledRule,
+  msg: MutableMessage,
+): void {
   if (tx.engineState() !== 'On') return;
   if (defaults !== undefined) for (const d of defaults) runDisruptive(tx, d, rule, msg);
 }

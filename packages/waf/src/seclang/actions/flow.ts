@@ -4,14 +4,14 @@
  */
 import type { TransactionCollections } from '../../transaction/collections.ts';
 import type { ActionParser } from './parsed.ts';
-import { valueOf } from './parsed.ts';
+import { actionValue } from './parsed.ts';
 
 export const parseSkipAfterAction: ActionParser = (action, out, context) => {
-  out.runtime.push({ kind: 'skipAfter', marker: context.markerName(valueOf(action)) });
+  out.runtime.push({ kind: 'skipAfter', marker: context.markerName(actionValue(action)) });
 };
 
 export const parseSkipAction: ActionParser = (action, out) => {
-  const v = valueOf(action);
+  const v = actionValue(action);
   if (!/^\d+$/.test(v)) throw new Error(`bad skip ${v}`);
   out.runtime.push({ kind: 'skip', count: Number(v) });
 };

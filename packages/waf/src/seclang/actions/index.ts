@@ -92,7 +92,13 @@ export function parseActionList(actions: readonly ActionSpec[], context: ActionP
 }
 
 /** One run-time action of a full match (`defaults`: the phase's default disruptive actions, for `block`). */
-export function runRuntimeAction(tx: TransactionCollections, a: RuntimeAction, rule: CompiledRule, msg: MutableMessage, defaults: readonly DisruptiveAction[] | undefined): void {
+export function runRuntimeAction(
+  tx: TransactionCollections,
+  a: RuntimeAction,
+  rule: CompiledRule,
+  msg: MutableMessage,
+  defaults: readonly DisruptiveAction[] | undefined,
+): void {
   switch (a.kind) {
     case 'log':
     case 'auditlog':

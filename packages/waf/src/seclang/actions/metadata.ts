@@ -9,7 +9,7 @@ import type { MutableMessage } from '../../transaction/messages.ts';
 import { compileExpand } from '../macros.ts';
 import type { CompiledRule } from '../program.ts';
 import type { ActionParser } from './parsed.ts';
-import { valueOf } from './parsed.ts';
+import { actionValue } from './parsed.ts';
 
 const SEVERITIES: Record<string, number> = {
   emergency: 0,
@@ -38,31 +38,31 @@ function parsePhase(v: string): number {
 export const parseMetadataAction: ActionParser = (action, out) => {
   switch (action.name) {
     case 'id': {
-      const v = valueOf(action);
+      const v = actionValue(action);
       if (!/^\d+$/.test(v)) throw new Error(`bad id ${v}`);
       out.id = Number(v);
       if (out.id === 0) throw new Error('id 0 is not allowed');
       return;
     }
     case 'phase':
-      out.phase = parsePhase(valueOf(action));
+      out.phase = parsePhase(actionValue(action));
       return;
     case 'tag':
-      out.tags.push(compileExpand(valueOf(action)));
-      out.tagTexts.push(valueOf(action));
+      out.tags.push(compileExpand(actionValue(action)));
+      out.tagTexts.push(actionValue(action));
       return;
     case 'severity': {
-      const v = valueOf(action).toLowerCase();
+      const v = actionValue(action).toLowerCase();
       const n = SEVERITIES[v] ?? (/^\d+$/.test(v) ? Number(v) : undefined);
       if (n === undefined) throw new Error(`bad severity ${action.value}`);
       out.severity = n;
       return;
     }
     case 'msg':
-      out.msg = compileExpand(valueOf(action));
+      out.msg = compileExpand(actionValue(action));
       return;
     case 'logdata':
-      out.logdata = compileExpand(valueOf(action));
+      out.logdata = compileExpand(actionValue(action));
       return;
     case 'rev':
       out.rev = action.value ?? '';

@@ -39,7 +39,7 @@ export interface ActionParseContext {
 }
 
 /** The action's value; an action that needs one and has none is a load error. */
-export function valueOf(action: ActionSpec): string {
+export function actionValue(action: ActionSpec): string {
   if (action.value === undefined) throw new Error(`action ${action.name} needs a value`);
   return action.value;
 }

@@ -10,7 +10,7 @@ import { expand } from '../../transaction/macros.ts';
 import { compileExpand } from '../macros.ts';
 import type { CompiledRule, SetVarAction } from '../program.ts';
 import type { ActionParser } from './parsed.ts';
-import { valueOf } from './parsed.ts';
+import { actionValue } from './parsed.ts';
 
 const COLLECTIONS = ['TX', 'IP', 'GLOBAL', 'SESSION', 'USER', 'RESOURCE'];
 
@@ -53,7 +53,7 @@ export function parseSetVar(value: string): SetVarAction {
 }
 
 export const parseSetVarAction: ActionParser = (action, out) => {
-  out.setvars.push(parseSetVar(valueOf(action)));
+  out.setvars.push(parseSetVar(actionValue(action)));
 };
 
 /** SetVar::evaluate. */

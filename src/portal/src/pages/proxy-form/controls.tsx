@@ -30,10 +30,24 @@ export function Select(props: { value: string; onChange: (value: string) => void
 
 export function TextInput(props: { value: string; onChange: (value: string) => void; name?: string | undefined; placeholder?: string }) {
   const id = useFieldId();
-  return <input id={id} type="text" name={props.name} value={props.value} placeholder={props.placeholder} onInput={(e) => props.onChange(e.currentTarget.value)} />;
+  return (
+    <input
+      id={id}
+      type="text"
+      name={props.name}
+      value={props.value}
+      placeholder={props.placeholder}
+      onInput={(e) => props.onChange(e.currentTarget.value)}
+    />
+  );
 }
 
-export function NumberInput(props: { value: number | undefined; onChange: (value: number | undefined) => void; name?: string; placeholder?: string }) {
+export function NumberInput(props: {
+  value: number | undefined;
+  onChange: (value: number | undefined) => void;
+  name?: string;
+  placeholder?: string;
+}) {
   const id = useFieldId();
   return (
     <input
@@ -66,7 +80,9 @@ export function MultiCheck(props: { choices: Choice[]; value: string[]; onChange
           <input
             type="checkbox"
             checked={props.value.includes(choice.id)}
-            onChange={(e) => props.onChange(e.currentTarget.checked ? [...props.value, choice.id] : props.value.filter((id) => id !== choice.id))}
+            onChange={(e) =>
+              props.onChange(e.currentTarget.checked ? [...props.value, choice.id] : props.value.filter((id) => id !== choice.id))
+            }
           />
           {choice.label}
         </label>

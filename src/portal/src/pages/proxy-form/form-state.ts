@@ -5,7 +5,8 @@
 import type { ErrorBoard } from '../../ui.tsx';
 
 // The form holds what the user typed, valid or not: any shape until the schema check.
-export type FormAttributes = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+// biome-ignore lint/suspicious/noExplicitAny: the form edits attributes of every proxy type by path; the API's schema checks them
+export type FormAttributes = Record<string, any>;
 export type ProxyType = 'httpProxy' | 'l4Proxy';
 /** Where the attributes sit in a request body: every input's pointer starts here. */
 export const ATTRIBUTES_POINTER = '/data/attributes';
@@ -23,11 +24,25 @@ export interface SectionProps {
 
 /** A new proxy of `type`: the API's defaults, keeping the front end and origins of `keep`. */
 export function defaultAttributes(type: ProxyType, keep?: FormAttributes, ip?: string): FormAttributes {
-  const frontend = { ipv4: keep?.frontend?.ipv4 ?? ip, ipv6: keep?.frontend?.ipv6, port: keep?.frontend?.port ?? (type === 'httpProxy' ? 80 : undefined) };
+  const frontend = {
+    ipv4: keep?.frontend?.ipv4 ?? ip,
+    ipv6: keep?.frontend?.ipv6,
+    port: keep?.frontend?.port ?? (type === 'httpProxy' ? 80 : undefined),
+  };
   const hosts = keep?.backend?.hosts ?? [{ address: '', port: type === 'httpProxy' ? 80 : undefined }];
   return type === 'httpProxy'
-    ? { frontend, backend: { hosts, deliveryMethod: 'LEAST_CONNECTIONS' }, waf: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] } }
-    : { frontend, backend: { hosts, deliveryMethod: 'LEAST_CONNECTIONS' }, protocols: ['TCP'], proxyProtocol: { enabled: false, version: 1 }, threatIntelligence: { enabled: true } };
+    ? {
+        frontend,
+        backend: { hosts, deliveryMethod: 'LEAST_CONNECTIONS' },
+        waf: { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] },
+      }
+    : {
+        frontend,
+        backend: { hosts, deliveryMethod: 'LEAST_CONNECTIONS' },
+        protocols: ['TCP'],
+        proxyProtocol: { enabled: false, version: 1 },
+        threatIntelligence: { enabled: true },
+      };
 }
 
 /** Sets a nested value immutably; undefined removes the key. */

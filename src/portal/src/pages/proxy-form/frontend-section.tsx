@@ -25,7 +25,11 @@ export function FrontendSection(
       <SectionErrors board={board} pointer={`${ATTRIBUTES_POINTER}/frontend`} />
       <div class="row">
         <Field label="IPv4 address" pointer={`${ATTRIBUTES_POINTER}/frontend/ipv4`} board={board}>
-          <Select value={attributes.frontend?.ipv4 ?? ''} onChange={(value) => setAttribute(['frontend', 'ipv4'], value || undefined)} name="ipv4">
+          <Select
+            value={attributes.frontend?.ipv4 ?? ''}
+            onChange={(value) => setAttribute(['frontend', 'ipv4'], value || undefined)}
+            name="ipv4"
+          >
             <option value="">— none —</option>
             {v4.map((ip) => (
               <option value={ip.attributes.address}>{ip.attributes.address}</option>
@@ -33,7 +37,11 @@ export function FrontendSection(
           </Select>
         </Field>
         <Field label="IPv6 address" pointer={`${ATTRIBUTES_POINTER}/frontend/ipv6`} board={board}>
-          <Select value={attributes.frontend?.ipv6 ?? ''} onChange={(value) => setAttribute(['frontend', 'ipv6'], value || undefined)} name="ipv6">
+          <Select
+            value={attributes.frontend?.ipv6 ?? ''}
+            onChange={(value) => setAttribute(['frontend', 'ipv6'], value || undefined)}
+            name="ipv6"
+          >
             <option value="">— none —</option>
             {v6.map((ip) => (
               <option value={ip.attributes.address}>{ip.attributes.address}</option>
@@ -44,14 +52,28 @@ export function FrontendSection(
           label="Port"
           pointer={`${ATTRIBUTES_POINTER}/frontend/port`}
           board={board}
-          hint={<PortHint ips={props.ips} chosen={[attributes.frontend?.ipv4, attributes.frontend?.ipv6]} port={attributes.frontend?.port} protocols={props.protocols} own={props.ownPort} onPick={(port) => setAttribute(['frontend', 'port'], port)} />}
+          hint={
+            <PortHint
+              ips={props.ips}
+              chosen={[attributes.frontend?.ipv4, attributes.frontend?.ipv6]}
+              port={attributes.frontend?.port}
+              protocols={props.protocols}
+              own={props.ownPort}
+              onPick={(port) => setAttribute(['frontend', 'port'], port)}
+            />
+          }
         >
           <NumberInput value={attributes.frontend?.port} onChange={(value) => setAttribute(['frontend', 'port'], value)} name="port" />
         </Field>
       </div>
       {http && (
         <>
-          <Field label="TLS certificate" pointer={`${ATTRIBUTES_POINTER}/frontend/certificateId`} board={board} hint="None: the proxy speaks plain HTTP.">
+          <Field
+            label="TLS certificate"
+            pointer={`${ATTRIBUTES_POINTER}/frontend/certificateId`}
+            board={board}
+            hint="None: the proxy speaks plain HTTP."
+          >
             <Select
               value={attributes.frontend?.certificateId ?? ''}
               name="certificateId"
@@ -76,7 +98,9 @@ export function FrontendSection(
                   onChange={(value) =>
                     setAttribute(
                       ['frontend', 'clientCertificateVerification'],
-                      value ? { caCertificateIds: [], verifyCrl: false, ...attributes.frontend?.clientCertificateVerification, mode: value } : undefined,
+                      value
+                        ? { caCertificateIds: [], verifyCrl: false, ...attributes.frontend?.clientCertificateVerification, mode: value }
+                        : undefined,
                     )
                   }
                 >
@@ -87,12 +111,21 @@ export function FrontendSection(
               </Field>
               {attributes.frontend?.clientCertificateVerification && (
                 <>
-                  <Field label="Trusted CA certificates" pointer={`${ATTRIBUTES_POINTER}/frontend/clientCertificateVerification/caCertificateIds`} board={board} deep>
+                  <Field
+                    label="Trusted CA certificates"
+                    pointer={`${ATTRIBUTES_POINTER}/frontend/clientCertificateVerification/caCertificateIds`}
+                    board={board}
+                    deep
+                  >
                     <MultiCheck
                       choices={props.caCertificates}
                       value={attributes.frontend.clientCertificateVerification.caCertificateIds ?? []}
                       onChange={(ids) => setAttribute(['frontend', 'clientCertificateVerification', 'caCertificateIds'], ids)}
-                      empty={<>No CA certificates yet: <Link to="/ca-certificates">upload one</Link>.</>}
+                      empty={
+                        <>
+                          No CA certificates yet: <Link to="/ca-certificates">upload one</Link>.
+                        </>
+                      }
                     />
                   </Field>
                   <Check

@@ -19,29 +19,67 @@ export function HttpProtectionSections(props: SectionProps) {
               <option value="LOGGING">Logging: only record them</option>
             </Select>
           </Field>
-          <Field label="Paranoia level" pointer={`${ATTRIBUTES_POINTER}/waf/paranoiaLevel`} board={board} hint="1-2 permissive, 3-4 strict (more false positives).">
-            <Select value={String(waf.paranoiaLevel ?? 1)} onChange={(value) => setAttribute(['waf', 'paranoiaLevel'], Number(value))} name="paranoiaLevel">
+          <Field
+            label="Paranoia level"
+            pointer={`${ATTRIBUTES_POINTER}/waf/paranoiaLevel`}
+            board={board}
+            hint="1-2 permissive, 3-4 strict (more false positives)."
+          >
+            <Select
+              value={String(waf.paranoiaLevel ?? 1)}
+              onChange={(value) => setAttribute(['waf', 'paranoiaLevel'], Number(value))}
+              name="paranoiaLevel"
+            >
               {[1, 2, 3, 4].map((level) => (
                 <option value={String(level)}>{level}</option>
               ))}
             </Select>
           </Field>
-          <Field label="Anomaly threshold" pointer={`${ATTRIBUTES_POINTER}/waf/anomalyThreshold`} board={board} hint="Score at which a request is blocked (default 5).">
-            <NumberInput value={waf.anomalyThreshold} onChange={(value) => setAttribute(['waf', 'anomalyThreshold'], value)} name="anomalyThreshold" placeholder="5" />
+          <Field
+            label="Anomaly threshold"
+            pointer={`${ATTRIBUTES_POINTER}/waf/anomalyThreshold`}
+            board={board}
+            hint="Score at which a request is blocked (default 5)."
+          >
+            <NumberInput
+              value={waf.anomalyThreshold}
+              onChange={(value) => setAttribute(['waf', 'anomalyThreshold'], value)}
+              name="anomalyThreshold"
+              placeholder="5"
+            />
           </Field>
         </div>
         <div class="row">
-          <Field label="When the WAF cannot keep up" pointer={`${ATTRIBUTES_POINTER}/waf/failMode`} board={board} hint="Overload or engine failure.">
+          <Field
+            label="When the WAF cannot keep up"
+            pointer={`${ATTRIBUTES_POINTER}/waf/failMode`}
+            board={board}
+            hint="Overload or engine failure."
+          >
             <Select value={waf.failMode ?? 'CLOSED'} onChange={(value) => setAttribute(['waf', 'failMode'], value)} name="wafFailMode">
               <option value="CLOSED">Refuse the request (503)</option>
               <option value="OPEN">Let it through uninspected (counted, logged)</option>
             </Select>
           </Field>
-          <Field label="Request body inspected (bytes)" pointer={`${ATTRIBUTES_POINTER}/waf/requestBodyLimit`} board={board} hint="Empty: the operator's default (131072). Uploads may be longer.">
-            <NumberInput value={waf.requestBodyLimit} onChange={(value) => setAttribute(['waf', 'requestBodyLimit'], value)} name="requestBodyLimit" placeholder="131072" />
+          <Field
+            label="Request body inspected (bytes)"
+            pointer={`${ATTRIBUTES_POINTER}/waf/requestBodyLimit`}
+            board={board}
+            hint="Empty: the operator's default (131072). Uploads may be longer."
+          >
+            <NumberInput
+              value={waf.requestBodyLimit}
+              onChange={(value) => setAttribute(['waf', 'requestBodyLimit'], value)}
+              name="requestBodyLimit"
+              placeholder="131072"
+            />
           </Field>
           <Field label="Longer bodies" pointer={`${ATTRIBUTES_POINTER}/waf/bodyLimitAction`} board={board}>
-            <Select value={waf.bodyLimitAction ?? ''} onChange={(value) => setAttribute(['waf', 'bodyLimitAction'], value === '' ? undefined : value)} name="bodyLimitAction">
+            <Select
+              value={waf.bodyLimitAction ?? ''}
+              onChange={(value) => setAttribute(['waf', 'bodyLimitAction'], value === '' ? undefined : value)}
+              name="bodyLimitAction"
+            >
               <option value="">Operator's default</option>
               <option value="REJECT">Refuse them (413)</option>
               <option value="PROCESS_PARTIAL">Inspect the first part, pass the rest</option>
@@ -61,23 +99,50 @@ export function HttpProtectionSections(props: SectionProps) {
               <Field label="Rule ids" pointer={`${ATTRIBUTES_POINTER}/waf/ruleExclusions/${index}/ruleIds`} board={board} deep>
                 <TextInput
                   value={(exclusion.ruleIds ?? []).join(', ')}
-                  onChange={(value) => setAttribute(['waf', 'ruleExclusions', index, 'ruleIds'], listOf(value).map((id) => (/^\d+$/.test(id) ? Number(id) : id)))}
+                  onChange={(value) =>
+                    setAttribute(
+                      ['waf', 'ruleExclusions', index, 'ruleIds'],
+                      listOf(value).map((id) => (/^\d+$/.test(id) ? Number(id) : id)),
+                    )
+                  }
                   name={`exclusion-${index}-rules`}
                   placeholder="942100, 942200"
                 />
               </Field>
               <Field label="Path prefix" pointer={`${ATTRIBUTES_POINTER}/waf/ruleExclusions/${index}/pathPrefix`} board={board}>
-                <TextInput value={exclusion.pathPrefix ?? ''} onChange={(value) => setAttribute(['waf', 'ruleExclusions', index, 'pathPrefix'], value || undefined)} placeholder="/api (all paths when empty)" />
+                <TextInput
+                  value={exclusion.pathPrefix ?? ''}
+                  onChange={(value) => setAttribute(['waf', 'ruleExclusions', index, 'pathPrefix'], value || undefined)}
+                  placeholder="/api (all paths when empty)"
+                />
               </Field>
               <Field label="Request field" pointer={`${ATTRIBUTES_POINTER}/waf/ruleExclusions/${index}/target`} board={board}>
-                <TextInput value={exclusion.target ?? ''} onChange={(value) => setAttribute(['waf', 'ruleExclusions', index, 'target'], value || undefined)} placeholder="ARGS:q (every field when empty)" />
+                <TextInput
+                  value={exclusion.target ?? ''}
+                  onChange={(value) => setAttribute(['waf', 'ruleExclusions', index, 'target'], value || undefined)}
+                  placeholder="ARGS:q (every field when empty)"
+                />
               </Field>
-              <button type="button" class="btn btn-small btn-ghost remove" title="Remove" onClick={() => setAttribute(['waf', 'ruleExclusions'], exclusions.filter((_, i) => i !== index))}>
+              <button
+                type="button"
+                class="btn btn-small btn-ghost remove"
+                title="Remove"
+                onClick={() =>
+                  setAttribute(
+                    ['waf', 'ruleExclusions'],
+                    exclusions.filter((_, i) => i !== index),
+                  )
+                }
+              >
                 ✕
               </button>
             </div>
           ))}
-          <button type="button" class="btn btn-small" onClick={() => setAttribute(['waf', 'ruleExclusions'], [...exclusions, { ruleIds: [] }])}>
+          <button
+            type="button"
+            class="btn btn-small"
+            onClick={() => setAttribute(['waf', 'ruleExclusions'], [...exclusions, { ruleIds: [] }])}
+          >
             Add exclusion
           </button>
         </Fieldset>
@@ -87,7 +152,9 @@ export function HttpProtectionSections(props: SectionProps) {
         <Check
           label="Limit requests per client IP (across all paths)"
           checked={rate != null}
-          onChange={(checked) => setAttribute(['rateLimiting'], checked ? { thresholds: [{ requests: 100, periodSeconds: 10 }], blockSeconds: 60 } : undefined)}
+          onChange={(checked) =>
+            setAttribute(['rateLimiting'], checked ? { thresholds: [{ requests: 100, periodSeconds: 10 }], blockSeconds: 60 } : undefined)
+          }
         />
         {rate && (
           <>
@@ -95,28 +162,54 @@ export function HttpProtectionSections(props: SectionProps) {
             {(rate.thresholds ?? []).map((threshold: FormAttributes, index: number) => (
               <div class="row">
                 <Field label="Requests" pointer={`${ATTRIBUTES_POINTER}/rateLimiting/thresholds/${index}/requests`} board={board}>
-                  <NumberInput value={threshold.requests} onChange={(value) => setAttribute(['rateLimiting', 'thresholds', index, 'requests'], value)} name={`threshold-${index}-requests`} />
+                  <NumberInput
+                    value={threshold.requests}
+                    onChange={(value) => setAttribute(['rateLimiting', 'thresholds', index, 'requests'], value)}
+                    name={`threshold-${index}-requests`}
+                  />
                 </Field>
                 <Field label="per seconds" pointer={`${ATTRIBUTES_POINTER}/rateLimiting/thresholds/${index}/periodSeconds`} board={board}>
-                  <NumberInput value={threshold.periodSeconds} onChange={(value) => setAttribute(['rateLimiting', 'thresholds', index, 'periodSeconds'], value)} name={`threshold-${index}-period`} />
+                  <NumberInput
+                    value={threshold.periodSeconds}
+                    onChange={(value) => setAttribute(['rateLimiting', 'thresholds', index, 'periodSeconds'], value)}
+                    name={`threshold-${index}-period`}
+                  />
                 </Field>
                 <button
                   type="button"
                   class="btn btn-small btn-ghost remove"
                   title="Remove"
-                  onClick={() => setAttribute(['rateLimiting', 'thresholds'], rate.thresholds.filter((_: unknown, i: number) => i !== index))}
+                  onClick={() =>
+                    setAttribute(
+                      ['rateLimiting', 'thresholds'],
+                      rate.thresholds.filter((_: unknown, i: number) => i !== index),
+                    )
+                  }
                 >
                   ✕
                 </button>
               </div>
             ))}
             <div class="row add-row">
-              <button type="button" class="btn btn-small" onClick={() => setAttribute(['rateLimiting', 'thresholds'], [...(rate.thresholds ?? []), { requests: undefined, periodSeconds: undefined }])}>
+              <button
+                type="button"
+                class="btn btn-small"
+                onClick={() =>
+                  setAttribute(
+                    ['rateLimiting', 'thresholds'],
+                    [...(rate.thresholds ?? []), { requests: undefined, periodSeconds: undefined }],
+                  )
+                }
+              >
                 Add threshold
               </button>
             </div>
             <Field label="Block for (seconds)" pointer={`${ATTRIBUTES_POINTER}/rateLimiting/blockSeconds`} board={board} class="narrow">
-              <NumberInput value={rate.blockSeconds} onChange={(value) => setAttribute(['rateLimiting', 'blockSeconds'], value)} name="blockSeconds" />
+              <NumberInput
+                value={rate.blockSeconds}
+                onChange={(value) => setAttribute(['rateLimiting', 'blockSeconds'], value)}
+                name="blockSeconds"
+              />
             </Field>
           </>
         )}
@@ -125,7 +218,11 @@ export function HttpProtectionSections(props: SectionProps) {
       <Card title="Geo fencing">
         <div class="row">
           <Field label="Countries" pointer={`${ATTRIBUTES_POINTER}/geoFencing/mode`} board={board}>
-            <Select value={geo?.mode ?? ''} onChange={(value) => setAttribute(['geoFencing'], value ? { countries: [], ...geo, mode: value } : undefined)} name="geoMode">
+            <Select
+              value={geo?.mode ?? ''}
+              onChange={(value) => setAttribute(['geoFencing'], value ? { countries: [], ...geo, mode: value } : undefined)}
+              name="geoMode"
+            >
               <option value="">All countries allowed</option>
               <option value="BLOCK_LISTED">Block the listed countries</option>
               <option value="ALLOW_LISTED">Allow only the listed countries</option>
@@ -133,7 +230,12 @@ export function HttpProtectionSections(props: SectionProps) {
           </Field>
           {geo && (
             <Field label="Country codes (ISO 3166-1)" pointer={`${ATTRIBUTES_POINTER}/geoFencing/countries`} board={board} deep>
-              <TextInput value={(geo.countries ?? []).join(', ')} onChange={(value) => setAttribute(['geoFencing', 'countries'], listOf(value.toUpperCase()))} name="countries" placeholder="DE, FR, NL" />
+              <TextInput
+                value={(geo.countries ?? []).join(', ')}
+                onChange={(value) => setAttribute(['geoFencing', 'countries'], listOf(value.toUpperCase()))}
+                name="countries"
+                placeholder="DE, FR, NL"
+              />
             </Field>
           )}
         </div>

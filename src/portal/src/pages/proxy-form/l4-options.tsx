@@ -17,7 +17,9 @@ export function L4OptionsSection(props: SectionProps) {
                 type="checkbox"
                 name={`protocol-${protocol}`}
                 checked={protocols.includes(protocol)}
-                onChange={(e) => setAttribute(['protocols'], e.currentTarget.checked ? [...protocols, protocol] : protocols.filter((p) => p !== protocol))}
+                onChange={(e) =>
+                  setAttribute(['protocols'], e.currentTarget.checked ? [...protocols, protocol] : protocols.filter((p) => p !== protocol))
+                }
               />
               {protocol}
             </label>
@@ -25,10 +27,17 @@ export function L4OptionsSection(props: SectionProps) {
         </div>
       </Field>
       <div class="row">
-        <Field label="PROXY protocol to the origin" pointer={`${ATTRIBUTES_POINTER}/proxyProtocol/version`} board={board} hint="Passes the client's IP and port to the asset.">
+        <Field
+          label="PROXY protocol to the origin"
+          pointer={`${ATTRIBUTES_POINTER}/proxyProtocol/version`}
+          board={board}
+          hint="Passes the client's IP and port to the asset."
+        >
           <Select
             value={attributes.proxyProtocol?.enabled ? String(attributes.proxyProtocol.version ?? 1) : ''}
-            onChange={(value) => setAttribute(['proxyProtocol'], value ? { enabled: true, version: Number(value) } : { enabled: false, version: 1 })}
+            onChange={(value) =>
+              setAttribute(['proxyProtocol'], value ? { enabled: true, version: Number(value) } : { enabled: false, version: 1 })
+            }
             name="proxyProtocol"
           >
             <option value="">Off</option>
@@ -45,13 +54,29 @@ export function L4OptionsSection(props: SectionProps) {
       <Fieldset title="Connection limits (network floods)">
         <div class="row">
           <Field label="Connections per source" pointer={`${ATTRIBUTES_POINTER}/connectionLimits/maxConnectionsPerSource`} board={board}>
-            <NumberInput value={limits.maxConnectionsPerSource} placeholder="512" onChange={(value) => setAttribute(['connectionLimits', 'maxConnectionsPerSource'], value)} />
+            <NumberInput
+              value={limits.maxConnectionsPerSource}
+              placeholder="512"
+              onChange={(value) => setAttribute(['connectionLimits', 'maxConnectionsPerSource'], value)}
+            />
           </Field>
-          <Field label="New connections / s per source" pointer={`${ATTRIBUTES_POINTER}/connectionLimits/maxNewConnectionsPerSecondPerSource`} board={board}>
-            <NumberInput value={limits.maxNewConnectionsPerSecondPerSource} placeholder="200" onChange={(value) => setAttribute(['connectionLimits', 'maxNewConnectionsPerSecondPerSource'], value)} />
+          <Field
+            label="New connections / s per source"
+            pointer={`${ATTRIBUTES_POINTER}/connectionLimits/maxNewConnectionsPerSecondPerSource`}
+            board={board}
+          >
+            <NumberInput
+              value={limits.maxNewConnectionsPerSecondPerSource}
+              placeholder="200"
+              onChange={(value) => setAttribute(['connectionLimits', 'maxNewConnectionsPerSecondPerSource'], value)}
+            />
           </Field>
           <Field label="Connections in all" pointer={`${ATTRIBUTES_POINTER}/connectionLimits/maxConnections`} board={board}>
-            <NumberInput value={limits.maxConnections} placeholder="100000" onChange={(value) => setAttribute(['connectionLimits', 'maxConnections'], value)} />
+            <NumberInput
+              value={limits.maxConnections}
+              placeholder="100000"
+              onChange={(value) => setAttribute(['connectionLimits', 'maxConnections'], value)}
+            />
           </Field>
         </div>
       </Fieldset>

@@ -16,30 +16,66 @@ export function OriginsSection(
       <SectionErrors board={board} pointer={`${ATTRIBUTES_POINTER}/backend/hosts`} />
       {(attributes.backend?.hosts ?? []).map((host: { address?: string; port?: number }, index: number) => (
         <div class="row host-row">
-          <Field label={index === 0 ? 'Address (IP or DNS name)' : ''} pointer={`${ATTRIBUTES_POINTER}/backend/hosts/${index}/address`} board={board}>
-            <TextInput value={host.address ?? ''} onChange={(value) => setAttribute(['backend', 'hosts', index, 'address'], value)} name={`host-${index}-address`} placeholder="203.0.113.10 or origin.example.com" />
+          <Field
+            label={index === 0 ? 'Address (IP or DNS name)' : ''}
+            pointer={`${ATTRIBUTES_POINTER}/backend/hosts/${index}/address`}
+            board={board}
+          >
+            <TextInput
+              value={host.address ?? ''}
+              onChange={(value) => setAttribute(['backend', 'hosts', index, 'address'], value)}
+              name={`host-${index}-address`}
+              placeholder="203.0.113.10 or origin.example.com"
+            />
           </Field>
-          <Field label={index === 0 ? 'Port' : ''} pointer={`${ATTRIBUTES_POINTER}/backend/hosts/${index}/port`} board={board} class="narrow">
-            <NumberInput value={host.port} onChange={(value) => setAttribute(['backend', 'hosts', index, 'port'], value)} name={`host-${index}-port`} />
+          <Field
+            label={index === 0 ? 'Port' : ''}
+            pointer={`${ATTRIBUTES_POINTER}/backend/hosts/${index}/port`}
+            board={board}
+            class="narrow"
+          >
+            <NumberInput
+              value={host.port}
+              onChange={(value) => setAttribute(['backend', 'hosts', index, 'port'], value)}
+              name={`host-${index}-port`}
+            />
           </Field>
           <button
             type="button"
             class="btn btn-small btn-ghost remove"
             title="Remove this origin"
             disabled={attributes.backend.hosts.length === 1}
-            onClick={() => setAttribute(['backend', 'hosts'], attributes.backend.hosts.filter((_: unknown, i: number) => i !== index))}
+            onClick={() =>
+              setAttribute(
+                ['backend', 'hosts'],
+                attributes.backend.hosts.filter((_: unknown, i: number) => i !== index),
+              )
+            }
           >
             ✕
           </button>
         </div>
       ))}
       <div class="row add-row">
-        <button type="button" class="btn btn-small" onClick={() => setAttribute(['backend', 'hosts'], [...(attributes.backend?.hosts ?? []), { address: '', port: undefined }])}>
+        <button
+          type="button"
+          class="btn btn-small"
+          onClick={() => setAttribute(['backend', 'hosts'], [...(attributes.backend?.hosts ?? []), { address: '', port: undefined }])}
+        >
           Add origin
         </button>
       </div>
-      <Field label="Delivery method" pointer={`${ATTRIBUTES_POINTER}/backend/deliveryMethod`} board={board} hint="How the next origin is chosen when there are several.">
-        <Select value={attributes.backend?.deliveryMethod ?? 'LEAST_CONNECTIONS'} onChange={(value) => setAttribute(['backend', 'deliveryMethod'], value)} name="deliveryMethod">
+      <Field
+        label="Delivery method"
+        pointer={`${ATTRIBUTES_POINTER}/backend/deliveryMethod`}
+        board={board}
+        hint="How the next origin is chosen when there are several."
+      >
+        <Select
+          value={attributes.backend?.deliveryMethod ?? 'LEAST_CONNECTIONS'}
+          onChange={(value) => setAttribute(['backend', 'deliveryMethod'], value)}
+          name="deliveryMethod"
+        >
           <option value="LEAST_CONNECTIONS">Least connections</option>
           <option value="ROUND_ROBIN">Round robin</option>
           <option value="SOURCE_IP_HASH">Source IP hash (sticky)</option>
@@ -55,7 +91,11 @@ export function OriginsSection(
           {attributes.backend?.tlsSettings && (
             <Fieldset title="Origin TLS">
               <div class="row">
-                <Field label="Verify the origin's certificate" pointer={`${ATTRIBUTES_POINTER}/backend/tlsSettings/verifyCertificate/mode`} board={board}>
+                <Field
+                  label="Verify the origin's certificate"
+                  pointer={`${ATTRIBUTES_POINTER}/backend/tlsSettings/verifyCertificate/mode`}
+                  board={board}
+                >
                   <Select
                     value={attributes.backend.tlsSettings.verifyCertificate?.mode ?? ''}
                     name="verifyMode"
@@ -71,7 +111,11 @@ export function OriginsSection(
                     <option value="CUSTOM_TRUSTSTORE">With my CA certificates</option>
                   </Select>
                 </Field>
-                <Field label="Client certificate for the origin (mutual TLS)" pointer={`${ATTRIBUTES_POINTER}/backend/tlsSettings/clientCertificateId`} board={board}>
+                <Field
+                  label="Client certificate for the origin (mutual TLS)"
+                  pointer={`${ATTRIBUTES_POINTER}/backend/tlsSettings/clientCertificateId`}
+                  board={board}
+                >
                   <Select
                     value={attributes.backend.tlsSettings.clientCertificateId ?? ''}
                     name="originClientCertificate"
@@ -87,12 +131,21 @@ export function OriginsSection(
                 </Field>
               </div>
               {attributes.backend.tlsSettings.verifyCertificate?.mode === 'CUSTOM_TRUSTSTORE' && (
-                <Field label="Trusted CA certificates" pointer={`${ATTRIBUTES_POINTER}/backend/tlsSettings/verifyCertificate/caCertificateIds`} board={board} deep>
+                <Field
+                  label="Trusted CA certificates"
+                  pointer={`${ATTRIBUTES_POINTER}/backend/tlsSettings/verifyCertificate/caCertificateIds`}
+                  board={board}
+                  deep
+                >
                   <MultiCheck
                     choices={props.caCertificates}
                     value={attributes.backend.tlsSettings.verifyCertificate.caCertificateIds ?? []}
                     onChange={(ids) => setAttribute(['backend', 'tlsSettings', 'verifyCertificate', 'caCertificateIds'], ids)}
-                    empty={<>No CA certificates yet: <Link to="/ca-certificates">upload one</Link>.</>}
+                    empty={
+                      <>
+                        No CA certificates yet: <Link to="/ca-certificates">upload one</Link>.
+                      </>
+                    }
                   />
                 </Field>
               )}

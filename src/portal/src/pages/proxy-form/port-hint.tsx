@@ -27,19 +27,38 @@ export function PortHint(props: {
   const isFree = (port: number) => [...taken.values()].every((set) => !set.has(port));
   const suggestions: number[] = [];
   for (const candidate of [80, 443, 8080, 8443, ...(props.port ? [props.port + 1, props.port + 2] : [])]) {
-    if (candidate <= 65535 && isFree(candidate) && candidate !== props.port && !suggestions.includes(candidate)) suggestions.push(candidate);
+    if (candidate <= 65535 && isFree(candidate) && candidate !== props.port && !suggestions.includes(candidate))
+      suggestions.push(candidate);
   }
   const allTaken = [...new Set([...taken.values()].flatMap((set) => [...set]))].sort((a, b) => a - b);
   return (
     <span data-testid="port-hint">
-      {props.port !== undefined && Number.isInteger(props.port) && props.port >= 1 && props.port <= 65535 && (
-        isFree(props.port) ? (
-          <span class="ok-text">Port {props.port} is free on {chosen.map((ip) => ip.attributes.address).join(' and ')}. </span>
+      {props.port !== undefined &&
+        Number.isInteger(props.port) &&
+        props.port >= 1 &&
+        props.port <= 65535 &&
+        (isFree(props.port) ? (
+          <span class="ok-text">
+            Port {props.port} is free on {chosen.map((ip) => ip.attributes.address).join(' and ')}.{' '}
+          </span>
         ) : (
-          <span class="error-text">Port {props.port} is taken on {[...taken].filter(([, set]) => set.has(props.port!)).map(([ip]) => ip).join(' and ')}. </span>
-        )
+          <span class="error-text">
+            Port {props.port} is taken on{' '}
+            {[...taken]
+              .filter(([, set]) => set.has(props.port!))
+              .map(([ip]) => ip)
+              .join(' and ')}
+            .{' '}
+          </span>
+        ))}
+      {allTaken.length > 0 ? (
+        <>
+          In use: {allTaken.slice(0, 12).join(', ')}
+          {allTaken.length > 12 ? '…' : ''}.{' '}
+        </>
+      ) : (
+        <>No port is in use there yet. </>
       )}
-      {allTaken.length > 0 ? <>In use: {allTaken.slice(0, 12).join(', ')}{allTaken.length > 12 ? '…' : ''}. </> : <>No port is in use there yet. </>}
       {suggestions.length > 0 && (
         <>
           Free:{' '}
