@@ -3,7 +3,7 @@
  * beside the attack, measured over real sockets on loopback. Prints one table:
  *
  *   baseline          no attack: the benign client alone
- *   waf flood Nx      N x the WAF's capacity (its queue: edge workers x WAF threads x 256) in
+ *   waf flood Nx      N x the WAF's capacity (edge workers x WAF threads x (32 held + 64 waiting)) in
  *                     concurrent POSTs, each a 60 KB form with an SQL injection at its end:
  *                     attacks delivered to the origin, 403s, 503s, other answers
  *   slowloris         BENCH_SLOWLORIS (2,000) connections trickling their headers, reconnecting
@@ -36,12 +36,15 @@ import { waitFor } from '../../test/support/wait.ts';
 import { freePort } from '../../test/support/ports.ts';
 import { rapidReset } from '../../test/support/rapid-reset.ts';
 import { fixed, printTable } from '../support/table.ts';
+import { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? os.availableParallelism());
 const WAF_THREADS = Number(process.env.BENCH_WAF_THREADS ?? 1);
-/** The compiled engine's queue: 256 requests per WAF thread, per edge worker (compiled-engine.ts). */
-const WAF_CAPACITY = Number(process.env.BENCH_WAF_CAPACITY ?? WORKERS * WAF_THREADS * 256);
+/** What the WAF takes before it sheds: per thread, the requests it holds and those waiting for it (fair-admission.ts). */
+const WAF_CAPACITY = Number(
+  process.env.BENCH_WAF_CAPACITY ?? WORKERS * WAF_THREADS * (DEFAULT_IN_FLIGHT_PER_WORKER + DEFAULT_QUEUE_PER_WORKER),
+);
 const MULTIPLIERS = (process.env.BENCH_MULTIPLIERS ?? '1,4,10').split(',').map(Number);
 const SLOWLORIS = Number(process.env.BENCH_SLOWLORIS ?? 2_000);
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'baseline,flood,slowloris,rapid-reset').split(','));

@@ -20,8 +20,15 @@
  */
 import { WafOverloadedError } from '../engine.ts';
 
-/** The engines' pool defaults: requests handed to each thread at once, waiting per thread, longest wait. */
-export const DEFAULT_IN_FLIGHT_PER_WORKER = 8;
+/**
+ * The engines' pool defaults: requests handed to each thread at once, waiting per thread, longest
+ * wait. A thread answers the requests it holds in batches (batched-messages.ts), so the number it
+ * holds is also the largest batch: fewer than a proxy's usual concurrency makes every batch small
+ * and every request pay for more messages and wake-ups (docs/benchmarks.md, bench/waf's blocked
+ * attack). Requests past it wait here, where shedding and order are fair per client; the thread's
+ * own queue is first come, first served.
+ */
+export const DEFAULT_IN_FLIGHT_PER_WORKER = 32;
 export const DEFAULT_QUEUE_PER_WORKER = 64;
 export const DEFAULT_MAX_QUEUE_WAIT_MS = 1000;
 
