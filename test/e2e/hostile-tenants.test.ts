@@ -5,7 +5,14 @@
  * sequence of its calls gets it the victim's ip:port, a refused delete names nothing of another
  * tenant, quotas hold (also for concurrent creates at the last slot), and malformed documents get
  * 4xx answers.
+ *
+ * The points of the same threat model that need their own fixtures live beside this file and run
+ * with it: `hostile-tenants/origins.ts` (where the service connects on a tenant's behalf: origins,
+ * DNS names resolving inside, CRL URLs, listeners) and `hostile-tenants/certificates.ts` (ACME
+ * challenges, claimed domains, per-tenant ACME accounts, the pending-order quota, against Pebble).
  */
+import './hostile-tenants/origins.ts';
+import './hostile-tenants/certificates.ts';
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';

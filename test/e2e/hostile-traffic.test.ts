@@ -7,7 +7,12 @@
  *
  * The WAF's capacity is lowered (one thread per worker, two requests waiting per thread) so that
  * the flood overloads it on any machine.
+ *
+ * The network-level points (mutual TLS without a CRL, connection caps, HTTP/2 rapid reset, IPv6
+ * /64 rotation, per-proxy rate-limit tables, the UDP reply budget, sign-in bounds) live in
+ * `hostile-traffic/network.ts`, which runs with this file.
  */
+import './hostile-traffic/network.ts';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';

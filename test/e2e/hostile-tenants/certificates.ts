@@ -20,14 +20,14 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import acme from 'acme-client';
-import { startPebble, type Pebble } from '../support/pebble.ts';
-import { startTps, createTenant, openStoreOf, type Tps } from '../support/tps.ts';
-import { TenantApi, request } from '../support/api-client.ts';
-import { TestCa } from '../support/pki.ts';
-import { waitFor } from '../support/wait.ts';
-import type { Store } from '../../src/store/index.ts';
-import { SecretBox, acmeAccountKeyBinding } from '../../src/certs/secret-box.ts';
-import { ACME_TLS_ALPN_PROTOCOL } from '../../src/certs/acme-tls-alpn.ts';
+import { startPebble, type Pebble } from '../../support/pebble.ts';
+import { startTps, createTenant, openStoreOf, type Tps } from '../../support/tps.ts';
+import { TenantApi, request } from '../../support/api-client.ts';
+import { TestCa } from '../../support/pki.ts';
+import { waitFor } from '../../support/wait.ts';
+import type { Store } from '../../../src/store/index.ts';
+import { SecretBox, acmeAccountKeyBinding } from '../../../src/certs/secret-box.ts';
+import { ACME_TLS_ALPN_PROTOCOL } from '../../../src/certs/acme-tls-alpn.ts';
 
 const PEBBLE_IP = '127.0.0.150';
 /** Tenant A's front-end IP (where names resolve unless the test says otherwise), and tenant B's. */

@@ -18,12 +18,12 @@ import assert from 'node:assert/strict';
 import dgram from 'node:dgram';
 import http from 'node:http';
 import net from 'node:net';
-import { startTps, createTenant, type Tps } from '../support/tps.ts';
-import { TenantApi, type Answer, type ErrorBody } from '../support/api-client.ts';
-import { startTestDns, type TestDns } from '../support/dns-server.ts';
-import { TestCa } from '../support/pki.ts';
-import { waitFor } from '../support/wait.ts';
-import { freePort } from '../support/ports.ts';
+import { startTps, createTenant, type Tps } from '../../support/tps.ts';
+import { TenantApi, type Answer, type ErrorBody } from '../../support/api-client.ts';
+import { startTestDns, type TestDns } from '../../support/dns-server.ts';
+import { TestCa } from '../../support/pki.ts';
+import { waitFor } from '../../support/wait.ts';
+import { freePort } from '../../support/ports.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const CA_CERTIFICATES = '/api/v2/traffic-mgmt/ca-certificates';

@@ -15,12 +15,12 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
 import net from 'node:net';
-import { startTps, createTenant, type Tps } from '../support/tps.ts';
-import { TenantApi } from '../support/api-client.ts';
-import { freePort } from '../support/ports.ts';
-import { waitFor } from '../support/wait.ts';
-import { TestCa } from '../support/pki.ts';
-import { rapidReset } from '../support/rapid-reset.ts';
+import { startTps, createTenant, type Tps } from '../../support/tps.ts';
+import { TenantApi } from '../../support/api-client.ts';
+import { freePort } from '../../support/ports.ts';
+import { waitFor } from '../../support/wait.ts';
+import { TestCa } from '../../support/pki.ts';
+import { rapidReset } from '../../support/rapid-reset.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const FRONTEND = '127.0.2.1';
