@@ -131,7 +131,9 @@ async function main(): Promise<void> {
       results.set(target.name, []);
     }
     for (let round = 1; round <= ROUNDS; round++) {
-      for (const target of targets) {
+      // The order alternates from round to round, so that no target always follows the same one
+      // (tps and tps+log share this process: the one measured second inherits the first's garbage).
+      for (const target of round % 2 === 1 ? targets : [...targets].reverse()) {
         const cpuBefore = target.cpu?.() ?? 0;
         const r = await wrk(target.url, SECONDS);
         const cpu = target.cpu ? target.cpu() - cpuBefore : NaN;
