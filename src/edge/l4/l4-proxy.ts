@@ -393,8 +393,9 @@ export class L4Proxy {
       this.refuseTcp(socket, slot, proxied);
       return;
     }
-    const peer = { ip: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
-    const server = { ip: socket.localAddress ?? '', port: socket.localPort ?? 0 };
+    // Read now (a closed socket has no addresses), and only for the access log: each is a system
+    // call, a measurable share of a short connection's cost (bench/l4, connections per second).
+    const addresses = this.accessLog === undefined ? undefined : socketAddresses(socket);
     this.metrics?.connectionAccepted(this.id, 'TCP');
     const tunnel: TcpTunnel = new TcpTunnel(
       socket,
@@ -405,7 +406,8 @@ export class L4Proxy {
           this.tunnels.delete(tunnel);
           this.limiter.release(slot);
           this.metrics?.connectionClosed(this.id, 'TCP', { ...result, durationSeconds: result.durationMs / 1000 });
-          if (this.accessLog !== undefined) {
+          if (addresses !== undefined) {
+            const { peer, server } = addresses;
             const client = proxied ?? peer;
             const entry: L4AccessLogEntry = {
               ...this.entryBase('TCP', client.ip, client.port, server.ip, server.port, result.durationMs),
@@ -577,3 +579,11 @@ function bindingOfKey(key: ListenerKey): Binding {
 }
 
 function ignore(): void {}
+
+/** A connected socket's two ends, as the access log names them. */
+function socketAddresses(socket: Socket): { peer: { ip: string; port: number }; server: { ip: string; port: number } } {
+  return {
+    peer: { ip: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 },
+    server: { ip: socket.localAddress ?? '', port: socket.localPort ?? 0 },
+  };
+}
