@@ -131,8 +131,9 @@ async function main(): Promise<void> {
       results.set(target.name, []);
     }
     for (let round = 1; round <= ROUNDS; round++) {
-      // The order alternates from round to round, so that no target always follows the same one
-      // (tps and tps+log share this process: the one measured second inherits the first's garbage).
+      // The order alternates from round to round, so that no target always follows the same one:
+      // tps and tps+log share this process, and the one measured second read slower even when its
+      // access log wrote nothing.
       for (const target of round % 2 === 1 ? targets : [...targets].reverse()) {
         const cpuBefore = target.cpu?.() ?? 0;
         const r = await wrk(target.url, SECONDS);
