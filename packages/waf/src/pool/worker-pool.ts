@@ -29,7 +29,7 @@ import { RunWatch } from './run-watch.ts';
 
 /** The scheduling options an engine passes on from its own (the defaults are the pool's). */
 export interface PoolSchedulingOptions {
-  /** Requests handed to each thread at once; default 8. */
+  /** Requests handed to each thread at once; default 32 (DEFAULT_IN_FLIGHT_PER_WORKER says why). */
   readonly inFlightPerWorker?: number;
   /** Requests waiting for a thread, all clients together, before they are shed per client; default 64 per thread. */
   readonly queueLength?: number;
