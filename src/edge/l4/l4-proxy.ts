@@ -407,19 +407,12 @@ export class L4Proxy {
           this.limiter.release(slot);
           this.metrics?.connectionClosed(this.id, 'TCP', { ...result, durationSeconds: result.durationMs / 1000 });
           if (addresses !== undefined) {
-            const { peer, server } = addresses;
-            const client = proxied ?? peer;
-            const entry: L4AccessLogEntry = {
-              ...this.entryBase('TCP', client.ip, client.port, server.ip, server.port, result.durationMs),
+            const entry = this.tcpEntry(addresses, proxied, result.durationMs, {
               answeredBy: result.reason === 'NO_HOST' ? 'error' : 'origin',
               end: result.reason,
               bytesIn: result.bytesFromClient,
               bytesOut: result.bytesToClient,
-            };
-            if (proxied !== undefined) {
-              entry.clientIpSource = 'proxy-protocol';
-              entry.peerIp = unmapIpv4(peer.ip);
-            }
+            });
             if (result.host !== undefined) entry.upstream = `${result.host.address}:${result.host.port}`;
             if (result.connectMs !== undefined) entry.originMs = roundMs(result.connectMs);
             this.log(entry);
@@ -464,25 +457,34 @@ export class L4Proxy {
 
   private refuseTcp(socket: Socket, reason: L4RefusalReason, proxied?: { ip: string; port: number }): void {
     if (this.accessLog !== undefined) {
-      const peer = { ip: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
-      const client = proxied ?? peer;
-      const entry: L4AccessLogEntry = {
-        ...this.entryBase('TCP', client.ip, client.port, socket.localAddress ?? '', socket.localPort ?? 0, 0),
-        answeredBy: refusalAnsweredBy(reason),
-        refused: reason,
-        bytesIn: 0,
-        bytesOut: 0,
-      };
-      if (proxied !== undefined) {
-        entry.clientIpSource = 'proxy-protocol';
-        entry.peerIp = unmapIpv4(peer.ip);
-      }
-      this.log(entry);
+      this.log(
+        this.tcpEntry(socketAddresses(socket), proxied, 0, {
+          answeredBy: refusalAnsweredBy(reason),
+          refused: reason,
+          bytesIn: 0,
+          bytesOut: 0,
+        }),
+      );
     }
     socket.on('error', ignore);
     // A reset: the client learns at once, and no FIN handshake lingers on a flood.
     socket.resetAndDestroy();
     this.metrics?.connectionRefused(this.id, 'TCP', reason);
+  }
+
+  /**
+   * A TCP connection's line: `fields` after the addresses, the client being the one a trusted load
+   * balancer's PROXY header named (`proxied`, then the load balancer is `peerIp`) or else the peer.
+   */
+  private tcpEntry(addresses: SocketAddresses, proxied: Endpoint | undefined, durationMs: number, fields: TcpLineFields): L4AccessLogEntry {
+    const { peer, server } = addresses;
+    const client = proxied ?? peer;
+    const entry: L4AccessLogEntry = { ...this.entryBase('TCP', client.ip, client.port, server.ip, server.port, durationMs), ...fields };
+    if (proxied !== undefined) {
+      entry.clientIpSource = 'proxy-protocol';
+      entry.peerIp = unmapIpv4(peer.ip);
+    }
+    return entry;
   }
 
   /** The fields every line has; `durationMs` ago is when the connection was accepted. */
@@ -580,8 +582,21 @@ function bindingOfKey(key: ListenerKey): Binding {
 
 function ignore(): void {}
 
+interface Endpoint {
+  ip: string;
+  port: number;
+}
+
 /** A connected socket's two ends, as the access log names them. */
-function socketAddresses(socket: Socket): { peer: { ip: string; port: number }; server: { ip: string; port: number } } {
+interface SocketAddresses {
+  peer: Endpoint;
+  server: Endpoint;
+}
+
+/** What a TCP line says besides its addresses. */
+type TcpLineFields = Pick<L4AccessLogEntry, 'answeredBy' | 'bytesIn' | 'bytesOut'> & Partial<Pick<L4AccessLogEntry, 'end' | 'refused'>>;
+
+function socketAddresses(socket: Socket): SocketAddresses {
   return {
     peer: { ip: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 },
     server: { ip: socket.localAddress ?? '', port: socket.localPort ?? 0 },
