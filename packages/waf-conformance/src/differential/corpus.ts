@@ -9,6 +9,7 @@
  */
 import { existsSync } from 'node:fs';
 import type { WafEngineSettings, WafRequest } from '@tps/waf';
+import { Random } from '@tps/waf/test-support/random';
 import { buildRequestBytes, loadFtwTests } from '../ftw.ts';
 import { parseRawRequest } from '../raw-http.ts';
 
@@ -73,27 +74,6 @@ export function crsPayloads(folder: string): string[] {
     }
   }
   return [...set].sort();
-}
-
-/** Deterministic PRNG (LCG), so a corpus is the same on every run. */
-export class Random {
-  private state: number;
-  constructor(seed: number) {
-    this.state = seed >>> 0 || 1;
-  }
-  next(): number {
-    this.state = (Math.imul(this.state, 1664525) + 1013904223) >>> 0;
-    return this.state / 0x100000000;
-  }
-  int(n: number): number {
-    return Math.floor(this.next() * n);
-  }
-  pick<T>(list: readonly T[]): T {
-    return list[this.int(list.length)]!;
-  }
-  chance(p: number): boolean {
-    return this.next() < p;
-  }
 }
 
 const USER_AGENTS = [

@@ -7,7 +7,8 @@
 import { TRANSFORMATIONS } from '@tps/waf';
 import type { WafEngineSettings, WafRequest } from '@tps/waf';
 import { loadSqliData } from '@tps/libinjection';
-import { crsPayloads, Random } from '../differential/corpus.ts';
+import { Random } from '@tps/waf/test-support/random';
+import { crsPayloads } from '../differential/corpus.ts';
 
 /** A request with everything but what a case sets. */
 export function simpleRequest(partial: Partial<WafRequest> = {}): WafRequest {

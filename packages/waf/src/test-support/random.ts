@@ -1,4 +1,4 @@
-/** Deterministic PRNG (LCG) of the property tests: the same values on every run. */
+/** Deterministic PRNG (LCG) of the property tests and of the conformance corpora: the same values on every run. */
 export class Random {
   private state: number;
   constructor(seed: number) {
