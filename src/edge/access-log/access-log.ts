@@ -1,6 +1,7 @@
 /**
  * An edge worker's access log (TPS_ACCESS_LOG): one JSON line per HTTP request and per layer 4
- * connection, written off the serving loop (line-writer.ts: buffered, bounded, drops counted).
+ * connection, written off the serving loop (line-writer.ts: buffered, bounded, drops counted). A
+ * request's line is formatted in place (http-line.ts); a connection's, rarer, is `JSON.stringify`.
  *
  * Sampling (TPS_ACCESS_LOG_SAMPLE = N), as HAProxy's `log ... sample 1:N` applied to what its
  * `option dontlog-normal` calls normal traffic: requests the origin answered with 1xx-3xx, and
@@ -11,6 +12,7 @@
  */
 import type { AccessLogEntry } from '../http/types.ts';
 import type { L4AccessLogEntry } from '../l4/types.ts';
+import { appendHttpLine } from './http-line.ts';
 import { LineWriter, type LineWriterOptions } from './line-writer.ts';
 
 export interface AccessLogSettings {
@@ -43,7 +45,9 @@ export class AccessLog {
     const normal = entry.answeredBy === 'origin' && entry.status < 400;
     if (normal && !this.#keep()) return;
     if (normal && this.#sample > 1) entry.sample = this.#sample;
-    this.#writer.write(JSON.stringify(entry));
+    if (!this.#writer.startLine()) return;
+    appendHttpLine(this.#writer, entry);
+    this.#writer.endLine();
   };
 
   readonly l4 = (entry: L4AccessLogEntry): void => {
