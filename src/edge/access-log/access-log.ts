@@ -15,6 +15,14 @@ import type { L4AccessLogEntry } from '../l4/types.ts';
 import { appendHttpLine } from './http-line.ts';
 import { LineWriter, type LineWriterOptions } from './line-writer.ts';
 
+/**
+ * Request lines are formatted a batch at a time, at the end of the event loop's turn or every this
+ * many: formatting in a run keeps the formatter's code and memory in the CPU's caches (one line at a
+ * time, between requests, cost about twice as much), while a batch this small is gone before the
+ * garbage collector would have to move it.
+ */
+const FORMAT_BATCH = 64;
+
 export interface AccessLogSettings {
   /** `stdout` or a file path. */
   destination: string;
@@ -35,6 +43,8 @@ export class AccessLog {
   readonly #writer: LineWriter;
   readonly #sample: number;
   #sampled = 0;
+  /** Requests whose lines are formatted together, once the loop's turn is over (see FORMAT_BATCH). */
+  #waiting: AccessLogEntry[] = [];
 
   constructor(settings: AccessLogSettings, options: LineWriterOptions = {}) {
     this.#writer = new LineWriter(settings.destination, options);
@@ -45,9 +55,9 @@ export class AccessLog {
     const normal = entry.answeredBy === 'origin' && entry.status < 400;
     if (normal && !this.#keep()) return;
     if (normal && this.#sample > 1) entry.sample = this.#sample;
-    if (!this.#writer.startLine()) return;
-    appendHttpLine(this.#writer, entry);
-    this.#writer.endLine();
+    this.#waiting.push(entry);
+    if (this.#waiting.length === 1) setImmediate(this.#formatWaiting);
+    else if (this.#waiting.length >= FORMAT_BATCH) this.#formatWaiting();
   };
 
   readonly l4 = (entry: L4AccessLogEntry): void => {
@@ -62,12 +72,31 @@ export class AccessLog {
   }
 
   flush(): Promise<void> {
+    this.#formatWaiting();
     return this.#writer.flush();
   }
 
   close(): Promise<void> {
+    this.#formatWaiting();
     return this.#writer.close();
   }
+
+  readonly #formatWaiting = (): void => {
+    const entries = this.#waiting;
+    if (entries.length === 0) return;
+    this.#waiting = [];
+    const writer = this.#writer;
+    for (const entry of entries) {
+      if (!writer.startLine()) continue;
+      try {
+        appendHttpLine(writer, entry);
+        writer.endLine();
+      } catch {
+        // An entry the formatter cannot read (a bug): its line is left out, the others are written.
+        writer.dropped++;
+      }
+    }
+  };
 
   #keep(): boolean {
     if (this.#sample === 1 || Math.random() * this.#sample < 1) return true;

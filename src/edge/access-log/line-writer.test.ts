@@ -239,6 +239,19 @@ describe('access-log lines formatted in place', () => {
   });
 });
 
+describe('access log', () => {
+  it('leaves out, and counts, a request line it cannot format, and writes the others', async () => {
+    const file = tempFile();
+    const log = new AccessLog({ destination: file, sample: 1 });
+    const good = randomEntry(new Random(5));
+    log.http({ ...good, url: undefined as unknown as string });
+    log.http(good);
+    await log.close();
+    assert.equal(fs.readFileSync(file, 'utf8'), `${JSON.stringify(good)}\n`);
+    assert.deepEqual(log.counts, { written: 1, dropped: 1, sampled: 0 });
+  });
+});
+
 describe('access log sampling', () => {
   const entry = (answeredBy: AccessLogEntry['answeredBy'], status: number): AccessLogEntry => ({
     type: 'http',
