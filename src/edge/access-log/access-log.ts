@@ -17,9 +17,9 @@ import { LineWriter, type LineWriterOptions } from './line-writer.ts';
 
 /**
  * Request lines are formatted a batch at a time, at the end of the event loop's turn or every this
- * many: formatting in a run keeps the formatter's code and memory in the CPU's caches (one line at a
- * time, between requests, cost about twice as much), while a batch this small is gone before the
- * garbage collector would have to move it.
+ * many: formatting in a run keeps the formatter's code and memory in the CPU's caches, where a line
+ * formatted between two requests finds them cold (docs/benchmarks.md, Access log); and a batch this
+ * small is gone before the garbage collector would have to move it.
  */
 const FORMAT_BATCH = 64;
 

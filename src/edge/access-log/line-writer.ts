@@ -7,8 +7,9 @@
  *
  * The JSON appenders write an access-log line without making a string of it (nor of its numbers), as
  * nginx formats its log into its buffer: at tens of thousands of lines a second per core, a string
- * per line and its garbage were most of what the log cost the serving loop. They are hand-written on
- * purpose; line-writer.test.ts checks them against `JSON.stringify` on random input.
+ * per line and its garbage would cost the serving loop more than the fields themselves. They are
+ * hand-written on purpose (docs/benchmarks.md, Access log); line-writer.test.ts checks them against
+ * `JSON.stringify` on random input.
  *
  * Several writers (one per edge worker) may share one destination: a file is opened with O_APPEND,
  * whose writes the kernel never interleaves; a pipe or socket (standard output under systemd or a
