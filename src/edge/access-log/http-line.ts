@@ -52,22 +52,10 @@ export function appendHttpLine(out: LineWriter, entry: AccessLogEntry): void {
   out.appendJsonNumber(entry.upstreamAttempts);
   out.appendAscii(',"durationMs":');
   out.appendJsonNumber(entry.durationMs);
-  if (entry.clientIpSource !== undefined) {
-    out.appendAscii(',"clientIpSource":');
-    out.appendJsonString(entry.clientIpSource);
-  }
-  if (entry.peerIp !== undefined) {
-    out.appendAscii(',"peerIp":');
-    out.appendJsonString(entry.peerIp);
-  }
-  if (entry.clientCertificate !== undefined) {
-    out.appendAscii(',"clientCertificate":');
-    out.appendJsonString(entry.clientCertificate);
-  }
-  if (entry.waf !== undefined) {
-    out.appendAscii(',"waf":');
-    out.appendJsonString(entry.waf);
-  }
+  if (entry.clientIpSource !== undefined) appendStringField(out, ',"clientIpSource":', entry.clientIpSource);
+  if (entry.peerIp !== undefined) appendStringField(out, ',"peerIp":', entry.peerIp);
+  if (entry.clientCertificate !== undefined) appendStringField(out, ',"clientCertificate":', entry.clientCertificate);
+  if (entry.waf !== undefined) appendStringField(out, ',"waf":', entry.waf);
   if (entry.wafRules !== undefined) {
     out.appendAscii(',"wafRules":[');
     for (let i = 0; i < entry.wafRules.length; i++) {
@@ -76,21 +64,20 @@ export function appendHttpLine(out: LineWriter, entry: AccessLogEntry): void {
     }
     out.appendAscii(']');
   }
-  if (entry.upstream !== undefined) {
-    out.appendAscii(',"upstream":');
-    out.appendJsonString(entry.upstream);
-  }
-  if (entry.upstreamError !== undefined) {
-    out.appendAscii(',"upstreamError":');
-    out.appendJsonString(entry.upstreamError);
-  }
-  if (entry.originMs !== undefined) {
-    out.appendAscii(',"originMs":');
-    out.appendJsonNumber(entry.originMs);
-  }
-  if (entry.sample !== undefined) {
-    out.appendAscii(',"sample":');
-    out.appendJsonNumber(entry.sample);
-  }
+  if (entry.upstream !== undefined) appendStringField(out, ',"upstream":', entry.upstream);
+  if (entry.upstreamError !== undefined) appendStringField(out, ',"upstreamError":', entry.upstreamError);
+  if (entry.originMs !== undefined) appendNumberField(out, ',"originMs":', entry.originMs);
+  if (entry.sample !== undefined) appendNumberField(out, ',"sample":', entry.sample);
   out.appendAscii('}');
+}
+
+/** A field after the first: its key (with the comma before it) and its value. */
+function appendStringField(out: LineWriter, key: string, value: string): void {
+  out.appendAscii(key);
+  out.appendJsonString(value);
+}
+
+function appendNumberField(out: LineWriter, key: string, value: number): void {
+  out.appendAscii(key);
+  out.appendJsonNumber(value);
 }
