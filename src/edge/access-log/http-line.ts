@@ -8,50 +8,28 @@ import type { AccessLogEntry } from '../http/types.ts';
 import type { LineWriter } from './line-writer.ts';
 
 export function appendHttpLine(out: LineWriter, entry: AccessLogEntry): void {
-  out.appendAscii('{"type":');
-  out.appendJsonString(entry.type);
-  out.appendAscii(',"time":');
-  out.appendJsonString(entry.time);
-  out.appendAscii(',"proxyId":');
-  out.appendJsonString(entry.proxyId);
-  out.appendAscii(',"tenantId":');
-  out.appendJsonString(entry.tenantId);
-  out.appendAscii(',"revision":');
-  out.appendJsonNumber(entry.revision);
-  out.appendAscii(',"supportId":');
-  out.appendJsonString(entry.supportId);
-  out.appendAscii(',"requestId":');
-  out.appendJsonString(entry.requestId);
-  out.appendAscii(',"clientIp":');
-  out.appendJsonString(entry.clientIp);
-  out.appendAscii(',"clientPort":');
-  out.appendJsonNumber(entry.clientPort);
-  out.appendAscii(',"serverIp":');
-  out.appendJsonString(entry.serverIp);
-  out.appendAscii(',"serverPort":');
-  out.appendJsonNumber(entry.serverPort);
-  out.appendAscii(',"country":');
-  out.appendJsonString(entry.country);
-  out.appendAscii(',"protocol":');
-  out.appendJsonString(entry.protocol);
-  out.appendAscii(entry.tls ? ',"tls":true,"method":' : ',"tls":false,"method":');
-  out.appendJsonString(entry.method);
-  out.appendAscii(',"host":');
-  out.appendJsonString(entry.host);
-  out.appendAscii(',"url":');
-  out.appendJsonString(entry.url);
-  out.appendAscii(',"status":');
-  out.appendJsonNumber(entry.status);
-  out.appendAscii(',"answeredBy":');
-  out.appendJsonString(entry.answeredBy);
-  out.appendAscii(',"bytesIn":');
-  out.appendJsonNumber(entry.bytesIn);
-  out.appendAscii(',"bytesOut":');
-  out.appendJsonNumber(entry.bytesOut);
-  out.appendAscii(',"upstreamAttempts":');
-  out.appendJsonNumber(entry.upstreamAttempts);
-  out.appendAscii(',"durationMs":');
-  out.appendJsonNumber(entry.durationMs);
+  appendStringField(out, '{"type":', entry.type);
+  appendStringField(out, ',"time":', entry.time);
+  appendStringField(out, ',"proxyId":', entry.proxyId);
+  appendStringField(out, ',"tenantId":', entry.tenantId);
+  appendNumberField(out, ',"revision":', entry.revision);
+  appendStringField(out, ',"supportId":', entry.supportId);
+  appendStringField(out, ',"requestId":', entry.requestId);
+  appendStringField(out, ',"clientIp":', entry.clientIp);
+  appendNumberField(out, ',"clientPort":', entry.clientPort);
+  appendStringField(out, ',"serverIp":', entry.serverIp);
+  appendNumberField(out, ',"serverPort":', entry.serverPort);
+  appendStringField(out, ',"country":', entry.country);
+  appendStringField(out, ',"protocol":', entry.protocol);
+  appendStringField(out, entry.tls ? ',"tls":true,"method":' : ',"tls":false,"method":', entry.method);
+  appendStringField(out, ',"host":', entry.host);
+  appendStringField(out, ',"url":', entry.url);
+  appendNumberField(out, ',"status":', entry.status);
+  appendStringField(out, ',"answeredBy":', entry.answeredBy);
+  appendNumberField(out, ',"bytesIn":', entry.bytesIn);
+  appendNumberField(out, ',"bytesOut":', entry.bytesOut);
+  appendNumberField(out, ',"upstreamAttempts":', entry.upstreamAttempts);
+  appendNumberField(out, ',"durationMs":', entry.durationMs);
   if (entry.clientIpSource !== undefined) appendStringField(out, ',"clientIpSource":', entry.clientIpSource);
   if (entry.peerIp !== undefined) appendStringField(out, ',"peerIp":', entry.peerIp);
   if (entry.clientCertificate !== undefined) appendStringField(out, ',"clientCertificate":', entry.clientCertificate);
@@ -71,7 +49,7 @@ export function appendHttpLine(out: LineWriter, entry: AccessLogEntry): void {
   out.appendAscii('}');
 }
 
-/** A field after the first: its key (with the comma before it) and its value. */
+/** A field: its key (with the `{` or `,` before it) and its value. */
 function appendStringField(out: LineWriter, key: string, value: string): void {
   out.appendAscii(key);
   out.appendJsonString(value);

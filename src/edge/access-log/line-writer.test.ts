@@ -174,7 +174,6 @@ describe('access-log lines formatted in place', () => {
     for (const destination of ['file', 'stdout'] as const) {
       const random = new Random(destination === 'file' ? 2511 : 2512);
       const entries = Array.from({ length: 3000 }, () => randomEntry(random));
-      const expected = entries.map((entry) => `${JSON.stringify(entry)}\n`).join('');
       if (destination === 'file') {
         const file = tempFile();
         // Written in one synchronous run: the buffer holds them all.
@@ -185,7 +184,7 @@ describe('access-log lines formatted in place', () => {
           writer.endLine();
         }
         await writer.close();
-        assert.equal(fs.readFileSync(file, 'utf8'), expected);
+        assert.equal(fs.readFileSync(file, 'utf8'), entries.map((entry) => `${JSON.stringify(entry)}\n`).join(''));
         assert.equal(writer.written, entries.length);
       } else {
         // Standard output is a pipe here: chunks of PIPE_BUF, long lines alone.

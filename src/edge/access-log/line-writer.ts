@@ -191,10 +191,7 @@ export class LineWriter {
     this.#lineStart = this.#offset;
     this.#chunkLines++;
     // A chunk grown for one long line is written alone; a full one as soon as it can be.
-    if (this.#chunk.length > this.#chunkBytes || this.#chunk.length - this.#offset < 64) {
-      this.#seal();
-      this.#writeSome();
-    }
+    if (this.#chunk.length > this.#chunkBytes || this.#chunk.length - this.#offset < 64) this.#sealAndWrite();
   }
 
   /** Resolves once every line queued so far is written (or dropped). */
