@@ -25,6 +25,9 @@
  *   BENCH_ENGINE=compiled ...                                         (our side with the compiled engine)
  *   BENCH_ACCESS_LOG=1 ...                                            (a third side, tps+log: ours with the access log
  *                                                                      on, every request a line in a file; prints its cost)
+ *   BENCH_BASELINE=/path/to/checkout ...                              (another side, tps@baseline: that checkout's proxy, e.g.
+ *                                                                      a `git worktree` of an older commit, in the same rounds;
+ *                                                                      prints this tree's req/s against it)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -51,6 +54,8 @@ const PARANOIA_LEVELS = (process.env.BENCH_PARANOIA ?? '1,4').split(',').map(Num
 const REQUESTS = (process.env.BENCH_REQUESTS ?? 'get,post,attack').split(',');
 const ENGINE = process.env.BENCH_ENGINE === 'compiled' ? 'compiled' : 'modsecurity';
 const ACCESS_LOG = process.env.BENCH_ACCESS_LOG === '1';
+/** Another checkout (with its node_modules) whose proxy runs as one more side, in the same rounds. */
+const BASELINE = process.env.BENCH_BASELINE ? path.resolve(process.env.BENCH_BASELINE) : undefined;
 const ORIGIN_IP = '127.0.0.70';
 const NGINX_IP = '127.0.0.71';
 const TPS_IP = '127.0.0.72';
@@ -86,7 +91,7 @@ interface Scenario {
 }
 
 interface Side {
-  name: 'nginx' | 'tps' | 'tps+log';
+  name: 'nginx' | 'tps' | 'tps+log' | 'tps@baseline';
   ports: Map<number, number>;
   /** CPU seconds of the whole side. */
   cpu(): number;
@@ -126,11 +131,25 @@ function request(address: string, scenario: Scenario): Promise<number> {
   });
 }
 
-function startTps(args: TpsProxyArgs, cpus: string): Promise<ChildProcess> {
-  const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
+/** CPU seconds of our proxy's threads: event loop, WAF engine threads, the rest (V8 and libuv helpers). */
+function threadParts(pid: number): Record<string, number> {
+  const parts = { loop: 0, waf: 0, other: 0 };
+  for (const t of threadCpuSeconds(pid)) {
+    if (t.name === 'MainThread' || t.tid === pid) parts.loop += t.seconds;
+    else if (t.name.startsWith('waf-')) parts.waf += t.seconds;
+    else parts.other += t.seconds;
+  }
+  return parts;
+}
+
+/** Our proxy (tps-proxy.ts) of this tree, or of `checkout` (BENCH_BASELINE), pinned to `cpus`. */
+function startTps(args: TpsProxyArgs, cpus: string, checkout?: string): Promise<ChildProcess> {
+  const script =
+    checkout === undefined ? new URL('./tps-proxy.ts', import.meta.url).pathname : path.join(checkout, 'bench/waf/tps-proxy.ts');
   const child = spawn('taskset', ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, script, JSON.stringify(args)], {
     stdio: ['ignore', 'pipe', 'inherit'],
     env: productEnvironment(),
+    ...(checkout !== undefined && { cwd: checkout }),
   });
   return new Promise((resolve, reject) => {
     let out = '';
@@ -183,10 +202,12 @@ async function main(): Promise<void> {
   const nginxPorts = new Map<number, number>();
   const tpsPorts = new Map<number, number>();
   const loggingPorts = new Map<number, number>();
+  const baselinePorts = new Map<number, number>();
   for (const level of PARANOIA_LEVELS) {
     nginxPorts.set(level, await freePort(NGINX_IP));
     tpsPorts.set(level, await freePort(TPS_IP));
     if (ACCESS_LOG) loggingPorts.set(level, await freePort(TPS_IP));
+    if (BASELINE) baselinePorts.set(level, await freePort(TPS_IP));
   }
   const accessLogFile = path.join(dir, 'access.log');
   const scriptPath = path.join(dir, 'post.lua');
@@ -207,6 +228,7 @@ async function main(): Promise<void> {
   const nginxes: NginxProcess[] = [];
   let tps: ChildProcess | undefined;
   let logging: ChildProcess | undefined;
+  let baseline: ChildProcess | undefined;
   try {
     const originConf = writeNginxConf({ dir, name: 'origin', servers: [{ listen: originAddress, location: originLocation(BODY) }] });
     nginxes.push(await startNginx(originConf, dir, [originAddress], loadCpus ? { cpus: loadCpus } : {}));
@@ -257,6 +279,19 @@ async function main(): Promise<void> {
       );
     }
     const loggingPid = logging?.pid;
+    if (BASELINE) {
+      baseline = await startTps(
+        {
+          workers: wafThreads,
+          engine: ENGINE,
+          origin: originAddress,
+          listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: baselinePorts.get(level)!, paranoiaLevel: level })),
+        },
+        sutCpus,
+        BASELINE,
+      );
+    }
+    const baselinePid = baseline?.pid;
 
     const sides: Side[] = [
       {
@@ -269,19 +304,21 @@ async function main(): Promise<void> {
         name: 'tps',
         ports: tpsPorts,
         cpu: () => treeCpuSeconds(tpsPid),
-        parts: () => {
-          const parts = { loop: 0, waf: 0, other: 0 };
-          for (const t of threadCpuSeconds(tpsPid)) {
-            if (t.name === 'MainThread' || t.tid === tpsPid) parts.loop += t.seconds;
-            else if (t.name.startsWith('waf-')) parts.waf += t.seconds;
-            else parts.other += t.seconds;
-          }
-          return parts;
-        },
+        parts: () => threadParts(tpsPid),
       },
       ...(loggingPid === undefined
         ? []
         : [{ name: 'tps+log' as const, ports: loggingPorts, cpu: () => treeCpuSeconds(loggingPid), parts: () => ({}) }]),
+      ...(baselinePid === undefined
+        ? []
+        : [
+            {
+              name: 'tps@baseline' as const,
+              ports: baselinePorts,
+              cpu: () => treeCpuSeconds(baselinePid),
+              parts: () => threadParts(baselinePid),
+            },
+          ]),
     ];
     const ip = (side: Side) => (side.name === 'nginx' ? NGINX_IP : TPS_IP);
     const url = (side: Side, level: number, scenario: Scenario) => `http://${ip(side)}:${side.ports.get(level)}${scenario.path}`;
@@ -418,38 +455,60 @@ async function main(): Promise<void> {
       '  on a core shared with other work, req/s favours the side with more runnable threads (ours: event loop + WAF engine threads);\n' +
         '  CPU per request is the comparison that does not depend on the share each side gets',
     );
-    if (ACCESS_LOG) {
-      const logRows: string[][] = [];
-      const logRatios: number[] = [];
+    /** `other` against `reference`, row by row, from the same rounds: the table's rows and the geometric means. */
+    const sameRounds = (reference: Side, other: Side) => {
+      const rows: string[][] = [];
+      const rpsRatios: number[] = [];
+      const cpuRatios: number[] = [];
       for (const level of PARANOIA_LEVELS) {
         for (const scenario of scenarios) {
-          const t = results.get(key(level, scenario, sides[1]!))!;
-          const l = results.get(key(level, scenario, sides[2]!))!;
-          const tRps = median(t.map((r) => r.rps));
-          const lRps = median(l.map((r) => r.rps));
-          logRatios.push(lRps / tRps);
-          logRows.push([
-            `PL${level}`,
-            scenario.name,
-            tRps.toFixed(0),
-            lRps.toFixed(0),
-            ratio(lRps, tRps),
-            median(t.map((r) => r.cpuUsPerRequest)).toFixed(0),
-            median(l.map((r) => r.cpuUsPerRequest)).toFixed(0),
-          ]);
+          const r = results.get(key(level, scenario, reference))!;
+          const o = results.get(key(level, scenario, other))!;
+          const rRps = median(r.map((x) => x.rps));
+          const oRps = median(o.map((x) => x.rps));
+          const rCpu = median(r.map((x) => x.cpuUsPerRequest));
+          const oCpu = median(o.map((x) => x.cpuUsPerRequest));
+          rpsRatios.push(oRps / rRps);
+          cpuRatios.push(rCpu / oCpu);
+          rows.push([`PL${level}`, scenario.name, rRps.toFixed(0), oRps.toFixed(0), ratio(oRps, rRps), rCpu.toFixed(0), oCpu.toFixed(0)]);
         }
       }
+      return { rows, rpsMean: geomean(rpsRatios), cpuMean: geomean(cpuRatios) };
+    };
+    const sideNamed = (name: Side['name']) => sides.find((side) => side.name === name)!;
+    if (ACCESS_LOG) {
+      const { rows: logRows, rpsMean: logMean } = sameRounds(sideNamed('tps'), sideNamed('tps+log'));
       const lines = fs.existsSync(accessLogFile) ? fs.readFileSync(accessLogFile, 'utf8').split('\n').length - 1 : 0;
       console.log(`\nthe access log (every request one JSON line in a file), in the same rounds: ${lines} lines written`);
       printTable(['PL', 'request', 'tps req/s', 'tps+log req/s', 'log/no log', 'tps CPU us/req', 'tps+log CPU us/req'], logRows);
-      const logMean = geomean(logRatios);
       console.log(
         `goal: the access log costs under 10 % of req/s -> ${logMean.toFixed(3)}x ${logMean >= 0.9 ? 'MET' : 'NOT MET'} (geometric mean)`,
+      );
+    }
+    if (BASELINE) {
+      const { rows: baseRows, rpsMean, cpuMean } = sameRounds(sideNamed('tps@baseline'), sideNamed('tps'));
+      console.log(`\nthis tree against the baseline (${BASELINE}), in the same rounds`);
+      printTable(['PL', 'request', 'baseline req/s', 'tps req/s', 'tps/baseline', 'baseline CPU us/req', 'tps CPU us/req'], baseRows);
+      const partRows: string[][] = [];
+      for (const level of PARANOIA_LEVELS) {
+        for (const scenario of scenarios) {
+          const part = (side: Side, name: string) =>
+            median(results.get(key(level, scenario, side))!.map((r) => r.partsUsPerRequest[name] ?? NaN)).toFixed(0);
+          const b = sideNamed('tps@baseline');
+          const t = sideNamed('tps');
+          partRows.push([`PL${level}`, scenario.name, ...['loop', 'waf', 'other'].flatMap((name) => [part(b, name), part(t, name)])]);
+        }
+      }
+      console.log('CPU per request by thread (us), baseline then this tree:');
+      printTable(['PL', 'request', 'loop base', 'loop tps', 'waf base', 'waf tps', 'other base', 'other tps'], partRows);
+      console.log(
+        `this tree / baseline (geometric mean): req/s ${rpsMean.toFixed(3)}x, CPU per request ${cpuMean.toFixed(3)}x (baseline CPU / ours)`,
       );
     }
     console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
   } finally {
     if (logging) await stopChild(logging);
+    if (baseline) await stopChild(baseline);
     if (tps) {
       const ended = await stopChild(tps);
       if (ended !== 'code 0') console.log(`note: our proxy process ended with ${ended} while shutting down (see bench/waf/README.md)`);
