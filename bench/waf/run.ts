@@ -255,42 +255,19 @@ async function main(): Promise<void> {
     const nginxMalloc = mallocOf(nginx.workerPids()[0] ?? nginx.pid);
     nginxes.push(nginx);
     const wafThreads = Number(process.env.BENCH_WAF_THREADS ?? cores);
-    tps = await startTps(
-      {
-        workers: wafThreads,
-        engine: ENGINE,
-        origin: originAddress,
-        listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: tpsPorts.get(level)!, paranoiaLevel: level })),
-      },
-      sutCpus,
-    );
+    /** One of our sides: both paranoia levels on `ports`, the same engine and origin. */
+    const proxyArgs = (ports: Map<number, number>): TpsProxyArgs => ({
+      workers: wafThreads,
+      engine: ENGINE,
+      origin: originAddress,
+      listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: ports.get(level)!, paranoiaLevel: level })),
+    });
+    tps = await startTps(proxyArgs(tpsPorts), sutCpus);
     const tpsPid = tps.pid!;
     const tpsMalloc = mallocOf(tpsPid);
-    if (ACCESS_LOG) {
-      logging = await startTps(
-        {
-          workers: wafThreads,
-          engine: ENGINE,
-          origin: originAddress,
-          listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: loggingPorts.get(level)!, paranoiaLevel: level })),
-          accessLog: accessLogFile,
-        },
-        sutCpus,
-      );
-    }
+    if (ACCESS_LOG) logging = await startTps({ ...proxyArgs(loggingPorts), accessLog: accessLogFile }, sutCpus);
     const loggingPid = logging?.pid;
-    if (BASELINE) {
-      baseline = await startTps(
-        {
-          workers: wafThreads,
-          engine: ENGINE,
-          origin: originAddress,
-          listen: PARANOIA_LEVELS.map((level) => ({ ip: TPS_IP, port: baselinePorts.get(level)!, paranoiaLevel: level })),
-        },
-        sutCpus,
-        BASELINE,
-      );
-    }
+    if (BASELINE) baseline = await startTps(proxyArgs(baselinePorts), sutCpus, BASELINE);
     const baselinePid = baseline?.pid;
 
     const sides: Side[] = [
@@ -380,39 +357,41 @@ async function main(): Promise<void> {
       }
     }
 
+    /** One side's medians over the rounds of one row. */
+    const medians = (side: Side, level: number, scenario: Scenario) => {
+      const samples = results.get(key(level, scenario, side))!;
+      const of = (value: (sample: Sample) => number) => median(samples.map(value));
+      return {
+        rps: of((r) => r.rps),
+        cpu: of((r) => r.cpuUsPerRequest),
+        p99: of((r) => r.p99Ms),
+        part: (name: string) => of((r) => r.partsUsPerRequest[name] ?? Number.NaN).toFixed(0),
+      };
+    };
     const rows: string[][] = [];
     const partRows: string[][] = [];
     const rpsRatios: number[] = [];
     const cpuRatios: number[] = [];
     for (const level of PARANOIA_LEVELS) {
       for (const scenario of scenarios) {
-        const n = results.get(key(level, scenario, sides[0]!))!;
-        const t = results.get(key(level, scenario, sides[1]!))!;
-        const nRps = median(n.map((r) => r.rps));
-        const tRps = median(t.map((r) => r.rps));
-        const nCpu = median(n.map((r) => r.cpuUsPerRequest));
-        const tCpu = median(t.map((r) => r.cpuUsPerRequest));
-        rpsRatios.push(tRps / nRps);
-        cpuRatios.push(nCpu / tCpu);
+        const n = medians(sides[0]!, level, scenario);
+        const t = medians(sides[1]!, level, scenario);
+        rpsRatios.push(t.rps / n.rps);
+        cpuRatios.push(n.cpu / t.cpu);
         rows.push([
           `PL${level}`,
           scenario.name,
           `${scenario.status}`,
-          nRps.toFixed(0),
-          tRps.toFixed(0),
-          ratio(tRps, nRps),
-          fixed(median(n.map((r) => r.p99Ms)), 1),
-          fixed(median(t.map((r) => r.p99Ms)), 1),
-          nCpu.toFixed(0),
-          tCpu.toFixed(0),
-          ratio(nCpu, tCpu),
+          n.rps.toFixed(0),
+          t.rps.toFixed(0),
+          ratio(t.rps, n.rps),
+          fixed(n.p99, 1),
+          fixed(t.p99, 1),
+          n.cpu.toFixed(0),
+          t.cpu.toFixed(0),
+          ratio(n.cpu, t.cpu),
         ]);
-        partRows.push([
-          `PL${level}`,
-          scenario.name,
-          tCpu.toFixed(0),
-          ...['loop', 'waf', 'other'].map((part) => median(t.map((r) => r.partsUsPerRequest[part] ?? NaN)).toFixed(0)),
-        ]);
+        partRows.push([`PL${level}`, scenario.name, t.cpu.toFixed(0), ...['loop', 'waf', 'other'].map(t.part)]);
       }
     }
     const geomean = (values: number[]) => Math.exp(values.reduce((sum, v) => sum + Math.log(v), 0) / values.length);
@@ -462,15 +441,19 @@ async function main(): Promise<void> {
       const cpuRatios: number[] = [];
       for (const level of PARANOIA_LEVELS) {
         for (const scenario of scenarios) {
-          const r = results.get(key(level, scenario, reference))!;
-          const o = results.get(key(level, scenario, other))!;
-          const rRps = median(r.map((x) => x.rps));
-          const oRps = median(o.map((x) => x.rps));
-          const rCpu = median(r.map((x) => x.cpuUsPerRequest));
-          const oCpu = median(o.map((x) => x.cpuUsPerRequest));
-          rpsRatios.push(oRps / rRps);
-          cpuRatios.push(rCpu / oCpu);
-          rows.push([`PL${level}`, scenario.name, rRps.toFixed(0), oRps.toFixed(0), ratio(oRps, rRps), rCpu.toFixed(0), oCpu.toFixed(0)]);
+          const r = medians(reference, level, scenario);
+          const o = medians(other, level, scenario);
+          rpsRatios.push(o.rps / r.rps);
+          cpuRatios.push(r.cpu / o.cpu);
+          rows.push([
+            `PL${level}`,
+            scenario.name,
+            r.rps.toFixed(0),
+            o.rps.toFixed(0),
+            ratio(o.rps, r.rps),
+            r.cpu.toFixed(0),
+            o.cpu.toFixed(0),
+          ]);
         }
       }
       return { rows, rpsMean: geomean(rpsRatios), cpuMean: geomean(cpuRatios) };
@@ -489,18 +472,16 @@ async function main(): Promise<void> {
       const { rows: baseRows, rpsMean, cpuMean } = sameRounds(sideNamed('tps@baseline'), sideNamed('tps'));
       console.log(`\nthis tree against the baseline (${BASELINE}), in the same rounds`);
       printTable(['PL', 'request', 'baseline req/s', 'tps req/s', 'tps/baseline', 'baseline CPU us/req', 'tps CPU us/req'], baseRows);
-      const partRows: string[][] = [];
+      const threadRows: string[][] = [];
       for (const level of PARANOIA_LEVELS) {
         for (const scenario of scenarios) {
-          const part = (side: Side, name: string) =>
-            median(results.get(key(level, scenario, side))!.map((r) => r.partsUsPerRequest[name] ?? NaN)).toFixed(0);
-          const b = sideNamed('tps@baseline');
-          const t = sideNamed('tps');
-          partRows.push([`PL${level}`, scenario.name, ...['loop', 'waf', 'other'].flatMap((name) => [part(b, name), part(t, name)])]);
+          const b = medians(sideNamed('tps@baseline'), level, scenario);
+          const t = medians(sideNamed('tps'), level, scenario);
+          threadRows.push([`PL${level}`, scenario.name, ...['loop', 'waf', 'other'].flatMap((name) => [b.part(name), t.part(name)])]);
         }
       }
       console.log('CPU per request by thread (us), baseline then this tree:');
-      printTable(['PL', 'request', 'loop base', 'loop tps', 'waf base', 'waf tps', 'other base', 'other tps'], partRows);
+      printTable(['PL', 'request', 'loop base', 'loop tps', 'waf base', 'waf tps', 'other base', 'other tps'], threadRows);
       console.log(
         `this tree / baseline (geometric mean): req/s ${rpsMean.toFixed(3)}x, CPU per request ${cpuMean.toFixed(3)}x (baseline CPU / ours)`,
       );
