@@ -27,7 +27,7 @@
  *                                                                      on, every request a line in a file; prints its cost)
  *   BENCH_BASELINE=/path/to/checkout ...                              (another side, tps@baseline: that checkout's proxy, e.g.
  *                                                                      a `git worktree` of an older commit, in the same rounds;
- *                                                                      prints this tree's req/s against it)
+ *                                                                      prints this tree against it: req/s, CPU, per thread)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
