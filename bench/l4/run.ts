@@ -4,7 +4,11 @@
  * `balance leastconn`, `nbthread 1`) and direct to the origin, all on loopback, with ratios.
  * See README.md.
  *
- *   node bench/l4/run.ts [--seconds 2] [--rounds 3] [--no-install]
+ *   node bench/l4/run.ts [--seconds 2] [--rounds 3] [--no-install] [--baseline <checkout>]
+ *
+ * `--baseline <checkout>` (with its node_modules, e.g. a `git worktree` of an older commit) adds
+ * that checkout's proxy (its bench/l4/our-proxy.ts) as one more target in the same rounds, and
+ * prints this tree's figures against it.
  *
  * Installs HAProxy from Debian when it is missing (needs root; a policy-rc.d keeps the package from
  * starting its service). Load generators are separate processes, as is the origin. The targets are
@@ -19,7 +23,7 @@ import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -28,6 +32,7 @@ const option = (name: string, fallback: number) => (args.includes(name) ? Number
 const seconds = option('--seconds', 2);
 const rounds = option('--rounds', 3);
 const install = !args.includes('--no-install');
+const baselineCheckout = args.includes('--baseline') ? resolve(args[args.indexOf('--baseline') + 1] ?? '') : undefined;
 const WARMUP_SECONDS = 0.5;
 const LOAD_PROCESSES = 2;
 const STREAMS_PER_PROCESS = 2;
@@ -270,28 +275,34 @@ if (haproxyPath !== undefined) {
   log('HAProxy unavailable: its row is left out.');
 }
 
-{
+/** Our proxy of this tree, or of `checkout` (`--baseline`), as a target. */
+async function ourTarget(name: string, checkout?: string): Promise<Target> {
   const ports = { upload: await freePort(OURS_ADDRESS), download: await freePort(OURS_ADDRESS), connections: await freePort(OURS_ADDRESS) };
-  const ours = fork(join(here, 'our-proxy.ts'), [
-    JSON.stringify({
-      address: OURS_ADDRESS,
-      bulkPort: ports.upload,
-      downloadPort: ports.download,
-      connPort: ports.connections,
-      origin: ORIGIN_ADDRESS,
-      ...originPorts,
-    }),
-  ]);
+  const script = checkout === undefined ? join(here, 'our-proxy.ts') : join(checkout, 'bench/l4/our-proxy.ts');
+  const settings = {
+    address: OURS_ADDRESS,
+    bulkPort: ports.upload,
+    downloadPort: ports.download,
+    connPort: ports.connections,
+    origin: ORIGIN_ADDRESS,
+    ...originPorts,
+  };
+  const ours = fork(script, [JSON.stringify(settings)], checkout === undefined ? {} : { cwd: checkout });
   children.push(ours);
   await waitForMessage(ours, 'ready');
-  targets.push({
-    name: 'tps L4Proxy (1 Node thread)',
+  return {
+    name,
     upload: { host: OURS_ADDRESS, port: ports.upload },
     download: { host: OURS_ADDRESS, port: ports.download },
     connections: { host: OURS_ADDRESS, port: ports.connections },
     pid: ours.pid,
-  });
+  };
 }
+
+const OURS = 'tps L4Proxy (1 Node thread)';
+const BASELINE = 'tps L4Proxy, baseline';
+targets.push(await ourTarget(OURS));
+if (baselineCheckout !== undefined) targets.push(await ourTarget(BASELINE, baselineCheckout));
 
 const samples = new Map<Target, Measurement[]>(targets.map((target) => [target, []]));
 for (let round = 1; round <= rounds; round++) {
@@ -370,6 +381,16 @@ table(
       perConnection(r.connections),
     ]),
 );
+const baseline = results.find((result) => result.target.name === BASELINE);
+if (baseline !== undefined) {
+  const ours = results.find((result) => result.target.name === OURS)!;
+  const cpuPer = (rate: Rate) => (rate.cpu ?? Number.NaN) / rate.perSecond;
+  console.log(
+    `\nThis tree against the baseline (${baselineCheckout}), same rounds: upload ${ratio(ours.upload.perSecond, baseline.upload.perSecond)}, ` +
+      `download ${ratio(ours.download.perSecond, baseline.download.perSecond)}, conn/s ${ratio(ours.connections.perSecond, baseline.connections.perSecond)}; ` +
+      `CPU per connection ${ratio(cpuPer(ours.connections), cpuPer(baseline.connections))} of the baseline's.`,
+  );
+}
 const failed = results.reduce((sum, r) => sum + r.failed, 0);
 if (failed > 0) console.log(`\n${failed} short connections closed without an answer (not counted).`);
 // Stop the children and wait for them (no zombie HAProxy left behind), at most 2 s.
