@@ -165,9 +165,11 @@ export class OriginPolicy {
   readonly settings: OriginPolicySettings;
   private readonly allowed = new IpSet(16);
   private readonly ownHosts = new IpSet(16);
-  /** `canonical address|port` of the listeners refused at their port. */
-  private readonly ownListeners = new Set<string>();
+  /** The addresses of the listeners refused at their port, by port. */
+  private readonly ownListeners = new Map<number, IpSet>();
   private readonly key = new Uint32Array(4);
+  /** The IPv4-mapped form of an address that carries an IPv4 one (`isOwn`). */
+  private readonly mapped = new Uint32Array(4);
 
   /** Throws on an entry that is not an address or CIDR (settings are validated before this). */
   constructor(settings: OriginPolicySettings) {
@@ -180,7 +182,9 @@ export class OriginPolicy {
     }
     for (const { address, port } of settings.ownListeners) {
       if (parseIpInto(address, this.key) === 0) throw new Error(`not an IP address: "${address}"`);
-      this.ownListeners.add(listenerKey(this.key, port));
+      let addresses = this.ownListeners.get(port);
+      if (addresses === undefined) this.ownListeners.set(port, (addresses = new IpSet(4)));
+      addresses.insert(this.key, 128);
     }
   }
 
@@ -197,18 +201,27 @@ export class OriginPolicy {
     return reason === undefined ? ALLOWED : refusal(reason, address);
   }
 
-  /** Own listeners are matched in every spelling that reaches them, IPv4 inside IPv6 included. */
+  /**
+   * Own listeners are matched in every spelling that reaches them, IPv4 inside IPv6 included. Asked
+   * at every connect an edge makes (each proxied TCP connection): no allocation for an IPv4 origin.
+   */
   private isOwn(key: Uint32Array, port: number): boolean {
-    if (this.ownHosts.hasKey(key) || this.ownListeners.has(listenerKey(key, port))) return true;
+    if (this.isOwnKey(key, port)) return true;
+    // An IPv4 address is parsed into its mapped form: that one was just asked.
+    if (key[0] === 0 && key[1] === 0 && key[2] === 0xffff) return false;
     const embedded = embeddedIpv4(key);
     if (embedded === undefined) return false;
-    const mapped = Uint32Array.of(0, 0, 0xffff, embedded.address);
-    return this.ownHosts.hasKey(mapped) || this.ownListeners.has(listenerKey(mapped, port));
+    const mapped = this.mapped;
+    mapped[0] = 0;
+    mapped[1] = 0;
+    mapped[2] = 0xffff;
+    mapped[3] = embedded.address;
+    return this.isOwnKey(mapped, port);
   }
-}
 
-function listenerKey(key: Uint32Array, port: number): string {
-  return `${key[0]}.${key[1]}.${key[2]}.${key[3]}|${port}`;
+  private isOwnKey(key: Uint32Array, port: number): boolean {
+    return this.ownHosts.hasKey(key) || this.ownListeners.get(port)?.hasKey(key) === true;
+  }
 }
 
 function refusal(reason: OriginRefusalReason, address: string): OriginVerdict {
