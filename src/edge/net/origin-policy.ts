@@ -95,12 +95,12 @@ function ipv4Class(address: number): OriginRefusalReason | undefined {
  * The IPv4 address an IPv6 address stands for, when it carries one: IPv4-mapped, IPv4-compatible,
  * NAT64 (well-known prefix) or 6to4. `key` is the address as four 32-bit words.
  */
-function embeddedIpv4(key: Uint32Array): { address: number; compatible: boolean } | undefined {
+function embeddedIpv4(key: Uint32Array): number | undefined {
   const [w0, w1, w2, w3] = [key[0]!, key[1]!, key[2]!, key[3]!];
-  if (w0 === 0 && w1 === 0 && w2 === 0xffff) return { address: w3, compatible: false };
-  if (w0 === 0 && w1 === 0 && w2 === 0) return { address: w3, compatible: true };
-  if (w0 === 0x0064ff9b && w1 === 0 && w2 === 0) return { address: w3, compatible: false };
-  if (w0 >>> 16 === 0x2002) return { address: (((w0 & 0xffff) << 16) | (w1 >>> 16)) >>> 0, compatible: false };
+  if (w0 === 0 && w1 === 0 && w2 === 0xffff) return w3;
+  if (w0 === 0 && w1 === 0 && w2 === 0) return w3;
+  if (w0 === 0x0064ff9b && w1 === 0 && w2 === 0) return w3;
+  if (w0 >>> 16 === 0x2002) return (((w0 & 0xffff) << 16) | (w1 >>> 16)) >>> 0;
   return undefined;
 }
 
@@ -114,7 +114,7 @@ function addressClass(key: Uint32Array): OriginRefusalReason | undefined {
     return ipv4Class(w3) ?? 'reserved';
   }
   const embedded = embeddedIpv4(key);
-  if (embedded !== undefined) return ipv4Class(embedded.address);
+  if (embedded !== undefined) return ipv4Class(embedded);
   const top = w0 >>> 16;
   if (top >>> 8 === 0xff) return 'multicast'; // ff00::/8
   if ((top & 0xffc0) === 0xfe80) return 'link-local'; // fe80::/10
@@ -203,7 +203,7 @@ export class OriginPolicy {
 
   /**
    * Own listeners are matched in every spelling that reaches them, IPv4 inside IPv6 included. Asked
-   * at every connect an edge makes (each proxied TCP connection): no allocation for an IPv4 origin.
+   * at every connect an edge makes (each proxied TCP connection): no allocation on the way.
    */
   private isOwn(key: Uint32Array, port: number): boolean {
     if (this.isOwnKey(key, port)) return true;
@@ -215,7 +215,7 @@ export class OriginPolicy {
     mapped[0] = 0;
     mapped[1] = 0;
     mapped[2] = 0xffff;
-    mapped[3] = embedded.address;
+    mapped[3] = embedded;
     return this.isOwnKey(mapped, port);
   }
 
