@@ -146,6 +146,19 @@ export class WafUnavailableError extends Error {
   }
 }
 
+/**
+ * This transaction ran past its inspection budget and was ended (the engine checks its deadline
+ * between steps); the thread and the other requests on it go on. The proxy applies its
+ * `waf.failMode`, as for any request the WAF could not inspect.
+ */
+export class WafBudgetExceededError extends Error {
+  readonly code = 'ERR_WAF_BUDGET';
+  constructor(message: string) {
+    super(message);
+    this.name = 'WafBudgetExceededError';
+  }
+}
+
 /** Bad settings (paranoia out of range, malformed exclusion ...). */
 export class WafSettingsError extends Error {
   readonly code = 'ERR_WAF_SETTINGS';

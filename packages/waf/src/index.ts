@@ -15,7 +15,7 @@ export type {
   WafResponse,
   WafRuleExclusion,
 } from './engine.ts';
-export { WafOverloadedError, WafSettingsError, WafUnavailableError } from './engine.ts';
+export { WafBudgetExceededError, WafOverloadedError, WafSettingsError, WafUnavailableError } from './engine.ts';
 export { checkSettings } from './settings.ts';
 export { normalizedPath, pathUnderPrefix, removalsFor, validateExclusion } from './exclusions.ts';
 export type { RuleRemoval } from './exclusions.ts';
