@@ -244,6 +244,11 @@ export async function startEdge(
     wafAuditLogPath: settings.wafAuditLog,
     wafThreads: settings.wafThreads,
     wafQueueLength: settings.wafQueueLength,
+    wafBudgetOffenders: {
+      overruns: settings.wafOffenderOverruns,
+      windowSeconds: settings.wafOffenderWindowSeconds,
+      blockSeconds: settings.wafOffenderBlockSeconds,
+    },
     wafEngine: settings.wafEngine,
     wafBodyLimits: {
       request: settings.wafRequestBodyLimit,

@@ -64,6 +64,11 @@ export interface HttpProxyDeps {
   metrics?: HttpProxyMetrics;
   /** The WAF engine's hook; absent = no WAF phase (and request bodies are never buffered). */
   waf?: WafHook;
+  /**
+   * Clients refused early for running past the WAF's inspection budget again and again
+   * (src/edge/http/waf/budget-offenders.ts): the operator's settings, DEFAULT_BUDGET_OFFENDERS by default.
+   */
+  wafBudgetOffenders?: Partial<BudgetOffenderSettings>;
   /** Pending ACME HTTP-01 challenges; absent = /.well-known/acme-challenge/ goes to the origin. */
   acmeChallenge?: AcmeChallengeLookup;
   /** Node-wide limits (sizes, timeouts); see `DEFAULT_HTTP_LIMITS`. */
@@ -112,6 +117,14 @@ export interface HttpProxyDeps {
    * Absent = the socket peer is the client.
    */
   clientAddress?: ClientAddressPolicy;
+}
+
+/** Operator settings of the early refusal of WAF budget offenders (src/edge/http/waf/budget-offenders.ts). */
+export interface BudgetOffenderSettings {
+  /** Overruns of the WAF's inspection budget within the window that start a block; 0: never refused early. */
+  readonly overruns: number;
+  readonly windowSeconds: number;
+  readonly blockSeconds: number;
 }
 
 /** A proxy's `waf` attributes, defaults applied. */
@@ -211,8 +224,11 @@ export interface WafHook {
   endExchange?(supportId: string): void;
 }
 
-/** Why a hook could not give a verdict: its engine's queue is full, its thread is gone, or anything else. */
-export type WafFailureReason = 'overloaded' | 'unavailable' | 'error';
+/**
+ * Why a hook could not give a verdict: its engine's queue is full, the request ran past its
+ * inspection budget, its thread or transaction is gone, or anything else.
+ */
+export type WafFailureReason = 'overloaded' | 'budget' | 'unavailable' | 'error';
 
 // What a finished request leaves behind.
 
@@ -303,4 +319,6 @@ export interface HttpProxyMetrics {
   wafUninspected?(proxyId: string, side: 'request' | 'response', reason: WafFailureReason, outcome: 'refused' | 'passed'): void;
   /** A request body longer than the WAF inspects: refused (REJECT) or inspected in part (PROCESS_PARTIAL, or LOGGING mode). */
   wafBodyOverLimit?(proxyId: string, action: 'REJECT' | 'PROCESS_PARTIAL'): void;
+  /** A request refused uninspected (429) because its client kept running past the WAF's inspection budget. */
+  wafBudgetOffenderRefused?(proxyId: string): void;
 }

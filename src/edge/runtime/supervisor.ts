@@ -25,6 +25,8 @@ import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import { DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
+import type { BudgetOffenderSettings } from '../http/types.ts';
+import { DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
@@ -96,6 +98,8 @@ export interface EdgeOptions {
   wafThreads?: number;
   /** Requests that may wait for a WAF thread, per thread. */
   wafQueueLength?: number;
+  /** Early refusal of clients that keep running past the WAF's budget; default DEFAULT_BUDGET_OFFENDERS. */
+  wafBudgetOffenders?: BudgetOffenderSettings;
   wafEngine?: 'modsecurity' | 'compiled';
   /** Body bytes the WAF inspects, and what happens to a longer request body. */
   wafBodyLimits?: WafBodyLimits;
@@ -250,8 +254,13 @@ export class EdgeSupervisor {
           ],
           [
             'tps_edge_waf_uninspected_total',
-            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, unavailable, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
+            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, budget: past the inspection budget, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
             ['proxy', 'side', 'reason', 'outcome'],
+          ],
+          [
+            'tps_edge_waf_budget_offender_refused_total',
+            "Requests refused early (429, not inspected) because their client's requests kept running past the WAF's inspection budget (TPS_WAF_OFFENDER_*).",
+            ['proxy'],
           ],
           [
             'tps_edge_waf_body_over_limit_total',
@@ -451,6 +460,7 @@ export class EdgeSupervisor {
       wafAuditLogPath: o.wafAuditLogPath,
       wafThreads: o.wafThreads ?? 1,
       wafQueueLength: o.wafQueueLength ?? DEFAULT_QUEUE_PER_WORKER,
+      wafBudgetOffenders: o.wafBudgetOffenders ?? DEFAULT_BUDGET_OFFENDERS,
       wafEngine: o.wafEngine ?? 'compiled',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, multipart: 1024 * 1024, response: 64 * 1024, action: 'REJECT' },
       redisUrl: o.redisUrl,

@@ -11,7 +11,7 @@ import { L4Proxy } from '../l4/l4-proxy.ts';
 import type { L4Metrics } from '../l4/types.ts';
 import { ThreatFeed } from '../l4/threat-feed.ts';
 import { HttpProxy } from '../http/http-proxy.ts';
-import type { HttpProxyDeps } from '../http/types.ts';
+import type { BudgetOffenderSettings, HttpProxyDeps } from '../http/types.ts';
 import { sharedGeoLookup } from '../geo/geo-lookup.ts';
 import type { InsightSink } from '@tps/model';
 import { InsightSampler } from '../../insight/sampler.ts';
@@ -64,6 +64,8 @@ export interface WorkerSettings {
   wafThreads: number;
   /** Requests that may wait for a WAF thread, per thread (then they are shed per client). */
   wafQueueLength: number;
+  /** Early refusal of clients that keep running past the WAF's inspection budget. */
+  wafBudgetOffenders: BudgetOffenderSettings;
   wafEngine: 'modsecurity' | 'compiled';
   /** Defaults of proxies' `waf.requestBodyLimit` and `waf.bodyLimitAction`, the multipart/form-data limit, the response limit. */
   wafBodyLimits: WafBodyLimits;
@@ -283,6 +285,7 @@ const httpDeps: HttpProxyDeps = {
   logger,
   originGuard,
   waf: wafHook,
+  wafBudgetOffenders: settings.wafBudgetOffenders,
   rateLimit: {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
@@ -327,6 +330,7 @@ const httpDeps: HttpProxyDeps = {
     connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),
     wafBodyOverLimit: (proxy, action) => count('tps_edge_waf_body_over_limit_total', { proxy, action }),
+    wafBudgetOffenderRefused: (proxy) => count('tps_edge_waf_budget_offender_refused_total', { proxy }),
   },
   reusePort: true,
   ...(clientAddress && { clientAddress }),
