@@ -244,6 +244,7 @@ export async function startEdge(
     wafAuditLogPath: settings.wafAuditLog,
     wafThreads: settings.wafThreads,
     wafQueueLength: settings.wafQueueLength,
+    wafExchangeTtlMs: settings.wafExchangeTtlSeconds * 1000,
     wafBudgetOffenders: {
       overruns: settings.wafOffenderOverruns,
       windowSeconds: settings.wafOffenderWindowSeconds,

@@ -299,6 +299,12 @@ describe('settings: the WAF', () => {
     assert.throws(() => load({ TPS_WAF_OFFENDER_BLOCK_SECONDS: '0' }), /TPS_WAF_OFFENDER_BLOCK_SECONDS/);
   });
 
+  it("keeps a request's WAF transaction 120 s for its response unless told otherwise", () => {
+    assert.equal(load({}).wafExchangeTtlSeconds, 120);
+    assert.equal(load({ TPS_WAF_EXCHANGE_TTL_SECONDS: '5' }).wafExchangeTtlSeconds, 5);
+    assert.throws(() => load({ TPS_WAF_EXCHANGE_TTL_SECONDS: '0' }), /TPS_WAF_EXCHANGE_TTL_SECONDS/);
+  });
+
   it('runs our WAF engine unless told ModSecurity, whose optional package must then be installed', () => {
     assert.equal(load({}).wafEngine, 'compiled');
     // (this repository's workspaces install @tps/waf-modsecurity; without it the start stops naming the package)

@@ -98,6 +98,8 @@ export interface EdgeOptions {
   wafThreads?: number;
   /** Requests that may wait for a WAF thread, per thread. */
   wafQueueLength?: number;
+  /** How long a request's WAF transaction waits for its response; default 120 s. */
+  wafExchangeTtlMs?: number;
   /** Early refusal of clients that keep running past the WAF's budget; default DEFAULT_BUDGET_OFFENDERS. */
   wafBudgetOffenders?: BudgetOffenderSettings;
   wafEngine?: 'modsecurity' | 'compiled';
@@ -461,6 +463,7 @@ export class EdgeSupervisor {
       wafThreads: o.wafThreads ?? 1,
       wafQueueLength: o.wafQueueLength ?? DEFAULT_QUEUE_PER_WORKER,
       wafBudgetOffenders: o.wafBudgetOffenders ?? DEFAULT_BUDGET_OFFENDERS,
+      wafExchangeTtlMs: o.wafExchangeTtlMs ?? 120_000,
       wafEngine: o.wafEngine ?? 'compiled',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, multipart: 1024 * 1024, response: 64 * 1024, action: 'REJECT' },
       redisUrl: o.redisUrl,

@@ -64,6 +64,8 @@ export interface WorkerSettings {
   wafThreads: number;
   /** Requests that may wait for a WAF thread, per thread (then they are shed per client). */
   wafQueueLength: number;
+  /** How long a request's WAF transaction waits for its response (the hook's TTL, the engine's). */
+  wafExchangeTtlMs: number;
   /** Early refusal of clients that keep running past the WAF's inspection budget. */
   wafBudgetOffenders: BudgetOffenderSettings;
   wafEngine: 'modsecurity' | 'compiled';
@@ -233,6 +235,8 @@ function startWafEngine(): Promise<ExchangingEngine> {
   return startEngine(settings.wafEngine, {
     workers: settings.wafThreads,
     queueLength: settings.wafQueueLength * settings.wafThreads,
+    // The engine keeps a transaction a little longer than the hook, which ends it first and counts it.
+    exchangeTimeoutMs: settings.wafExchangeTtlMs + 1000,
     ...limits,
   });
 }
@@ -253,6 +257,7 @@ const wafHook = createWafHook(lazyWafEngine, {
   multipartBodyLimit: settings.wafBodyLimits.multipart,
   responseBodyLimit: settings.wafBodyLimits.response,
   bodyLimitAction: settings.wafBodyLimits.action,
+  exchangeTtlMs: settings.wafExchangeTtlMs,
   ...(wafAuditLog && { auditLog: wafAuditLog }),
   // Per rule id, never per proxy or client: the series are bounded by the rule set.
   onRulesMatched: (rules) => {

@@ -210,17 +210,26 @@ describe('fair admission by cost', () => {
     const run = new Run(new FairAdmission({ slots: 8, queueLength: 16, maxWaitMs: 1000, expensiveInFlight: 1, now: () => now }));
     run.enter(EXPENSIVE);
     run.leave(150);
+    run.enter(CHEAP[0]!);
+    run.leave(1);
     const first = run.enter(EXPENSIVE);
     const second = run.enter(EXPENSIVE);
     const cheap = run.enter(CHEAP[0]!);
+    const fresh = run.enter('198.51.100.200');
     await settle();
     assert.equal(first.state, 'running');
     assert.equal(second.state, 'waiting', 'waits though slots are free: one expensive request at a time');
     assert.equal(cheap.state, 'running', 'a cheap client is admitted at once');
+    assert.equal(fresh.state, 'waiting', 'a client not charged yet counts as its tenant does (here: expensive)');
     // Its own request ends: the next one goes.
     run.held.splice(run.held.indexOf(first.ticket!), 1);
     run.admission.charge(first.ticket!, 150);
     run.admission.leave(first.ticket!);
+    await settle();
+    assert.equal(fresh.state, 'running', 'the waiting client that cost the least goes first');
+    assert.equal(second.state, 'waiting');
+    run.held.splice(run.held.indexOf(fresh.ticket!), 1);
+    run.admission.leave(fresh.ticket!);
     await settle();
     assert.equal(second.state, 'running');
     // A waiting expensive request that never gets its turn is shed after maxWaitMs.

@@ -7,7 +7,8 @@
  * rejects with WafOverloadedError so that the proxy applies the proxy's `waf.failMode`.
  *
  * - Expensive clients fill their own share first: a client whose recent requests cost
- *   `expensiveRequestMs` or more each on average has at most `expensiveInFlight` requests handed
+ *   `expensiveRequestMs` or more each on average (a client not charged yet: its tenant's
+ *   requests) has at most `expensiveInFlight` requests handed
  *   to the threads at once, and so have all the expensive clients of one tenant together (by
  *   default half the threads): the rest of its requests wait, and are shed after `maxWaitMs`.
  *   One tenant's expensive traffic cannot take the threads the others' requests need.
@@ -51,7 +52,7 @@ export const DEFAULT_COST_WINDOW_MS = 5000;
  * costliest of them and a twelfth of the compiled engine's 250 ms budget.
  */
 export const DEFAULT_EXPENSIVE_REQUEST_MS = 20;
-/** What a request of a client not charged yet is reckoned to cost (a benign request, rounded up). */
+/** What a request is reckoned to cost when neither its client nor its tenant was charged yet (a benign request, rounded up). */
 const UNKNOWN_REQUEST_MS = 1;
 /** A client or tenant state below this recent cost, with nothing in flight or waiting, is forgotten. */
 const NEGLIGIBLE_MS = 0.01;
@@ -183,8 +184,19 @@ export class FairAdmission {
 
   /** What a request of this ticket's client is reckoned to cost: its recent average. */
   estimatedCostMs(ticket: AdmissionTicket): number {
-    const client = ticket.client;
-    return client.count >= 0.5 ? client.cost / client.count : UNKNOWN_REQUEST_MS;
+    return this.averageCost(ticket.client, this.now());
+  }
+
+  /**
+   * A client's recent average cost per request; for a client not charged yet, its tenant's: a
+   * botnet's fresh addresses are known by what their tenant's requests cost lately.
+   */
+  private averageCost(client: ClientShare, now: number): number {
+    this.decay(client, now);
+    if (client.count >= 0.5) return client.cost / client.count;
+    const tenant = client.tenant;
+    this.decay(tenant, now);
+    return tenant.count >= 0.5 ? tenant.cost / tenant.count : UNKNOWN_REQUEST_MS;
   }
 
   /** Gives a slot back: to the waiting request that should have it next, else free. */
@@ -238,8 +250,7 @@ export class FairAdmission {
   }
 
   private isExpensive(client: ClientShare, now: number): boolean {
-    this.decay(client, now);
-    return client.count > 0 && client.cost >= this.expensiveRequestMs * client.count;
+    return this.averageCost(client, now) >= this.expensiveRequestMs;
   }
 
   /** An expensive client at its own cap or its tenant's: it waits even with a slot free. */
@@ -250,8 +261,7 @@ export class FairAdmission {
 
   /** Recent cost plus what its waiting requests are reckoned to cost. */
   private clientWeight(client: ClientShare, now: number, extra = 0): number {
-    this.decay(client, now);
-    const each = client.count >= 0.5 ? client.cost / client.count : UNKNOWN_REQUEST_MS;
+    const each = this.averageCost(client, now);
     return client.cost + (client.waiters.length + extra) * Math.max(each, UNKNOWN_REQUEST_MS);
   }
 

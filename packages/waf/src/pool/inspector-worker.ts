@@ -58,7 +58,7 @@ export function serveInspector<Options, Open>(load: (options: Options) => PoolIn
   const handle = (m: ToPoolWorker): void => {
     switch (m.type) {
       case 'request': {
-        watch.begin();
+        watch.begin(m.id);
         const start = process.threadCpuUsage();
         try {
           const { verdict, open } = inspector.inspectRequest(m.request, m.settings, m.keepOpen);
@@ -94,7 +94,7 @@ export function serveInspector<Options, Open>(load: (options: Options) => PoolIn
           });
           return;
         }
-        watch.begin();
+        watch.begin(m.id);
         const start = process.threadCpuUsage();
         try {
           reply({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response), cpuMs: cpuSince(start) });

@@ -142,6 +142,14 @@ class PoolWorker {
     });
   }
 
+  /**
+   * What a request sent now waits for, reckoned in ms: the work queued, and a thread that is still
+   * loading its rule set (a replacement) as if it had a second of work.
+   */
+  workAhead(): number {
+    return this.wasReady ? this.queuedMs : this.queuedMs + 1000;
+  }
+
   call(message: Call, estimateMs = 0, cost?: (cpuMs: number) => void): Promise<Result> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
@@ -199,8 +207,12 @@ class PoolWorker {
     }
     if (request === -1 || now - this.seen.since <= budgetMs) return;
     // One request has run past its budget: a runaway expression cannot be interrupted inside the
-    // thread, so the thread goes (and is replaced).
-    this.failAll(new WafUnavailableError(`WAF request exceeded its ${budgetMs} ms budget`));
+    // thread, so the thread goes (and is replaced). Only that request is a budget overrun (charged
+    // to its client, counted against it); the others on the thread are lost with it.
+    const runaway = this.pending.get(request);
+    this.pending.delete(request);
+    this.failAll(new WafUnavailableError(`the ${this.engineName} WAF thread was replaced: another request on it ran past its budget`));
+    runaway?.reject(new WafUnavailableError(`WAF request exceeded its ${budgetMs} ms budget`));
     void this.worker.terminate();
   }
 }
@@ -302,8 +314,8 @@ export class WorkerPool<Options> {
         if (w.dead) continue;
         if (
           worker === undefined ||
-          w.queuedMs < worker.queuedMs ||
-          (w.queuedMs === worker.queuedMs && w.pending.size < worker.pending.size)
+          w.workAhead() < worker.workAhead() ||
+          (w.workAhead() === worker.workAhead() && w.pending.size < worker.pending.size)
         )
           worker = w;
       }
