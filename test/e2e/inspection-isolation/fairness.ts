@@ -3,9 +3,9 @@
  * proxy worker, two WAF threads) over real sockets:
  *
  * - a second tenant's proxy stays served (every request 200) while the first tenant's proxy is
- *   hammered with bodies slow to inspect (many parameters, a wide JSON object, long values full
- *   of what the transformations rewrite, many multipart parts), and none of them reaches its origin
- *   (failMode CLOSED);
+ *   hammered with bodies slow to inspect (test/support/expensive-bodies.ts: many parameters as
+ *   multipart parts, a long value full of what the transformations rewrite, deep JSON), and none
+ *   of them reaches its origin (failMode CLOSED);
  * - a client whose requests keep running past the inspection budget is refused early by that
  *   proxy (429, Retry-After, not inspected, counted), with one WAF_EVENT for the episode, while
  *   another proxy still serves it;
@@ -23,6 +23,7 @@ import { startTps, createTenant, type Tps } from '../../support/tps.ts';
 import { TenantApi } from '../../support/api-client.ts';
 import { freePort } from '../../support/ports.ts';
 import { waitFor } from '../../support/wait.ts';
+import { ATTACK_MARK, expensiveBodies } from '../../support/expensive-bodies.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const EVENTS = '/api/v2/insight/http-security-events';
@@ -33,61 +34,8 @@ const BENIGN = '127.0.33.3';
 const attacker = (n: number) => `127.0.34.${n + 1}`;
 /** The repeat offender. */
 const OFFENDER = '127.0.35.1';
-/** In what the origin receives: a body of the attack. */
-const ATTACK_MARK = 'xq7attack';
-/** What the WAF inspects of a body by default (ModSecurity's SecRequestBodyNoFilesLimit). */
-const BODY_LIMIT = 131072;
 /** The exchange TTL of this node: a response held longer than this is past its transaction. */
 const EXCHANGE_TTL_SECONDS = 2;
-
-export interface ExpensiveBody {
-  readonly shape: string;
-  readonly contentType: string;
-  readonly body: Buffer;
-}
-
-/** `count` values `value`, as `name0=value&name1=value...`, cut to `max` bytes at a parameter's end. */
-function form(count: number, value: string, max = BODY_LIMIT - 256): string {
-  let out = `mark=${ATTACK_MARK}`;
-  for (let i = 0; i < count; i++) {
-    const next = `&p${i}=${value}`;
-    if (out.length + next.length > max) break;
-    out += next;
-  }
-  return out;
-}
-
-/** What a multipart/form-data upload may be by default (TPS_WAF_MULTIPART_BODY_LIMIT). */
-const MULTIPART_LIMIT = 1024 * 1024;
-/** Text that the CRS's transformations and SQL/XSS rules all have work with, in every byte. */
-const DENSE = "a'b(c)<d select ";
-
-/**
- * Request bodies that are legal and under every size limit, but slow to inspect: each costs the
- * CRS from hundreds of milliseconds to seconds of one WAF thread (on a 2-core machine, measured
- * warm: many multipart parts 0.6-1.5 s, the long value 4.4 s), past the 250 ms inspection budget.
- */
-export function expensiveBodies(): ExpensiveBody[] {
-  const urlencoded = 'application/x-www-form-urlencoded';
-  const boundary = 'b0undaryXq7';
-  let multipart = `--${boundary}\r\nContent-Disposition: form-data; name="mark"\r\n\r\n${ATTACK_MARK}\r\n`;
-  for (let i = 0; multipart.length < MULTIPART_LIMIT - 50_000; i++)
-    multipart += `--${boundary}\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\n${"a'b(c)<d".repeat(8)}\r\n`;
-  multipart += `--${boundary}--\r\n`;
-  const longValue = DENSE.repeat(Math.floor((BODY_LIMIT - 1024) / DENSE.length));
-  let deep: unknown = { mark: ATTACK_MARK, q: longValue.slice(0, BODY_LIMIT - 4096) };
-  for (let depth = 0; depth < 200; depth++) deep = { a: deep };
-  return [
-    { shape: 'many parameters', contentType: urlencoded, body: Buffer.from(form(20_000, 'b'), 'latin1') },
-    { shape: 'many multipart parts', contentType: `multipart/form-data; boundary=${boundary}`, body: Buffer.from(multipart, 'latin1') },
-    {
-      shape: 'a long value with much to transform',
-      contentType: urlencoded,
-      body: Buffer.from(`mark=${ATTACK_MARK}&q=${longValue}`, 'latin1'),
-    },
-    { shape: 'deep JSON', contentType: 'application/json', body: Buffer.from(JSON.stringify(deep), 'latin1') },
-  ];
-}
 
 interface Outcome {
   status: number;
@@ -275,7 +223,7 @@ export function fairnessTests(): void {
     it('refuses a client that keeps exceeding the budget early (429, one event), on that proxy only', { timeout: 300_000 }, async () => {
       const proxy = await createProxy(tenantA);
       const other = await createProxy(tenantB);
-      const slow = expensiveBodies()[2]!;
+      const slow = expensiveBodies().find((body) => body.shape.startsWith('a long value'))!;
       const answers: number[] = [];
       let refused: Outcome | undefined;
       for (let i = 0; i < 12 && refused === undefined; i++) {
