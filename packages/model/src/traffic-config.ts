@@ -211,7 +211,8 @@ export const Waf = Type.Object(
     failMode: Enum(['CLOSED', 'OPEN'] as const, {
       default: 'CLOSED',
       description:
-        'A request the WAF cannot inspect in time (its queue is full, its engine failed). CLOSED: answered 503 with the block ' +
+        'A request the WAF cannot inspect in time (its queue is full, its inspection ran past the budget, its engine failed). ' +
+        'CLOSED: answered 503 with the block ' +
         'page and its support id. OPEN: passed to the origin uninspected (counted in tps_edge_waf_uninspected_total and logged).',
     }),
     requestBodyLimit: Type.Optional(
