@@ -152,6 +152,9 @@ export class CompiledInspector {
         const { open } = this.inspectRequest(request, { paranoiaLevel: 4, mode: 'LOGGING' }, true);
         if (open) this.inspectResponse(open, WARM_UP_RESPONSE);
       }
+    } catch {
+      // A rule set that cannot evaluate these requests fails the requests that hit the same
+      // problem, later, one by one: it is no reason for the engine not to start.
     } finally {
       this.budgetMs = budget;
     }
