@@ -1,6 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import os from 'node:os';
+import { WafInputLimits } from '@tps/model';
+import { DEFAULT_INPUT_LIMITS, DEFAULT_REQUEST_BUDGET_MS, INPUT_LIMIT_BOUNDS } from '@tps/waf';
 import { loadApiClientSettings, loadSettings, SettingsError } from './settings.ts';
 
 /** Settings from these variables only (never the environment of the test run). */
@@ -326,5 +328,38 @@ describe('settings: access log and event sinks', () => {
       (error: Error) =>
         error instanceof SettingsError && /^TPS_EVENT_SINKS: "http:\/\/siem\.example\.com": must start with/.test(error.message),
     );
+  });
+});
+
+describe('settings: the WAF budget and input limits', () => {
+  const limitSettings = {
+    arguments: 'wafArgumentsLimit',
+    multipartParts: 'wafMultipartPartsLimit',
+    jsonDepth: 'wafJsonDepthLimit',
+    jsonElements: 'wafJsonElementsLimit',
+    xmlDepth: 'wafXmlDepthLimit',
+    valueLength: 'wafValueLengthLimit',
+  } as const;
+
+  it("defaults to the engine's limits, and the API's bounds are the engine's", () => {
+    const settings = load({});
+    assert.equal(settings.wafRequestBudgetMs, DEFAULT_REQUEST_BUDGET_MS);
+    for (const [name, key] of Object.entries(limitSettings) as [
+      keyof typeof limitSettings,
+      (typeof limitSettings)[keyof typeof limitSettings],
+    ][]) {
+      assert.equal(settings[key], DEFAULT_INPUT_LIMITS[name], name);
+      const schema = WafInputLimits.properties[name];
+      assert.deepEqual([schema.minimum, schema.maximum], [...INPUT_LIMIT_BOUNDS[name]], name);
+    }
+  });
+
+  it('reads TPS_WAF_REQUEST_BUDGET_MS and TPS_WAF_*_LIMIT, and refuses values out of range', () => {
+    const settings = load({ TPS_WAF_REQUEST_BUDGET_MS: '100', TPS_WAF_ARGUMENTS_LIMIT: '500', TPS_WAF_JSON_DEPTH_LIMIT: '64' });
+    assert.equal(settings.wafRequestBudgetMs, 100);
+    assert.equal(settings.wafArgumentsLimit, 500);
+    assert.equal(settings.wafJsonDepthLimit, 64);
+    assert.throws(() => load({ TPS_WAF_ARGUMENTS_LIMIT: '0' }), /TPS_WAF_ARGUMENTS_LIMIT/);
+    assert.throws(() => load({ TPS_WAF_REQUEST_BUDGET_MS: '5' }), /TPS_WAF_REQUEST_BUDGET_MS/);
   });
 });

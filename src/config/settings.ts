@@ -86,6 +86,20 @@ export interface Settings {
   wafResponseBodyLimit: number;
   /** Past the request body limit: refuse (413) or inspect the first part and let the rest through; the default of `waf.bodyLimitAction`. */
   wafBodyLimitAction: 'PROCESS_PARTIAL' | 'REJECT';
+  /** Wall time one request's (or response's) inspection may run before it ends and `waf.failMode` applies. */
+  wafRequestBudgetMs: number;
+  /** Defaults of proxies' `waf.inputLimits` (ModSecurity's recommended values where it has them): arguments. */
+  wafArgumentsLimit: number;
+  /** Default of `waf.inputLimits.multipartParts`. */
+  wafMultipartPartsLimit: number;
+  /** Default of `waf.inputLimits.jsonDepth`. */
+  wafJsonDepthLimit: number;
+  /** Default of `waf.inputLimits.jsonElements`. */
+  wafJsonElementsLimit: number;
+  /** Default of `waf.inputLimits.xmlDepth`. */
+  wafXmlDepthLimit: number;
+  /** Default of `waf.inputLimits.valueLength`. */
+  wafValueLengthLimit: number;
   /** redis://...: rate-limit counters shared by several edge nodes; unset = shared by this node's workers only. */
   redisUrl: string | undefined;
   /**
@@ -171,6 +185,13 @@ const ENV: Record<keyof Settings, string> = {
   wafMultipartBodyLimit: 'TPS_WAF_MULTIPART_BODY_LIMIT',
   wafResponseBodyLimit: 'TPS_WAF_RESPONSE_BODY_LIMIT',
   wafBodyLimitAction: 'TPS_WAF_BODY_LIMIT_ACTION',
+  wafRequestBudgetMs: 'TPS_WAF_REQUEST_BUDGET_MS',
+  wafArgumentsLimit: 'TPS_WAF_ARGUMENTS_LIMIT',
+  wafMultipartPartsLimit: 'TPS_WAF_MULTIPART_PARTS_LIMIT',
+  wafJsonDepthLimit: 'TPS_WAF_JSON_DEPTH_LIMIT',
+  wafJsonElementsLimit: 'TPS_WAF_JSON_ELEMENTS_LIMIT',
+  wafXmlDepthLimit: 'TPS_WAF_XML_DEPTH_LIMIT',
+  wafValueLengthLimit: 'TPS_WAF_VALUE_LENGTH_LIMIT',
   redisUrl: 'TPS_REDIS_URL',
   trustedProxies: 'TPS_TRUSTED_PROXIES',
   listenerProxyProtocol: 'TPS_LISTENER_PROXY_PROTOCOL',
@@ -432,6 +453,13 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafMultipartBodyLimit,
     wafResponseBodyLimit: integer('wafResponseBodyLimit', 64 * 1024, 0, 64 * 1024 * 1024),
     wafBodyLimitAction: bodyLimitAction(),
+    wafRequestBudgetMs: integer('wafRequestBudgetMs', 250, 10, 60_000),
+    wafArgumentsLimit: integer('wafArgumentsLimit', 1000, 1, 100_000),
+    wafMultipartPartsLimit: integer('wafMultipartPartsLimit', 1000, 1, 100_000),
+    wafJsonDepthLimit: integer('wafJsonDepthLimit', 512, 1, 10_000),
+    wafJsonElementsLimit: integer('wafJsonElementsLimit', 10_000, 1, 1_000_000),
+    wafXmlDepthLimit: integer('wafXmlDepthLimit', 256, 1, 10_000),
+    wafValueLengthLimit: integer('wafValueLengthLimit', 128 * 1024, 1, 64 * 1024 * 1024),
     redisUrl: redisUrl(),
     trustedProxies,
     listenerProxyProtocol: listenerProxyProtocol as Settings['listenerProxyProtocol'],

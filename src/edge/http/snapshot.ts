@@ -89,7 +89,9 @@ export class ProxySnapshot {
         ? previous.origins
         : new OriginSet(config, limits, deps.originGuard, previous?.origins, deps.hostDownForMs);
 
-    this.waf = attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] };
+    const waf = attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] };
+    // the operator's input limits under the proxy's own: each request carries its proxy's whole set
+    this.waf = deps.wafInputLimits === undefined ? waf : { ...waf, inputLimits: { ...deps.wafInputLimits, ...waf.inputLimits } };
     const hook = deps.waf;
     const limit = Math.min(this.waf.requestBodyLimit ?? hook?.requestBodyLimit ?? 0, limits.maxBodySize);
     this.wafBody = {

@@ -64,6 +64,8 @@ export interface HttpProxyDeps {
   metrics?: HttpProxyMetrics;
   /** The WAF engine's hook; absent = no WAF phase (and request bodies are never buffered). */
   waf?: WafHook;
+  /** Defaults of proxies' `waf.inputLimits` (operator settings TPS_WAF_*_LIMIT); absent: the engine's own. */
+  wafInputLimits?: NonNullable<NonNullable<HttpProxyAttributes['waf']>['inputLimits']>;
   /** Pending ACME HTTP-01 challenges; absent = /.well-known/acme-challenge/ goes to the origin. */
   acmeChallenge?: AcmeChallengeLookup;
   /** Node-wide limits (sizes, timeouts); see `DEFAULT_HTTP_LIMITS`. */
@@ -212,7 +214,7 @@ export interface WafHook {
 }
 
 /** Why a hook could not give a verdict: its engine's queue is full, its thread is gone, or anything else. */
-export type WafFailureReason = 'overloaded' | 'unavailable' | 'error';
+export type WafFailureReason = 'overloaded' | 'unavailable' | 'budget' | 'error';
 
 // What a finished request leaves behind.
 

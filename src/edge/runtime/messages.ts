@@ -79,6 +79,7 @@ export type EdgeCounterName =
   | 'tps_insight_dropped_requests_total'
   | 'tps_edge_waf_uninspected_total'
   | 'tps_edge_waf_body_over_limit_total'
+  | 'tps_edge_waf_thread_restarts_total'
   | 'tps_edge_waf_exchanges_total'
   | 'tps_edge_waf_rule_matches_total'
   | 'tps_edge_access_log_lines_total'

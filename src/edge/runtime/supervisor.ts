@@ -24,7 +24,8 @@ import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
-import { DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
+import { DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
+import type { WafInputLimits } from '@tps/waf';
 import type { ClientAddressSettings } from '../net/types.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
@@ -99,6 +100,10 @@ export interface EdgeOptions {
   wafEngine?: 'modsecurity' | 'compiled';
   /** Body bytes the WAF inspects, and what happens to a longer request body. */
   wafBodyLimits?: WafBodyLimits;
+  /** Wall time of one inspection before it ends (TPS_WAF_REQUEST_BUDGET_MS); default 250 ms. */
+  wafRequestBudgetMs?: number;
+  /** Defaults of proxies' `waf.inputLimits` (TPS_WAF_*_LIMIT); absent: the engine's. */
+  wafInputLimits?: WafInputLimits;
   /** redis://... for rate-limit counters shared with other edge nodes. */
   redisUrl?: string | undefined;
   /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
@@ -250,8 +255,13 @@ export class EdgeSupervisor {
           ],
           [
             'tps_edge_waf_uninspected_total',
-            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, unavailable, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
+            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, unavailable, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
             ['proxy', 'side', 'reason', 'outcome'],
+          ],
+          [
+            'tps_edge_waf_thread_restarts_total',
+            'WAF engine threads replaced, by cause: runaway (a request ran past the watchdog bound, a step the engine could not interrupt; every request the thread held failed) or crash (the thread died). A request past its budget ends alone and is no restart: see tps_edge_waf_uninspected_total{reason="budget"}.',
+            ['cause'],
           ],
           [
             'tps_edge_waf_body_over_limit_total',
@@ -453,6 +463,8 @@ export class EdgeSupervisor {
       wafQueueLength: o.wafQueueLength ?? DEFAULT_QUEUE_PER_WORKER,
       wafEngine: o.wafEngine ?? 'compiled',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, multipart: 1024 * 1024, response: 64 * 1024, action: 'REJECT' },
+      wafRequestBudgetMs: o.wafRequestBudgetMs ?? DEFAULT_REQUEST_BUDGET_MS,
+      wafInputLimits: o.wafInputLimits ?? {},
       redisUrl: o.redisUrl,
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
       origins: o.origins,

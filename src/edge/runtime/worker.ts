@@ -27,7 +27,8 @@ import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
 import { startWafEngine as startEngine } from '../http/waf/engines.ts';
 import type { ExchangingEngine } from '../http/waf/engines.ts';
-import type { WafEngine } from '@tps/waf';
+import { defaultRunawayMs } from '@tps/waf';
+import type { WafEngine, WafInputLimits } from '@tps/waf';
 import { MAX_WAF_REQUEST_BODY_LIMIT } from '@tps/model';
 import { ClientAddressPolicy } from '../net/client-address.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
@@ -67,6 +68,10 @@ export interface WorkerSettings {
   wafEngine: 'modsecurity' | 'compiled';
   /** Defaults of proxies' `waf.requestBodyLimit` and `waf.bodyLimitAction`, the multipart/form-data limit, the response limit. */
   wafBodyLimits: WafBodyLimits;
+  /** Wall time of one inspection before it ends and `waf.failMode` applies. */
+  wafRequestBudgetMs: number;
+  /** Defaults of proxies' `waf.inputLimits`. */
+  wafInputLimits: WafInputLimits;
   /** Rate-limit counters in Redis (several edge nodes) instead of this node's shared memory. */
   redisUrl: string | undefined;
   /** Load balancers whose PROXY headers and X-Forwarded-For name the client. */
@@ -232,6 +237,10 @@ function startWafEngine(): Promise<ExchangingEngine> {
     workers: settings.wafThreads,
     queueLength: settings.wafQueueLength * settings.wafThreads,
     ...limits,
+    requestBudgetMs: settings.wafRequestBudgetMs,
+    // The backstop for a step no engine can interrupt (and ModSecurity's only bound): well past the budget.
+    runawayMs: defaultRunawayMs(settings.wafRequestBudgetMs),
+    onThreadRestart: (cause) => count('tps_edge_waf_thread_restarts_total', { cause }),
   });
 }
 const wafAuditLog = settings.wafAuditLogPath ? new WafAuditLog(settings.wafAuditLogPath) : undefined;
@@ -283,6 +292,7 @@ const httpDeps: HttpProxyDeps = {
   logger,
   originGuard,
   waf: wafHook,
+  wafInputLimits: settings.wafInputLimits,
   rateLimit: {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);

@@ -14,7 +14,8 @@
  * The response side is a phase of its own (waf-response.ts); both take `applyVerdict`,
  * `cannotInspect` and `wafRequestHead` from here.
  *
- * A hook that throws or rejects (its engine overloaded, its thread dead, a bug) follows the proxy's
+ * A hook that throws or rejects (its engine overloaded, the request's inspection past its budget,
+ * its thread dead, a bug) follows the proxy's
  * `waf.failMode`: CLOSED (default) answers 503 with the page and the support id, OPEN lets the
  * request through uninspected. Either way it is counted (`wafUninspected`) and logged (rate-limited).
  */
@@ -165,6 +166,8 @@ function failureReason(err: unknown): WafFailureReason {
   const code = (err as { code?: unknown } | null)?.code;
   if (code === 'ERR_WAF_OVERLOADED') return 'overloaded';
   if (code === 'ERR_WAF_UNAVAILABLE') return 'unavailable';
+  // its inspection ran past the budget and was ended (the engine's thread goes on)
+  if (code === 'ERR_WAF_BUDGET') return 'budget';
   return 'error';
 }
 

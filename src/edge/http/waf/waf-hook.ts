@@ -209,6 +209,7 @@ function engineSettings(settings: WafRequestHead['settings']): WafEngineSettings
     mode: settings.mode,
     ...(settings.anomalyThreshold !== undefined && { anomalyThreshold: settings.anomalyThreshold }),
     ruleExclusions: settings.ruleExclusions,
+    ...(settings.inputLimits !== undefined && { inputLimits: settings.inputLimits }),
   };
 }
 
