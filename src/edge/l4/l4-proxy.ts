@@ -34,6 +34,7 @@ import { refusalAnsweredBy, roundMs } from './access-log.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute } from './tcp.ts';
 import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute } from './udp.ts';
 import type { L4AccessLogEntry, L4ConnectionClosed, L4Logger, L4Metrics, L4Protocol, L4RefusalReason } from './types.ts';
+import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 
 export interface L4ProxyOptions {
   /** Traffic configuration id (for logs and metrics labels). */
@@ -71,6 +72,8 @@ export interface L4ProxyOptions {
   tenantId?: string;
   /** Receives one line per TCP connection (admitted or refused) and per UDP session; absent = no access log. */
   accessLog?: (entry: L4AccessLogEntry) => void;
+  /** The node's budget of edge connections (TCP), shared by every proxy and worker; absent: none. */
+  nodeBudget?: ConnectionBudget;
 }
 
 type ListenerKey = string;
@@ -116,6 +119,7 @@ export class L4Proxy {
   private readonly originGuard: ScopedOriginGuard;
   private readonly tenantId: string;
   private readonly accessLog: ((entry: L4AccessLogEntry) => void) | undefined;
+  private readonly nodeBudget: ConnectionBudget | undefined;
   /** TCP connections of trusted load balancers whose PROXY header is being read. */
   private readonly readingHeaders = new Set<Socket>();
   private pool: HostPool;
@@ -144,6 +148,7 @@ export class L4Proxy {
     this.reusePort = options.reusePort ?? false;
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
     this.clientAddress = options.clientAddress;
+    this.nodeBudget = options.nodeBudget;
     this.originGuard = options.originGuard.for(options.id);
     this.tenantId = options.tenantId ?? '';
     this.accessLog = options.accessLog;
@@ -375,6 +380,15 @@ export class L4Proxy {
     if (ip === undefined) {
       socket.destroy(); // already gone
       return;
+    }
+    // The node's budget first, before a PROXY header is waited for: every open socket holds a place.
+    const budget = this.nodeBudget;
+    if (budget !== undefined) {
+      if (!budget.tryAcquire()) {
+        this.refuseTcp(socket, 'NODE_BUDGET');
+        return;
+      }
+      socket.once('close', () => budget.release());
     }
     if (this.clientAddress?.readsProxyHeader(ip)) {
       this.readClientFromHeader(socket, this.clientAddress);
