@@ -374,6 +374,9 @@ export class L4Proxy {
     if (closeEverything) await closed;
   }
 
+  /** Gives back the node-budget place of a connection no tunnel has taken (one function for every socket). */
+  private readonly releasePlace = (): void => this.nodeBudget?.release();
+
   /** Hand-written hot path: one trie walk, one map lookup, then the tunnel. */
   private readonly onTcpConnection = (socket: Socket): void => {
     const ip = socket.remoteAddress;
@@ -382,13 +385,15 @@ export class L4Proxy {
       return;
     }
     // The node's budget first, before a PROXY header is waited for: every open socket holds a place.
+    // Until a tunnel takes the connection, its close gives the place back; then the tunnel's end does
+    // (the tunnel moves the socket's handle into a socket of its own, and the accepted one closes).
     const budget = this.nodeBudget;
     if (budget !== undefined) {
       if (!budget.tryAcquire()) {
         this.refuseTcp(socket, 'NODE_BUDGET');
         return;
       }
-      socket.once('close', () => budget.release());
+      socket.once('close', this.releasePlace);
     }
     if (this.clientAddress?.readsProxyHeader(ip)) {
       this.readClientFromHeader(socket, this.clientAddress);
@@ -410,6 +415,8 @@ export class L4Proxy {
     // Read now (a closed socket has no addresses), and only for the access log: each is a system
     // call, a measurable share of a short connection's cost (bench/l4, connections per second).
     const addresses = this.accessLog === undefined ? undefined : socketAddresses(socket);
+    const budget = this.nodeBudget;
+    if (budget !== undefined) socket.off('close', this.releasePlace);
     this.metrics?.connectionAccepted(this.id, 'TCP');
     const tunnel: TcpTunnel = new TcpTunnel(
       socket,
@@ -419,6 +426,7 @@ export class L4Proxy {
         onClose: (result) => {
           this.tunnels.delete(tunnel);
           this.limiter.release(slot);
+          budget?.release();
           this.metrics?.connectionClosed(this.id, 'TCP', { ...result, durationSeconds: result.durationMs / 1000 });
           if (addresses !== undefined) {
             const entry = this.tcpEntry(addresses, proxied, result.durationMs, {
