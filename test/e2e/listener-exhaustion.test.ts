@@ -71,10 +71,15 @@ async function holdConnections(
   const holders = Array.from({ length: HOLDERS }, (_, index) =>
     startHolder({ ...target, requests, sources: sourcesOf(index), count: CONNECTIONS / HOLDERS, concurrency: 512 }),
   );
-  await waitFor('every holder to attempt its connections', async () => holders.every((holder) => holder.report?.done === true), {
-    timeoutMs: 240_000,
-    intervalMs: 500,
-  });
+  try {
+    await waitFor('every holder to attempt its connections', async () => holders.every((holder) => holder.report?.done === true), {
+      timeoutMs: 240_000,
+      intervalMs: 500,
+    });
+  } catch (error) {
+    await stopHolders(holders);
+    throw error;
+  }
   return holders;
 }
 
