@@ -12,6 +12,10 @@ export interface Metrics {
   signInsRefused: Counter<'reason'>;
   /** API calls refused by the per-minute limits, by who was counted (client, portal-user, address). */
   apiRateLimited: Counter<'key'>;
+  /** The service's own listeners (api, metrics): connections and requests refused or ended, by stage and reason (src/listener-guard.ts). */
+  listenerRefused: Counter<'listener' | 'stage' | 'reason'>;
+  /** The service's own listeners: connections open now. */
+  listenerConnections: Gauge<'listener'>;
 }
 
 export function createMetrics(): Metrics {
@@ -53,6 +57,18 @@ export function createMetrics(): Metrics {
       name: 'tps_api_rate_limited_total',
       help: 'API calls answered 429 by the per-minute limits, by what was counted: a service account (client), a portal user, or a client address (calls without a token or session).',
       labelNames: ['key'],
+      registers: [registry],
+    }),
+    listenerRefused: new Counter({
+      name: 'tps_listener_refused_total',
+      help: "Connections and requests the service's own listeners (listener=api, metrics) refused or ended, by stage (accept, head, body, idle) and reason: CONNECTIONS and SOURCE_CONNECTIONS (caps, at accept), HEADERS_TIMEOUT, REQUEST_TIMEOUT, IDLE_TIMEOUT, BODY_TOO_LARGE, RATE_LIMIT (before the body).",
+      labelNames: ['listener', 'stage', 'reason'],
+      registers: [registry],
+    }),
+    listenerConnections: new Gauge({
+      name: 'tps_listener_connections',
+      help: "Connections open now on the service's own listeners (listener=api, metrics).",
+      labelNames: ['listener'],
       registers: [registry],
     }),
   };

@@ -363,3 +363,34 @@ describe('settings: the WAF budget and input limits', () => {
     assert.throws(() => load({ TPS_WAF_REQUEST_BUDGET_MS: '5' }), /TPS_WAF_REQUEST_BUDGET_MS/);
   });
 });
+
+describe("settings: the service's own listeners and the edge's budget", () => {
+  it('bounds the API listener by default', () => {
+    const settings = load({});
+    assert.deepEqual(
+      [
+        settings.apiHeadersTimeoutSeconds,
+        settings.apiRequestTimeoutSeconds,
+        settings.apiKeepAliveTimeoutSeconds,
+        settings.apiBodyLimit,
+        settings.apiMaxConnections,
+        settings.apiMaxConnectionsPerSource,
+        settings.metricsMaxConnections,
+        settings.edgeMaxConnections,
+      ],
+      [20, 60, 20, 1024 * 1024, 1024, 128, 64, undefined],
+    );
+  });
+
+  it('reads each bound, and refuses a headers timeout longer than the request timeout', () => {
+    const settings = load({ TPS_API_BODY_LIMIT: '64k', TPS_API_MAX_CONNECTIONS: '100', TPS_EDGE_MAX_CONNECTIONS: '5000' });
+    assert.deepEqual([settings.apiBodyLimit, settings.apiMaxConnectionsPerSource, settings.edgeMaxConnections], [65536, 100, 5000]);
+    assert.equal(load({ TPS_EDGE_MAX_CONNECTIONS: 'auto' }).edgeMaxConnections, undefined);
+    assert.throws(
+      () => load({ TPS_API_HEADERS_TIMEOUT_SECONDS: '90' }),
+      /TPS_API_HEADERS_TIMEOUT_SECONDS: must not exceed TPS_API_REQUEST_TIMEOUT_SECONDS/,
+    );
+    assert.throws(() => load({ TPS_API_MAX_CONNECTIONS: '10', TPS_API_MAX_CONNECTIONS_PER_SOURCE: '20' }), /from 1 to 10/);
+    assert.throws(() => load({ TPS_EDGE_MAX_CONNECTIONS: '0' }), /TPS_EDGE_MAX_CONNECTIONS/);
+  });
+});

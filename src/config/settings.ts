@@ -136,6 +136,25 @@ export interface Settings {
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
   apiUnauthenticatedRateLimitPerMinute: number;
+  /** API listener: a request head must be whole within this many seconds of its first byte (408 and closed). */
+  apiHeadersTimeoutSeconds: number;
+  /** API listener: a request, head and body, must be whole within this many seconds (408 and closed); also the longest a connection may stay silent mid-request. */
+  apiRequestTimeoutSeconds: number;
+  /** API listener: an idle keep-alive connection is closed after this many seconds. */
+  apiKeepAliveTimeoutSeconds: number;
+  /** API listener: the longest request body (413 past it, before it is read). */
+  apiBodyLimit: number;
+  /** API listener: connections open at once; past it new ones are closed at accept. */
+  apiMaxConnections: number;
+  /** API listener: connections open at once from one source (IPv6: per prefix); the reverse proxies of TPS_API_TRUSTED_PROXIES are not capped per source. */
+  apiMaxConnectionsPerSource: number;
+  /** Operators' listener: connections open at once; past it new ones are closed at accept. */
+  metricsMaxConnections: number;
+  /**
+   * Client connections the node's edge holds at once, all proxies (HTTP and layer 4 TCP) and
+   * workers together; undefined: derived at start from the file-descriptor limit (fd-budget.ts).
+   */
+  edgeMaxConnections: number | undefined;
   /** Insight events of days older than this are removed. */
   insightRetentionDays: number;
   /** Estimated bytes all stored insight events may hold; past it the oldest go first. */
@@ -204,6 +223,14 @@ const ENV: Record<keyof Settings, string> = {
   udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
+  apiHeadersTimeoutSeconds: 'TPS_API_HEADERS_TIMEOUT_SECONDS',
+  apiRequestTimeoutSeconds: 'TPS_API_REQUEST_TIMEOUT_SECONDS',
+  apiKeepAliveTimeoutSeconds: 'TPS_API_KEEPALIVE_TIMEOUT_SECONDS',
+  apiBodyLimit: 'TPS_API_BODY_LIMIT',
+  apiMaxConnections: 'TPS_API_MAX_CONNECTIONS',
+  apiMaxConnectionsPerSource: 'TPS_API_MAX_CONNECTIONS_PER_SOURCE',
+  metricsMaxConnections: 'TPS_METRICS_MAX_CONNECTIONS',
+  edgeMaxConnections: 'TPS_EDGE_MAX_CONNECTIONS',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
@@ -418,6 +445,17 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     }
   };
 
+  const apiHeadersTimeoutSeconds = integer('apiHeadersTimeoutSeconds', 20, 1, 3600);
+  const apiRequestTimeoutSeconds = integer('apiRequestTimeoutSeconds', 60, 1, 3600);
+  // Node checks the head's deadline only while the request's is still running.
+  if (apiHeadersTimeoutSeconds > apiRequestTimeoutSeconds) {
+    fail('apiHeadersTimeoutSeconds', `must not exceed ${ENV.apiRequestTimeoutSeconds} (${apiRequestTimeoutSeconds})`);
+  }
+  const apiMaxConnections = integer('apiMaxConnections', 1024, 1, 1_000_000);
+  // Unset or `auto`: derived from the file-descriptor limit when the edge starts (src/edge/runtime/fd-budget.ts).
+  const edgeMaxConnections =
+    (raw('edgeMaxConnections') ?? 'auto') === 'auto' ? undefined : integer('edgeMaxConnections', 1, 1, 100_000_000);
+
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
 
@@ -472,6 +510,14 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     udpReplyBudgetFactor: integer('udpReplyBudgetFactor', 3, 1, 1000),
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
+    apiHeadersTimeoutSeconds,
+    apiRequestTimeoutSeconds,
+    apiKeepAliveTimeoutSeconds: integer('apiKeepAliveTimeoutSeconds', 20, 1, 3600),
+    apiBodyLimit: bytes('apiBodyLimit', 1024 * 1024, 1024),
+    apiMaxConnections,
+    apiMaxConnectionsPerSource: integer('apiMaxConnectionsPerSource', Math.min(128, apiMaxConnections), 1, apiMaxConnections),
+    metricsMaxConnections: integer('metricsMaxConnections', 64, 1, 100_000),
+    edgeMaxConnections,
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,

@@ -34,6 +34,10 @@ import type { Principal } from '../../auth/token-issuer.ts';
 import { SCOPES, type Scope } from '../../store/service-accounts.ts';
 import type { PortalSession } from '../../store/portal-users.ts';
 import { BadCursorError, dashboardRange } from '../../store/insight-aggregates.ts';
+import { RATE_LIMITED_BEFORE_BODY } from '../rate-limit-before-body.ts';
+
+/** Sign-in works without a session, and its per-address rate limit runs before its body is read. */
+const SIGN_IN = { portalPublic: true, ...RATE_LIMITED_BEFORE_BODY };
 
 /** The built portal (`npm run build:portal`). */
 export const PORTAL_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../portal/dist');
@@ -174,7 +178,7 @@ export const portalRoutes: RoutePlugin = async (portal, { deps }) => {
     expiresAt: new Date(current.expiresAt).toISOString(),
   });
 
-  portal.post(`${API}/login`, { config: { portalPublic: true }, schema: { hide: true, body: Login } }, async (request, reply) => {
+  portal.post(`${API}/login`, { config: SIGN_IN, schema: { hide: true, body: Login } }, async (request, reply) => {
     // JSON only: a cross-site HTML form cannot send it without the browser asking first (CORS).
     if (!(request.headers['content-type'] ?? '').toLowerCase().startsWith('application/json')) {
       throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'sign in with Content-Type: application/json', { header: 'Content-Type' });

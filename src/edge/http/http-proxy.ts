@@ -253,18 +253,30 @@ export class HttpProxy {
     const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];
     server.removeAllListeners('connection');
     const clientAddress = this.deps.clientAddress;
+    const budget = this.deps.nodeBudget;
     server.on('connection', (socket: net.Socket) => {
       const peer = unmapIpv4(socket.remoteAddress ?? '');
       const proxied = proxiedAddressesOf(socket);
       const source = proxied !== undefined ? proxied.sourceAddress : clientAddress?.trusts(peer) ? undefined : peer;
+      // The node's budget first: it keeps the descriptors of the API and the other proxies' share.
+      if (budget !== undefined && !budget.tryAcquire()) {
+        socket.on('error', () => {});
+        socket.resetAndDestroy();
+        this.refused('HTTP', 'NODE_BUDGET', { source: source ?? peer });
+        return;
+      }
       const ticket = this.admission.acquire(source);
       if (typeof ticket === 'string') {
+        budget?.release();
         socket.on('error', () => {});
         socket.resetAndDestroy();
         this.refused('HTTP', ticket, { source: source ?? peer });
         return;
       }
-      socket.once('close', () => this.admission.release(ticket));
+      socket.once('close', () => {
+        this.admission.release(ticket);
+        budget?.release();
+      });
       for (const listener of listeners) listener.call(server, socket);
     });
   }

@@ -8,6 +8,7 @@ import type { HttpProxyAttributes } from '@tps/model';
 import type { InsightSink, MatchedRule } from '@tps/model';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
 import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
+import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import type { ClientAddressPolicy } from '../net/client-address.ts';
 import type { OriginGuard } from '../net/origin-guard.ts';
 import type { Http2Refusal } from './http2-guard.ts';
@@ -42,8 +43,11 @@ export interface HttpProxyLogger {
   error(obj: object, msg: string): void;
 }
 
-/** Why a connection or an HTTP/2 session was refused or ended before reaching an origin. */
-export type HttpRefusalReason = FloodRefusal | Http2Refusal;
+/**
+ * Why a connection or an HTTP/2 session was refused or ended before reaching an origin.
+ * NODE_BUDGET: the node's edge holds TPS_EDGE_MAX_CONNECTIONS connections already.
+ */
+export type HttpRefusalReason = FloodRefusal | Http2Refusal | 'NODE_BUDGET';
 
 export interface HttpProxyDeps {
   /** Where APP_DDOS_ATTACK and WAF_EVENT events go. */
@@ -99,6 +103,12 @@ export interface HttpProxyDeps {
    * Rate-limit counters must then be shared (`rateLimit.createStore`). Default false.
    */
   reusePort?: boolean;
+  /**
+   * The node's budget of edge connections, shared by every proxy and worker: a connection takes a
+   * place at accept (before the proxy's own caps) and gives it back at close; none left: reset,
+   * counted as NODE_BUDGET. Absent: no node-wide budget.
+   */
+  nodeBudget?: ConnectionBudget;
   /**
    * ACME TLS-ALPN-01 (renewal when no proxy answers port 80 any more): a TLS connection that offers
    * only `acme-tls/1` gets the challenge certificate of its SNI name instead of the site, when the

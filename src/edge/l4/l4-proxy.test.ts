@@ -425,6 +425,25 @@ describe('L4Proxy over TCP', () => {
     assert.equal(metrics.refused.TCP.GLOBAL_CONNECTIONS, 1);
   });
 
+  test("refuses connections past the node's budget, shared with another proxy, and gives places back at close", async (cleanup) => {
+    const { NodeConnectionBudget } = await import('../shared-counters/node-connection-budget.ts');
+    const echo = await origin(cleanup);
+    const buffer = NodeConnectionBudget.allocate(2, 1);
+    const nodeBudget = new NodeConnectionBudget(buffer, 0);
+    const metrics = new L4Counters();
+    const ports = [await freePort(FRONT), await freePort(FRONT)];
+    for (const port of ports) await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, nodeBudget });
+    const first = client(cleanup, await connectTo(FRONT, ports[0]!, '127.0.0.17'));
+    client(cleanup, await connectTo(FRONT, ports[1]!, '127.0.0.18'));
+    await eventually(() => echo.open === 2);
+    assert.equal(await connectionOutcome(FRONT, ports[0]!, '127.0.0.19'), 'ECONNRESET');
+    assert.equal(metrics.refused.TCP.NODE_BUDGET, 1);
+    first.destroy();
+    await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the closed connection gives its place back');
+    assert.equal(await connectionOutcome(FRONT, ports[1]!, '127.0.0.19'), 'ECHO');
+    await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the tunnel that ended gives its place back');
+  });
+
   test('closes a connection idle in both directions', async (cleanup) => {
     const echo = await origin(cleanup);
     const port = await freePort(FRONT);

@@ -34,6 +34,7 @@ import { refusalAnsweredBy, roundMs } from './access-log.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute } from './tcp.ts';
 import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute } from './udp.ts';
 import type { L4AccessLogEntry, L4ConnectionClosed, L4Logger, L4Metrics, L4Protocol, L4RefusalReason } from './types.ts';
+import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 
 export interface L4ProxyOptions {
   /** Traffic configuration id (for logs and metrics labels). */
@@ -71,6 +72,8 @@ export interface L4ProxyOptions {
   tenantId?: string;
   /** Receives one line per TCP connection (admitted or refused) and per UDP session; absent = no access log. */
   accessLog?: (entry: L4AccessLogEntry) => void;
+  /** The node's budget of edge connections (TCP), shared by every proxy and worker; absent: none. */
+  nodeBudget?: ConnectionBudget;
 }
 
 type ListenerKey = string;
@@ -116,6 +119,7 @@ export class L4Proxy {
   private readonly originGuard: ScopedOriginGuard;
   private readonly tenantId: string;
   private readonly accessLog: ((entry: L4AccessLogEntry) => void) | undefined;
+  private readonly nodeBudget: ConnectionBudget | undefined;
   /** TCP connections of trusted load balancers whose PROXY header is being read. */
   private readonly readingHeaders = new Set<Socket>();
   private pool: HostPool;
@@ -144,6 +148,7 @@ export class L4Proxy {
     this.reusePort = options.reusePort ?? false;
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
     this.clientAddress = options.clientAddress;
+    this.nodeBudget = options.nodeBudget;
     this.originGuard = options.originGuard.for(options.id);
     this.tenantId = options.tenantId ?? '';
     this.accessLog = options.accessLog;
@@ -369,12 +374,26 @@ export class L4Proxy {
     if (closeEverything) await closed;
   }
 
+  /** Gives back the node-budget place of a connection no tunnel has taken (one function for every socket). */
+  private readonly releasePlace = (): void => this.nodeBudget?.release();
+
   /** Hand-written hot path: one trie walk, one map lookup, then the tunnel. */
   private readonly onTcpConnection = (socket: Socket): void => {
     const ip = socket.remoteAddress;
     if (ip === undefined) {
       socket.destroy(); // already gone
       return;
+    }
+    // The node's budget first, before a PROXY header is waited for: every open socket holds a place.
+    // Until a tunnel takes the connection, its close gives the place back; then the tunnel's end does
+    // (the tunnel moves the socket's handle into a socket of its own, and the accepted one closes).
+    const budget = this.nodeBudget;
+    if (budget !== undefined) {
+      if (!budget.tryAcquire()) {
+        this.refuseTcp(socket, 'NODE_BUDGET');
+        return;
+      }
+      socket.once('close', this.releasePlace);
     }
     if (this.clientAddress?.readsProxyHeader(ip)) {
       this.readClientFromHeader(socket, this.clientAddress);
@@ -396,6 +415,8 @@ export class L4Proxy {
     // Read now (a closed socket has no addresses), and only for the access log: each is a system
     // call, a measurable share of a short connection's cost (bench/l4, connections per second).
     const addresses = this.accessLog === undefined ? undefined : socketAddresses(socket);
+    const budget = this.nodeBudget;
+    if (budget !== undefined) socket.off('close', this.releasePlace);
     this.metrics?.connectionAccepted(this.id, 'TCP');
     const tunnel: TcpTunnel = new TcpTunnel(
       socket,
@@ -405,6 +426,7 @@ export class L4Proxy {
         onClose: (result) => {
           this.tunnels.delete(tunnel);
           this.limiter.release(slot);
+          budget?.release();
           this.metrics?.connectionClosed(this.id, 'TCP', { ...result, durationSeconds: result.durationMs / 1000 });
           if (addresses !== undefined) {
             const entry = this.tcpEntry(addresses, proxied, result.durationMs, {

@@ -16,7 +16,9 @@ export type L4RefusalReason =
   /** UDP only: the relay holds its maximum number of sessions. */
   | 'SESSION_LIMIT'
   /** TCP from a trusted load balancer: no PROXY header (`required`), a malformed one, or none in time. */
-  | 'PROXY_HEADER';
+  | 'PROXY_HEADER'
+  /** TCP: the node's edge holds TPS_EDGE_MAX_CONNECTIONS connections already. */
+  | 'NODE_BUDGET';
 
 export interface L4ConnectionClosed {
   /** How it ended (TCP: `NO_HOST` when no origin host could be reached). */

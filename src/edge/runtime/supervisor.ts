@@ -23,6 +23,7 @@ import { InsightIngest, type EpisodeCounts } from './insight-ingest.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
+import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import { DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
 import type { WafInputLimits } from '@tps/waf';
@@ -88,6 +89,8 @@ export interface EdgeOptions {
   httpConnectionLimits?: { maxConnectionsPerSource: number; maxNewConnectionsPerSecondPerSource: number; maxConnections: number };
   /** UDP: bytes back per byte in until the client has shown it receives (TPS_UDP_REPLY_BUDGET_FACTOR). */
   udpReplyBudgetFactor?: number;
+  /** Client connections (HTTP, layer 4 TCP) the node's workers hold at once, together (TPS_EDGE_MAX_CONNECTIONS); absent: no budget. */
+  maxConnections?: number;
   threatFeeds?: string[];
   threatFeedRefreshMs?: number;
   geoOverridesPath?: string | undefined;
@@ -150,6 +153,8 @@ export class EdgeSupervisor {
   readonly #slots: WorkerSlot[];
   readonly #counters: Map<EdgeCounterName, Counter<string>>;
   readonly #counterTables: ProxyCounterTableSet;
+  /** The node's budget of edge connections in shared memory, handed to every worker; absent: none. */
+  readonly #connectionBudget: SharedArrayBuffer | undefined;
   #entries: ConfigEntry[] = [];
   /** Configuration id -> revision, of what the snapshot holds. */
   #revisions = new Map<string, number>();
@@ -186,6 +191,26 @@ export class EdgeSupervisor {
       ...(options.rateLimitClientsPerProxy !== undefined && { rateSlots: options.rateLimitClientsPerProxy }),
     });
     this.#slots = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, reports: new Map() }));
+    const budget = options.maxConnections === undefined ? undefined : NodeConnectionBudget.allocate(options.maxConnections, workers);
+    this.#connectionBudget = budget;
+    if (budget !== undefined) {
+      new Gauge({
+        name: 'tps_edge_node_connections',
+        help: 'Client connections (HTTP and layer 4 TCP) the edge workers of this node hold now, counted against TPS_EDGE_MAX_CONNECTIONS.',
+        registers: [options.metrics.registry],
+        collect() {
+          this.set(NodeConnectionBudget.read(budget).open);
+        },
+      });
+      new Gauge({
+        name: 'tps_edge_node_connection_budget',
+        help: 'TPS_EDGE_MAX_CONNECTIONS: past it new edge connections are refused at accept (tps_edge_refused_total{reason="NODE_BUDGET"}).',
+        registers: [options.metrics.registry],
+        collect() {
+          this.set(NodeConnectionBudget.read(budget).limit);
+        },
+      });
+    }
     if ((options.threatFeeds ?? []).length > 0) {
       this.#threatFeed = new ThreatFeedHost({
         sources: options.threatFeeds ?? [],
@@ -453,6 +478,7 @@ export class EdgeSupervisor {
         maxConnections: 10_000,
       },
       udpReplyBudgetFactor: o.udpReplyBudgetFactor ?? 3,
+      connectionBudget: this.#connectionBudget,
       rateLimitClientsPerProxy: o.rateLimitClientsPerProxy ?? 16_384,
       location: o.location,
       threatFeed: this.#threatFeed?.current,
@@ -481,6 +507,8 @@ export class EdgeSupervisor {
     worker.on('exit', (code) => {
       if (slot.worker !== worker) return;
       slot.worker = undefined;
+      // Its connections died with it; their places go back before a new worker takes the slot.
+      if (this.#connectionBudget !== undefined) NodeConnectionBudget.reclaim(this.#connectionBudget, slot.index);
       this.#workersChangedAt = Date.now();
       if (this.#stopping) return;
       o.logger.warn({ worker: slot.index, code }, 'edge worker exited; starting it again');

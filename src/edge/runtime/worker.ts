@@ -21,6 +21,7 @@ import type { FloodLimitSettings } from '../l4/flood-limits.ts';
 import { sourceKey } from '../net/source-key.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
+import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
 import { Redis } from 'ioredis';
 import { createWafHook } from '../http/waf/waf-hook.ts';
@@ -52,6 +53,8 @@ export interface WorkerSettings {
   httpConnectionLimits: FloodLimitSettings;
   /** UDP: bytes back per byte in until the client has shown it receives. */
   udpReplyBudgetFactor: number;
+  /** The node's budget of edge connections (NodeConnectionBudget), shared by every worker; absent: none. */
+  connectionBudget: SharedArrayBuffer | undefined;
   /** Clients each proxy keeps rate-limit counters for (Redis: keys per proxy). */
   rateLimitClientsPerProxy: number;
   location: string;
@@ -181,6 +184,9 @@ redis?.on('ready', () => {
 // Reads no source: the supervisor's feed thread builds each set once for the node (threat-feed-host.ts).
 const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
 const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
+// One count for every proxy of every worker: a place is taken at accept and given back at close.
+const nodeBudget =
+  settings.connectionBudget === undefined ? undefined : new NodeConnectionBudget(settings.connectionBudget, settings.index);
 // Every origin connection of every proxy of this worker is checked here; a refusal is counted and logged.
 const originGuard = new OriginGuard(
   new OriginPolicy(settings.origins.policy),
@@ -340,6 +346,7 @@ const httpDeps: HttpProxyDeps = {
   },
   reusePort: true,
   ...(clientAddress && { clientAddress }),
+  ...(nodeBudget && { nodeBudget }),
 };
 
 /** `2xx`, `4xx`...; `none` when no response head was sent. */
@@ -371,6 +378,7 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           ...(clientAddress && { clientAddress }),
           tenantId: config.tenantId,
           ...(accessLog && { accessLog: accessLog.l4 }),
+          ...(nodeBudget && { nodeBudget }),
         })
       : new HttpProxy(config, httpDeps);
   await proxy.start();
