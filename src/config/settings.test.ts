@@ -119,6 +119,14 @@ describe('settings: the API client of tps apply and tps export', () => {
   });
 });
 
+describe('settings: how long a pending service-issued order claims its names', () => {
+  it('defaults to a day, and takes seconds from 1 to 30 days', () => {
+    assert.equal(load({}).acmeClaimSeconds, 86_400);
+    assert.equal(load({ TPS_ACME_CLAIM_SECONDS: '2' }).acmeClaimSeconds, 2);
+    assert.throws(() => load({ TPS_ACME_CLAIM_SECONDS: '0' }), /TPS_ACME_CLAIM_SECONDS/);
+  });
+});
+
 describe('settings: quota of pending service-issued certificate orders', () => {
   it('defaults to 10 a tenant, and takes an integer from 1', () => {
     assert.equal(load({}).quotaPendingAcmeOrders, 10);

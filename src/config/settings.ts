@@ -59,6 +59,11 @@ export interface Settings {
   crlRefreshSeconds: number;
   /** Service-issued certificate orders a tenant may have PENDING at once (then 409 QUOTA_EXCEEDED). */
   quotaPendingAcmeOrders: number;
+  /**
+   * How long a PENDING service-issued order claims its names from other tenants (beyond it, only
+   * while an attempt runs); an order not issued by then turns FAILED and frees them.
+   */
+  acmeClaimSeconds: number;
   /** A CRL larger than this is not read (the fetch fails). */
   crlMaxBytes: number;
   /** A CRL fetch (connect, redirects, whole body) that takes longer fails. */
@@ -188,6 +193,7 @@ const ENV: Record<keyof Settings, string> = {
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
   quotaPendingAcmeOrders: 'TPS_QUOTA_PENDING_ACME_ORDERS',
+  acmeClaimSeconds: 'TPS_ACME_CLAIM_SECONDS',
   quotaProxies: 'TPS_QUOTA_PROXIES',
   quotaCertificates: 'TPS_QUOTA_CERTIFICATES',
   quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
@@ -449,6 +455,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
     quotaPendingAcmeOrders: integer('quotaPendingAcmeOrders', 10, 1, 10_000),
+    acmeClaimSeconds: integer('acmeClaimSeconds', 24 * 3600, 1, 30 * 24 * 3600),
     quotaProxies: integer('quotaProxies', DEFAULT_QUOTAS.proxies, 0, 1_000_000),
     quotaCertificates: integer('quotaCertificates', DEFAULT_QUOTAS.certificates, 0, 1_000_000),
     quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
