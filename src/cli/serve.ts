@@ -260,6 +260,7 @@ export async function startEdge(
       maxConnections: settings.httpMaxConnections,
     },
     udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
+    udpMaxUnconfirmedSessions: settings.udpMaxUnconfirmedSessions,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),

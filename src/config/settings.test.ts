@@ -210,6 +210,7 @@ describe('settings: hostile traffic bounds', () => {
     assert.equal(settings.rateLimitIpv6Prefix, 64);
     assert.equal(settings.rateLimitClientsPerProxy, 16_384);
     assert.equal(settings.udpReplyBudgetFactor, 3);
+    assert.equal(settings.udpMaxUnconfirmedSessions, 1000);
     assert.equal(settings.passwordHashConcurrency, 2);
     assert.equal(settings.apiUnauthenticatedRateLimitPerMinute, 300);
   });
@@ -222,6 +223,7 @@ describe('settings: hostile traffic bounds', () => {
       TPS_RATE_LIMIT_IPV6_PREFIX: '56',
       TPS_RATE_LIMIT_CLIENTS_PER_PROXY: '1024',
       TPS_UDP_REPLY_BUDGET_FACTOR: '10',
+      TPS_UDP_MAX_UNCONFIRMED_SESSIONS: '50',
       TPS_PASSWORD_HASH_CONCURRENCY: '1',
       TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE: '60',
     });
@@ -233,10 +235,11 @@ describe('settings: hostile traffic bounds', () => {
         settings.rateLimitIpv6Prefix,
         settings.rateLimitClientsPerProxy,
         settings.udpReplyBudgetFactor,
+        settings.udpMaxUnconfirmedSessions,
         settings.passwordHashConcurrency,
         settings.apiUnauthenticatedRateLimitPerMinute,
       ],
-      [4, 5, 6, 56, 1024, 10, 1, 60],
+      [4, 5, 6, 56, 1024, 10, 50, 1, 60],
     );
   });
 

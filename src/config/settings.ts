@@ -123,6 +123,8 @@ export interface Settings {
   rateLimitClientsPerProxy: number;
   /** UDP: bytes sent back to a client per byte received from it, until it has shown it receives them. */
   udpReplyBudgetFactor: number;
+  /** UDP: sessions per relay whose client has not shown it receives; the oldest gives way to a new one. */
+  udpMaxUnconfirmedSessions: number;
   /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
@@ -186,6 +188,7 @@ const ENV: Record<keyof Settings, string> = {
   rateLimitIpv6Prefix: 'TPS_RATE_LIMIT_IPV6_PREFIX',
   rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
   udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
+  udpMaxUnconfirmedSessions: 'TPS_UDP_MAX_UNCONFIRMED_SESSIONS',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
@@ -448,6 +451,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     rateLimitIpv6Prefix: integer('rateLimitIpv6Prefix', 64, 1, 128),
     rateLimitClientsPerProxy: integer('rateLimitClientsPerProxy', 16_384, 64, 4_194_304),
     udpReplyBudgetFactor: integer('udpReplyBudgetFactor', 3, 1, 1000),
+    udpMaxUnconfirmedSessions: integer('udpMaxUnconfirmedSessions', 1000, 1, 10_000),
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
     acmeDirectoryUrl,

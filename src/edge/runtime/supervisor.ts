@@ -87,6 +87,8 @@ export interface EdgeOptions {
   httpConnectionLimits?: { maxConnectionsPerSource: number; maxNewConnectionsPerSecondPerSource: number; maxConnections: number };
   /** UDP: bytes back per byte in until the client has shown it receives (TPS_UDP_REPLY_BUDGET_FACTOR). */
   udpReplyBudgetFactor?: number;
+  /** UDP: sessions per relay not yet confirmed (TPS_UDP_MAX_UNCONFIRMED_SESSIONS). */
+  udpMaxUnconfirmedSessions?: number;
   threatFeeds?: string[];
   threatFeedRefreshMs?: number;
   geoOverridesPath?: string | undefined;
@@ -205,6 +207,11 @@ export class EdgeSupervisor {
             'tps_edge_dropped_total',
             'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
             ['proxy', 'protocol', 'reason'],
+          ],
+          [
+            'tps_edge_udp_sessions_evicted_total',
+            'UDP sessions whose client had not shown it receives, ended to make room for a new session (the oldest first).',
+            ['proxy'],
           ],
           ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
@@ -443,6 +450,7 @@ export class EdgeSupervisor {
         maxConnections: 10_000,
       },
       udpReplyBudgetFactor: o.udpReplyBudgetFactor ?? 3,
+      udpMaxUnconfirmedSessions: o.udpMaxUnconfirmedSessions ?? 1000,
       rateLimitClientsPerProxy: o.rateLimitClientsPerProxy ?? 16_384,
       location: o.location,
       threatFeed: this.#threatFeed?.current,
