@@ -112,6 +112,8 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     refreshIntervalMs: settings.crlRefreshSeconds * 1000,
     fetchTimeoutMs: settings.crlFetchTimeoutSeconds * 1000,
     maxBytes: settings.crlMaxBytes,
+    concurrency: settings.crlFetches,
+    concurrencyPerTenant: settings.crlFetchesPerTenant,
     registry: metrics.registry,
   });
   // Retention runs on every node, with or without an edge: events may come from other nodes.

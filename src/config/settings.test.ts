@@ -119,6 +119,15 @@ describe('settings: the API client of tps apply and tps export', () => {
   });
 });
 
+describe('settings: CRL fetches at a time', () => {
+  it('defaults to 16 in all and 2 per tenant', () => {
+    assert.deepEqual([load({}).crlFetches, load({}).crlFetchesPerTenant], [16, 2]);
+    const set = load({ TPS_CRL_FETCHES: '8', TPS_CRL_FETCHES_PER_TENANT: '1' });
+    assert.deepEqual([set.crlFetches, set.crlFetchesPerTenant], [8, 1]);
+    assert.throws(() => load({ TPS_CRL_FETCHES_PER_TENANT: '0' }), /TPS_CRL_FETCHES_PER_TENANT/);
+  });
+});
+
 describe('settings: how long a pending service-issued order claims its names', () => {
   it('defaults to a day, and takes seconds from 1 to 30 days', () => {
     assert.equal(load({}).acmeClaimSeconds, 86_400);

@@ -68,6 +68,10 @@ export interface Settings {
   crlMaxBytes: number;
   /** A CRL fetch (connect, redirects, whole body) that takes longer fails. */
   crlFetchTimeoutSeconds: number;
+  /** CRL fetches at a time, all tenants. */
+  crlFetches: number;
+  /** CRL fetches at a time of one tenant: its slow CRL servers leave the rest to the others. */
+  crlFetchesPerTenant: number;
   /**
    * Special-purpose networks (loopback, private, ...) opened for origins and CRL fetches; the
    * service's own listeners stay refused whatever this says (src/edge/net/origin-policy.ts).
@@ -202,6 +206,8 @@ const ENV: Record<keyof Settings, string> = {
   quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
   crlMaxBytes: 'TPS_CRL_MAX_BYTES',
   crlFetchTimeoutSeconds: 'TPS_CRL_FETCH_TIMEOUT_SECONDS',
+  crlFetches: 'TPS_CRL_FETCHES',
+  crlFetchesPerTenant: 'TPS_CRL_FETCHES_PER_TENANT',
   originAllowedNetworks: 'TPS_ORIGIN_ALLOWED_NETWORKS',
   originResolver: 'TPS_ORIGIN_RESOLVER',
   insightRetentionDays: 'TPS_INSIGHT_RETENTION_DAYS',
@@ -465,6 +471,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
     crlMaxBytes: integer('crlMaxBytes', 1024 * 1024, 1024, 64 * 1024 * 1024),
     crlFetchTimeoutSeconds: integer('crlFetchTimeoutSeconds', 10, 1, 300),
+    crlFetches: integer('crlFetches', 16, 1, 256),
+    crlFetchesPerTenant: integer('crlFetchesPerTenant', 2, 1, 256),
     originAllowedNetworks,
     originResolver,
     insightRetentionDays: integer('insightRetentionDays', 30, 1, 3650),

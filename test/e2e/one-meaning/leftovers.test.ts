@@ -4,10 +4,13 @@
  * same 401 as the plain one); the origin policy words every refused address alike (an address of
  * the service itself reads like any private one, so a tenant cannot map the service's hosts);
  * without an ACME service, orders are refused and nothing is stored; a pending order's claim on
- * its names ends (TPS_ACME_CLAIM_SECONDS), and the name is free for another tenant.
+ * its names ends (TPS_ACME_CLAIM_SECONDS), and the name is free for another tenant; CRL fetches
+ * run in a lane per tenant, so one tenant's hanging distribution points do not hold another's CRL.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { startTps, createTenant, openStoreOf, ACME_DIRECTORY_UNREACHABLE, type Tps } from '../../support/tps.ts';
 import { waitFor } from '../../support/wait.ts';
 import { TenantApi, request, type ErrorBody } from '../../support/api-client.ts';
@@ -184,5 +187,81 @@ describe('a pending certificate order claims its names for a bounded time', () =
     const back = await owner.call<any>('POST', `${CERTIFICATES}/${first.body.data.id}/renew`);
     assert.equal(back.status, 409, JSON.stringify(back.body));
     assert.equal(back.body.errors[0].code, 'DOMAIN_CLAIMED');
+  });
+});
+
+describe("CRL fetches: one tenant's slow distribution points do not delay another tenant's CRL", () => {
+  const SLOW_IP = '127.0.63.1';
+  const FAST_IP = '127.0.63.2';
+  let tps: Tps;
+  let slowTenant: TenantApi;
+  let otherTenant: TenantApi;
+  let slow: http.Server;
+  let fast: http.Server;
+  const hanging: http.ServerResponse[] = [];
+  let crlPem = '';
+
+  before(async () => {
+    slow = http.createServer((_request, response) => void hanging.push(response));
+    fast = http.createServer((_request, response) => response.end(crlPem));
+    await Promise.all([
+      new Promise<void>((resolve) => slow.listen(0, SLOW_IP, resolve)),
+      new Promise<void>((resolve) => fast.listen(0, FAST_IP, resolve)),
+    ]);
+    tps = await startTps({
+      env: {
+        TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.63.0/24',
+        // A slow server holds a fetch for as long as the timeout allows: the longest there is.
+        TPS_CRL_FETCH_TIMEOUT_SECONDS: '300',
+        TPS_CRL_FETCHES: '4',
+        TPS_CRL_FETCHES_PER_TENANT: '2',
+      },
+    });
+    slowTenant = await TenantApi.connect(tps, await createTenant(tps));
+    otherTenant = await TenantApi.connect(tps, await createTenant(tps));
+  });
+  after(async () => {
+    // Hanging fetches would hold the service's shutdown until their timeout.
+    for (const response of hanging) response.destroy();
+    slow?.closeAllConnections();
+    slow?.close();
+    fast?.close();
+    await tps?.stop();
+  });
+
+  const upload = (api: TenantApi, certificatePem: string, crlUrls: string[]) =>
+    api.call<any>('POST', CA_CERTIFICATES, {
+      data: { type: 'caCertificate', attributes: { certificates: crlUrls.map((crlUrl) => ({ certificate: certificatePem, crlUrl })) } },
+    });
+
+  it("fetches the other tenant's new CRL while 50 of the first tenant's hang", async () => {
+    const slowCa = await TestCa.create('Slow tenant CA');
+    const slowPort = (slow.address() as AddressInfo).port;
+    const stuck = await upload(
+      slowTenant,
+      slowCa.certificatePem,
+      Array.from({ length: 50 }, (_, i) => `http://${SLOW_IP}:${slowPort}/crl-${i}.crl`),
+    );
+    assert.equal(stuck.status, 201, JSON.stringify(stuck.body));
+    await waitFor('the slow tenant to fill its lane', async () => hanging.length >= 2);
+
+    const otherCa = await TestCa.create('Other tenant CA');
+    crlPem = await otherCa.crlPem();
+    const uploaded = await upload(otherTenant, otherCa.certificatePem, [
+      `http://${FAST_IP}:${(fast.address() as AddressInfo).port}/ca.crl`,
+    ]);
+    assert.equal(uploaded.status, 201, JSON.stringify(uploaded.body));
+    const id = uploaded.body.data.id as string;
+    const crl = await waitFor(
+      "the other tenant's CRL",
+      async () => (await otherTenant.get(`${CA_CERTIFICATES}/${id}`)).body.data.attributes.certificates[0].crl?.fetchedAt,
+      { timeoutMs: 30_000 },
+    );
+    assert.ok(crl);
+    assert.equal(hanging.length, 2, "the slow tenant's fetches still hang, two at a time: its own lane");
+    assert.ok(
+      hanging.every((response) => !response.writableEnded),
+      'none of them was answered',
+    );
   });
 });
