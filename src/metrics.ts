@@ -5,7 +5,7 @@ export interface Metrics {
   registry: Registry;
   apiRequests: Counter<'method' | 'route' | 'status'>;
   edgeConfigs: Gauge<'type' | 'state'>;
-  /** Service-issued certificate orders the API refused: DOMAIN_CLAIMED, QUOTA_EXCEEDED. */
+  /** Service-issued certificate orders the API refused: DOMAIN_CLAIMED, QUOTA_EXCEEDED, ACME_DISABLED. */
   acmeOrdersRefused: Counter<'reason'>;
   quotaExceeded: Counter<'resource'>;
   /** Portal sign-ins refused before their password was checked: throttled, or the hashing queue full. */
@@ -37,7 +37,7 @@ export function createMetrics(): Metrics {
     }),
     acmeOrdersRefused: new Counter({
       name: 'tps_acme_orders_refused_total',
-      help: 'Service-issued certificate orders refused by the API: a domain another tenant claims (DOMAIN_CLAIMED), or the tenant at its pending-order quota (QUOTA_EXCEEDED).',
+      help: 'Service-issued certificate orders refused by the API: a domain another tenant claims (DOMAIN_CLAIMED), the tenant at its pending-order quota (QUOTA_EXCEEDED), or no ACME service (ACME_DISABLED).',
       labelNames: ['reason'],
       registers: [registry],
     }),

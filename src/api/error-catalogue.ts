@@ -179,6 +179,13 @@ export const API_ERRORS = {
     description:
       'Another account holds a PENDING or unexpired ISSUED service-issued certificate for the domain (pointer /data/attributes/domains/N).',
   },
+  ACME_DISABLED: {
+    status: 409,
+    title: 'ACME disabled',
+    description:
+      'The operator runs no ACME service (TPS_ACME_DIRECTORY_URL=off): service-issued certificates are neither ordered nor renewed ' +
+      '(pointer /data); uploaded certificates work as ever.',
+  },
   NOT_SERVICE_ISSUED: {
     status: 409,
     title: 'Not service-issued',

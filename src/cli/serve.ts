@@ -120,6 +120,8 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     refreshIntervalMs: settings.crlRefreshSeconds * 1000,
     fetchTimeoutMs: settings.crlFetchTimeoutSeconds * 1000,
     maxBytes: settings.crlMaxBytes,
+    concurrency: settings.crlFetches,
+    concurrencyPerTenant: settings.crlFetchesPerTenant,
     registry: metrics.registry,
   });
   // Retention runs on every node, with or without an edge: events may come from other nodes.
@@ -285,6 +287,7 @@ export async function startEdge(
     },
     udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
     maxConnections: budget.maxConnections,
+    udpMaxUnconfirmedSessions: settings.udpMaxUnconfirmedSessions,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),

@@ -121,6 +121,23 @@ describe('settings: the API client of tps apply and tps export', () => {
   });
 });
 
+describe('settings: CRL fetches at a time', () => {
+  it('defaults to 16 in all and 2 per tenant', () => {
+    assert.deepEqual([load({}).crlFetches, load({}).crlFetchesPerTenant], [16, 2]);
+    const set = load({ TPS_CRL_FETCHES: '8', TPS_CRL_FETCHES_PER_TENANT: '1' });
+    assert.deepEqual([set.crlFetches, set.crlFetchesPerTenant], [8, 1]);
+    assert.throws(() => load({ TPS_CRL_FETCHES_PER_TENANT: '0' }), /TPS_CRL_FETCHES_PER_TENANT/);
+  });
+});
+
+describe('settings: how long a pending service-issued order claims its names', () => {
+  it('defaults to a day, and takes seconds from 1 to 30 days', () => {
+    assert.equal(load({}).acmeClaimSeconds, 86_400);
+    assert.equal(load({ TPS_ACME_CLAIM_SECONDS: '2' }).acmeClaimSeconds, 2);
+    assert.throws(() => load({ TPS_ACME_CLAIM_SECONDS: '0' }), /TPS_ACME_CLAIM_SECONDS/);
+  });
+});
+
 describe('settings: quota of pending service-issued certificate orders', () => {
   it('defaults to 10 a tenant, and takes an integer from 1', () => {
     assert.equal(load({}).quotaPendingAcmeOrders, 10);
@@ -204,6 +221,7 @@ describe('settings: hostile traffic bounds', () => {
     assert.equal(settings.rateLimitIpv6Prefix, 64);
     assert.equal(settings.rateLimitClientsPerProxy, 16_384);
     assert.equal(settings.udpReplyBudgetFactor, 3);
+    assert.equal(settings.udpMaxUnconfirmedSessions, 1000);
     assert.equal(settings.passwordHashConcurrency, 2);
     assert.equal(settings.apiUnauthenticatedRateLimitPerMinute, 300);
   });
@@ -216,6 +234,7 @@ describe('settings: hostile traffic bounds', () => {
       TPS_RATE_LIMIT_IPV6_PREFIX: '56',
       TPS_RATE_LIMIT_CLIENTS_PER_PROXY: '1024',
       TPS_UDP_REPLY_BUDGET_FACTOR: '10',
+      TPS_UDP_MAX_UNCONFIRMED_SESSIONS: '50',
       TPS_PASSWORD_HASH_CONCURRENCY: '1',
       TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE: '60',
     });
@@ -227,10 +246,11 @@ describe('settings: hostile traffic bounds', () => {
         settings.rateLimitIpv6Prefix,
         settings.rateLimitClientsPerProxy,
         settings.udpReplyBudgetFactor,
+        settings.udpMaxUnconfirmedSessions,
         settings.passwordHashConcurrency,
         settings.apiUnauthenticatedRateLimitPerMinute,
       ],
-      [4, 5, 6, 56, 1024, 10, 1, 60],
+      [4, 5, 6, 56, 1024, 10, 50, 1, 60],
     );
   });
 

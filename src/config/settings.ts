@@ -59,10 +59,19 @@ export interface Settings {
   crlRefreshSeconds: number;
   /** Service-issued certificate orders a tenant may have PENDING at once (then 409 QUOTA_EXCEEDED). */
   quotaPendingAcmeOrders: number;
+  /**
+   * How long a PENDING service-issued order claims its names from other tenants (beyond it, only
+   * while an attempt runs); an order not issued by then turns FAILED and frees them.
+   */
+  acmeClaimSeconds: number;
   /** A CRL larger than this is not read (the fetch fails). */
   crlMaxBytes: number;
   /** A CRL fetch (connect, redirects, whole body) that takes longer fails. */
   crlFetchTimeoutSeconds: number;
+  /** CRL fetches at a time, all tenants. */
+  crlFetches: number;
+  /** CRL fetches at a time of one tenant: its slow CRL servers leave the rest to the others. */
+  crlFetchesPerTenant: number;
   /**
    * Special-purpose networks (loopback, private, ...) opened for origins and CRL fetches; the
    * service's own listeners stay refused whatever this says (src/edge/net/origin-policy.ts).
@@ -132,6 +141,8 @@ export interface Settings {
   rateLimitClientsPerProxy: number;
   /** UDP: bytes sent back to a client per byte received from it, until it has shown it receives them. */
   udpReplyBudgetFactor: number;
+  /** UDP: sessions per relay whose client has not shown it receives; the oldest gives way to a new one. */
+  udpMaxUnconfirmedSessions: number;
   /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
@@ -221,6 +232,7 @@ const ENV: Record<keyof Settings, string> = {
   rateLimitIpv6Prefix: 'TPS_RATE_LIMIT_IPV6_PREFIX',
   rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
   udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
+  udpMaxUnconfirmedSessions: 'TPS_UDP_MAX_UNCONFIRMED_SESSIONS',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
   apiHeadersTimeoutSeconds: 'TPS_API_HEADERS_TIMEOUT_SECONDS',
@@ -236,11 +248,14 @@ const ENV: Record<keyof Settings, string> = {
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
   quotaPendingAcmeOrders: 'TPS_QUOTA_PENDING_ACME_ORDERS',
+  acmeClaimSeconds: 'TPS_ACME_CLAIM_SECONDS',
   quotaProxies: 'TPS_QUOTA_PROXIES',
   quotaCertificates: 'TPS_QUOTA_CERTIFICATES',
   quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
   crlMaxBytes: 'TPS_CRL_MAX_BYTES',
   crlFetchTimeoutSeconds: 'TPS_CRL_FETCH_TIMEOUT_SECONDS',
+  crlFetches: 'TPS_CRL_FETCHES',
+  crlFetchesPerTenant: 'TPS_CRL_FETCHES_PER_TENANT',
   originAllowedNetworks: 'TPS_ORIGIN_ALLOWED_NETWORKS',
   originResolver: 'TPS_ORIGIN_RESOLVER',
   insightRetentionDays: 'TPS_INSIGHT_RETENTION_DAYS',
@@ -508,6 +523,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     rateLimitIpv6Prefix: integer('rateLimitIpv6Prefix', 64, 1, 128),
     rateLimitClientsPerProxy: integer('rateLimitClientsPerProxy', 16_384, 64, 4_194_304),
     udpReplyBudgetFactor: integer('udpReplyBudgetFactor', 3, 1, 1000),
+    udpMaxUnconfirmedSessions: integer('udpMaxUnconfirmedSessions', 1000, 1, 10_000),
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
     apiHeadersTimeoutSeconds,
@@ -523,11 +539,14 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
     quotaPendingAcmeOrders: integer('quotaPendingAcmeOrders', 10, 1, 10_000),
+    acmeClaimSeconds: integer('acmeClaimSeconds', 24 * 3600, 1, 30 * 24 * 3600),
     quotaProxies: integer('quotaProxies', DEFAULT_QUOTAS.proxies, 0, 1_000_000),
     quotaCertificates: integer('quotaCertificates', DEFAULT_QUOTAS.certificates, 0, 1_000_000),
     quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
     crlMaxBytes: integer('crlMaxBytes', 1024 * 1024, 1024, 64 * 1024 * 1024),
     crlFetchTimeoutSeconds: integer('crlFetchTimeoutSeconds', 10, 1, 300),
+    crlFetches: integer('crlFetches', 16, 1, 256),
+    crlFetchesPerTenant: integer('crlFetchesPerTenant', 2, 1, 256),
     originAllowedNetworks,
     originResolver,
     insightRetentionDays: integer('insightRetentionDays', 30, 1, 3650),

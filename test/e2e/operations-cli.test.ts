@@ -10,7 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startTps, createTenant, openStoreOf, REPO_ROOT, type Credentials, type Tps } from '../support/tps.ts';
+import { startTps, createTenant, openStoreOf, REPO_ROOT, ACME_DIRECTORY_UNREACHABLE, type Credentials, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { freshPostgresDatabase } from '../support/postgres.ts';
 import { waitFor } from '../support/wait.ts';
@@ -133,7 +133,10 @@ describe('tps apply and tps export', () => {
 
   before(async () => {
     fs.mkdirSync(folder, { recursive: true });
-    server = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+    server = await startTps({
+      // The file orders a service-issued certificate: accepted where an ACME service runs (it stays PENDING).
+      env: { TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8', TPS_ACME_DIRECTORY_URL: ACME_DIRECTORY_UNREACHABLE },
+    });
     account = await createTenant(server);
     api = await TenantApi.connect(server, account);
     env = clientEnv(server, account);

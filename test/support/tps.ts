@@ -103,6 +103,13 @@ function waitForReady(child: ChildProcess, output: () => string): Promise<{ url:
   });
 }
 
+/**
+ * An ACME directory no one answers (a closed loopback port), for tests of orders that must stay
+ * PENDING: the ACME service runs, so orders are accepted, and each attempt fails at once and is
+ * retried after a backoff of a minute and more. (With TPS_ACME_DIRECTORY_URL=off orders are refused.)
+ */
+export const ACME_DIRECTORY_UNREACHABLE = 'http://127.0.0.1:1/directory';
+
 export interface Credentials {
   tenantId: string;
   clientId: string;

@@ -78,6 +78,11 @@ function readCookie(request: FastifyRequest, name: string): string | undefined {
   return undefined;
 }
 
+/** Whether the route the router matched is one of the portal's endpoints. */
+function isPortalApi(request: FastifyRequest): boolean {
+  return request.routeOptions.url?.startsWith(`${API}/`) === true;
+}
+
 const loaded = new WeakMap<FastifyRequest, PortalSession | null>();
 
 /** The session a portal route already looked up for this request (no store call), if any. */
@@ -161,17 +166,24 @@ export const portalRoutes: RoutePlugin = async (portal, { deps }) => {
   const passwordHashes = new ConcurrencyGate(concurrency, HASH_QUEUE_PER_SLOT * concurrency);
 
   // Every portal endpoint but sign-in needs a session; state-changing ones the CSRF token too.
+  // Decided on the route the router matched, never on the raw URL: the router decodes the path
+  // (`/portal/%61pi/session` matches `/portal/api/session`), a prefix test on the raw URL does not.
   portal.addHook('onRequest', async (request) => {
-    if (!request.url.startsWith(`${API}/`) || request.routeOptions.config.portalPublic) return;
+    if (!isPortalApi(request) || request.routeOptions.config.portalPublic) return;
     const session = await sessionOf(deps, request);
     if (!session) throw new ApiError('NOT_SIGNED_IN', 'sign in to the portal first');
     if (!SAFE_METHODS.has(request.method)) checkCsrf(request, session);
   });
   portal.addHook('onSend', async (request, reply) => {
-    if (request.url.startsWith(`${API}/`)) void reply.header('Cache-Control', 'no-store').header('X-Content-Type-Options', 'nosniff');
+    if (isPortalApi(request)) void reply.header('Cache-Control', 'no-store').header('X-Content-Type-Options', 'nosniff');
   });
 
-  const session = (request: FastifyRequest) => loaded.get(request)!;
+  // The hook above loaded it; a handler reached without one fails closed, never with a 500.
+  const session = (request: FastifyRequest) => {
+    const current = loaded.get(request);
+    if (!current) throw new ApiError('NOT_SIGNED_IN', 'sign in to the portal first');
+    return current;
+  };
   const describe = async (current: PortalSession) => ({
     user: { email: current.email, tenantId: current.tenantId, tenantName: (await store.tenants.get(current.tenantId))?.name ?? '' },
     csrfToken: current.csrfToken,

@@ -62,6 +62,8 @@ export interface L4ProxyOptions {
   maxUdpSessions?: number;
   /** UDP: bytes sent back per byte received until the client is validated (udp.ts). Default 3 (RFC 9000). */
   udpReplyBudgetFactor?: number;
+  /** UDP sessions per front-end socket whose client is not validated yet (udp.ts). Default 1000. */
+  maxUnconfirmedUdpSessions?: number;
   /** Share the ports with other processes or workers doing the same (SO_REUSEPORT). Default false. */
   reusePort?: boolean;
   /** The flood limiter; default a `FloodLimiter` in this thread's memory (the edge passes a shared one). */
@@ -112,6 +114,7 @@ export class L4Proxy {
   private readonly udpSessionIdleMs: number;
   private readonly connectTimeoutMs: number;
   private readonly maxUdpSessions: number;
+  private readonly maxUnconfirmedUdpSessions: number | undefined;
   private readonly udpReplyBudgetFactor: number;
   private readonly reusePort: boolean;
   private readonly limiter: FloodAdmission;
@@ -144,6 +147,7 @@ export class L4Proxy {
     this.udpSessionIdleMs = options.udpSessionIdleMs ?? DEFAULT_UDP_SESSION_IDLE_MS;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
+    this.maxUnconfirmedUdpSessions = options.maxUnconfirmedUdpSessions;
     this.udpReplyBudgetFactor = options.udpReplyBudgetFactor ?? DEFAULT_UDP_REPLY_BUDGET_FACTOR;
     this.reusePort = options.reusePort ?? false;
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
@@ -326,11 +330,18 @@ export class L4Proxy {
       return { protocol: 'TCP', server };
     }
     const relay = new UdpRelay<object>(
-      { address: binding.address, port: binding.port, maxSessions: this.maxUdpSessions, reusePort: this.reusePort },
+      {
+        address: binding.address,
+        port: binding.port,
+        maxSessions: this.maxUdpSessions,
+        ...(this.maxUnconfirmedUdpSessions !== undefined && { maxUnconfirmedSessions: this.maxUnconfirmedUdpSessions }),
+        reusePort: this.reusePort,
+      },
       {
         admit: this.admitUdp,
         route: () => this.udpRoute,
         onSessionLimit: () => this.metrics?.connectionRefused(this.id, 'UDP', 'SESSION_LIMIT'),
+        onUnconfirmedEvicted: () => this.metrics?.udpSessionEvicted?.(this.id),
         onReplyOverBudget: (details) => {
           this.metrics?.datagramDropped?.(this.id, 'UDP', 'REPLY_BUDGET');
           this.logger?.warn(
@@ -574,6 +585,10 @@ export class L4Counters implements L4Metrics {
   repliesDropped: Record<L4Protocol, number> = { TCP: 0, UDP: 0 };
   datagramDropped(_proxyId: string, protocol: L4Protocol): void {
     this.repliesDropped[protocol]++;
+  }
+  udpSessionsEvicted = 0;
+  udpSessionEvicted(): void {
+    this.udpSessionsEvicted++;
   }
 }
 

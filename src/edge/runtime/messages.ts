@@ -74,6 +74,7 @@ export type EdgeCounterName =
   | 'tps_edge_origin_refused_total'
   | 'tps_edge_http_requests_total'
   | 'tps_edge_dropped_total'
+  | 'tps_edge_udp_sessions_evicted_total'
   | 'tps_insight_sampled_requests_total'
   | 'tps_insight_overflow_requests_total'
   | 'tps_insight_dropped_requests_total'

@@ -91,6 +91,8 @@ export interface EdgeOptions {
   udpReplyBudgetFactor?: number;
   /** Client connections (HTTP, layer 4 TCP) the node's workers hold at once, together (TPS_EDGE_MAX_CONNECTIONS); absent: no budget. */
   maxConnections?: number;
+  /** UDP: sessions per relay not yet confirmed (TPS_UDP_MAX_UNCONFIRMED_SESSIONS). */
+  udpMaxUnconfirmedSessions?: number;
   threatFeeds?: string[];
   threatFeedRefreshMs?: number;
   geoOverridesPath?: string | undefined;
@@ -235,6 +237,11 @@ export class EdgeSupervisor {
             'tps_edge_dropped_total',
             'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
             ['proxy', 'protocol', 'reason'],
+          ],
+          [
+            'tps_edge_udp_sessions_evicted_total',
+            'UDP sessions whose client had not shown it receives, ended to make room for a new session (the oldest first).',
+            ['proxy'],
           ],
           ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
@@ -479,6 +486,7 @@ export class EdgeSupervisor {
       },
       udpReplyBudgetFactor: o.udpReplyBudgetFactor ?? 3,
       connectionBudget: this.#connectionBudget,
+      udpMaxUnconfirmedSessions: o.udpMaxUnconfirmedSessions ?? 1000,
       rateLimitClientsPerProxy: o.rateLimitClientsPerProxy ?? 16_384,
       location: o.location,
       threatFeed: this.#threatFeed?.current,

@@ -55,6 +55,8 @@ export interface WorkerSettings {
   udpReplyBudgetFactor: number;
   /** The node's budget of edge connections (NodeConnectionBudget), shared by every worker; absent: none. */
   connectionBudget: SharedArrayBuffer | undefined;
+  /** UDP: sessions per relay not yet confirmed; the oldest gives way to a new one. */
+  udpMaxUnconfirmedSessions: number;
   /** Clients each proxy keeps rate-limit counters for (Redis: keys per proxy). */
   rateLimitClientsPerProxy: number;
   location: string;
@@ -137,6 +139,7 @@ const l4Metrics: L4Metrics = {
   },
   originConnectFailed: (proxy, protocol) => count('tps_edge_origin_failures_total', { proxy, protocol }),
   datagramDropped: (proxy, protocol, reason) => count('tps_edge_dropped_total', { proxy, protocol, reason }),
+  udpSessionEvicted: (proxy) => count('tps_edge_udp_sessions_evicted_total', { proxy }),
 };
 
 // ----- the access log: lines buffered here, written on libuv's pool, counted with the other counters -----
@@ -375,6 +378,7 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           createFloodAdmission: (limits) =>
             new SharedFloodLimiter(new SharedTable(tablesOf(config.id).flood), limits, { sourceKey: countingKey }),
           udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
+          maxUnconfirmedUdpSessions: settings.udpMaxUnconfirmedSessions,
           ...(clientAddress && { clientAddress }),
           tenantId: config.tenantId,
           ...(accessLog && { accessLog: accessLog.l4 }),
