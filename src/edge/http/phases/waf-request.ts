@@ -179,6 +179,7 @@ export function wafRequestHead(ctx: RequestCtx): WafRequestHead {
     server: { ip: ctx.serverIp, port: ctx.serverPort },
     method: req.method ?? '',
     url: req.url ?? '',
+    path: ctx.path,
     httpVersion: ctx.http2 ? '2.0' : req.httpVersion === '1.0' ? '1.0' : '1.1',
     headers: ctx.http2 ? withoutPseudoHeaders(req.rawHeaders, ctx.host) : req.rawHeaders,
   };

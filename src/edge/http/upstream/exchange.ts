@@ -112,7 +112,8 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     this.remaining = -1;
     this.abortAttempt = undefined;
     this.resumeAttempt = undefined;
-    const path = ctx.req.url ?? '/';
+    // The canonical target the phases decided on (phases/request-target.ts), never the raw one.
+    const path = ctx.target;
     const body = this.body;
     if (body === null || Buffer.isBuffer(body)) {
       // An HTTP/1.0 client may send no Host; HTTP/1.1 to the origin needs one (undici adds its own).
