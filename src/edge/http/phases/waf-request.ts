@@ -23,6 +23,7 @@ import type { RequestCtx } from '../ctx.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';
 import type { RequestPhase } from './phase.ts';
+import { refuse as refuseMalformed } from './request-target.ts';
 
 /**
  * The rule id a WAF_EVENT names for a request body longer than the WAF inspects (no engine rule
@@ -67,6 +68,10 @@ async function inspectWithBody(ctx: RequestCtx, waf: WafHook): Promise<PhaseOutc
     return { phase: 'waf', status: 400, headers: [], body: '', close: true };
   }
   ctx.bytesIn = length;
+  // HTTP/2: DATA frames that add up to another length than content-length (RFC 9113 8.1.1). Node
+  // ends the stream before nghttp2 resets it, so the body read whole is checked here.
+  if (ctx.http2 && ctx.declaredLength >= 0 && (rest === null ? length !== ctx.declaredLength : length > ctx.declaredLength))
+    return refuseMalformed(ctx, 'CONTENT_LENGTH_MISMATCH');
   const over = length > limit;
   if (over && refuse) return refuseBody(ctx, limit);
   ctx.body = { chunks, length, rest };
