@@ -51,6 +51,7 @@ describe('request target: canonical form', () => {
     assert.equal(target('/a/../b?x=/../%2F&y'), '/b?x=/../%2F&y');
     assert.equal(target('/a#frag'), '/a');
     assert.equal(target('/a?q#frag'), '/a?q');
+    assert.equal(target('?x=1'), '/?x=1', 'an empty path is /');
   });
 
   it('reads absolute-form targets as their path, with their authority', () => {

@@ -75,6 +75,7 @@ const SLASH = 0x2f;
 const BACKSLASH = 0x5c;
 const PERCENT = 0x25;
 const SEMICOLON = 0x3b;
+const QUESTION = 0x3f;
 
 function hexValue(c: number): number {
   if (c >= 0x30 && c <= 0x39) return c - 0x30;
@@ -123,7 +124,8 @@ export function canonicalTarget(raw: string, settings: RequestTargetSettings = D
 
 function parse(raw: string, settings: RequestTargetSettings): CanonicalTarget {
   if (raw === '*') return { path: '*', target: '*', authority: undefined };
-  let rest = raw;
+  // An empty path is '/' (RFC 3986 6.2.3): `?x=1` is `/?x=1`.
+  let rest = raw.charCodeAt(0) === QUESTION ? `/${raw}` : raw;
   let authority: string | undefined;
   if (rest.charCodeAt(0) !== SLASH) {
     // Absolute form (RFC 9112 3.2.2): only http and https, no user info, an authority; the path
