@@ -13,11 +13,13 @@
  *   ambiguous one is refused with 400 by default. `ctx.path` and `ctx.target` are what every later
  *   phase, the log and the origin use.
  *
- * Each refusal is 400 with the reason, counted in tps_edge_refused_total{reason} and logged.
+ * Each refusal is 400 (the page with the support id), counted in tps_edge_refused_total{reason}
+ * and logged with the reason.
  */
 import type { RequestCtx } from '../ctx.ts';
 import { canonicalTarget } from '../request-target.ts';
 import type { Answer, PhaseOutcome, RequestRefusal } from '../types.ts';
+import { pageAnswer } from './respond.ts';
 import type { RequestPhase } from './phase.ts';
 
 /** HTTP/2 request fields that are connection-specific in HTTP/1.1 (RFC 9113 8.2.2). */
@@ -77,11 +79,5 @@ export function refuse(ctx: RequestCtx, reason: RequestRefusal): Answer {
     { proxyId: proxy.id, supportId: ctx.supportId, clientIp: ctx.clientIp, reason, url: ctx.req.url },
     'request refused: malformed or ambiguous',
   );
-  return {
-    phase: 'request-target',
-    status: 400,
-    headers: ['content-type', 'text/plain; charset=utf-8', 'cache-control', 'no-store'],
-    body: `bad request (${reason}), support id ${ctx.supportId}\n`,
-    close: true,
-  };
+  return pageAnswer(ctx, 'request-target', 'bad-request', { close: true });
 }
