@@ -41,6 +41,11 @@ describe('request target: canonical form', () => {
     assert.equal(target('/a;x=1/b@c:d'), '/a;x=1/b@c:d');
   });
 
+  it('takes a plain path as it is', () => {
+    for (const path of ['/', '/index.html', '/a/b/c/', '/a.b/c..d/e.', "/x-y_z~!$&'()*+,=:@"]) assert.equal(target(path), path);
+    assert.equal(target('/a/.hidden'), '/a/.hidden');
+  });
+
   it('merges slashes by default, keeps them when told', () => {
     assert.equal(target('//a///b//'), '/a/b/');
     assert.equal(target('//a///b//', { ...REFUSE, mergeSlashes: false }), '//a///b//');

@@ -76,6 +76,7 @@ const BACKSLASH = 0x5c;
 const PERCENT = 0x25;
 const SEMICOLON = 0x3b;
 const QUESTION = 0x3f;
+const DOT = 0x2e;
 
 function hexValue(c: number): number {
   if (c >= 0x30 && c <= 0x39) return c - 0x30;
@@ -147,8 +148,28 @@ function parse(raw: string, settings: RequestTargetSettings): CanonicalTarget {
   return { path, target: query === undefined ? path : path + query, authority };
 }
 
+/**
+ * Already canonical, as nearly every browser's path is: only characters kept as they are (no
+ * escape, no `;`), and no segment that is empty or starts with a dot. Such a path is its own
+ * canonical form, read without building anything.
+ */
+function isPlainPath(rawPath: string): boolean {
+  let previous = SLASH;
+  for (let i = 1; i < rawPath.length; i++) {
+    const c = rawPath.charCodeAt(i);
+    if (c === SLASH) {
+      if (previous === SLASH) return false;
+    } else if (c > 0xff || CLASS[c] === 0 || c === SEMICOLON || (c === DOT && previous === SLASH)) {
+      return false;
+    }
+    previous = c;
+  }
+  return true;
+}
+
 /** The canonical form of an absolute path (RFC 3986 `path-absolute`, `/` first). */
 function canonicalPath(rawPath: string, settings: RequestTargetSettings): string {
+  if (isPlainPath(rawPath)) return rawPath;
   const action = settings.ambiguousPath;
   const segments: string[] = [];
   let segment = newSegment();

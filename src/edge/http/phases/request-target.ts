@@ -33,6 +33,7 @@ export const requestTargetPhase: RequestPhase = {
     const result = canonicalTarget(ctx.req.url ?? '', ctx.proxy.requestTarget);
     if (!result.ok) return refuse(ctx, result.reason);
     const { path, target, authority } = result.value;
+    // Without a Host (HTTP/1.0) too: the phases and the origin would each pick their own authority.
     if (authority !== undefined && authority !== ctx.host.toLowerCase()) return refuse(ctx, 'HOST_MISMATCH');
     if (path === '*' && ctx.req.method !== 'OPTIONS') return refuse(ctx, 'MALFORMED_TARGET');
     ctx.path = path;
