@@ -27,6 +27,7 @@ import { createTenant, startTps, type Tps } from '../support/tps.ts';
 import { waitFor } from '../support/wait.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
+const EVENTS = '/api/v2/insight/http-security-events';
 const FRONTEND = '127.0.0.190';
 const ORIGIN = '127.0.0.191';
 const HOST = 'shop.test';
@@ -34,6 +35,12 @@ const HOST = 'shop.test';
 const SCANNER = 'Nikto';
 const SQL_ERROR_PAGE = `<html><body><h1>Error</h1><p>You have an error in your SQL syntax; check the manual that corresponds to your MySQL server version for the right syntax to use near '' at line 1</p></body></html>`;
 const HARMLESS_PAGE = `<html><body><p>${'Nothing to see here. '.repeat(40)}</p></body></html>`;
+
+/** The parts of a WAF_EVENT resource read here. */
+interface WafEventDocument {
+  attributes: { request: { path: string; messageHeader: string } };
+  relationships: { trafficConfig: { data: { id: string } } };
+}
 
 interface Received {
   method: string;
@@ -221,6 +228,22 @@ describe('one request, one meaning', () => {
     });
   }
 
+  it('validates the setting: a bad value is 422 pointing at it', async () => {
+    const port = await freePort(FRONTEND);
+    const answer = await api.call('POST', CONFIGS, {
+      data: {
+        type: 'httpProxy',
+        attributes: {
+          frontend: { ipv4: FRONTEND, port },
+          backend: { hosts: [{ address: ORIGIN, port: originPort }] },
+          requestTarget: { ambiguousPath: 'IGNORE' },
+        },
+      },
+    });
+    assert.equal(answer.status, 422, JSON.stringify(answer.body));
+    assert.equal(answer.body.errors[0].source.pointer, '/data/attributes/requestTarget/ambiguousPath');
+  });
+
   it('refuses a second Host header (HTTP/1.1)', async () => {
     const proxy = await createProxy();
     const probe = nextProbe();
@@ -273,6 +296,17 @@ describe('one request, one meaning', () => {
           assert.ok(status === 400 || status === 403, `${target}: ${status}`);
         }
       }
+      // The WAF_EVENT names the path the proxy decided on (the one to scope an exclusion to).
+      const traversal = await waitFor('the WAF event of /public/../admin', async () => {
+        const all = (await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=WAF_EVENT&page[size]=1000`)).body
+          .data as WafEventDocument[];
+        return all.find(
+          (event) =>
+            event.relationships.trafficConfig.data.id === proxy.id &&
+            event.attributes.request.messageHeader.startsWith('GET /public/../admin '),
+        );
+      });
+      assert.equal(traversal.attributes.request.path, '/admin');
     });
   }
 
