@@ -374,6 +374,9 @@ describe('one request, one meaning', () => {
       assert.equal(begun.has(probe), false);
       const same = nextProbe();
       assert.equal(await h2({ ':path': '/h2', 'x-probe': same, host: HOST }), '200', 'the same host is fine');
+      const seen = received.get(same)!;
+      const hosts = seen.rawHeaders.filter((_, i) => i % 2 === 1 && seen.rawHeaders[i - 1]!.toLowerCase() === 'host');
+      assert.deepEqual(hosts, [HOST], 'and sent on once');
     });
 
     it('refuses a second host header, even one equal to :authority', async () => {

@@ -193,7 +193,9 @@ export function wafRequestHead(ctx: RequestCtx): WafRequestHead {
 function withoutPseudoHeaders(raw: readonly string[], host: string): string[] {
   const headers = ['host', host];
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    if (raw[i]!.charCodeAt(0) !== 58 /* ':' */) headers.push(raw[i]!, raw[i + 1]!);
+    const name = raw[i]!;
+    // Pseudo-headers are not headers; a host field is the one Host above (request-target refused a differing one).
+    if (name.charCodeAt(0) !== 58 /* ':' */ && !(name.length === 4 && name.toLowerCase() === 'host')) headers.push(name, raw[i + 1]!);
   }
   return headers;
 }
