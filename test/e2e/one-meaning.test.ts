@@ -368,6 +368,18 @@ describe('one request, one meaning', () => {
       assert.deepEqual(value('cookie'), ['a=1; b=2']);
     });
 
+    it('reads :path as an HTTP/1.1 target is read', async () => {
+      const probe = nextProbe();
+      // (Nothing the WAF's traversal rules would block: this proxy's WAF is in BLOCKING mode.)
+      assert.equal(await h2({ ':path': '/%7Ea/./b;x//c?q=%2f', 'x-probe': probe }), '200');
+      assert.equal(received.get(probe)?.url, '/~a/b;x/c?q=%2f');
+      for (const path of ['/public/..;/admin', '/a%2fb', '/a%00b']) {
+        const refusedProbe = nextProbe();
+        assert.equal(await h2({ ':path': path, 'x-probe': refusedProbe }), '400', path);
+        assert.equal(begun.has(refusedProbe), false, path);
+      }
+    });
+
     it('refuses a host header that differs from :authority', async () => {
       const probe = nextProbe();
       assert.equal(await h2({ ':path': '/h2', 'x-probe': probe, host: 'evil.test' }), '400');
