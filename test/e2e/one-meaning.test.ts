@@ -421,6 +421,14 @@ describe('one request, one meaning', () => {
       assert.ok(received.get(probe) !== undefined);
     });
 
+    it('never forwards a content-length on a stream its headers ended (no body)', async () => {
+      const probe = nextProbe();
+      const outcome = await raw([...base(probe), ['content-length', '10']]);
+      assert.ok(refused(outcome), JSON.stringify(outcome));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(begun.has(probe), false);
+    });
+
     for (const [declared, sent, contentType] of [
       [10, 'abc', 'application/x-www-form-urlencoded'],
       [10, 'abc', 'application/octet-stream'],

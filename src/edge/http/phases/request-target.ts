@@ -9,6 +9,8 @@
  * - HTTP/2 fields HTTP/1.1 would read as framing or hop-by-hop (RFC 9113 8.2.2): connection,
  *   keep-alive, proxy-connection, transfer-encoding, upgrade, and `te` other than `trailers`, are
  *   refused. nghttp2 already resets such streams; this keeps the rule whatever the library does.
+ *   So is a content-length above 0 on a stream that ended with its headers (the body checks are
+ *   in waf-request.ts and upstream/exchange.ts).
  * - The path: canonicalised by `request-target.ts` (the proxy's `requestTarget` settings); an
  *   ambiguous one is refused with 400 by default. `ctx.path` and `ctx.target` are what every later
  *   phase, the log and the origin use.
@@ -16,6 +18,7 @@
  * Each refusal is 400 (the page with the support id), counted in tps_edge_refused_total{reason}
  * and logged with the reason.
  */
+import type { Http2ServerRequest } from 'node:http2';
 import type { RequestCtx } from '../ctx.ts';
 import { canonicalTarget } from '../request-target.ts';
 import type { Answer, PhaseOutcome, RequestRefusal } from '../types.ts';
@@ -69,6 +72,9 @@ function http2HeadRefusal(ctx: RequestCtx): RequestRefusal | undefined {
   }
   if (hosts > 1) return 'DUPLICATE_HOST';
   if (host !== undefined && authority !== undefined && host.toLowerCase() !== authority.toLowerCase()) return 'HOST_MISMATCH';
+  // A length declared on a stream its HEADERS frame ended: no body will come, and an origin told
+  // to wait for one would read the next request on its connection as that body.
+  if (ctx.declaredLength > 0 && (ctx.req as Http2ServerRequest).stream.endAfterHeaders) return 'CONTENT_LENGTH_MISMATCH';
   return undefined;
 }
 
