@@ -237,6 +237,30 @@ export const Waf = Type.Object(
   { additionalProperties: false, default: {}, description: 'The WAF is on for every HTTP proxy: BLOCKING at paranoia 1 unless set.' },
 );
 
+export const RequestTarget = Type.Object(
+  {
+    ambiguousPath: Enum(['REFUSE', 'NORMALIZE', 'KEEP'] as const, {
+      default: 'REFUSE',
+      description:
+        'A request path that servers read in different ways: an encoded slash or backslash (%2F, %5C) or a raw backslash, a ' +
+        'dot segment with path parameters (/..;/), a NUL byte or bytes that are not UTF-8 once decoded, a bad %-escape. ' +
+        'REFUSE: 400. NORMALIZE: slashes become separators and /..;/ is /../ (NUL, bad UTF-8 and bad escapes are still ' +
+        'refused). KEEP: they stay data, escaped. Whatever the choice, the origin is sent the path the proxy decided on.',
+    }),
+    mergeSlashes: Type.Boolean({
+      default: true,
+      description: 'Empty path segments are dropped (//a//b is /a/b), as nginx merge_slashes on.',
+    }),
+  },
+  {
+    additionalProperties: false,
+    default: {},
+    description:
+      'How the request target is read. The proxy normalises it once (percent-encoded unreserved characters decoded, dot ' +
+      'segments removed) and sends the origin exactly that; the WAF exclusions and the log go by the same path.',
+  },
+);
+
 export const RateLimitThreshold = Type.Object(
   {
     requests: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
@@ -355,6 +379,7 @@ export const HttpProxyAttributes = Type.Object(
     ),
     backend: HttpBackend,
     waf: Type.Optional(Waf),
+    requestTarget: Type.Optional(RequestTarget),
     rateLimiting: Type.Optional(Nullable(RateLimiting)),
     geoFencing: Type.Optional(Nullable(GeoFencing)),
     connectionLimits: Type.Optional(Nullable(HttpConnectionLimits)),

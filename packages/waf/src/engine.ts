@@ -70,6 +70,12 @@ export interface WafRequest {
   readonly method: string;
   /** Request target as received, with the query string (binary string). */
   readonly uri: string;
+  /**
+   * The path the proxy forwards (its canonical form, without the query). Given, it is what
+   * exclusions' `pathPrefix` match, and the prefixes are taken as already in that form (the proxy
+   * canonicalises them too); absent, both are normalised here (`normalizedPath`).
+   */
+  readonly path?: string | undefined;
   /** "1.0", "1.1", "2" ... (without "HTTP/"). */
   readonly httpVersion: string;
   /** In the order received, duplicates kept (binary strings). */

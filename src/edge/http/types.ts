@@ -12,6 +12,7 @@ import type { ConnectionBudget } from '../shared-counters/node-connection-budget
 import type { ClientAddressPolicy } from '../net/client-address.ts';
 import type { OriginGuard } from '../net/origin-guard.ts';
 import type { Http2Refusal } from './http2-guard.ts';
+import type { TargetRefusal } from './request-target.ts';
 import type { HttpLimits } from './limits.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
 import type { RateLimitStore } from './rate-limit/store.ts';
@@ -132,7 +133,28 @@ export type WafSettings = NonNullable<HttpProxyAttributes['waf']>;
 // What the phases answer.
 
 /** The phases that may answer a request themselves (`internal`: a phase that failed). */
-export type PhaseName = 'accept' | 'acme-challenge' | 'geo-fence' | 'rate-limit' | 'waf' | 'upstream' | 'waf-response' | 'internal';
+export type PhaseName =
+  | 'accept'
+  | 'request-target'
+  | 'acme-challenge'
+  | 'geo-fence'
+  | 'rate-limit'
+  | 'waf'
+  | 'upstream'
+  | 'waf-response'
+  | 'internal';
+
+/**
+ * Why a request was refused as malformed or ambiguous before any other phase looked at it (the
+ * request-target phase): its target (request-target.ts), its Host, or an HTTP/2 field HTTP/1.1 cannot carry.
+ */
+export type RequestRefusal =
+  | TargetRefusal
+  | 'DUPLICATE_HOST'
+  | 'HOST_MISMATCH'
+  | 'CONNECTION_HEADER'
+  | 'TE_NOT_TRAILERS'
+  | 'CONTENT_LENGTH_MISMATCH';
 
 /** A response the proxy makes itself. */
 export interface Answer {
@@ -165,8 +187,10 @@ export interface WafRequestHead {
   client: { ip: string; port: number };
   server: { ip: string; port: number };
   method: string;
-  /** Request target as received (path and query). */
+  /** Request target as received (path and query): what the rules inspect. */
   url: string;
+  /** The canonical path (request-target.ts): what the origin is sent, and what exclusions' `pathPrefix` match. */
+  path: string;
   httpVersion: '1.0' | '1.1' | '2.0';
   /** `[name, value, ...]` as received; HTTP/2 pseudo-headers left out and `host` added. */
   headers: readonly string[];
@@ -264,8 +288,10 @@ export interface AccessLogEntry {
   clientCertificate?: string;
   method: string;
   host: string;
-  /** Request target as received (path and query). */
+  /** Request target as the origin was (or would have been) sent it: canonical path and query. */
   url: string;
+  /** The target as received, when it differs from `url`. */
+  rawUrl?: string;
   /** Status sent to the client; 0 when the client went away before any response head. */
   status: number;
   answeredBy: AnsweredBy;
@@ -313,6 +339,8 @@ export interface HttpProxyMetrics {
    * gone, an error); `outcome` is what the proxy's `waf.failMode` did: refused (503) or passed uninspected.
    */
   wafUninspected?(proxyId: string, side: 'request' | 'response', reason: WafFailureReason, outcome: 'refused' | 'passed'): void;
+  /** A request refused as malformed or ambiguous (400) before the other phases: its target, Host or HTTP/2 fields. */
+  requestRefused?(proxyId: string, protocol: 'HTTP' | 'HTTP/2', reason: RequestRefusal): void;
   /** A request body longer than the WAF inspects: refused (REJECT) or inspected in part (PROCESS_PARTIAL, or LOGGING mode). */
   wafBodyOverLimit?(proxyId: string, action: 'REJECT' | 'PROCESS_PARTIAL'): void;
 }

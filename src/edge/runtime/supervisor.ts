@@ -230,7 +230,7 @@ export class EdgeSupervisor {
           ['tps_edge_connections_total', 'Layer 4 connections (TCP) or sessions (UDP) admitted.', ['proxy', 'protocol']],
           [
             'tps_edge_refused_total',
-            'Connections, HTTP/2 sessions or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse).',
+            'Connections, HTTP/2 sessions, requests or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse, a malformed or ambiguous request).',
             ['proxy', 'protocol', 'reason'],
           ],
           [

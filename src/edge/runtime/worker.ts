@@ -344,6 +344,7 @@ const httpDeps: HttpProxyDeps = {
       if (originSeconds !== undefined) histograms.observe('tps_edge_origin_response_seconds', { proxy }, originSeconds);
     },
     connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
+    requestRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),
     wafBodyOverLimit: (proxy, action) => count('tps_edge_waf_body_over_limit_total', { proxy, action }),
   },

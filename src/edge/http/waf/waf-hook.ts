@@ -196,6 +196,7 @@ function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest 
     serverPort: head.server.port,
     method: head.method,
     uri: head.url,
+    path: head.path,
     httpVersion: head.httpVersion === '2.0' ? '2.0' : head.httpVersion,
     headers,
     ...(body && { body }),
