@@ -260,6 +260,7 @@ export async function startEdge(
       maxConnections: settings.httpMaxConnections,
     },
     udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
+    kernelBlocking: { mode: settings.kernelBlocking, escalationFactor: settings.kernelBlockingEscalationFactor },
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),

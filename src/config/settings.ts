@@ -118,6 +118,10 @@ export interface Settings {
   rateLimitClientsPerProxy: number;
   /** UDP: bytes sent back to a client per byte received from it, until it has shown it receives them. */
   udpReplyBudgetFactor: number;
+  /** Sources still sending while blocked, dropped by nftables: `auto` (when the process may), `nftables` (required) or `off`. */
+  kernelBlocking: 'auto' | 'nftables' | 'off';
+  /** A blocked source is escalated to the kernel once its refusals exceed this many times a threshold's requests within its period. */
+  kernelBlockingEscalationFactor: number;
   /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
@@ -181,6 +185,8 @@ const ENV: Record<keyof Settings, string> = {
   rateLimitIpv6Prefix: 'TPS_RATE_LIMIT_IPV6_PREFIX',
   rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
   udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
+  kernelBlocking: 'TPS_KERNEL_BLOCKING',
+  kernelBlockingEscalationFactor: 'TPS_KERNEL_BLOCKING_ESCALATION_FACTOR',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
@@ -397,6 +403,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     }
   };
 
+  const kernelBlocking = raw('kernelBlocking') ?? 'auto';
+  if (kernelBlocking !== 'auto' && kernelBlocking !== 'nftables' && kernelBlocking !== 'off')
+    fail('kernelBlocking', `must be auto, nftables or off, got "${kernelBlocking}"`);
+
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
 
@@ -442,6 +452,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     rateLimitIpv6Prefix: integer('rateLimitIpv6Prefix', 64, 1, 128),
     rateLimitClientsPerProxy: integer('rateLimitClientsPerProxy', 16_384, 64, 4_194_304),
     udpReplyBudgetFactor: integer('udpReplyBudgetFactor', 3, 1, 1000),
+    kernelBlocking: kernelBlocking as Settings['kernelBlocking'],
+    kernelBlockingEscalationFactor: integer('kernelBlockingEscalationFactor', 4, 1, 1000),
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
     acmeDirectoryUrl,

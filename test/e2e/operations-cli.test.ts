@@ -35,7 +35,7 @@ function tps(args: string[], env: Record<string, string | undefined> = {}): Prom
     execFile(
       process.execPath,
       [TPS_BIN, ...args],
-      { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', ...env } as NodeJS.ProcessEnv },
+      { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', TPS_KERNEL_BLOCKING: 'off', ...env } as NodeJS.ProcessEnv },
       (error, stdout, stderr) => {
         resolve({ status: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
       },

@@ -1,0 +1,245 @@
+/**
+ * Runs inside a network namespace of its own (test/e2e/flood-cost.test.ts starts it with
+ * `unshare -n`, loopback up): a `tps serve` whose edge may create its nftables table there, a
+ * flood, and what the kernel and the service show. Prints one JSON line of observations last; the
+ * test asserts on them. Never run it in the machine's own namespace: it lists and expects the
+ * table `inet tps`.
+ *
+ * Scenarios (argv[2]): `escalation` (kernel blocking on) and `no-capability` (started without
+ * CAP_NET_ADMIN: auto falls back with a warning, nftables refuses to start).
+ */
+import { execFile } from 'node:child_process';
+import http from 'node:http';
+import net from 'node:net';
+import { promisify } from 'node:util';
+import { TenantApi } from '../../support/api-client.ts';
+import { freePort } from '../../support/ports.ts';
+import { createTenant, startTps, type Tps } from '../../support/tps.ts';
+import { waitFor } from '../../support/wait.ts';
+
+const execFileAsync = promisify(execFile);
+const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
+const FRONTEND = '127.0.0.2';
+const ORIGIN = '127.0.0.9';
+const FLOODER = '127.0.0.20';
+const BENIGN = '127.0.0.21';
+const LIMIT = { thresholds: [{ requests: 5, periodSeconds: 60 }], blockSeconds: 8 };
+const FACTOR = 4;
+
+const scenario = process.argv[2];
+const result: Record<string, unknown> = { scenario };
+
+async function nft(...args: string[]): Promise<string> {
+  return (await execFileAsync('nft', args)).stdout;
+}
+
+async function tableExists(): Promise<boolean> {
+  return (await nft('list', 'tables')).split('\n').some((line) => line.trim() === 'table inet tps');
+}
+
+/** Elements of the IPv4 set, as nft prints them (`tcp . 127.0.0.20 . 127.0.0.2 . 40000`). */
+async function blockedElements(): Promise<string[]> {
+  const parsed = JSON.parse(await nft('-j', 'list', 'set', 'inet', 'tps', 'blocked_ipv4')) as {
+    nftables: { set?: { elem?: { elem?: { val: { concat: (string | number)[] } } }[] } }[];
+  };
+  const elements = parsed.nftables.find((item) => item.set !== undefined)?.set?.elem ?? [];
+  return elements.map((element) => (element.elem?.val.concat ?? []).join(' . '));
+}
+
+async function droppedPackets(): Promise<number> {
+  const parsed = JSON.parse(await nft('-j', 'list', 'counters', 'table', 'inet', 'tps')) as {
+    nftables: { counter?: { name: string; packets: number } }[];
+  };
+  return parsed.nftables.find((item) => item.counter?.name === 'dropped_ipv4')?.counter?.packets ?? 0;
+}
+
+async function metric(tps: Tps, name: string, match: string): Promise<number> {
+  const text = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) if (line.startsWith(name) && line.includes(match)) sum += Number(line.split(' ').at(-1));
+  return sum;
+}
+
+function get(
+  url: string,
+  localAddress: string,
+  agent?: http.Agent,
+  onSocket?: (socket: net.Socket) => void,
+): Promise<{ status: number } | { error: string }> {
+  return new Promise((resolve) => {
+    const request = http.get(url, { localAddress, agent: agent ?? false, timeout: 5_000 }, (response) => {
+      response.resume();
+      response.on('end', () => resolve({ status: response.statusCode ?? 0 }));
+    });
+    if (onSocket !== undefined) request.on('socket', onSocket);
+    request.on('timeout', () => request.destroy(Object.assign(new Error('timeout'), { code: 'TIMEOUT' })));
+    request.on('error', (error: NodeJS.ErrnoException) => resolve({ error: error.code ?? error.message }));
+  });
+}
+
+/** A TCP connect from `localAddress`: connected, refused, or no answer within a second (dropped). */
+function connectOutcome(port: number, localAddress: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: FRONTEND, port, localAddress });
+    socket.setTimeout(1_000, () => {
+      socket.destroy();
+      resolve('no answer');
+    });
+    socket.on('connect', () => {
+      socket.destroy();
+      resolve('connected');
+    });
+    socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? 'error'));
+  });
+}
+
+async function createProxy(api: TenantApi, originPort: number): Promise<{ id: string; url: string; port: number }> {
+  const port = await freePort(FRONTEND);
+  const created = await api.call('POST', CONFIGS, {
+    data: {
+      type: 'httpProxy',
+      attributes: {
+        frontend: { ipv4: FRONTEND, port },
+        backend: { hosts: [{ address: ORIGIN, port: originPort }] },
+        rateLimiting: LIMIT,
+      },
+    },
+  });
+  if (created.status !== 201) throw new Error(`proxy not created: ${JSON.stringify(created.body)}`);
+  const id = created.body.data.id as string;
+  await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE');
+  return { id, url: `http://${FRONTEND}:${port}`, port };
+}
+
+async function escalation(): Promise<void> {
+  const origin = http.createServer((_request, response) => response.end('origin'));
+  await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
+  const originPort = (origin.address() as net.AddressInfo).port;
+  const tps = await startTps({
+    env: {
+      TPS_EDGE: 'true',
+      TPS_EDGE_WORKERS: '2',
+      TPS_FRONTEND_IPS: FRONTEND,
+      TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
+      TPS_KERNEL_BLOCKING: 'auto',
+      TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: String(FACTOR),
+    },
+  });
+  try {
+    result.tableAtStart = await tableExists();
+    result.healthWarnings = ((await (await fetch(`${tps.metricsUrl}/healthz`)).json()) as { warnings?: unknown[] }).warnings ?? [];
+    const api = await TenantApi.connect(tps, await createTenant(tps));
+    const proxyA = await createProxy(api, originPort);
+    const proxyB = await createProxy(api, originPort);
+    const requestsOfA = () => metric(tps, 'tps_edge_http_requests_total', `proxy="${proxyA.id}"`);
+
+    // The flood: one keep-alive connection, requests one after another, until the kernel has the source.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const statuses: Record<string, number> = {};
+    let first429: number | undefined;
+    let sent = 0;
+    const element = `tcp . ${FLOODER} . ${FRONTEND} . ${proxyA.port}`;
+    let inSet = false;
+    // The keep-alive connection's end: a reset from the proxy when it closes it on escalation.
+    const connection: { socket?: net.Socket; closedWith?: string } = {};
+    const watch = (socket: net.Socket) => {
+      if (connection.socket === socket) return;
+      connection.socket = socket;
+      delete connection.closedWith;
+      socket.on('error', (error: NodeJS.ErrnoException) => (connection.closedWith ??= error.code ?? 'error'));
+      socket.on('close', () => (connection.closedWith ??= 'end'));
+    };
+    // The first request warms the worker up (its WAF engine starts with it).
+    await get(`${proxyA.url}/warm-up`, BENIGN);
+    const deadline = Date.now() + 30_000;
+    while (!inSet && Date.now() < deadline) {
+      const answer = await get(`${proxyA.url}/flood`, FLOODER, agent, watch);
+      sent++;
+      const key = 'status' in answer ? String(answer.status) : answer.error;
+      statuses[key] = (statuses[key] ?? 0) + 1;
+      if (key === '429') first429 ??= sent;
+      if (sent % 10 === 0 || !('status' in answer)) inSet = (await blockedElements()).includes(element);
+    }
+    result.keepAliveClosedWith = await waitFor('the keep-alive connection closed', async () => connection.closedWith);
+    agent.destroy();
+    result.flood = { sent, statuses, first429 };
+    result.inSet = inSet;
+    result.element = element;
+    result.setAfterEscalation = await blockedElements();
+    result.escalations = await metric(tps, 'tps_edge_kernel_escalations_total', 'reason="rate-limit"');
+    result.blockedSourcesGauge = await metric(tps, 'tps_edge_kernel_blocked_sources', 'reason="rate-limit"');
+
+    // What proxy A counted settles (workers report once a second); then the flooder keeps trying.
+    let settled = await requestsOfA();
+    await waitFor('the request counts of proxy A to settle', async () => {
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      const now = await requestsOfA();
+      const same = now === settled;
+      settled = now;
+      return same;
+    });
+    const droppedBefore = await droppedPackets();
+    const attempts: string[] = [];
+    for (let i = 0; i < 3; i++) attempts.push(await connectOutcome(proxyA.port, FLOODER));
+    result.flooderAttempts = attempts;
+    result.droppedBefore = droppedBefore;
+    result.droppedAfter = await droppedPackets();
+
+    // Served meanwhile: another source on the same proxy, the same source on another proxy.
+    result.benignOnA = await get(`${proxyA.url}/benign`, BENIGN);
+    result.flooderOnB = await get(`${proxyB.url}/other`, FLOODER);
+    // Once the benign request is counted, the count of A holds it and nothing of the flooder's attempts.
+    await waitFor('the benign request counted', async () => (await requestsOfA()) > settled);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    result.requestsOfAAfterAttempts = (await requestsOfA()) - settled;
+    result.droppedMetric = await metric(tps, 'tps_edge_kernel_dropped_packets_total', 'family="ipv4"');
+
+    // The block ends (blockSeconds), the kernel's element with it: the flooder is served again.
+    const servedAgain = await waitFor(
+      'the flooder served again after its block',
+      async () => {
+        const answer = await get(`${proxyA.url}/again`, FLOODER);
+        return 'status' in answer && answer.status === 200 ? answer : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+    result.servedAgain = servedAgain;
+    result.setAfterBlock = await blockedElements();
+  } finally {
+    await tps.stop();
+    origin.close();
+  }
+  result.tableAfterStop = await tableExists();
+}
+
+async function noCapability(): Promise<void> {
+  const env = { TPS_EDGE: 'true', TPS_EDGE_WORKERS: '1', TPS_FRONTEND_IPS: FRONTEND };
+  const tps = await startTps({ env: { ...env, TPS_KERNEL_BLOCKING: 'auto' } });
+  try {
+    const health = (await (await fetch(`${tps.metricsUrl}/healthz`)).json()) as {
+      ok: boolean;
+      warnings?: { code: string; detail: string }[];
+    };
+    result.health = health;
+    result.logMentionsIt = tps.output().includes('kernel blocking off');
+  } finally {
+    await tps.stop();
+  }
+  try {
+    const required = await startTps({ env: { ...env, TPS_KERNEL_BLOCKING: 'nftables' } });
+    await required.stop();
+    result.requiredStart = 'started';
+  } catch (error) {
+    result.requiredStart = (error as Error).message;
+  }
+}
+
+try {
+  if (scenario === 'escalation') await escalation();
+  else if (scenario === 'no-capability') await noCapability();
+  else throw new Error(`unknown scenario ${scenario}`);
+} catch (error) {
+  result.error = (error as Error).stack ?? String(error);
+}
+process.stdout.write(`${JSON.stringify(result)}\n`);
+process.exit(0);
