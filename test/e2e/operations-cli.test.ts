@@ -524,6 +524,13 @@ describe('contrib/systemd/tps.service', () => {
     // Unknown or mistyped settings are only warnings: none may be printed.
     assert.equal(result.stderr.trim(), '', result.stderr);
   });
+
+  it('grants low ports and kernel blocking (nftables) their capabilities, and no other', () => {
+    const unit = fs.readFileSync(path.join(REPO_ROOT, 'contrib/systemd/tps.service'), 'utf8');
+    assert.match(unit, /^AmbientCapabilities=CAP_NET_ADMIN CAP_NET_BIND_SERVICE$/m);
+    assert.match(unit, /^CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE$/m);
+    assert.match(unit, /^RestrictAddressFamilies=.*\bAF_NETLINK\b/m, 'nft talks to the kernel over netlink');
+  });
 });
 
 after(() => fs.rmSync(work, { recursive: true, force: true }));
