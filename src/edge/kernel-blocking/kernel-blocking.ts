@@ -74,14 +74,19 @@ export class KernelBlocking {
         for (const reason of Object.keys(sizes) as KernelBlockReason[]) this.set({ reason }, sizes[reason]);
       },
     });
-    new Gauge({
-      name: 'tps_edge_kernel_blocking_updates',
-      help: 'Batches sent to nftables (one nft process each) since start, by outcome (applied, failed), and elements refused because the sets were full (full).',
+    const reported = { applied: 0, failed: 0, full: 0 };
+    new Counter({
+      name: 'tps_edge_kernel_blocking_updates_total',
+      help: 'Batches sent to nftables (one nft process each), by outcome (applied, failed), and elements not added because the sets were full (full).',
       labelNames: ['outcome'],
       registers,
       collect() {
-        const counts = blocking()?.counts ?? { applied: 0, failed: 0, full: 0 };
-        for (const outcome of ['applied', 'failed', 'full'] as const) this.set({ outcome }, counts[outcome]);
+        const counts = blocking()?.counts;
+        if (counts === undefined) return;
+        for (const outcome of ['applied', 'failed', 'full'] as const) {
+          if (counts[outcome] > reported[outcome]) this.inc({ outcome }, counts[outcome] - reported[outcome]);
+          reported[outcome] = counts[outcome];
+        }
       },
     });
     // Read from the kernel at scrape time: the counters of the table's drop rules.

@@ -9,8 +9,11 @@
  * CAP_NET_ADMIN: auto falls back with a warning, nftables refuses to start).
  */
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { promisify } from 'node:util';
 import { TenantApi } from '../../support/api-client.ts';
 import { freePort } from '../../support/ports.ts';
@@ -23,6 +26,8 @@ const FRONTEND = '127.0.0.2';
 const ORIGIN = '127.0.0.9';
 const FLOODER = '127.0.0.20';
 const BENIGN = '127.0.0.21';
+/** On the threat feed. */
+const LISTED = '127.0.0.30';
 const LIMIT = { thresholds: [{ requests: 5, periodSeconds: 60 }], blockSeconds: 8 };
 const FACTOR = 4;
 
@@ -115,6 +120,8 @@ async function escalation(): Promise<void> {
   const origin = http.createServer((_request, response) => response.end('origin'));
   await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
   const originPort = (origin.address() as net.AddressInfo).port;
+  const feedDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tps-feed-'));
+  fs.writeFileSync(path.join(feedDir, 'feed.txt'), `${LISTED}\n`);
   const tps = await startTps({
     env: {
       TPS_EDGE: 'true',
@@ -123,6 +130,7 @@ async function escalation(): Promise<void> {
       TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
       TPS_KERNEL_BLOCKING: 'auto',
       TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: String(FACTOR),
+      TPS_THREAT_FEEDS: path.join(feedDir, 'feed.txt'),
     },
   });
   try {
@@ -141,13 +149,19 @@ async function escalation(): Promise<void> {
     const element = `tcp . ${FLOODER} . ${FRONTEND} . ${proxyA.port}`;
     let inSet = false;
     // The keep-alive connection's end: a reset from the proxy when it closes it on escalation.
-    const connection: { socket?: net.Socket; closedWith?: string } = {};
+    const connection: { socket?: net.Socket; closedWith?: string; sockets?: number } = {};
     const watch = (socket: net.Socket) => {
       if (connection.socket === socket) return;
       connection.socket = socket;
       delete connection.closedWith;
-      socket.on('error', (error: NodeJS.ErrnoException) => (connection.closedWith ??= error.code ?? 'error'));
-      socket.on('close', () => (connection.closedWith ??= 'end'));
+      // Only the connection in use counts: an earlier one the client let go may close later.
+      socket.on('error', (error: NodeJS.ErrnoException) => {
+        if (connection.socket === socket) connection.closedWith ??= error.code ?? 'error';
+      });
+      socket.on('close', () => {
+        if (connection.socket === socket) connection.closedWith ??= 'end';
+      });
+      connection.sockets = (connection.sockets ?? 0) + 1;
     };
     // The first request warms the worker up (its WAF engine starts with it).
     await get(`${proxyA.url}/warm-up`, BENIGN);
@@ -161,6 +175,7 @@ async function escalation(): Promise<void> {
       if (sent % 10 === 0 || !('status' in answer)) inSet = (await blockedElements()).includes(element);
     }
     result.keepAliveClosedWith = await waitFor('the keep-alive connection closed', async () => connection.closedWith);
+    result.floodConnections = connection.sockets;
     agent.destroy();
     result.flood = { sent, statuses, first429 };
     result.inSet = inSet;
@@ -205,9 +220,32 @@ async function escalation(): Promise<void> {
     );
     result.servedAgain = servedAgain;
     result.setAfterBlock = await blockedElements();
+
+    // A threat-feed source that keeps connecting to a layer 4 proxy: reset at accept, then dropped.
+    const l4Port = await freePort(FRONTEND);
+    const l4 = await api.call('POST', CONFIGS, {
+      data: {
+        type: 'l4Proxy',
+        attributes: { frontend: { ipv4: FRONTEND, port: l4Port }, backend: { hosts: [{ address: ORIGIN, port: originPort }] } },
+      },
+    });
+    if (l4.status !== 201) throw new Error(`layer 4 proxy not created: ${JSON.stringify(l4.body)}`);
+    await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${l4.body.data.id}`)).body.data.attributes.status === 'ACTIVE');
+    const listedElement = `tcp . ${LISTED} . ${FRONTEND} . ${l4Port}`;
+    const listedOutcomes: Record<string, number> = {};
+    let listedInSet = false;
+    for (let i = 0; i < 200 && !listedInSet; i++) {
+      const outcome = await connectOutcome(l4Port, LISTED);
+      listedOutcomes[outcome] = (listedOutcomes[outcome] ?? 0) + 1;
+      if (i % 5 === 4) listedInSet = (await blockedElements()).includes(listedElement);
+    }
+    result.listed = { outcomes: listedOutcomes, inSet: listedInSet, afterwards: await connectOutcome(l4Port, LISTED) };
+    result.unlistedOnL4 = await connectOutcome(l4Port, BENIGN);
+    result.threatFeedEscalations = await metric(tps, 'tps_edge_kernel_escalations_total', 'reason="threat-feed"');
   } finally {
     await tps.stop();
     origin.close();
+    fs.rmSync(feedDir, { recursive: true, force: true });
   }
   result.tableAfterStop = await tableExists();
 }
