@@ -451,7 +451,11 @@ port.on('message', (message: ToWorker) => {
       break;
     case 'kernel-blocked': {
       const current = running.get(message.proxyId);
-      if (current?.proxy instanceof HttpProxy) current.proxy.resetConnectionsOf(message.source);
+      if (current?.proxy instanceof HttpProxy) {
+        const reset = current.proxy.resetConnectionsOf(message.source);
+        if (reset > 0)
+          logger.info({ proxyId: message.proxyId, source: message.source, reset }, 'connections of a source dropped in the kernel reset');
+      }
       break;
     }
     case 'stop':

@@ -42,13 +42,15 @@ async function tableExists(): Promise<boolean> {
   return (await nft('list', 'tables')).split('\n').some((line) => line.trim() === 'table inet tps');
 }
 
-/** Elements of the IPv4 set, as nft prints them (`tcp . 127.0.0.20 . 127.0.0.2 . 40000`). */
-async function blockedElements(): Promise<string[]> {
-  const parsed = JSON.parse(await nft('-j', 'list', 'set', 'inet', 'tps', 'blocked_ipv4')) as {
-    nftables: { set?: { elem?: { elem?: { val: { concat: (string | number)[] } } }[] } }[];
+/** Elements of a set, as nft prints them (`tcp . 127.0.0.20 . 127.0.0.2 . 40000`, `tcp . 2001:db8:5::/64 . ...`). */
+async function blockedElements(set = 'blocked_ipv4'): Promise<string[]> {
+  type Part = string | number | { prefix: { addr: string; len: number } };
+  const parsed = JSON.parse(await nft('-j', 'list', 'set', 'inet', 'tps', set)) as {
+    nftables: { set?: { elem?: { elem?: { val: { concat: Part[] } } }[] } }[];
   };
   const elements = parsed.nftables.find((item) => item.set !== undefined)?.set?.elem ?? [];
-  return elements.map((element) => (element.elem?.val.concat ?? []).join(' . '));
+  const text = (part: Part) => (typeof part === 'object' ? `${part.prefix.addr}/${part.prefix.len}` : String(part));
+  return elements.map((element) => (element.elem?.val.concat ?? []).map(text).join(' . '));
 }
 
 async function droppedPackets(): Promise<number> {
@@ -83,9 +85,9 @@ function get(
 }
 
 /** A TCP connect from `localAddress`: connected, refused, or no answer within a second (dropped). */
-function connectOutcome(port: number, localAddress: string): Promise<string> {
+function connectOutcome(port: number, localAddress: string, host = FRONTEND): Promise<string> {
   return new Promise((resolve) => {
-    const socket = net.connect({ host: FRONTEND, port, localAddress });
+    const socket = net.connect({ host, port, localAddress });
     socket.setTimeout(1_000, () => {
       socket.destroy();
       resolve('no answer');
@@ -243,11 +245,69 @@ async function escalation(): Promise<void> {
     result.unlistedOnL4 = await connectOutcome(l4Port, BENIGN);
     result.threatFeedEscalations = await metric(tps, 'tps_edge_kernel_escalations_total', 'reason="threat-feed"');
   } finally {
+    result.kernelLog = tps
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('kernel'));
     await tps.stop();
     origin.close();
     fs.rmSync(feedDir, { recursive: true, force: true });
   }
   result.tableAfterStop = await tableExists();
+}
+
+/** An IPv6 source is escalated by its prefix (the rate limiter's /64): its neighbours in it are dropped, others not. */
+async function ipv6Prefix(): Promise<void> {
+  const frontend = '2001:db8:1::1';
+  const flooder = '2001:db8:5::10';
+  const neighbour = '2001:db8:5::11';
+  const stranger = '2001:db8:6::10';
+  for (const address of [frontend, flooder, neighbour, stranger])
+    await execFileAsync('ip', ['-6', 'addr', 'add', `${address}/128`, 'dev', 'lo', 'nodad']);
+  const origin = http.createServer((_request, response) => response.end('origin'));
+  await new Promise<void>((resolve) => origin.listen(0, ORIGIN, resolve));
+  const tps = await startTps({
+    env: {
+      TPS_EDGE: 'true',
+      TPS_EDGE_WORKERS: '1',
+      TPS_FRONTEND_IPS: frontend,
+      TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
+      TPS_KERNEL_BLOCKING: 'nftables',
+    },
+  });
+  try {
+    const api = await TenantApi.connect(tps, await createTenant(tps));
+    const port = await freePort(frontend);
+    const created = await api.call('POST', CONFIGS, {
+      data: {
+        type: 'httpProxy',
+        attributes: {
+          frontend: { ipv6: frontend, port },
+          backend: { hosts: [{ address: ORIGIN, port: (origin.address() as net.AddressInfo).port }] },
+          rateLimiting: LIMIT,
+        },
+      },
+    });
+    if (created.status !== 201) throw new Error(`proxy not created: ${JSON.stringify(created.body)}`);
+    await waitFor('ACTIVE', async () => (await api.get(`${CONFIGS}/${created.body.data.id}`)).body.data.attributes.status === 'ACTIVE');
+    const url = `http://[${frontend}]:${port}`;
+    await get(`${url}/warm-up`, stranger);
+    const element = `tcp . 2001:db8:5::/64 . ${frontend} . ${port}`;
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    let inSet = false;
+    for (let sent = 1; sent <= 2_000 && !inSet; sent++) {
+      const answer = await get(`${url}/flood`, flooder, agent);
+      if (sent % 10 === 0 || !('status' in answer)) inSet = (await blockedElements('blocked_ipv6')).includes(element);
+    }
+    agent.destroy();
+    result.inSet = inSet;
+    result.set = await blockedElements('blocked_ipv6');
+    result.neighbour = await connectOutcome(port, neighbour, frontend);
+    result.stranger = await connectOutcome(port, stranger, frontend);
+  } finally {
+    await tps.stop();
+    origin.close();
+  }
 }
 
 async function noCapability(): Promise<void> {
@@ -274,6 +334,7 @@ async function noCapability(): Promise<void> {
 
 try {
   if (scenario === 'escalation') await escalation();
+  else if (scenario === 'ipv6-prefix') await ipv6Prefix();
   else if (scenario === 'no-capability') await noCapability();
   else throw new Error(`unknown scenario ${scenario}`);
 } catch (error) {
