@@ -19,6 +19,8 @@ export const THREAT_FEED_REFUSALS = 20;
 export const THREAT_FEED_WINDOW_MS = 10_000;
 export const THREAT_FEED_BLOCK_MS = 10 * 60_000;
 const MAX_TRACKED = 100_000;
+/** How often pairs whose block (or window) is over are forgotten. */
+const SWEEP_MS = 10_000;
 
 export interface Threshold {
   requests: number;
@@ -37,6 +39,7 @@ export class EscalationPolicy {
   readonly #factor: number;
   readonly #now: () => number;
   readonly #tracked = new Map<string, Tracked>();
+  #sweptAt = 0;
 
   constructor(options: { factor: number; now?: () => number }) {
     this.#factor = options.factor;
@@ -50,6 +53,10 @@ export class EscalationPolicy {
    */
   note(report: SourceRefusals, thresholds: readonly Threshold[]): number | undefined {
     const now = this.#now();
+    if (now - this.#sweptAt > SWEEP_MS) {
+      this.#sweptAt = now;
+      this.#forgetEnded(now);
+    }
     if (report.reason === 'threat-feed') {
       const until = now + THREAT_FEED_BLOCK_MS;
       const bar = [{ requests: THREAT_FEED_REFUSALS, periodSeconds: THREAT_FEED_WINDOW_MS / 1000 }];

@@ -60,6 +60,27 @@ describe('kernel blocker', () => {
     await blocker.stop();
   });
 
+  it('creates the table again with what it holds when it is gone (a ruleset flush from outside)', async () => {
+    let present = true;
+    const runner = recordingRunner();
+    runner.run = async () => {
+      if (!present) throw new Error('Error: No such file or directory; list table inet tps');
+      return '';
+    };
+    const blocker = new KernelBlocker({ nft: runner, logger: quiet, checkIntervalMs: 20 });
+    await blocker.start();
+    blocker.block(element('10.0.0.1'), Date.now() + 60_000, 'rate-limit');
+    await blocker.settled();
+    const before = runner.scripts.length;
+    present = false;
+    while (blocker.counts.recreated === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    await blocker.settled();
+    const recreated = runner.scripts.slice(before).find((script) => script.includes('delete table inet tps'));
+    assert.ok(recreated, runner.scripts.join('\n---\n'));
+    assert.match(recreated, /add element inet tps blocked_ipv4 \{ tcp \. 10\.0\.0\.1 \. 192\.0\.2\.1 \. 8080 timeout \d+ms \}/);
+    await blocker.stop();
+  });
+
   it('reads CAP_NET_ADMIN (bit 12) from CapEff', () => {
     assert.equal(hasNetAdmin('CapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n'), true);
     assert.equal(hasNetAdmin('CapEff:\t0000000000000400\n'), false, 'CAP_NET_BIND_SERVICE only');

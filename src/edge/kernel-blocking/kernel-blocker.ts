@@ -8,6 +8,9 @@
  * the same transaction: `add` does not move the timeout of an existing element on every kernel).
  * When a batch fails (an element timed out in the kernel between our look and the delete), the
  * sets are rebuilt from what this side holds, in one transaction again.
+ *
+ * Watchdog: every `checkIntervalMs` (10 s) the table is looked up; gone (an operator's `nft flush ruleset`, a
+ * firewall service restarted), it is created again with the elements this side holds.
  */
 import type { EdgeLogger } from '../runtime/types.ts';
 import type { NftRunner } from './nft.ts';
@@ -29,6 +32,8 @@ export interface KernelBlockerOptions {
   flushIntervalMs?: number;
   /** Elements held at once; past it new sources stay with the proxies' own refusals. Default 65,536. */
   maxElements?: number;
+  /** How often the table is looked up (and created again when gone). Default 10,000 ms. */
+  checkIntervalMs?: number;
   now?: () => number;
 }
 
@@ -48,6 +53,7 @@ export class KernelBlocker {
   readonly #logger: EdgeLogger;
   readonly #flushIntervalMs: number;
   readonly #maxElements: number;
+  readonly #checkIntervalMs: number;
   readonly #now: () => number;
   /** What the kernel holds once the pending batch is applied, by element text. */
   readonly #held = new Map<string, Held>();
@@ -59,20 +65,32 @@ export class KernelBlocker {
   #stopped = false;
   /** Callers of `settled`, resolved when the last pending batch is through. */
   #waiters: (() => void)[] = [];
-  /** Batches applied and failed, elements refused because the sets were full (for /metrics). */
-  readonly counts = { applied: 0, failed: 0, full: 0 };
+  /** Batches applied and failed, elements refused because the sets were full, tables recreated (for /metrics). */
+  readonly counts = { applied: 0, failed: 0, full: 0, recreated: 0 };
+  /** Why the kernel does not hold what it should, while that lasts (a /healthz warning). */
+  failure: string | undefined;
+  #watchdog: NodeJS.Timeout | undefined;
 
   constructor(options: KernelBlockerOptions) {
     this.#nft = options.nft;
     this.#logger = options.logger;
     this.#flushIntervalMs = options.flushIntervalMs ?? 100;
     this.#maxElements = options.maxElements ?? 65_536;
+    this.#checkIntervalMs = options.checkIntervalMs ?? 10_000;
     this.#now = options.now ?? Date.now;
   }
 
   /** Creates the table (replacing one left over from a crash). Rejects with nft's error. */
   async start(): Promise<void> {
     await this.#nft.apply(createTableScript());
+    this.#watchdog = setInterval(() => {
+      if (this.#flushing !== undefined || this.#stopped) return;
+      this.#flushing = this.#check().finally(() => {
+        this.#flushing = undefined;
+        if (this.#pending.size > 0) this.#schedule();
+      });
+    }, this.#checkIntervalMs);
+    this.#watchdog.unref();
   }
 
   /**
@@ -132,6 +150,7 @@ export class KernelBlocker {
   /** Removes the table: every element with it. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    clearInterval(this.#watchdog);
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     await this.#flushing;
@@ -166,10 +185,11 @@ export class KernelBlocker {
       try {
         await this.#nft.apply(`${lines.join('\n')}\n`);
         this.counts.applied++;
+        this.failure = undefined;
       } catch (error) {
         this.counts.failed++;
         this.#logger.warn({ err: error, elements: pending.size }, 'kernel blocking: a batch failed; rebuilding the sets');
-        await this.#rebuild();
+        await this.#rebuild(false);
       }
     } finally {
       this.#flushing = undefined;
@@ -182,18 +202,31 @@ export class KernelBlocker {
     }
   }
 
-  /** Both sets emptied and refilled with what this side holds, in one transaction. */
-  async #rebuild(): Promise<void> {
+  /** The table is still there; else it is created again with what this side holds. */
+  async #check(): Promise<void> {
+    try {
+      await this.#nft.run(['list', 'table', 'inet', 'tps']);
+    } catch (error) {
+      this.#logger.warn({ err: error }, 'kernel blocking: the table inet tps is gone (a ruleset flush?); creating it again');
+      this.counts.recreated++;
+      await this.#rebuild(true);
+    }
+  }
+
+  /** Both sets emptied (or the whole table created again) and refilled with what this side holds, in one transaction. */
+  async #rebuild(recreate: boolean): Promise<void> {
     if (this.#stopped) return;
     const now = this.#now();
     this.#prune(now);
-    const lines = [flushSetsScript()];
+    const lines = [recreate ? createTableScript() : flushSetsScript()];
     for (const held of this.#held.values()) lines.push(addElementLine(held.element, held.untilMs - now));
     try {
       await this.#nft.apply(`${lines.join('\n')}\n`);
       this.counts.applied++;
+      this.failure = undefined;
     } catch (error) {
       this.counts.failed++;
+      this.failure = (error as Error).message;
       this.#logger.error({ err: error }, 'kernel blocking: the sets could not be rebuilt; blocked sources stay with the proxies');
     }
   }

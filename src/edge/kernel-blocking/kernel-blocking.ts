@@ -74,16 +74,16 @@ export class KernelBlocking {
         for (const reason of Object.keys(sizes) as KernelBlockReason[]) this.set({ reason }, sizes[reason]);
       },
     });
-    const reported = { applied: 0, failed: 0, full: 0 };
+    const reported = { applied: 0, failed: 0, full: 0, recreated: 0 };
     new Counter({
       name: 'tps_edge_kernel_blocking_updates_total',
-      help: 'Batches sent to nftables (one nft process each), by outcome (applied, failed), and elements not added because the sets were full (full).',
+      help: 'Batches sent to nftables (one nft process each), by outcome (applied, failed); elements not added because the sets were full (full); the table created again after it was removed from outside (recreated).',
       labelNames: ['outcome'],
       registers,
       collect() {
         const counts = blocking()?.counts;
         if (counts === undefined) return;
-        for (const outcome of ['applied', 'failed', 'full'] as const) {
+        for (const outcome of ['applied', 'failed', 'full', 'recreated'] as const) {
           if (counts[outcome] > reported[outcome]) this.inc({ outcome }, counts[outcome] - reported[outcome]);
           reported[outcome] = counts[outcome];
         }
@@ -119,8 +119,14 @@ export class KernelBlocking {
     return this.#blocker !== undefined;
   }
 
-  /** Set when `auto` found kernel blocking unavailable: the /healthz warning. */
+  /** Set when `auto` found kernel blocking unavailable, or while the kernel's sets cannot be updated: the /healthz warning. */
   get warning(): { code: string; detail: string } | undefined {
+    const failure = this.#blocker?.failure;
+    if (failure !== undefined)
+      return {
+        code: 'KERNEL_BLOCKING_FAILING',
+        detail: `the nftables sets of table inet tps cannot be updated (${failure}); blocked sources are refused by the proxies alone meanwhile`,
+      };
     return this.#warning;
   }
 
