@@ -60,6 +60,20 @@ describe('kernel blocker', () => {
     await blocker.stop();
   });
 
+  it('an element blocked again with a later end before its batch went out is one add, no delete', async () => {
+    const runner = recordingRunner();
+    const blocker = new KernelBlocker({ nft: runner, logger: quiet, flushIntervalMs: 50 });
+    await blocker.start();
+    const now = Date.now();
+    blocker.block(element('10.0.0.1'), now + 10_000, 'rate-limit');
+    assert.equal(blocker.block(element('10.0.0.1'), now + 20_000, 'rate-limit'), true);
+    await blocker.settled();
+    const batch = runner.scripts.at(-1)!;
+    assert.doesNotMatch(batch, /delete element/);
+    assert.equal(batch.split('\n').filter((line) => line.startsWith('add element')).length, 1);
+    await blocker.stop();
+  });
+
   it('creates the table again with what it holds when it is gone (a ruleset flush from outside)', async () => {
     let present = true;
     const runner = recordingRunner();

@@ -85,10 +85,7 @@ export class KernelBlocker {
     await this.#nft.apply(createTableScript());
     this.#watchdog = setInterval(() => {
       if (this.#flushing !== undefined || this.#stopped) return;
-      this.#flushing = this.#check().finally(() => {
-        this.#flushing = undefined;
-        if (this.#pending.size > 0) this.#schedule();
-      });
+      this.#flushing = this.#check().finally(() => this.#done());
     }, this.#checkIntervalMs);
     this.#watchdog.unref();
   }
@@ -121,8 +118,8 @@ export class KernelBlocker {
     const held = { element, untilMs, reason };
     this.#held.set(key, held);
     const queued = this.#pending.get(key);
-    // A replacement queued before stays one: the kernel holds the older element until this batch.
-    this.#pending.set(key, { held, replace: present || queued?.replace === true });
+    // Queued already: the kernel holds what it held before that (its `replace` says whether anything).
+    this.#pending.set(key, { held, replace: queued !== undefined ? queued.replace : present });
     this.#schedule();
     return true;
   }
@@ -192,14 +189,15 @@ export class KernelBlocker {
         await this.#rebuild(false);
       }
     } finally {
-      this.#flushing = undefined;
-      if (this.#pending.size > 0) this.#schedule();
-      else {
-        const waiters = this.#waiters;
-        this.#waiters = [];
-        for (const resolve of waiters) resolve();
-      }
+      this.#done();
     }
+  }
+
+  /** A batch or a check is over: the next batch is scheduled, or those waiting for it all are told. */
+  #done(): void {
+    this.#flushing = undefined;
+    if (this.#pending.size > 0) this.#schedule();
+    else for (const resolve of this.#waiters.splice(0)) resolve();
   }
 
   /** The table is still there; else it is created again with what this side holds. */
