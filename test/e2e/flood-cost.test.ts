@@ -55,47 +55,7 @@ const skip = unavailable();
 describe('flood cost: blocked sources dropped in the kernel', { skip, timeout: 180_000 }, () => {
   it('escalates a source still flooding while blocked to the kernel, for that proxy only, until its block ends', async () => {
     const seen = await inNamespace('escalation');
-    assert.equal(seen.tableAtStart, true, 'the service created its table inet tps');
-    assert.deepEqual(
-      seen.healthWarnings.filter((warning: { code: string }) => warning.code.startsWith('KERNEL_')),
-      [],
-      'no kernel-blocking warning with CAP_NET_ADMIN',
-    );
-    // Escalation, not surprise: the first refusals are 429s, the kernel comes after several times the limit.
-    assert.equal(seen.flood.first429, 6, 'five requests pass, the sixth is refused with 429');
-    assert.ok(seen.flood.statuses['429'] > 4 * 5, `more than factor x limit refusals before the kernel: ${JSON.stringify(seen.flood)}`);
-    assert.equal(seen.inSet, true, `the source is in the set: ${JSON.stringify(seen.setAfterEscalation)}`);
-    assert.deepEqual(seen.setAfterEscalation, [seen.element], 'only (flooder, front end, port of proxy A)');
-    // The client cannot tell a reset of an idle keep-alive connection from a close (Node reports
-    // both as a close): the proxy's log says it reset it.
-    assert.ok(['ECONNRESET', 'end'].includes(seen.keepAliveClosedWith), `the keep-alive connection is closed: ${seen.keepAliveClosedWith}`);
-    assert.ok(
-      seen.kernelLog.some(
-        (line: string) => line.includes('connections of a source dropped in the kernel reset') && line.includes('"reset":1'),
-      ),
-      `the proxy reset the flooder's keep-alive connection: ${JSON.stringify(seen.kernelLog)}`,
-    );
-    assert.equal(seen.escalations, 1);
-    assert.equal(seen.blockedSourcesGauge, 1);
-    // Dropped: connects get no answer at all, the counter rises, no request reaches the proxy.
-    assert.deepEqual(seen.flooderAttempts, ['no answer', 'no answer', 'no answer']);
-    assert.ok(seen.droppedAfter > seen.droppedBefore, `the nftables counter rose: ${seen.droppedBefore} -> ${seen.droppedAfter}`);
-    assert.ok(seen.droppedMetric >= seen.droppedAfter, `on /metrics: ${seen.droppedMetric}`);
-    assert.equal(seen.requestsOfAAfterAttempts, 1, "proxy A counted the benign request only, none of the flooder's");
-    assert.deepEqual(seen.benignOnA, { status: 200 }, 'another source on the same proxy is served');
-    assert.deepEqual(seen.flooderOnB, { status: 200 }, 'the same source on another proxy is served');
-    // The block ends on time: the element expires with it and the flooder is served again.
-    assert.deepEqual(seen.servedAgain, { status: 200 });
-    assert.deepEqual(seen.setAfterBlock, []);
-    // A threat-feed source that keeps connecting to a layer 4 proxy: refused (reset), then dropped.
-    // Accepted by the kernel, then reset by the proxy: the client may see the connect or the reset first.
-    const reached = (seen.listed.outcomes.ECONNRESET ?? 0) + (seen.listed.outcomes.connected ?? 0);
-    assert.ok(reached > 20, `refused at accept first: ${JSON.stringify(seen.listed)}`);
-    assert.equal(seen.listed.inSet, true, JSON.stringify(seen.listed));
-    assert.equal(seen.listed.afterwards, 'no answer');
-    assert.equal(seen.unlistedOnL4, 'connected', 'an unlisted source is served by the layer 4 proxy');
-    assert.equal(seen.threatFeedEscalations, 1);
-    assert.equal(seen.tableAfterStop, false, 'the table is gone after stop');
+    await explained(seen, () => checkEscalation(seen));
   });
 
   it('drops an IPv6 source by the prefix the rate limiter counts it under (/64), and no other prefix', async () => {
@@ -115,3 +75,58 @@ describe('flood cost: blocked sources dropped in the kernel', { skip, timeout: 1
     assert.match(seen.requiredStart, /TPS_KERNEL_BLOCKING=nftables: the process lacks CAP_NET_ADMIN/);
   });
 });
+
+/** What the escalation scenario must have seen. */
+function checkEscalation(seen: Record<string, any>): void {
+  assert.equal(seen.tableAtStart, true, 'the service created its table inet tps');
+  assert.deepEqual(
+    seen.healthWarnings.filter((warning: { code: string }) => warning.code.startsWith('KERNEL_')),
+    [],
+    'no kernel-blocking warning with CAP_NET_ADMIN',
+  );
+  // Escalation, not surprise: the first refusals are 429s, the kernel comes after several times the limit.
+  assert.equal(seen.flood.first429, 6, 'five requests pass, the sixth is refused with 429');
+  assert.ok(seen.flood.statuses['429'] > 4 * 5, `more than factor x limit refusals before the kernel: ${JSON.stringify(seen.flood)}`);
+  assert.equal(seen.inSet, true, `the source is in the set: ${JSON.stringify(seen.setAfterEscalation)}`);
+  assert.deepEqual(seen.setAfterEscalation, [seen.element], 'only (flooder, front end, port of proxy A)');
+  // The client cannot tell a reset of an idle keep-alive connection from a close (Node reports
+  // both as a close): the proxy's log says it reset it.
+  assert.ok(['ECONNRESET', 'end'].includes(seen.keepAliveClosedWith), `the keep-alive connection is closed: ${seen.keepAliveClosedWith}`);
+  assert.ok(
+    seen.kernelLog.some(
+      (line: string) => line.includes('connections of a source dropped in the kernel reset') && line.includes('"reset":1'),
+    ),
+    `the proxy reset the flooder's keep-alive connection: ${JSON.stringify(seen.kernelLog)}`,
+  );
+  assert.equal(seen.escalations, 1);
+  assert.equal(seen.blockedSourcesGauge, 1);
+  // Dropped: connects get no answer at all, the counter rises, no request reaches the proxy.
+  assert.deepEqual(seen.flooderAttempts, ['no answer', 'no answer', 'no answer']);
+  assert.ok(seen.droppedAfter > seen.droppedBefore, `the nftables counter rose: ${seen.droppedBefore} -> ${seen.droppedAfter}`);
+  assert.ok(seen.droppedMetric >= seen.droppedAfter, `on /metrics: ${seen.droppedMetric}`);
+  assert.equal(seen.requestsOfAAfterAttempts, 1, "proxy A counted the benign request only, none of the flooder's");
+  assert.deepEqual(seen.benignOnA, { status: 200 }, 'another source on the same proxy is served');
+  assert.deepEqual(seen.flooderOnB, { status: 200 }, 'the same source on another proxy is served');
+  // The block ends on time: the element expires with it and the flooder is served again.
+  assert.deepEqual(seen.servedAgain, { status: 200 });
+  assert.deepEqual(seen.setAfterBlock, []);
+  // A threat-feed source that keeps connecting to a layer 4 proxy: refused (reset), then dropped.
+  // Accepted by the kernel, then reset by the proxy: the client may see the connect or the reset first.
+  const reached = (seen.listed.outcomes.ECONNRESET ?? 0) + (seen.listed.outcomes.connected ?? 0);
+  assert.ok(reached > 20, `refused at accept first: ${JSON.stringify(seen.listed)}`);
+  assert.equal(seen.listed.inSet, true, JSON.stringify(seen.listed));
+  assert.equal(seen.listed.afterwards, 'no answer');
+  assert.equal(seen.unlistedOnL4, 'connected', 'an unlisted source is served by the layer 4 proxy');
+  assert.equal(seen.threatFeedEscalations, 1);
+  assert.equal(seen.tableAfterStop, false, 'the table is gone after stop');
+}
+
+/** An assertion that fails says everything the scenario saw. */
+async function explained(seen: Record<string, any>, check: () => void): Promise<void> {
+  try {
+    check();
+  } catch (error) {
+    (error as Error).message += `\nseen: ${JSON.stringify(seen)}`;
+    throw error;
+  }
+}

@@ -186,15 +186,21 @@ async function escalation(): Promise<void> {
     result.escalations = await metric(tps, 'tps_edge_kernel_escalations_total', 'reason="rate-limit"');
     result.blockedSourcesGauge = await metric(tps, 'tps_edge_kernel_blocked_sources', 'reason="rate-limit"');
 
-    // What proxy A counted settles (workers report once a second); then the flooder keeps trying.
+    // What proxy A counted settles (workers report once a second): at least every answer the
+    // clients got (the warm-up and the flood's), and unchanged for a while. Then the flooder keeps trying.
+    const answered = 1 + (statuses['200'] ?? 0) + (statuses['429'] ?? 0);
     let settled = await requestsOfA();
-    await waitFor('the request counts of proxy A to settle', async () => {
-      await new Promise((resolve) => setTimeout(resolve, 1_500));
-      const now = await requestsOfA();
-      const same = now === settled;
-      settled = now;
-      return same;
-    });
+    await waitFor(
+      'the request counts of proxy A to settle',
+      async () => {
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        const now = await requestsOfA();
+        const same = now === settled && now >= answered;
+        settled = now;
+        return same;
+      },
+      { timeoutMs: 30_000 },
+    );
     const droppedBefore = await droppedPackets();
     const attempts: string[] = [];
     for (let i = 0; i < 3; i++) attempts.push(await connectOutcome(proxyA.port, FLOODER));
