@@ -288,6 +288,7 @@ export async function startEdge(
     udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
     maxConnections: budget.maxConnections,
     udpMaxUnconfirmedSessions: settings.udpMaxUnconfirmedSessions,
+    kernelBlocking: { mode: settings.kernelBlocking, escalationFactor: settings.kernelBlockingEscalationFactor },
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),

@@ -224,6 +224,19 @@ describe('settings: hostile traffic bounds', () => {
     assert.equal(settings.udpMaxUnconfirmedSessions, 1000);
     assert.equal(settings.passwordHashConcurrency, 2);
     assert.equal(settings.apiUnauthenticatedRateLimitPerMinute, 300);
+    assert.equal(settings.kernelBlocking, 'auto');
+    assert.equal(settings.kernelBlockingEscalationFactor, 4);
+  });
+
+  it('reads kernel blocking and refuses a mode it does not know', () => {
+    const settings = load({ TPS_KERNEL_BLOCKING: 'nftables', TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: '8' });
+    assert.deepEqual([settings.kernelBlocking, settings.kernelBlockingEscalationFactor], ['nftables', 8]);
+    assert.equal(load({ TPS_KERNEL_BLOCKING: 'off' }).kernelBlocking, 'off');
+    assert.throws(() => load({ TPS_KERNEL_BLOCKING: 'iptables' }), /TPS_KERNEL_BLOCKING: must be auto, nftables or off, got "iptables"/);
+    assert.throws(
+      () => load({ TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: '0' }),
+      /TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: must be an integer from 1/,
+    );
   });
 
   it('reads each from its variable', () => {

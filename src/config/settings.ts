@@ -143,6 +143,10 @@ export interface Settings {
   udpReplyBudgetFactor: number;
   /** UDP: sessions per relay whose client has not shown it receives; the oldest gives way to a new one. */
   udpMaxUnconfirmedSessions: number;
+  /** Sources still sending while blocked, dropped by nftables: `auto` (when the process may), `nftables` (required) or `off`. */
+  kernelBlocking: 'auto' | 'nftables' | 'off';
+  /** A blocked source is escalated to the kernel once its refusals exceed this many times a threshold's requests within its period. */
+  kernelBlockingEscalationFactor: number;
   /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
@@ -233,6 +237,8 @@ const ENV: Record<keyof Settings, string> = {
   rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
   udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
   udpMaxUnconfirmedSessions: 'TPS_UDP_MAX_UNCONFIRMED_SESSIONS',
+  kernelBlocking: 'TPS_KERNEL_BLOCKING',
+  kernelBlockingEscalationFactor: 'TPS_KERNEL_BLOCKING_ESCALATION_FACTOR',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
   apiHeadersTimeoutSeconds: 'TPS_API_HEADERS_TIMEOUT_SECONDS',
@@ -470,6 +476,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   // Unset or `auto`: derived from the file-descriptor limit when the edge starts (src/edge/runtime/fd-budget.ts).
   const edgeMaxConnections =
     (raw('edgeMaxConnections') ?? 'auto') === 'auto' ? undefined : integer('edgeMaxConnections', 1, 1, 100_000_000);
+  const kernelBlocking = raw('kernelBlocking') ?? 'auto';
+  if (kernelBlocking !== 'auto' && kernelBlocking !== 'nftables' && kernelBlocking !== 'off')
+    fail('kernelBlocking', `must be auto, nftables or off, got "${kernelBlocking}"`);
 
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
@@ -524,6 +533,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     rateLimitClientsPerProxy: integer('rateLimitClientsPerProxy', 16_384, 64, 4_194_304),
     udpReplyBudgetFactor: integer('udpReplyBudgetFactor', 3, 1, 1000),
     udpMaxUnconfirmedSessions: integer('udpMaxUnconfirmedSessions', 1000, 1, 10_000),
+    kernelBlocking: kernelBlocking as Settings['kernelBlocking'],
+    kernelBlockingEscalationFactor: integer('kernelBlockingEscalationFactor', 4, 1, 1000),
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
     apiHeadersTimeoutSeconds,

@@ -35,7 +35,7 @@ function tps(args: string[], env: Record<string, string | undefined> = {}): Prom
     execFile(
       process.execPath,
       [TPS_BIN, ...args],
-      { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', ...env } as NodeJS.ProcessEnv },
+      { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', TPS_KERNEL_BLOCKING: 'off', ...env } as NodeJS.ProcessEnv },
       (error, stdout, stderr) => {
         resolve({ status: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
       },
@@ -526,6 +526,13 @@ describe('contrib/systemd/tps.service', () => {
     assert.equal(result.status, 0, result.stderr);
     // Unknown or mistyped settings are only warnings: none may be printed.
     assert.equal(result.stderr.trim(), '', result.stderr);
+  });
+
+  it('grants low ports and kernel blocking (nftables) their capabilities, and no other', () => {
+    const unit = fs.readFileSync(path.join(REPO_ROOT, 'contrib/systemd/tps.service'), 'utf8');
+    assert.match(unit, /^AmbientCapabilities=CAP_NET_ADMIN CAP_NET_BIND_SERVICE$/m);
+    assert.match(unit, /^CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE$/m);
+    assert.match(unit, /^RestrictAddressFamilies=.*\bAF_NETLINK\b/m, 'nft talks to the kernel over netlink');
   });
 });
 

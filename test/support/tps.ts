@@ -49,6 +49,9 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
     TPS_EDGE: 'false',
     // Never a public CA from the tests: the ACME tests start Pebble and set their own directory.
     TPS_ACME_DIRECTORY_URL: 'off',
+    // Tests run as root in the machine's own network namespace: only a test inside a namespace of
+    // its own (test/e2e/flood-cost.test.ts) may let the service create its nftables table.
+    TPS_KERNEL_BLOCKING: 'off',
     ...(store === 'postgres' && { TPS_DATABASE_URL: await freshPostgresDatabase() }),
     ...options.env,
   };

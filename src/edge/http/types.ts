@@ -125,6 +125,12 @@ export interface HttpProxyDeps {
    * Absent = the socket peer is the client.
    */
   clientAddress?: ClientAddressPolicy;
+  /**
+   * Each request refused because its source is blocked by the rate limit, when the source is the
+   * socket peer (kernel blocking can drop its packets): `source` is its rate-limit key. Absent:
+   * kernel blocking is off.
+   */
+  onBlockedRefusal?: (proxyId: string, source: string, blockedUntil: number) => void;
 }
 
 /** A proxy's `waf` attributes, defaults applied. */

@@ -76,6 +76,11 @@ export interface L4ProxyOptions {
   accessLog?: (entry: L4AccessLogEntry) => void;
   /** The node's budget of edge connections (TCP), shared by every proxy and worker; absent: none. */
   nodeBudget?: ConnectionBudget;
+  /**
+   * Each connection (TCP) or first datagram (UDP) refused because its source, the socket peer, is
+   * on the threat feed: the kernel-blocking escalation's input. Absent: kernel blocking is off.
+   */
+  onThreatFeedRefusal?: (proxyId: string, source: string, protocol: L4Protocol) => void;
 }
 
 type ListenerKey = string;
@@ -134,6 +139,7 @@ export class L4Proxy {
   private state: 'NEW' | 'RUNNING' | 'STOPPED' = 'NEW';
   /** One timer for the connect and idle timeouts of every TCP connection (see tcp.ts). */
   private timeoutSweep: NodeJS.Timeout | undefined;
+  private readonly onThreatFeedRefusal: L4ProxyOptions['onThreatFeedRefusal'];
   /** update/stop run one at a time, in call order. */
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -156,6 +162,7 @@ export class L4Proxy {
     this.originGuard = options.originGuard.for(options.id);
     this.tenantId = options.tenantId ?? '';
     this.accessLog = options.accessLog;
+    this.onThreatFeedRefusal = options.onThreatFeedRefusal;
     this.pool = new HostPool(options.attributes.backend.hosts, methodOf(options.attributes), {
       downForMs: options.hostDownForMs,
     });
@@ -415,6 +422,8 @@ export class L4Proxy {
 
   private admitTcp(socket: Socket, ip: string, proxied: { ip: string; port: number } | undefined): void {
     if (this.threatIntelligence && this.threatFeed.has(ip)) {
+      // A source a load balancer names is not the peer the kernel sees: only peers are escalated.
+      if (proxied === undefined) this.onThreatFeedRefusal?.(this.id, ip, 'TCP');
       this.refuseTcp(socket, 'THREAT_FEED', proxied);
       return;
     }
@@ -546,6 +555,7 @@ export class L4Proxy {
 
   private readonly admitUdp = (clientAddress: string): object | undefined => {
     if (this.threatIntelligence && this.threatFeed.has(clientAddress)) {
+      this.onThreatFeedRefusal?.(this.id, clientAddress, 'UDP');
       this.metrics?.connectionRefused(this.id, 'UDP', 'THREAT_FEED');
       return undefined;
     }

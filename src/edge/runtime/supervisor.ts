@@ -36,6 +36,8 @@ import { sourceLabel } from '../l4/threat-feed.ts';
 import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
+import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
+import type { KernelBlockingMode } from '../kernel-blocking/types.ts';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
@@ -132,6 +134,8 @@ export interface EdgeOptions {
   accessLog?: AccessLogSettings;
   /** Where the events this node stored go too, once each, in order (TPS_EVENT_SINKS); closed when the edge stops. */
   eventSinks?: { ship(events: readonly InsightEvent[]): void; close(): Promise<void> };
+  /** Escalated sources dropped by nftables (TPS_KERNEL_BLOCKING, TPS_KERNEL_BLOCKING_ESCALATION_FACTOR). Default off. */
+  kernelBlocking?: { mode: KernelBlockingMode; escalationFactor?: number };
 }
 
 interface WorkerSlot {
@@ -183,6 +187,8 @@ export class EdgeSupervisor {
   readonly #applySeconds: Histogram<string>;
   /** Not-after (ms) of certificates by PEM, for the expiry gauge (only those in use are kept). */
   #notAfter = new Map<string, number>();
+  /** Sources still sending while blocked, dropped by the kernel (kernel-blocking/). */
+  readonly #kernelBlocking: KernelBlocking;
 
   constructor(options: EdgeOptions) {
     this.#options = options;
@@ -323,6 +329,12 @@ export class EdgeSupervisor {
       ...(options.eventSinks && { onStored: (events: readonly InsightEvent[]) => options.eventSinks?.ship(events) }),
     });
     const registers = [options.metrics.registry];
+    this.#kernelBlocking = new KernelBlocking({
+      mode: options.kernelBlocking?.mode ?? 'off',
+      escalationFactor: options.kernelBlocking?.escalationFactor ?? DEFAULT_ESCALATION_FACTOR,
+      logger: options.logger,
+      registry: options.metrics.registry,
+    });
     this.#applySeconds = new Histogram({
       name: 'tps_edge_config_apply_seconds',
       help: 'Configuration changes, from the change in the store (its updatedAt) to every worker of this node serving it (or reporting it cannot).',
@@ -400,6 +412,8 @@ export class EdgeSupervisor {
   async start(): Promise<void> {
     await this.#options.store.edgeStatus.heartbeat(this.#options.nodeId, this.#options.location);
     await this.#reload();
+    // Before the workers: they report refusals only when kernel blocking is on.
+    await this.#kernelBlocking.start();
     this.#threatFeed?.start();
     for (const slot of this.#slots) this.#spawn(slot);
     this.#timers.push(
@@ -424,6 +438,7 @@ export class EdgeSupervisor {
         clearTimeout(timeout);
       }),
     );
+    await this.#kernelBlocking.stop();
     await this.#insight.drain();
     await this.#options.eventSinks?.close();
     await this.#reportQueue;
@@ -504,6 +519,7 @@ export class EdgeSupervisor {
       origins: o.origins,
       insightWholeEventsPerMinute: o.insightWholeEventsPerMinute ?? 10,
       accessLog: o.accessLog,
+      kernelBlocking: this.#kernelBlocking.active,
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;
@@ -570,6 +586,16 @@ export class EdgeSupervisor {
       case 'threat-feed-applied':
         slot.threatFeedGeneration = message.generation;
         break;
+      case 'refusals': {
+        const escalated = this.#kernelBlocking.onRefusals(message.refusals, (id) => this.#blockTarget(id));
+        if (escalated.length === 0) break;
+        // Once the kernel drops them (not before: a client reset earlier would just connect again).
+        void this.#kernelBlocking.settled().then(() => {
+          for (const { proxyId, source } of escalated)
+            for (const other of this.#slots) other.worker?.postMessage({ kind: 'kernel-blocked', proxyId, source } satisfies ToWorker);
+        });
+        break;
+      }
       case 'stopped':
         break;
     }
@@ -727,7 +753,27 @@ export class EdgeSupervisor {
           detail: `threat-feed sources failing (their last good entries stay in use): ${failing.join(', ')}`,
         });
     }
+    const kernelWarning = this.#kernelBlocking.warning;
+    if (kernelWarning !== undefined) warnings.push(kernelWarning);
     return { ok: notServedCount === 0, configurations: this.#entries.length, notServed, notServedCount, warnings };
+  }
+
+  /** Where a proxy's escalated sources are dropped: its front end, protocols and rate limit. */
+  #blockTarget(id: string): BlockTarget | undefined {
+    const config = this.#entries.find((entry) => entry.config.id === id)?.config;
+    if (config === undefined) return undefined;
+    const { ipv4, ipv6, port } = config.attributes.frontend;
+    if (config.type === 'httpProxy')
+      return { ipv4, ipv6, port, protocols: ['tcp'], thresholds: config.attributes.rateLimiting?.thresholds ?? [] };
+    const protocols = (config.attributes.protocols ?? ['TCP']).map((protocol) =>
+      protocol === 'UDP' ? ('udp' as const) : ('tcp' as const),
+    );
+    return { ipv4, ipv6, port, protocols, thresholds: [] };
+  }
+
+  /** Resolves once the escalations so far are in the kernel's sets (tests). */
+  async kernelBlockingSettled(): Promise<void> {
+    await this.#kernelBlocking.settled();
   }
 
   /** A configuration served as asked but not as the tenant may think: the status detail of an ACTIVE configuration. */

@@ -41,6 +41,7 @@ import type { ThreatFeedSet } from './threat-feed-host.ts';
 import { createWorkerLogger } from './worker-logger.ts';
 import { HistogramBatch } from './histograms.ts';
 import { AccessLog, type AccessLogCounts, type AccessLogSettings } from '../access-log/access-log.ts';
+import { RefusalTally } from '../kernel-blocking/refusal-tally.ts';
 
 export interface WorkerSettings {
   index: number;
@@ -87,6 +88,8 @@ export interface WorkerSettings {
   insightWholeEventsPerMinute: number;
   /** One JSON line per request and layer 4 connection (TPS_ACCESS_LOG); absent = none. */
   accessLog: AccessLogSettings | undefined;
+  /** The supervisor drops escalated sources in the kernel: refusals of blocked sources are reported to it. */
+  kernelBlocking: boolean;
 }
 
 interface Running {
@@ -288,6 +291,9 @@ setInterval(() => {
   }
 }, COUNTER_FLUSH_MS).unref();
 
+// Kernel blocking: the supervisor adds up every worker's refusals and decides (kernel-blocking/escalation.ts).
+const refusalTally = settings.kernelBlocking ? new RefusalTally((refusals) => send({ kind: 'refusals', refusals })) : undefined;
+
 let acmeRequests = 0;
 const pendingAcme = new Map<number, (keyAuthorization: string | undefined) => void>();
 const pendingAlpn = new Map<number, (certificate: { certPem: string; keyPem: string } | undefined) => void>();
@@ -351,6 +357,10 @@ const httpDeps: HttpProxyDeps = {
   reusePort: true,
   ...(clientAddress && { clientAddress }),
   ...(nodeBudget && { nodeBudget }),
+  ...(refusalTally && {
+    onBlockedRefusal: (proxyId: string, source: string, blockedUntil: number) =>
+      refusalTally.note(proxyId, source, 'rate-limit', blockedUntil),
+  }),
 };
 
 /** `2xx`, `4xx`...; `none` when no response head was sent. */
@@ -384,6 +394,10 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           tenantId: config.tenantId,
           ...(accessLog && { accessLog: accessLog.l4 }),
           ...(nodeBudget && { nodeBudget }),
+          // The listed address itself (an IPv6 one as a /128): a feed entry says nothing of its neighbours.
+          ...(refusalTally && {
+            onThreatFeedRefusal: (proxyId: string, source: string) => refusalTally.note(proxyId, sourceKey(source, 128), 'threat-feed', 0),
+          }),
         })
       : new HttpProxy(config, httpDeps);
   await proxy.start();
@@ -458,6 +472,15 @@ port.on('message', (message: ToWorker) => {
       threatFeed.adopt(message.set);
       send({ kind: 'threat-feed-applied', generation: message.generation });
       break;
+    case 'kernel-blocked': {
+      const current = running.get(message.proxyId);
+      if (current?.proxy instanceof HttpProxy) {
+        const reset = current.proxy.resetConnectionsOf(message.source);
+        if (reset > 0)
+          logger.info({ proxyId: message.proxyId, source: message.source, reset }, 'connections of a source dropped in the kernel reset');
+      }
+      break;
+    }
     case 'stop':
       enqueue(async () => {
         threatFeed.stop();
