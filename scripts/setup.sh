@@ -26,6 +26,7 @@ TPS_DEBIAN_PACKAGES=(
   ca-certificates curl openssl                      # HTTPS to ACME CAs and CRLs; the demo's curl line
   modsecurity-crs                                   # the OWASP CRS rule files the WAF compiles
   libjemalloc2                                      # the allocator tps runs on (src/cli/allocator.ts)
+  nftables                                          # nft: blocked sources dropped in the kernel (TPS_KERNEL_BLOCKING)
 )
 # npm, to fetch Node.js 24 when the machine has no Node at all.
 command -v npm >/dev/null 2>&1 || TPS_DEBIAN_PACKAGES+=(nodejs npm)

@@ -9,6 +9,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Metrics } from './metrics.ts';
+import { CONNECTIONS_CHECKING_INTERVAL_MS, guardListener } from './listener-guard.ts';
 
 export interface HealthReport {
   /** false: the node cannot do its job (store unreachable); answered 503. */
@@ -25,13 +26,26 @@ export interface MetricsListener {
   close(): Promise<void>;
 }
 
+/**
+ * Slow or idle scrapers must not hold sockets: a head within 10 s, a request within 30 s, 5 s idle
+ * between requests (and 60 s of silence mid-exchange, below: past the request timeout, which answers 408 first). Scrapers send no body.
+ */
+const LISTENER_OPTIONS: http.ServerOptions = {
+  headersTimeout: 10_000,
+  requestTimeout: 30_000,
+  keepAliveTimeout: 5_000,
+  connectionsCheckingInterval: CONNECTIONS_CHECKING_INTERVAL_MS,
+};
+
 export async function startMetricsListener(options: {
   listen: { host: string; port: number };
   metrics: Metrics;
   health: () => Promise<HealthReport>;
+  /** Connections open at once (TPS_METRICS_MAX_CONNECTIONS); past it new ones are closed at accept. */
+  maxConnections: number;
 }): Promise<MetricsListener> {
   const { metrics, health } = options;
-  const server = http.createServer((request, response) => {
+  const server = http.createServer(LISTENER_OPTIONS, (request, response) => {
     const path = (request.url ?? '/').split('?')[0];
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       response.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
@@ -61,10 +75,9 @@ export async function startMetricsListener(options: {
       response.end('internal error\n');
     });
   });
-  // Slow or idle scrapers must not hold sockets forever.
-  server.headersTimeout = 10_000;
-  server.requestTimeout = 30_000;
-  server.keepAliveTimeout = 5_000;
+  server.setTimeout(60_000);
+  // No cap per source: scrapers and health checks come from a few addresses of the operators.
+  guardListener(server, { listener: 'metrics', maxConnections: options.maxConnections, ipv6Prefix: 64, answerClientErrors: true }, metrics);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen({ host: options.listen.host, port: options.listen.port }, () => {

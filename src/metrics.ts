@@ -5,13 +5,17 @@ export interface Metrics {
   registry: Registry;
   apiRequests: Counter<'method' | 'route' | 'status'>;
   edgeConfigs: Gauge<'type' | 'state'>;
-  /** Service-issued certificate orders the API refused: DOMAIN_CLAIMED, QUOTA_EXCEEDED. */
+  /** Service-issued certificate orders the API refused: DOMAIN_CLAIMED, QUOTA_EXCEEDED, ACME_DISABLED. */
   acmeOrdersRefused: Counter<'reason'>;
   quotaExceeded: Counter<'resource'>;
   /** Portal sign-ins refused before their password was checked: throttled, or the hashing queue full. */
   signInsRefused: Counter<'reason'>;
   /** API calls refused by the per-minute limits, by who was counted (client, portal-user, address). */
   apiRateLimited: Counter<'key'>;
+  /** The service's own listeners (api, metrics): connections and requests refused or ended, by stage and reason (src/listener-guard.ts). */
+  listenerRefused: Counter<'listener' | 'stage' | 'reason'>;
+  /** The service's own listeners: connections open now. */
+  listenerConnections: Gauge<'listener'>;
 }
 
 export function createMetrics(): Metrics {
@@ -33,7 +37,7 @@ export function createMetrics(): Metrics {
     }),
     acmeOrdersRefused: new Counter({
       name: 'tps_acme_orders_refused_total',
-      help: 'Service-issued certificate orders refused by the API: a domain another tenant claims (DOMAIN_CLAIMED), or the tenant at its pending-order quota (QUOTA_EXCEEDED).',
+      help: 'Service-issued certificate orders refused by the API: a domain another tenant claims (DOMAIN_CLAIMED), the tenant at its pending-order quota (QUOTA_EXCEEDED), or no ACME service (ACME_DISABLED).',
       labelNames: ['reason'],
       registers: [registry],
     }),
@@ -53,6 +57,18 @@ export function createMetrics(): Metrics {
       name: 'tps_api_rate_limited_total',
       help: 'API calls answered 429 by the per-minute limits, by what was counted: a service account (client), a portal user, or a client address (calls without a token or session).',
       labelNames: ['key'],
+      registers: [registry],
+    }),
+    listenerRefused: new Counter({
+      name: 'tps_listener_refused_total',
+      help: "Connections and requests the service's own listeners (listener=api, metrics) refused or ended, by stage (accept, head, body, idle) and reason: CONNECTIONS and SOURCE_CONNECTIONS (caps, at accept), HEADERS_TIMEOUT, REQUEST_TIMEOUT, IDLE_TIMEOUT, BODY_TOO_LARGE, RATE_LIMIT (before the body).",
+      labelNames: ['listener', 'stage', 'reason'],
+      registers: [registry],
+    }),
+    listenerConnections: new Gauge({
+      name: 'tps_listener_connections',
+      help: "Connections open now on the service's own listeners (listener=api, metrics).",
+      labelNames: ['listener'],
       registers: [registry],
     }),
   };

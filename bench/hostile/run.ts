@@ -16,7 +16,8 @@
  * A second table, "expensive bodies": BENCH_BENIGN_CLIENTS (8) benign keep-alive clients sending
  * GETs as fast as they are answered, first alone, then beside an attacker sending, at 1, 5 and 20
  * requests per second (BENCH_EXPENSIVE_RATES), bodies that are legal and under every limit but
- * slow to inspect (test/support/expensive-bodies.ts, each shape in turn), from one address, and at
+ * slow to inspect (test/support/expensive-bodies.ts, each shape in turn; on a proxy whose
+ * `waf.requestBodyLimit` is 1 MiB), from one address, and at
  * the highest rate from 64 addresses in turn (a botnet, which the early refusal of repeat offenders
  * does not stop): the benign clients' success rate, throughput against the unattacked run, p99,
  * and what the attacker got (bodies delivered to the origin, 403, 429, 503, other).
@@ -45,7 +46,7 @@ import { freePort } from '../../test/support/ports.ts';
 import { rapidReset } from '../../test/support/rapid-reset.ts';
 import { fixed, printTable } from '../support/table.ts';
 import { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
-import { ATTACK_MARK as EXPENSIVE_MARK, expensiveBodies } from '../../test/support/expensive-bodies.ts';
+import { ATTACK_MARK as EXPENSIVE_MARK, EXPENSIVE_BODY_LIMIT, expensiveBodies } from '../../test/support/expensive-bodies.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? os.availableParallelism());
@@ -270,7 +271,7 @@ async function main(): Promise<void> {
     const certificate = await api.call('POST', '/api/v2/traffic-mgmt/certificates/pem', {
       data: { type: 'certificate', attributes: { certificate: leaf.certificatePem, privateKey: leaf.privateKeyPem } },
     });
-    const create = async (frontend: Record<string, unknown>): Promise<{ url: string; port: number }> => {
+    const create = async (frontend: Record<string, unknown>, waf: Record<string, unknown> = {}): Promise<{ url: string; port: number }> => {
       const port = await freePort(FRONTEND);
       const created = await api.call('POST', '/api/v2/traffic-mgmt/traffic-configs', {
         data: {
@@ -278,7 +279,7 @@ async function main(): Promise<void> {
           attributes: {
             frontend: { ipv4: FRONTEND, port, ...frontend },
             backend: { hosts: [{ address: ORIGIN, port: originPort }] },
-            waf: { mode: 'BLOCKING', paranoiaLevel: 1 },
+            waf: { mode: 'BLOCKING', paranoiaLevel: 1, ...waf },
           },
         },
       });
@@ -438,12 +439,14 @@ async function main(): Promise<void> {
     }
 
     if (SCENARIOS.has('expensive')) {
+      // The expensive bodies need a proxy that has the WAF inspect up to 1 MiB of a body.
+      const wide = await create({}, { requestBodyLimit: EXPENSIVE_BODY_LIMIT });
       const run = async (attack: string, rate: number, addresses: string[]): Promise<void> => {
         const stop = { done: false };
         expensiveDelivered = 0;
         const started = performance.now();
-        const benign = benignLoad(plain.url, BENIGN_CLIENTS, stop);
-        const attacker = rate > 0 ? expensiveAttack(plain.url, rate, addresses, stop) : undefined;
+        const benign = benignLoad(wide.url, BENIGN_CLIENTS, stop);
+        const attacker = rate > 0 ? expensiveAttack(wide.url, rate, addresses, stop) : undefined;
         await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000));
         stop.done = true;
         const counts = (await attacker) ?? { sent: 0, blocked: 0, limited: 0, unavailable: 0, other: 0 };
@@ -458,7 +461,7 @@ async function main(): Promise<void> {
       };
       // Warm: every edge worker's WAF engine started (each loads the rule set on its first request) and its code hot.
       const warm = { done: false };
-      const warming = benignLoad(plain.url, BENIGN_CLIENTS, warm);
+      const warming = benignLoad(wide.url, BENIGN_CLIENTS, warm);
       await new Promise((resolve) => setTimeout(resolve, 8_000));
       warm.done = true;
       await warming;

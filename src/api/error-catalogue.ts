@@ -26,7 +26,11 @@ export const API_ERRORS = {
     description: 'The path is not a valid URL path, or a segment is longer than any id of this API.',
   },
   MALFORMED_BODY: { status: 400, title: 'Malformed body', description: 'The body is empty or not valid JSON.' },
-  BODY_TOO_LARGE: { status: 413, title: 'Body too large', description: 'The body is larger than 1 MiB.' },
+  BODY_TOO_LARGE: {
+    status: 413,
+    title: 'Body too large',
+    description: "The body is larger than the API's limit (TPS_API_BODY_LIMIT, 1 MiB by default).",
+  },
   UNSUPPORTED_MEDIA_TYPE: {
     status: 415,
     title: 'Unsupported media type',
@@ -174,6 +178,13 @@ export const API_ERRORS = {
     title: 'Domain claimed',
     description:
       'Another account holds a PENDING or unexpired ISSUED service-issued certificate for the domain (pointer /data/attributes/domains/N).',
+  },
+  ACME_DISABLED: {
+    status: 409,
+    title: 'ACME disabled',
+    description:
+      'The operator runs no ACME service (TPS_ACME_DIRECTORY_URL=off): service-issued certificates are neither ordered nor renewed ' +
+      '(pointer /data); uploaded certificates work as ever.',
   },
   NOT_SERVICE_ISSUED: {
     status: 409,

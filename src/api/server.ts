@@ -23,6 +23,9 @@ import { caCertificateRoutes } from './routes/ca-certificates.ts';
 import { insightRoutes } from './routes/insight.ts';
 import { portalRoutes, portalSessionPrincipal, loadedPortalSession } from './routes/portal.ts';
 import { sourceKey } from '../edge/net/source-key.ts';
+import { ClientAddressPolicy } from '../edge/net/client-address.ts';
+import { CONNECTIONS_CHECKING_INTERVAL_MS, guardListener } from '../listener-guard.ts';
+import { isRateLimitedBeforeBody } from './rate-limit-before-body.ts';
 import type { ApiDeps } from './types.ts';
 
 export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
@@ -33,7 +36,19 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
       // Credentials never reach the log: neither headers that carry them nor any body (not logged at all).
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-csrf-token"]'], censor: '[redacted]' },
     },
-    bodyLimit: 1024 * 1024,
+    // A public listener's bounds (nginx's client_header_timeout, client_body_timeout,
+    // keepalive_timeout, client_max_body_size): docs/decisions.md.
+    bodyLimit: settings.apiBodyLimit,
+    requestTimeout: settings.apiRequestTimeoutSeconds * 1000,
+    keepAliveTimeout: settings.apiKeepAliveTimeoutSeconds * 1000,
+    // Silence mid-exchange (a client that stops reading its response): a backstop past the request
+    // timeout, which ends a request that is still coming in first (with a 408).
+    connectionTimeout: settings.apiRequestTimeoutSeconds * 2000,
+    http: {
+      headersTimeout: settings.apiHeadersTimeoutSeconds * 1000,
+      requestTimeout: settings.apiRequestTimeoutSeconds * 1000,
+      connectionsCheckingInterval: CONNECTIONS_CHECKING_INTERVAL_MS,
+    },
     // The edge's own connections and the API share nothing; trust no forwarding header unless the
     // operator names the reverse proxies in front of the API (TPS_API_TRUSTED_PROXIES).
     trustProxy: settings.apiTrustedProxies.length > 0 ? settings.apiTrustedProxies : false,
@@ -53,6 +68,21 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
         .send({ errors: [errorObject('BAD_URL', detail)] });
     },
   });
+
+  // Connection caps at accept, before Fastify or the HTTP parser sees the connection.
+  const trustedProxies = ClientAddressPolicy.from({ trustedProxies: settings.apiTrustedProxies, listenerProxyProtocol: 'off' });
+  const listener = guardListener(
+    app.server,
+    {
+      listener: 'api',
+      maxConnections: settings.apiMaxConnections,
+      maxConnectionsPerSource: settings.apiMaxConnectionsPerSource,
+      ipv6Prefix: settings.rateLimitIpv6Prefix,
+      ...(trustedProxies !== undefined && { exemptFromSourceCap: (address: string) => trustedProxies.trusts(address) }),
+      answerClientErrors: false,
+    },
+    deps.metrics,
+  );
 
   app.setValidatorCompiler(({ schema, httpPart }) => {
     if (isDocumentOnly(schema)) return () => true;
@@ -99,8 +129,13 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
   });
 
   app.setErrorHandler((error, request, reply) => {
-    const { status, body, headers } = toErrorResponse(error, request);
+    const { status, body, headers } = toErrorResponse(error, request, settings.apiBodyLimit);
     if (error instanceof QuotaExceededError) deps.metrics.quotaExceeded.inc({ resource: error.resource });
+    if ((error as FastifyError).code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      listener.refused('body', 'BODY_TOO_LARGE');
+      // The rest of the body is not wanted: the connection ends with the answer instead of reading it.
+      headers.Connection = 'close';
+    }
     if (status >= 500) request.log.error({ err: error }, 'request failed');
     void reply
       .code(status)
@@ -145,7 +180,9 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
 
   // Every route is limited per minute: a call with a token per service account, a portal call per
   // signed-in user, and a call with neither (the token endpoint, sign-in, the docs, the portal's
-  // files) per client address, at a lower rate: those are what a stranger can reach.
+  // files) per client address, at a lower rate: those are what a stranger can reach. Routes that
+  // anyone may call with a body (the token endpoint, sign-in) are limited before it is read
+  // (`config.rateLimit.hook = 'onRequest'`): a refused client's body is never waited for.
   await app.register(rateLimit, {
     global: true,
     hook: 'preHandler',
@@ -159,10 +196,14 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
       const key = rateLimitKey(request, settings.rateLimitIpv6Prefix);
       const kind = key.slice(0, key.indexOf(':'));
       deps.metrics.apiRateLimited.inc({ key: kind });
+      const beforeBody = isRateLimitedBeforeBody(request);
+      if (beforeBody) listener.refused('head', 'RATE_LIMIT');
       const per =
         kind === 'client' ? 'per service account' : kind === 'portal-user' ? 'per signed-in user' : 'per client address without a token';
       return new ApiError('TOO_MANY_REQUESTS', `at most ${context.max} API calls per minute ${per}`, undefined, {
         'Retry-After': String(Math.max(1, Math.ceil(context.ttl / 1000))),
+        // Refused before its body: the connection ends with the answer, the body is not read.
+        ...(beforeBody && { Connection: 'close' }),
       });
     },
   });
@@ -198,7 +239,7 @@ interface ErrorResponse {
   headers: Record<string, string>;
 }
 
-function toErrorResponse(error: unknown, request: FastifyRequest): ErrorResponse {
+function toErrorResponse(error: unknown, request: FastifyRequest, bodyLimit: number): ErrorResponse {
   const jsonApi = (code: ApiErrorCode, detail: string, headers: Record<string, string> = {}, status?: number): ErrorResponse => {
     const error = errorObject(code, detail, undefined, status);
     return { status: Number(error.status), body: { errors: [error] }, headers };
@@ -246,7 +287,7 @@ function toErrorResponse(error: unknown, request: FastifyRequest): ErrorResponse
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return jsonApi('MALFORMED_BODY', 'the body is not valid JSON');
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return jsonApi('BODY_TOO_LARGE', 'the body is larger than 1 MiB');
+      return jsonApi('BODY_TOO_LARGE', `the body is larger than ${bodyLimit} bytes (the API's limit)`);
   }
   if (error instanceof SyntaxError || fastifyError.statusCode === 400) {
     return jsonApi('MALFORMED_BODY', 'the body is not valid JSON');

@@ -357,6 +357,10 @@ export class AcmeService {
       this.#lastPurge = now.getTime();
       await store.acmeChallenges.purgeExpired(now.toISOString());
     }
+    for (const id of await store.certificates.expireStaleOrders(now)) {
+      this.#counters?.orders.inc({ result: 'failed' });
+      this.#o.logger?.warn({ certificateId: id }, 'acme: certificate request failed: not issued before its claim on the names ended');
+    }
     const free = this.#o.concurrency - this.#running.size;
     if (free <= 0) return;
     const due = await store.certificates.dueForAcme(now.toISOString(), free);

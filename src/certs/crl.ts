@@ -14,8 +14,12 @@
  *   answers where; the reason goes to the operator's log and to `tps_crl_fetch_failures_total`.
  *   Only a real CRL that is not the CA's (issuer, signature) is described, as it concerns the
  *   tenant's own CA;
- * - fetches are bounded: a few at a time (`concurrency`), a total time (connect, redirects and
- *   body: TPS_CRL_FETCH_TIMEOUT_SECONDS) and a size (TPS_CRL_MAX_BYTES);
+ * - fetches are bounded: a few at a time (`concurrency`, TPS_CRL_FETCHES), a total time (connect,
+ *   redirects and body: TPS_CRL_FETCH_TIMEOUT_SECONDS) and a size (TPS_CRL_MAX_BYTES);
+ * - fetches are fair between tenants (tenant-lanes.ts): each tenant's run in a lane of their own,
+ *   at most `concurrencyPerTenant` at once (TPS_CRL_FETCHES_PER_TENANT), so one tenant's slow or
+ *   failing distribution points hold its own lane only, and another tenant's new CA certificate
+ *   (whose mutual-TLS proxies refuse client certificates until its CRL is in) is fetched at once;
  * - the CRL is parsed and checked in a thread of its own (crl-verifier.ts), never on the event loop
  *   that answers the API.
  *
@@ -29,6 +33,7 @@ import type { CrlStatus } from '@tps/model';
 import { isOriginRefused, type OriginGuard, type ScopedOriginGuard } from '../edge/net/origin-guard.ts';
 import { CrlError } from './crl-verify.ts';
 import { CrlVerifier } from './crl-verifier.ts';
+import { TenantLanes } from './tenant-lanes.ts';
 
 export { CrlError, crlPem, verifyCrl, type VerifiedCrl } from './crl-verify.ts';
 
@@ -173,8 +178,10 @@ export interface CrlServiceOptions {
   fetchTimeoutMs?: number;
   /** TPS_CRL_MAX_BYTES; default 1 MiB. */
   maxBytes?: number;
-  /** Fetches at a time (default 4): a pass over many slow CRLs holds no more connections and buffers than this. */
+  /** Fetches at a time, all tenants (default 16): many slow CRLs hold no more connections and buffers than this. */
   concurrency?: number;
+  /** Fetches at a time of one tenant (default 2): its slow CRLs leave the other slots to the other tenants. */
+  concurrencyPerTenant?: number;
   /** Checks CRLs off the event loop; default a `CrlVerifier` of the service's own. */
   verifier?: CrlVerifier;
   /** Prometheus registry for `tps_crl_fetch_failures_total`. */
@@ -188,14 +195,12 @@ export class CrlService {
   readonly #watchIntervalMs: number;
   readonly #fetch: CrlDownloadOptions;
   readonly #dispatcher: Agent;
-  readonly #concurrency: number;
+  readonly #lanes: TenantLanes;
   readonly #verifier: CrlVerifier;
   readonly #failures: Counter<'reason'> | undefined;
   #refreshTimer: NodeJS.Timeout | undefined;
   #watchTimer: NodeJS.Timeout | undefined;
   #seenRevision = -1;
-  #running: Promise<void> | undefined;
-  #again: 'none' | 'new' | 'all' = 'none';
   #stopped = false;
 
   constructor(options: CrlServiceOptions) {
@@ -206,7 +211,12 @@ export class CrlService {
     const timeoutMs = options.fetchTimeoutMs ?? 10_000;
     this.#dispatcher = crlDispatcher(options.originGuard.for('crl'), timeoutMs);
     this.#fetch = { dispatcher: this.#dispatcher, timeoutMs, maxBytes: options.maxBytes ?? 1024 * 1024 };
-    this.#concurrency = Math.max(1, options.concurrency ?? 4);
+    this.#lanes = new TenantLanes({
+      total: options.concurrency ?? 16,
+      perTenant: options.concurrencyPerTenant ?? 2,
+      // #refreshEntry records its own failures; this is a store write that failed.
+      onError: (error, job) => this.#logger?.warn({ err: error, entry: job.key }, 'crl: refresh failed'),
+    });
     // Checking a CRL takes heap in proportion to its size: room for the largest one the size limit
     // lets through (docs/benchmarks.md, "CRL check"), never less than the verifier's default.
     const maxHeapMb = Math.max(256, Math.ceil((this.#fetch.maxBytes / (1024 * 1024)) * 256));
@@ -235,7 +245,7 @@ export class CrlService {
     this.#stopped = true;
     clearInterval(this.#refreshTimer);
     clearInterval(this.#watchTimer);
-    await this.#running;
+    await this.#lanes.stop();
     await this.#verifier.close();
     await this.#dispatcher.close().catch(() => {});
   }
@@ -260,50 +270,50 @@ export class CrlService {
       const revision = await this.#store.revision();
       if (revision === this.#seenRevision) return;
       this.#seenRevision = revision;
-      await this.#schedule('new');
+      // Not awaited: the jobs run in their lanes; the next look at the store need not wait for them.
+      void this.#schedule('new');
     } catch (error) {
       this.#logger?.warn({ err: error }, 'crl: reading the store failed');
     }
   }
 
-  /** One pass at a time; a pass asked for meanwhile runs after it (the larger one wins). */
-  #schedule(kind: 'new' | 'all'): Promise<void> {
-    if (this.#stopped) return Promise.resolve();
-    if (this.#running) {
-      if (kind === 'all' || this.#again === 'none') this.#again = kind;
-      return this.#running.then(() => this.#running ?? undefined);
+  /**
+   * Adds the fetches a pass needs to the tenants' lanes (an entry already waiting or running is not
+   * added again) and resolves once they have run.
+   */
+  async #schedule(kind: 'new' | 'all'): Promise<void> {
+    if (this.#stopped) return;
+    let jobs: Promise<void>[];
+    try {
+      jobs = await this.#collect(kind);
+    } catch (error) {
+      this.#logger?.warn({ err: error }, 'crl: reading the store failed');
+      return;
     }
-    this.#running = this.#pass(kind)
-      .catch((error: unknown) => this.#logger?.warn({ err: error }, 'crl: refresh failed'))
-      .finally(() => {
-        this.#running = undefined;
-        const again = this.#again;
-        this.#again = 'none';
-        if (again !== 'none') void this.#schedule(again);
-      });
-    return this.#running;
+    await Promise.all(jobs);
   }
 
-  async #pass(kind: 'new' | 'all'): Promise<void> {
+  async #collect(kind: 'new' | 'all'): Promise<Promise<void>[]> {
     const store = this.#store;
     await store.crlCache.purgeOrphans();
     const cached = new Map((await store.crlCache.listAll()).map((row) => [`${row.caCertificateId}|${row.entryIndex}`, row]));
-    const jobs: (() => Promise<void>)[] = [];
+    const jobs: Promise<void>[] = [];
     for (const record of await store.caCertificates.listAll()) {
       for (const [index, entry] of record.entries.entries()) {
         const crlUrl = entry.crlUrl;
         if (!crlUrl) continue;
         const known = cached.get(`${record.id}|${index}`);
         if (kind === 'new' && known && known.crlUrl === crlUrl) continue;
-        jobs.push(() => this.#refreshEntry(record.id, index, crlUrl, entry.certificate, known?.fetchedAt ?? null));
+        jobs.push(
+          this.#lanes.add({
+            tenantId: record.tenantId,
+            key: `${record.id}|${index}|${crlUrl}`,
+            run: () => this.#refreshEntry(record.id, index, crlUrl, entry.certificate, known?.fetchedAt ?? null),
+          }),
+        );
       }
     }
-    // A few at a time: one slow distribution point delays the others by no more than its timeout.
-    let next = 0;
-    const lane = async (): Promise<void> => {
-      while (next < jobs.length && !this.#stopped) await jobs[next++]!();
-    };
-    await Promise.all(Array.from({ length: Math.min(this.#concurrency, jobs.length) }, lane));
+    return jobs;
   }
 
   async #refreshEntry(caCertificateId: string, entryIndex: number, crlUrl: string, caPem: string, lastGood: string | null): Promise<void> {

@@ -31,6 +31,7 @@ import { EventSinks } from '../insight/sinks/event-sinks.ts';
 import { SettingsError } from '../config/settings.ts';
 import type { HealthReport } from '../metrics-listener.ts';
 import { startDemo } from './demo.ts';
+import { edgeBudget, EdgeBudgetError, parseOpenFilesLimit, type EdgeBudget } from '../edge/runtime/fd-budget.ts';
 
 export interface RunningService {
   urls: PublicUrls;
@@ -44,6 +45,8 @@ export interface RunningService {
 }
 
 export async function serve(settings: Settings, options: { demo?: boolean } = {}): Promise<RunningService> {
+  // Before anything opens: a budget the file-descriptor limit cannot hold stops the start.
+  const budget = settings.edge ? edgeConnectionBudget(settings, true) : undefined;
   const store = await openStore(settings);
   const secrets = SecretBox.fromSettings(settings);
   await upgradeSealedSecrets(store, secrets, pino({ level: settings.logLevel }));
@@ -94,7 +97,12 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     });
   }
   let edge: EdgeSupervisor | undefined;
-  const operators = await startMetricsListener({ listen: settings.metricsListen, metrics, health: () => nodeHealth(store, edge) });
+  const operators = await startMetricsListener({
+    listen: settings.metricsListen,
+    metrics,
+    health: () => nodeHealth(store, edge),
+    maxConnections: settings.metricsMaxConnections,
+  });
   await app.listen({ host: settings.apiListen.host, port: settings.apiListen.port });
 
   const address = app.server.address() as AddressInfo;
@@ -112,11 +120,13 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
     refreshIntervalMs: settings.crlRefreshSeconds * 1000,
     fetchTimeoutMs: settings.crlFetchTimeoutSeconds * 1000,
     maxBytes: settings.crlMaxBytes,
+    concurrency: settings.crlFetches,
+    concurrencyPerTenant: settings.crlFetchesPerTenant,
     registry: metrics.registry,
   });
   // Retention runs on every node, with or without an edge: events may come from other nodes.
   const insightWriter = await startInsightWriter(settings, metrics, app.log);
-  edge = settings.edge ? await startEdge(settings, store, secrets, metrics, app.log, policySettings, insightWriter) : undefined;
+  edge = budget ? await startEdge(settings, store, secrets, metrics, app.log, policySettings, insightWriter, budget) : undefined;
   // Orders resumed at start (PENDING across a restart) validate against this node's proxies: let
   // them listen first (bounded: a proxy that cannot bind must not hold the certificates back).
   if (acme && edge && !(await edge.whenApplied(15_000)))
@@ -158,6 +168,7 @@ export async function serve(settings: Settings, options: { demo?: boolean } = {}
 
 /** `tps edge`: an edge node without the API, for several nodes sharing one PostgreSQL store. */
 export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: string; close(): Promise<void> }> {
+  const budget = edgeConnectionBudget(settings, false);
   const store = await openStore(settings);
   const secrets = SecretBox.fromSettings(settings);
   const logger = pino({ level: settings.logLevel });
@@ -170,10 +181,11 @@ export async function runEdgeNode(settings: Settings): Promise<{ metricsUrl: str
     listen: settings.metricsListen,
     metrics,
     health: () => nodeHealth(store, edge),
+    maxConnections: settings.metricsMaxConnections,
   });
   // This node runs no API; TPS_API_LISTEN names where the cluster's API listens, refused as an origin too.
   const policySettings = originPolicySettings(settings, hosts, [settings.apiListen, operators.address]);
-  edge = await startEdge(settings, store, secrets, metrics, logger, policySettings, insightWriter);
+  edge = await startEdge(settings, store, secrets, metrics, logger, policySettings, insightWriter, budget);
   logger.info({ nodeId: settings.nodeId, metricsUrl: operators.url, store: store.db.dialect }, 'tps edge ready');
   return {
     metricsUrl: operators.url,
@@ -209,7 +221,12 @@ export async function startEdge(
   logger: EdgeLogger,
   originPolicy: OriginPolicySettings,
   insightWriter: InsightWriter,
+  budget: EdgeBudget,
 ): Promise<EdgeSupervisor> {
+  logger.info(
+    { edgeMaxConnections: budget.maxConnections, source: budget.source, fdLimit: budget.fdLimit, fdReserve: budget.reserve },
+    'edge connection budget',
+  );
   const challenges = new AcmeChallengeResponder(store.acmeChallenges);
   // The access log's file is opened by every worker: a path that cannot be written stops the start here, named.
   if (settings.accessLog !== undefined && settings.accessLog !== 'stdout') {
@@ -257,6 +274,15 @@ export async function startEdge(
       response: settings.wafResponseBodyLimit,
       action: settings.wafBodyLimitAction,
     },
+    wafRequestBudgetMs: settings.wafRequestBudgetMs,
+    wafInputLimits: {
+      arguments: settings.wafArgumentsLimit,
+      multipartParts: settings.wafMultipartPartsLimit,
+      jsonDepth: settings.wafJsonDepthLimit,
+      jsonElements: settings.wafJsonElementsLimit,
+      xmlDepth: settings.wafXmlDepthLimit,
+      valueLength: settings.wafValueLengthLimit,
+    },
     redisUrl: settings.redisUrl,
     rateLimitClientsPerProxy: settings.rateLimitClientsPerProxy,
     ipv6SourcePrefix: settings.rateLimitIpv6Prefix,
@@ -266,6 +292,9 @@ export async function startEdge(
       maxConnections: settings.httpMaxConnections,
     },
     udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
+    maxConnections: budget.maxConnections,
+    udpMaxUnconfirmedSessions: settings.udpMaxUnconfirmedSessions,
+    kernelBlocking: { mode: settings.kernelBlocking, escalationFactor: settings.kernelBlockingEscalationFactor },
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),
@@ -278,6 +307,31 @@ export async function startEdge(
   });
   await edge.start();
   return edge;
+}
+
+/**
+ * The node's budget of edge connections: TPS_EDGE_MAX_CONNECTIONS, or derived from the soft
+ * file-descriptor limit (src/edge/runtime/fd-budget.ts). `withApi`: this process runs the API
+ * listener too, whose connection cap is kept in reserve.
+ */
+function edgeConnectionBudget(settings: Settings, withApi: boolean): EdgeBudget {
+  let limits: string | undefined;
+  try {
+    limits = fs.readFileSync('/proc/self/limits', 'utf8');
+  } catch {
+    limits = undefined; // not Linux: the fallback budget
+  }
+  try {
+    return edgeBudget({
+      configured: settings.edgeMaxConnections,
+      fdLimit: limits === undefined ? undefined : parseOpenFilesLimit(limits),
+      apiMaxConnections: withApi ? settings.apiMaxConnections : 0,
+      metricsMaxConnections: settings.metricsMaxConnections,
+    });
+  } catch (error) {
+    if (error instanceof EdgeBudgetError) throw new SettingsError(error.message);
+    throw error;
+  }
 }
 
 /**

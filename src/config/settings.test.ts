@@ -1,6 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import os from 'node:os';
+import { WafInputLimits } from '@tps/model';
+import { DEFAULT_INPUT_LIMITS, DEFAULT_REQUEST_BUDGET_MS, INPUT_LIMIT_BOUNDS } from '@tps/waf';
 import { loadApiClientSettings, loadSettings, SettingsError } from './settings.ts';
 
 /** Settings from these variables only (never the environment of the test run). */
@@ -119,6 +121,23 @@ describe('settings: the API client of tps apply and tps export', () => {
   });
 });
 
+describe('settings: CRL fetches at a time', () => {
+  it('defaults to 16 in all and 2 per tenant', () => {
+    assert.deepEqual([load({}).crlFetches, load({}).crlFetchesPerTenant], [16, 2]);
+    const set = load({ TPS_CRL_FETCHES: '8', TPS_CRL_FETCHES_PER_TENANT: '1' });
+    assert.deepEqual([set.crlFetches, set.crlFetchesPerTenant], [8, 1]);
+    assert.throws(() => load({ TPS_CRL_FETCHES_PER_TENANT: '0' }), /TPS_CRL_FETCHES_PER_TENANT/);
+  });
+});
+
+describe('settings: how long a pending service-issued order claims its names', () => {
+  it('defaults to a day, and takes seconds from 1 to 30 days', () => {
+    assert.equal(load({}).acmeClaimSeconds, 86_400);
+    assert.equal(load({ TPS_ACME_CLAIM_SECONDS: '2' }).acmeClaimSeconds, 2);
+    assert.throws(() => load({ TPS_ACME_CLAIM_SECONDS: '0' }), /TPS_ACME_CLAIM_SECONDS/);
+  });
+});
+
 describe('settings: quota of pending service-issued certificate orders', () => {
   it('defaults to 10 a tenant, and takes an integer from 1', () => {
     assert.equal(load({}).quotaPendingAcmeOrders, 10);
@@ -202,8 +221,22 @@ describe('settings: hostile traffic bounds', () => {
     assert.equal(settings.rateLimitIpv6Prefix, 64);
     assert.equal(settings.rateLimitClientsPerProxy, 16_384);
     assert.equal(settings.udpReplyBudgetFactor, 3);
+    assert.equal(settings.udpMaxUnconfirmedSessions, 1000);
     assert.equal(settings.passwordHashConcurrency, 2);
     assert.equal(settings.apiUnauthenticatedRateLimitPerMinute, 300);
+    assert.equal(settings.kernelBlocking, 'auto');
+    assert.equal(settings.kernelBlockingEscalationFactor, 4);
+  });
+
+  it('reads kernel blocking and refuses a mode it does not know', () => {
+    const settings = load({ TPS_KERNEL_BLOCKING: 'nftables', TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: '8' });
+    assert.deepEqual([settings.kernelBlocking, settings.kernelBlockingEscalationFactor], ['nftables', 8]);
+    assert.equal(load({ TPS_KERNEL_BLOCKING: 'off' }).kernelBlocking, 'off');
+    assert.throws(() => load({ TPS_KERNEL_BLOCKING: 'iptables' }), /TPS_KERNEL_BLOCKING: must be auto, nftables or off, got "iptables"/);
+    assert.throws(
+      () => load({ TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: '0' }),
+      /TPS_KERNEL_BLOCKING_ESCALATION_FACTOR: must be an integer from 1/,
+    );
   });
 
   it('reads each from its variable', () => {
@@ -214,6 +247,7 @@ describe('settings: hostile traffic bounds', () => {
       TPS_RATE_LIMIT_IPV6_PREFIX: '56',
       TPS_RATE_LIMIT_CLIENTS_PER_PROXY: '1024',
       TPS_UDP_REPLY_BUDGET_FACTOR: '10',
+      TPS_UDP_MAX_UNCONFIRMED_SESSIONS: '50',
       TPS_PASSWORD_HASH_CONCURRENCY: '1',
       TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE: '60',
     });
@@ -225,10 +259,11 @@ describe('settings: hostile traffic bounds', () => {
         settings.rateLimitIpv6Prefix,
         settings.rateLimitClientsPerProxy,
         settings.udpReplyBudgetFactor,
+        settings.udpMaxUnconfirmedSessions,
         settings.passwordHashConcurrency,
         settings.apiUnauthenticatedRateLimitPerMinute,
       ],
-      [4, 5, 6, 56, 1024, 10, 1, 60],
+      [4, 5, 6, 56, 1024, 10, 50, 1, 60],
     );
   });
 
@@ -340,5 +375,69 @@ describe('settings: access log and event sinks', () => {
       (error: Error) =>
         error instanceof SettingsError && /^TPS_EVENT_SINKS: "http:\/\/siem\.example\.com": must start with/.test(error.message),
     );
+  });
+});
+
+describe('settings: the WAF budget and input limits', () => {
+  const limitSettings = {
+    arguments: 'wafArgumentsLimit',
+    multipartParts: 'wafMultipartPartsLimit',
+    jsonDepth: 'wafJsonDepthLimit',
+    jsonElements: 'wafJsonElementsLimit',
+    xmlDepth: 'wafXmlDepthLimit',
+    valueLength: 'wafValueLengthLimit',
+  } as const;
+
+  it("defaults to the engine's limits, and the API's bounds are the engine's", () => {
+    const settings = load({});
+    assert.equal(settings.wafRequestBudgetMs, DEFAULT_REQUEST_BUDGET_MS);
+    for (const [name, key] of Object.entries(limitSettings) as [
+      keyof typeof limitSettings,
+      (typeof limitSettings)[keyof typeof limitSettings],
+    ][]) {
+      assert.equal(settings[key], DEFAULT_INPUT_LIMITS[name], name);
+      const schema = WafInputLimits.properties[name];
+      assert.deepEqual([schema.minimum, schema.maximum], [...INPUT_LIMIT_BOUNDS[name]], name);
+    }
+  });
+
+  it('reads TPS_WAF_REQUEST_BUDGET_MS and TPS_WAF_*_LIMIT, and refuses values out of range', () => {
+    const settings = load({ TPS_WAF_REQUEST_BUDGET_MS: '100', TPS_WAF_ARGUMENTS_LIMIT: '500', TPS_WAF_JSON_DEPTH_LIMIT: '64' });
+    assert.equal(settings.wafRequestBudgetMs, 100);
+    assert.equal(settings.wafArgumentsLimit, 500);
+    assert.equal(settings.wafJsonDepthLimit, 64);
+    assert.throws(() => load({ TPS_WAF_ARGUMENTS_LIMIT: '0' }), /TPS_WAF_ARGUMENTS_LIMIT/);
+    assert.throws(() => load({ TPS_WAF_REQUEST_BUDGET_MS: '5' }), /TPS_WAF_REQUEST_BUDGET_MS/);
+  });
+});
+
+describe("settings: the service's own listeners and the edge's budget", () => {
+  it('bounds the API listener by default', () => {
+    const settings = load({});
+    assert.deepEqual(
+      [
+        settings.apiHeadersTimeoutSeconds,
+        settings.apiRequestTimeoutSeconds,
+        settings.apiKeepAliveTimeoutSeconds,
+        settings.apiBodyLimit,
+        settings.apiMaxConnections,
+        settings.apiMaxConnectionsPerSource,
+        settings.metricsMaxConnections,
+        settings.edgeMaxConnections,
+      ],
+      [20, 60, 20, 1024 * 1024, 1024, 128, 64, undefined],
+    );
+  });
+
+  it('reads each bound, and refuses a headers timeout longer than the request timeout', () => {
+    const settings = load({ TPS_API_BODY_LIMIT: '64k', TPS_API_MAX_CONNECTIONS: '100', TPS_EDGE_MAX_CONNECTIONS: '5000' });
+    assert.deepEqual([settings.apiBodyLimit, settings.apiMaxConnectionsPerSource, settings.edgeMaxConnections], [65536, 100, 5000]);
+    assert.equal(load({ TPS_EDGE_MAX_CONNECTIONS: 'auto' }).edgeMaxConnections, undefined);
+    assert.throws(
+      () => load({ TPS_API_HEADERS_TIMEOUT_SECONDS: '90' }),
+      /TPS_API_HEADERS_TIMEOUT_SECONDS: must not exceed TPS_API_REQUEST_TIMEOUT_SECONDS/,
+    );
+    assert.throws(() => load({ TPS_API_MAX_CONNECTIONS: '10', TPS_API_MAX_CONNECTIONS_PER_SOURCE: '20' }), /from 1 to 10/);
+    assert.throws(() => load({ TPS_EDGE_MAX_CONNECTIONS: '0' }), /TPS_EDGE_MAX_CONNECTIONS/);
   });
 });

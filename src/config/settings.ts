@@ -59,10 +59,19 @@ export interface Settings {
   crlRefreshSeconds: number;
   /** Service-issued certificate orders a tenant may have PENDING at once (then 409 QUOTA_EXCEEDED). */
   quotaPendingAcmeOrders: number;
+  /**
+   * How long a PENDING service-issued order claims its names from other tenants (beyond it, only
+   * while an attempt runs); an order not issued by then turns FAILED and frees them.
+   */
+  acmeClaimSeconds: number;
   /** A CRL larger than this is not read (the fetch fails). */
   crlMaxBytes: number;
   /** A CRL fetch (connect, redirects, whole body) that takes longer fails. */
   crlFetchTimeoutSeconds: number;
+  /** CRL fetches at a time, all tenants. */
+  crlFetches: number;
+  /** CRL fetches at a time of one tenant: its slow CRL servers leave the rest to the others. */
+  crlFetchesPerTenant: number;
   /**
    * Special-purpose networks (loopback, private, ...) opened for origins and CRL fetches; the
    * service's own listeners stay refused whatever this says (src/edge/net/origin-policy.ts).
@@ -93,6 +102,20 @@ export interface Settings {
   wafResponseBodyLimit: number;
   /** Past the request body limit: refuse (413) or inspect the first part and let the rest through; the default of `waf.bodyLimitAction`. */
   wafBodyLimitAction: 'PROCESS_PARTIAL' | 'REJECT';
+  /** Wall time one request's (or response's) inspection may run before it ends and `waf.failMode` applies. */
+  wafRequestBudgetMs: number;
+  /** Defaults of proxies' `waf.inputLimits` (ModSecurity's recommended values where it has them): arguments. */
+  wafArgumentsLimit: number;
+  /** Default of `waf.inputLimits.multipartParts`. */
+  wafMultipartPartsLimit: number;
+  /** Default of `waf.inputLimits.jsonDepth`. */
+  wafJsonDepthLimit: number;
+  /** Default of `waf.inputLimits.jsonElements`. */
+  wafJsonElementsLimit: number;
+  /** Default of `waf.inputLimits.xmlDepth`. */
+  wafXmlDepthLimit: number;
+  /** Default of `waf.inputLimits.valueLength`. */
+  wafValueLengthLimit: number;
   /** redis://...: rate-limit counters shared by several edge nodes; unset = shared by this node's workers only. */
   redisUrl: string | undefined;
   /**
@@ -125,10 +148,35 @@ export interface Settings {
   rateLimitClientsPerProxy: number;
   /** UDP: bytes sent back to a client per byte received from it, until it has shown it receives them. */
   udpReplyBudgetFactor: number;
+  /** UDP: sessions per relay whose client has not shown it receives; the oldest gives way to a new one. */
+  udpMaxUnconfirmedSessions: number;
+  /** Sources still sending while blocked, dropped by nftables: `auto` (when the process may), `nftables` (required) or `off`. */
+  kernelBlocking: 'auto' | 'nftables' | 'off';
+  /** A blocked source is escalated to the kernel once its refusals exceed this many times a threshold's requests within its period. */
+  kernelBlockingEscalationFactor: number;
   /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
   apiUnauthenticatedRateLimitPerMinute: number;
+  /** API listener: a request head must be whole within this many seconds of its first byte (408 and closed). */
+  apiHeadersTimeoutSeconds: number;
+  /** API listener: a request, head and body, must be whole within this many seconds (408 and closed); also the longest a connection may stay silent mid-request. */
+  apiRequestTimeoutSeconds: number;
+  /** API listener: an idle keep-alive connection is closed after this many seconds. */
+  apiKeepAliveTimeoutSeconds: number;
+  /** API listener: the longest request body (413 past it, before it is read). */
+  apiBodyLimit: number;
+  /** API listener: connections open at once; past it new ones are closed at accept. */
+  apiMaxConnections: number;
+  /** API listener: connections open at once from one source (IPv6: per prefix); the reverse proxies of TPS_API_TRUSTED_PROXIES are not capped per source. */
+  apiMaxConnectionsPerSource: number;
+  /** Operators' listener: connections open at once; past it new ones are closed at accept. */
+  metricsMaxConnections: number;
+  /**
+   * Client connections the node's edge holds at once, all proxies (HTTP and layer 4 TCP) and
+   * workers together; undefined: derived at start from the file-descriptor limit (fd-budget.ts).
+   */
+  edgeMaxConnections: number | undefined;
   /** Insight events of days older than this are removed. */
   insightRetentionDays: number;
   /** Estimated bytes all stored insight events may hold; past it the oldest go first. */
@@ -182,6 +230,13 @@ const ENV: Record<keyof Settings, string> = {
   wafMultipartBodyLimit: 'TPS_WAF_MULTIPART_BODY_LIMIT',
   wafResponseBodyLimit: 'TPS_WAF_RESPONSE_BODY_LIMIT',
   wafBodyLimitAction: 'TPS_WAF_BODY_LIMIT_ACTION',
+  wafRequestBudgetMs: 'TPS_WAF_REQUEST_BUDGET_MS',
+  wafArgumentsLimit: 'TPS_WAF_ARGUMENTS_LIMIT',
+  wafMultipartPartsLimit: 'TPS_WAF_MULTIPART_PARTS_LIMIT',
+  wafJsonDepthLimit: 'TPS_WAF_JSON_DEPTH_LIMIT',
+  wafJsonElementsLimit: 'TPS_WAF_JSON_ELEMENTS_LIMIT',
+  wafXmlDepthLimit: 'TPS_WAF_XML_DEPTH_LIMIT',
+  wafValueLengthLimit: 'TPS_WAF_VALUE_LENGTH_LIMIT',
   redisUrl: 'TPS_REDIS_URL',
   trustedProxies: 'TPS_TRUSTED_PROXIES',
   listenerProxyProtocol: 'TPS_LISTENER_PROXY_PROTOCOL',
@@ -192,18 +247,32 @@ const ENV: Record<keyof Settings, string> = {
   rateLimitIpv6Prefix: 'TPS_RATE_LIMIT_IPV6_PREFIX',
   rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
   udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
+  udpMaxUnconfirmedSessions: 'TPS_UDP_MAX_UNCONFIRMED_SESSIONS',
+  kernelBlocking: 'TPS_KERNEL_BLOCKING',
+  kernelBlockingEscalationFactor: 'TPS_KERNEL_BLOCKING_ESCALATION_FACTOR',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
+  apiHeadersTimeoutSeconds: 'TPS_API_HEADERS_TIMEOUT_SECONDS',
+  apiRequestTimeoutSeconds: 'TPS_API_REQUEST_TIMEOUT_SECONDS',
+  apiKeepAliveTimeoutSeconds: 'TPS_API_KEEPALIVE_TIMEOUT_SECONDS',
+  apiBodyLimit: 'TPS_API_BODY_LIMIT',
+  apiMaxConnections: 'TPS_API_MAX_CONNECTIONS',
+  apiMaxConnectionsPerSource: 'TPS_API_MAX_CONNECTIONS_PER_SOURCE',
+  metricsMaxConnections: 'TPS_METRICS_MAX_CONNECTIONS',
+  edgeMaxConnections: 'TPS_EDGE_MAX_CONNECTIONS',
   acmeDirectoryUrl: 'TPS_ACME_DIRECTORY_URL',
   acmeEmail: 'TPS_ACME_EMAIL',
   acmeCaBundle: 'TPS_ACME_CA_BUNDLE',
   crlRefreshSeconds: 'TPS_CRL_REFRESH_SECONDS',
   quotaPendingAcmeOrders: 'TPS_QUOTA_PENDING_ACME_ORDERS',
+  acmeClaimSeconds: 'TPS_ACME_CLAIM_SECONDS',
   quotaProxies: 'TPS_QUOTA_PROXIES',
   quotaCertificates: 'TPS_QUOTA_CERTIFICATES',
   quotaCaCertificates: 'TPS_QUOTA_CA_CERTIFICATES',
   crlMaxBytes: 'TPS_CRL_MAX_BYTES',
   crlFetchTimeoutSeconds: 'TPS_CRL_FETCH_TIMEOUT_SECONDS',
+  crlFetches: 'TPS_CRL_FETCHES',
+  crlFetchesPerTenant: 'TPS_CRL_FETCHES_PER_TENANT',
   originAllowedNetworks: 'TPS_ORIGIN_ALLOWED_NETWORKS',
   originResolver: 'TPS_ORIGIN_RESOLVER',
   insightRetentionDays: 'TPS_INSIGHT_RETENTION_DAYS',
@@ -408,6 +477,20 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     }
   };
 
+  const apiHeadersTimeoutSeconds = integer('apiHeadersTimeoutSeconds', 20, 1, 3600);
+  const apiRequestTimeoutSeconds = integer('apiRequestTimeoutSeconds', 60, 1, 3600);
+  // Node checks the head's deadline only while the request's is still running.
+  if (apiHeadersTimeoutSeconds > apiRequestTimeoutSeconds) {
+    fail('apiHeadersTimeoutSeconds', `must not exceed ${ENV.apiRequestTimeoutSeconds} (${apiRequestTimeoutSeconds})`);
+  }
+  const apiMaxConnections = integer('apiMaxConnections', 1024, 1, 1_000_000);
+  // Unset or `auto`: derived from the file-descriptor limit when the edge starts (src/edge/runtime/fd-budget.ts).
+  const edgeMaxConnections =
+    (raw('edgeMaxConnections') ?? 'auto') === 'auto' ? undefined : integer('edgeMaxConnections', 1, 1, 100_000_000);
+  const kernelBlocking = raw('kernelBlocking') ?? 'auto';
+  if (kernelBlocking !== 'auto' && kernelBlocking !== 'nftables' && kernelBlocking !== 'off')
+    fail('kernelBlocking', `must be auto, nftables or off, got "${kernelBlocking}"`);
+
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
 
@@ -447,6 +530,13 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafMultipartBodyLimit,
     wafResponseBodyLimit: integer('wafResponseBodyLimit', 64 * 1024, 0, 64 * 1024 * 1024),
     wafBodyLimitAction: bodyLimitAction(),
+    wafRequestBudgetMs: integer('wafRequestBudgetMs', 250, 10, 60_000),
+    wafArgumentsLimit: integer('wafArgumentsLimit', 1000, 1, 100_000),
+    wafMultipartPartsLimit: integer('wafMultipartPartsLimit', 1000, 1, 100_000),
+    wafJsonDepthLimit: integer('wafJsonDepthLimit', 512, 1, 10_000),
+    wafJsonElementsLimit: integer('wafJsonElementsLimit', 10_000, 1, 1_000_000),
+    wafXmlDepthLimit: integer('wafXmlDepthLimit', 256, 1, 10_000),
+    wafValueLengthLimit: integer('wafValueLengthLimit', 128 * 1024, 1, 64 * 1024 * 1024),
     redisUrl: redisUrl(),
     trustedProxies,
     listenerProxyProtocol: listenerProxyProtocol as Settings['listenerProxyProtocol'],
@@ -457,18 +547,32 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     rateLimitIpv6Prefix: integer('rateLimitIpv6Prefix', 64, 1, 128),
     rateLimitClientsPerProxy: integer('rateLimitClientsPerProxy', 16_384, 64, 4_194_304),
     udpReplyBudgetFactor: integer('udpReplyBudgetFactor', 3, 1, 1000),
+    udpMaxUnconfirmedSessions: integer('udpMaxUnconfirmedSessions', 1000, 1, 10_000),
+    kernelBlocking: kernelBlocking as Settings['kernelBlocking'],
+    kernelBlockingEscalationFactor: integer('kernelBlockingEscalationFactor', 4, 1, 1000),
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
+    apiHeadersTimeoutSeconds,
+    apiRequestTimeoutSeconds,
+    apiKeepAliveTimeoutSeconds: integer('apiKeepAliveTimeoutSeconds', 20, 1, 3600),
+    apiBodyLimit: bytes('apiBodyLimit', 1024 * 1024, 1024),
+    apiMaxConnections,
+    apiMaxConnectionsPerSource: integer('apiMaxConnectionsPerSource', Math.min(128, apiMaxConnections), 1, apiMaxConnections),
+    metricsMaxConnections: integer('metricsMaxConnections', 64, 1, 100_000),
+    edgeMaxConnections,
     acmeDirectoryUrl,
     acmeEmail,
     acmeCaBundle,
     crlRefreshSeconds: integer('crlRefreshSeconds', 3600, 10, 7 * 24 * 3600),
     quotaPendingAcmeOrders: integer('quotaPendingAcmeOrders', 10, 1, 10_000),
+    acmeClaimSeconds: integer('acmeClaimSeconds', 24 * 3600, 1, 30 * 24 * 3600),
     quotaProxies: integer('quotaProxies', DEFAULT_QUOTAS.proxies, 0, 1_000_000),
     quotaCertificates: integer('quotaCertificates', DEFAULT_QUOTAS.certificates, 0, 1_000_000),
     quotaCaCertificates: integer('quotaCaCertificates', DEFAULT_QUOTAS.caCertificates, 0, 1_000_000),
     crlMaxBytes: integer('crlMaxBytes', 1024 * 1024, 1024, 64 * 1024 * 1024),
     crlFetchTimeoutSeconds: integer('crlFetchTimeoutSeconds', 10, 1, 300),
+    crlFetches: integer('crlFetches', 16, 1, 256),
+    crlFetchesPerTenant: integer('crlFetchesPerTenant', 2, 1, 256),
     originAllowedNetworks,
     originResolver,
     insightRetentionDays: integer('insightRetentionDays', 30, 1, 3650),

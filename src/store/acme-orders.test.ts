@@ -19,6 +19,17 @@ import { certificateFacts } from '../certs/x509.ts';
 import { TestCa } from '../../test/support/pki.ts';
 import { freshPostgresDatabase } from '../../test/support/postgres.ts';
 
+/** Polls until `probe` gives a value (a condition, never a duration); fails after 15 s. */
+async function waitForValue<T>(probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) assert.fail('timed out waiting for a condition');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 const refusal = async (promise: Promise<unknown>) => {
   try {
     await promise;
@@ -178,6 +189,49 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       // With an issued certificate nothing is held back.
       record = await store.trafficConfigs.replace(record.tenantId, record, onPort443);
       assert.equal(record.interimAttributes, undefined);
+    });
+
+    it('ends a PENDING claim after its time: the name is free, the stale order FAILED; a running attempt keeps it', async () => {
+      const short = { claimSeconds: 1 };
+      const stale = await store.certificates.createAcme(a, ['claim-ends.a.test'], short);
+      assert.ok(stale.acme?.claimUntil, 'the claim has an end');
+      assert.equal((await refusal(store.certificates.createAcme(b, ['claim-ends.a.test'])))[0]!.code, 'DOMAIN_CLAIMED');
+      // Wait for the claim's end (a condition, not a duration): then another tenant's order passes.
+      const taken = await waitForValue(async () => {
+        try {
+          return await store.certificates.createAcme(b, ['claim-ends.a.test']);
+        } catch (error) {
+          if (error instanceof AcmeOrderRefused) return undefined;
+          throw error;
+        }
+      });
+      assert.equal(taken.status, 'PENDING');
+      const given = (await store.certificates.get(a, stale.id))!;
+      assert.equal(given.status, 'FAILED');
+      assert.match(given.statusDetail ?? '', /claim on the names ended/);
+      assert.deepEqual(
+        await store.certificates.dueForAcme(new Date().toISOString(), 100).then((due) => due.filter((r) => r.id === stale.id)),
+        [],
+      );
+
+      // Past its end, an order an attempt is working on (its lease held) keeps its claim.
+      const leased = await store.certificates.createAcme(a, ['claim-leased.a.test'], short);
+      assert.ok(
+        await store.certificates.claimAcme(leased.id, 'node-1', new Date(Date.now() + 600_000).toISOString(), new Date().toISOString()),
+      );
+      const claimEnd = Date.parse(leased.acme!.claimUntil!);
+      await waitForValue(async () => Date.now() > claimEnd + 10 || undefined);
+      assert.deepEqual(await store.certificates.expireStaleOrders(), []);
+      assert.equal((await refusal(store.certificates.createAcme(b, ['claim-leased.a.test'])))[0]!.code, 'DOMAIN_CLAIMED');
+      // The attempt ends without a certificate: the order is stale now, and the next sweep gives it up.
+      await store.certificates.releaseAcme(leased.id, 'node-1');
+      assert.deepEqual(await store.certificates.expireStaleOrders(), [leased.id]);
+      assert.equal((await store.certificates.get(a, leased.id))!.status, 'FAILED');
+
+      // Ordering a FAILED one again is a new claim, with a new end.
+      const again = await store.certificates.requestRenewal(a, leased.id, { claimSeconds: 3600 });
+      assert.equal(again?.status, 'PENDING');
+      assert.ok(Date.parse(again!.acme!.claimUntil!) > Date.now() + 3000_000);
     });
 
     it('keeps the interim attributes of a FAILED certificate until the proxy is changed again', async () => {

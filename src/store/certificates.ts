@@ -8,7 +8,7 @@ import type { Db, Queryable } from './db.ts';
 import { bumpRevision } from './revision.ts';
 import { releaseInterimAttributes } from './traffic-configs.ts';
 import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
-import { checkAcmeOrder, type AcmeOrderLimits } from './acme-order-checks.ts';
+import { checkAcmeOrder, claimUntil, expireStaleOrders, type AcmeOrderLimits } from './acme-order-checks.ts';
 import { deleteUnreferenced, type DeleteOutcome } from './referenced-resources.ts';
 
 export interface CertificateRecord extends Partial<CertificateFacts> {
@@ -41,7 +41,18 @@ export interface AcmeWorkState {
   lastRenewalError: string | null;
   /** An operator asked for a renewal now. */
   renewalRequestedAt: string | null;
+  /** PENDING: until when the order claims its names from other tenants (acme-order-checks.ts). */
+  claimUntil: string | null;
 }
+
+const EMPTY_WORK: AcmeWorkState = {
+  renewAfter: null,
+  nextAttemptAt: null,
+  attempts: 0,
+  lastRenewalError: null,
+  renewalRequestedAt: null,
+  claimUntil: null,
+};
 
 interface Row {
   id: string;
@@ -67,6 +78,7 @@ interface Row {
   attempts?: number | null;
   last_renewal_error?: string | null;
   renewal_requested_at?: string | null;
+  claim_until?: string | null;
 }
 
 const fromRow = (row: Row): CertificateRecord => ({
@@ -95,6 +107,7 @@ const fromRow = (row: Row): CertificateRecord => ({
       attempts: Number(row.attempts ?? 0),
       lastRenewalError: row.last_renewal_error ?? null,
       renewalRequestedAt: row.renewal_requested_at ?? null,
+      claimUntil: row.claim_until ?? null,
     },
   }),
 });
@@ -151,6 +164,8 @@ export class CertificateRepository {
       },
       async (tx, record) => {
         await checkAcmeOrder(tx, { tenantId, certificateId: record.id, domains }, limits);
+        record.acme = { ...EMPTY_WORK, claimUntil: claimUntil(new Date(record.createdAt), limits) };
+        await tx.run('UPDATE certificates SET claim_until = ? WHERE id = ?', [record.acme.claimUntil, record.id]);
         for (const domain of new Set(domains)) {
           await tx.run('INSERT INTO acme_certificate_domains (certificate_id, tenant_id, domain) VALUES (?, ?, ?)', [
             record.id,
@@ -241,12 +256,20 @@ export class CertificateRepository {
       `SELECT * FROM certificates WHERE source = 'ACME'
          AND (lease_until IS NULL OR lease_until < ?)
          AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
-         AND (status = 'PENDING'
+         AND ((status = 'PENDING' AND (claim_until IS NULL OR claim_until > ?))
               OR (status = 'ISSUED' AND (renewal_requested_at IS NOT NULL OR (renew_after IS NOT NULL AND renew_after <= ?))))
        ORDER BY COALESCE(next_attempt_at, created_at), id LIMIT ?`,
-      [now, now, now, limit],
+      [now, now, now, now, limit],
     );
     return rows.map(fromRow);
+  }
+
+  /**
+   * PENDING orders whose claim ended, with no attempt running on them, turn FAILED (their names
+   * are free again). The ACME service asks at every scan; new orders ask in their transaction.
+   */
+  async expireStaleOrders(now = new Date()): Promise<string[]> {
+    return this.db.transaction((tx) => expireStaleOrders(tx, now));
   }
 
   /**
@@ -359,9 +382,9 @@ export class CertificateRepository {
         const revision = await bumpRevision(tx);
         await checkAcmeOrder(tx, { tenantId, certificateId: id, domains: JSON.parse(row.domains) as string[] }, limits);
         await tx.run(
-          `UPDATE certificates SET status = 'PENDING', status_detail = NULL, attempts = 0, next_attempt_at = NULL,
+          `UPDATE certificates SET status = 'PENDING', status_detail = NULL, attempts = 0, next_attempt_at = NULL, claim_until = ?,
              revision = ?, updated_at = ? WHERE id = ? AND tenant_id = ?`,
-          [revision, now, id, tenantId],
+          [claimUntil(new Date(now), limits), revision, now, id, tenantId],
         );
       } else if (row.status === 'ISSUED') {
         await tx.run(

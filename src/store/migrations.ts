@@ -344,6 +344,20 @@ const MIGRATIONS: Migration[] = [
     name: 'insight under a flood: weights, sizes, partitions, several writers',
     statements: (dialect) => (dialect === 'postgres' ? insightPartitionsPostgres() : insightBoundsSqlite()),
   },
+  {
+    id: 7,
+    name: 'claims of pending service-issued certificates end',
+    statements: (dialect) => [
+      // Until when a PENDING service-issued order claims its names (beyond it, only while an
+      // attempt holds the lease). Orders pending at the upgrade get a day from their creation.
+      `ALTER TABLE certificates ADD COLUMN claim_until TEXT`,
+      `UPDATE certificates SET claim_until = ${
+        dialect === 'postgres'
+          ? `to_char((CAST(created_at AS TIMESTAMPTZ) + INTERVAL '1 day') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+          : `strftime('%Y-%m-%dT%H:%M:%fZ', created_at, '+1 day')`
+      } WHERE source = 'ACME' AND status = 'PENDING'`,
+    ],
+  },
 ];
 
 /**

@@ -14,6 +14,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startPebble, type Pebble } from '../support/pebble.ts';
@@ -307,10 +308,14 @@ describe('the service-issued procedure followed literally: PUT on 443 while the 
   it('survives a restart of the service while the certificate is PENDING', async () => {
     await running[0]!.stop();
     running.length = 0;
-    // The first run has no ACME service (another node would run it): the order stays PENDING,
-    // whatever the timing. The second run, on the same store, orders it.
+    // The first run's CA never answers (its attempt hangs, holding the order): the order stays
+    // PENDING, whatever the timing, and the stop gives it up. The second run, on the same store,
+    // orders it. (With TPS_ACME_DIRECTORY_URL=off the order would be refused.)
+    const silent = net.createServer((socket) => socket.on('error', () => {}));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const silentDirectory = `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}/directory`;
     const dataDir = fs.mkdtempSync(path.join(tmp, 'data-'));
-    const first = await start({ TPS_DATA_DIR: dataDir, TPS_ACME_DIRECTORY_URL: 'off' });
+    const first = await start({ TPS_DATA_DIR: dataDir, TPS_ACME_DIRECTORY_URL: silentDirectory });
     const credentials: Credentials = await createTenant(first);
     let api = await TenantApi.connect(first, credentials);
     const domain = 'restart.procedure.tps.test';
@@ -337,6 +342,7 @@ describe('the service-issued procedure followed literally: PUT on 443 while the 
 
     await first.stop();
     running.length = 0;
+    silent.close();
     const second = await start({ TPS_DATA_DIR: dataDir });
     api = await TenantApi.connect(second, credentials);
     const issued = await certificateSettled(api, certificateId);

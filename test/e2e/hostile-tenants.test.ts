@@ -18,7 +18,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
-import { startTps, createTenant, type Tps, type StoreKind } from '../support/tps.ts';
+import { startTps, createTenant, ACME_DIRECTORY_UNREACHABLE, type Tps, type StoreKind } from '../support/tps.ts';
 import { TenantApi, type Answer, type ErrorBody } from '../support/api-client.ts';
 import { TestCa } from '../support/pki.ts';
 import { roundTrip } from '../support/round-trip.ts';
@@ -135,6 +135,8 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[])
           TPS_QUOTA_PROXIES: String(QUOTA.proxies),
           TPS_QUOTA_CERTIFICATES: String(QUOTA.certificates),
           TPS_QUOTA_CA_CERTIFICATES: String(QUOTA.caCertificates),
+          // Orders are accepted (and counted) only where an ACME service runs.
+          TPS_ACME_DIRECTORY_URL: ACME_DIRECTORY_UNREACHABLE,
         },
       });
       victim = await TenantApi.connect(tps, await createTenant(tps));

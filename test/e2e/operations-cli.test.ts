@@ -10,7 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startTps, createTenant, openStoreOf, REPO_ROOT, type Credentials, type Tps } from '../support/tps.ts';
+import { startTps, createTenant, openStoreOf, REPO_ROOT, ACME_DIRECTORY_UNREACHABLE, type Credentials, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { freshPostgresDatabase } from '../support/postgres.ts';
 import { waitFor } from '../support/wait.ts';
@@ -35,7 +35,7 @@ function tps(args: string[], env: Record<string, string | undefined> = {}): Prom
     execFile(
       process.execPath,
       [TPS_BIN, ...args],
-      { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', ...env } as NodeJS.ProcessEnv },
+      { env: { ...inherited, TPS_ACME_DIRECTORY_URL: 'off', TPS_KERNEL_BLOCKING: 'off', ...env } as NodeJS.ProcessEnv },
       (error, stdout, stderr) => {
         resolve({ status: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
       },
@@ -133,7 +133,10 @@ describe('tps apply and tps export', () => {
 
   before(async () => {
     fs.mkdirSync(folder, { recursive: true });
-    server = await startTps({ env: { TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+    server = await startTps({
+      // The file orders a service-issued certificate: accepted where an ACME service runs (it stays PENDING).
+      env: { TPS_FRONTEND_IPS: FRONTEND, TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8', TPS_ACME_DIRECTORY_URL: ACME_DIRECTORY_UNREACHABLE },
+    });
     account = await createTenant(server);
     api = await TenantApi.connect(server, account);
     env = clientEnv(server, account);
@@ -523,6 +526,13 @@ describe('contrib/systemd/tps.service', () => {
     assert.equal(result.status, 0, result.stderr);
     // Unknown or mistyped settings are only warnings: none may be printed.
     assert.equal(result.stderr.trim(), '', result.stderr);
+  });
+
+  it('grants low ports and kernel blocking (nftables) their capabilities, and no other', () => {
+    const unit = fs.readFileSync(path.join(REPO_ROOT, 'contrib/systemd/tps.service'), 'utf8');
+    assert.match(unit, /^AmbientCapabilities=CAP_NET_ADMIN CAP_NET_BIND_SERVICE$/m);
+    assert.match(unit, /^CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE$/m);
+    assert.match(unit, /^RestrictAddressFamilies=.*\bAF_NETLINK\b/m, 'nft talks to the kernel over netlink');
   });
 });
 

@@ -4,7 +4,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startTps, createTenant, type Tps, type StoreKind } from '../support/tps.ts';
+import { startTps, createTenant, ACME_DIRECTORY_UNREACHABLE, type Tps, type StoreKind } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { TestCa } from '../support/pki.ts';
 
@@ -16,7 +16,11 @@ for (const store of ['sqlite', 'postgres'] as StoreKind[]) {
     let api: TenantApi;
 
     before(async () => {
-      tps = await startTps({ store, env: { TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8' } });
+      tps = await startTps({
+        store,
+        // The certificate stays PENDING: the procedure's PUT is made while it is.
+        env: { TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8', TPS_ACME_DIRECTORY_URL: ACME_DIRECTORY_UNREACHABLE },
+      });
       api = await TenantApi.connect(tps, await createTenant(tps));
     });
     after(() => tps.stop());

@@ -6,8 +6,6 @@
 
 /** In what the origin receives: a body of the attack. */
 export const ATTACK_MARK = 'xq7attack';
-/** What the WAF inspects of a body by default (ModSecurity's SecRequestBodyNoFilesLimit). */
-const BODY_LIMIT = 131072;
 
 export interface ExpensiveBody {
   readonly shape: string;
@@ -15,38 +13,57 @@ export interface ExpensiveBody {
   readonly body: Buffer;
 }
 
-/** What a multipart/form-data upload may be by default (TPS_WAF_MULTIPART_BODY_LIMIT). */
-const MULTIPART_LIMIT = 1024 * 1024;
-/** Text that the CRS's transformations and SQL/XSS rules all have work with, in every byte. */
-const DENSE = "a'b(c)<d select ";
+/** The body a proxy must let the WAF inspect for these (its `waf.requestBodyLimit`: the most it may ask). */
+export const EXPENSIVE_BODY_LIMIT = 1024 * 1024;
+
+/** Markup and SQL words: every transformation chain and most CRS operators have work with them. */
+const CHUNK = 'a<x y="1"> select from -- ';
 
 /**
- * Request bodies that are legal and under every size limit, but slow to inspect: each costs the
- * CRS from hundreds of milliseconds to seconds of one WAF thread (on a shared 2-core machine,
- * warm: the multipart parts 0.6-1.9 s, the long value and the deep JSON 4.5-6 s), past the
- * 250 ms inspection budget. (Many urlencoded parameters are not among them: 20,000 of them cost
- * about 100 ms once the engine is warm.)
+ * Request bodies that are legal and under every limit of a proxy whose `waf.requestBodyLimit` is
+ * EXPENSIVE_BODY_LIMIT (ModSecurity's argument, part and depth limits included), but slow to
+ * inspect: many small steps each, from 0.35 to 7 s of one WAF thread at paranoia 1 (measured
+ * alone, in process, warm), far past the 250 ms inspection budget.
  */
 export function expensiveBodies(): ExpensiveBody[] {
-  const boundary = 'b0undaryXq7';
-  let multipart = `--${boundary}\r\nContent-Disposition: form-data; name="mark"\r\n\r\n${ATTACK_MARK}\r\n`;
-  for (let i = 0; multipart.length < MULTIPART_LIMIT - 50_000; i++)
-    multipart += `--${boundary}\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\n${"a'b(c)<d".repeat(8)}\r\n`;
-  multipart += `--${boundary}--\r\n`;
-  const longValue = DENSE.repeat(Math.floor((BODY_LIMIT - 1024) / DENSE.length));
-  let deep: unknown = { mark: ATTACK_MARK, q: longValue.slice(0, BODY_LIMIT - 4096) };
-  for (let depth = 0; depth < 200; depth++) deep = { a: deep };
+  const value = encodeURIComponent(CHUNK.repeat(20));
+  const parameters = `mark=${ATTACK_MARK}&${Array.from({ length: 998 }, (_, i) => `field${i}=${value}`).join('&')}`;
+  let parts = `--b0undary\r\nContent-Disposition: form-data; name="mark"\r\n\r\n${ATTACK_MARK}\r\n`;
+  for (let i = 0; i < 989; i++) parts += `--b0undary\r\nContent-Disposition: form-data; name="part${i}"\r\n\r\n${CHUNK.repeat(30)}\r\n`;
+  const leaves = Array.from({ length: 989 }, (_, i) => `"v${i} ${'select <b> '.repeat(80)}"`).join(',');
+  const long = encodeURIComponent('%2541<sc ript>&#x41;/**/ union '.repeat(3300).slice(0, 100_000));
   return [
+    { shape: 'many parameters', contentType: 'application/x-www-form-urlencoded', body: Buffer.from(parameters) },
     {
-      shape: 'many parameters (multipart parts)',
-      contentType: `multipart/form-data; boundary=${boundary}`,
-      body: Buffer.from(multipart, 'latin1'),
+      shape: 'many multipart parts',
+      contentType: 'multipart/form-data; boundary=b0undary',
+      body: Buffer.from(`${parts}--b0undary--\r\n`),
     },
     {
-      shape: 'a long value with much to transform',
+      shape: 'deep JSON',
+      contentType: 'application/json',
+      body: Buffer.from(`${'{"a":'.repeat(500)}["${ATTACK_MARK}",${leaves}]${'}'.repeat(500)}`),
+    },
+    {
+      shape: 'long values',
       contentType: 'application/x-www-form-urlencoded',
-      body: Buffer.from(`mark=${ATTACK_MARK}&q=${longValue}`, 'latin1'),
+      body: Buffer.from(`mark=${ATTACK_MARK}&${Array.from({ length: 4 }, (_, i) => `long${i}=${long}`).join('&')}`),
     },
-    { shape: 'deep JSON', contentType: 'application/json', body: Buffer.from(JSON.stringify(deep), 'latin1') },
   ];
+}
+
+/**
+ * One value of 127 KB (under the default body limit and the per-value limit) of dense markup and
+ * SQL words: a single operator step on it takes about 0.4 s warm and over 1 s cold, longer than
+ * the cooperative budget can interrupt, so the watchdog replaces the thread (and every request
+ * the thread held fails with it).
+ */
+export function denseValueBody(): ExpensiveBody {
+  const dense = "a'b(c)<d select ";
+  const value = dense.repeat(Math.floor((128 * 1024 - 1024) / dense.length));
+  return {
+    shape: 'one dense 127 KB value',
+    contentType: 'application/x-www-form-urlencoded',
+    body: Buffer.from(`mark=${ATTACK_MARK}&q=${value}`, 'latin1'),
+  };
 }

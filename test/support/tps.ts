@@ -49,6 +49,9 @@ export async function startTps(options: TpsOptions = {}): Promise<Tps> {
     TPS_EDGE: 'false',
     // Never a public CA from the tests: the ACME tests start Pebble and set their own directory.
     TPS_ACME_DIRECTORY_URL: 'off',
+    // Tests run as root in the machine's own network namespace: only a test inside a namespace of
+    // its own (test/e2e/flood-cost.test.ts) may let the service create its nftables table.
+    TPS_KERNEL_BLOCKING: 'off',
     ...(store === 'postgres' && { TPS_DATABASE_URL: await freshPostgresDatabase() }),
     ...options.env,
   };
@@ -102,6 +105,13 @@ function waitForReady(child: ChildProcess, output: () => string): Promise<{ url:
     child.once('exit', (code) => fail(new Error(`tps serve exited with ${code}:\n${output()}`)));
   });
 }
+
+/**
+ * An ACME directory no one answers (a closed loopback port), for tests of orders that must stay
+ * PENDING: the ACME service runs, so orders are accepted, and each attempt fails at once and is
+ * retried after a backoff of a minute and more. (With TPS_ACME_DIRECTORY_URL=off orders are refused.)
+ */
+export const ACME_DIRECTORY_UNREACHABLE = 'http://127.0.0.1:1/directory';
 
 export interface Credentials {
   tenantId: string;

@@ -132,6 +132,66 @@ export const RuleExclusion = Type.Object(
  */
 export const MAX_WAF_REQUEST_BODY_LIMIT = 1024 * 1024;
 
+/**
+ * `waf.inputLimits`: how much of one request the WAF parses and inspects (ModSecurity's
+ * SecArgumentsLimit, SecRequestBodyJsonDepthLimit ...). Bounds as @tps/waf's INPUT_LIMIT_BOUNDS.
+ */
+export const WafInputLimits = Type.Object(
+  {
+    arguments: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100_000,
+        description:
+          "Arguments (query string and body together). Absent: the operator's default (TPS_WAF_ARGUMENTS_LIMIT, 1000: ModSecurity's SecArgumentsLimit).",
+      }),
+    ),
+    multipartParts: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100_000,
+        description: "Parts of a multipart/form-data body. Absent: the operator's default (TPS_WAF_MULTIPART_PARTS_LIMIT, 1000).",
+      }),
+    ),
+    jsonDepth: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000,
+        description:
+          "Nesting of a JSON body. Absent: the operator's default (TPS_WAF_JSON_DEPTH_LIMIT, 512: ModSecurity's SecRequestBodyJsonDepthLimit).",
+      }),
+    ),
+    jsonElements: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1_000_000,
+        description:
+          "Values (scalars, objects, arrays) of a JSON body. Absent: the operator's default (TPS_WAF_JSON_ELEMENTS_LIMIT, 10000).",
+      }),
+    ),
+    xmlDepth: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000,
+        description: "Nesting of an XML body's elements. Absent: the operator's default (TPS_WAF_XML_DEPTH_LIMIT, 256: libxml2's).",
+      }),
+    ),
+    valueLength: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 64 * 1024 * 1024,
+        description: "Bytes of one argument's name or value. Absent: the operator's default (TPS_WAF_VALUE_LENGTH_LIMIT, 131072).",
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'A request past one of these limits is not parsed further and is refused (BLOCKING: 403 with a WAF_EVENT naming the ' +
+      "limit's rule, 200007 for arguments; LOGGING: passed and logged), never passed on uninspected.",
+  },
+);
+
 export const Waf = Type.Object(
   {
     mode: Enum(['BLOCKING', 'LOGGING'] as const, { default: 'BLOCKING' }),
@@ -151,7 +211,8 @@ export const Waf = Type.Object(
     failMode: Enum(['CLOSED', 'OPEN'] as const, {
       default: 'CLOSED',
       description:
-        'A request the WAF cannot inspect in time (its queue is full, its engine failed). CLOSED: answered 503 with the block ' +
+        'A request the WAF cannot inspect in time (its queue is full, its inspection ran past the budget, its engine failed). ' +
+        'CLOSED: answered 503 with the block ' +
         'page and its support id. OPEN: passed to the origin uninspected (counted in tps_edge_waf_uninspected_total and logged).',
     }),
     requestBodyLimit: Type.Optional(
@@ -163,6 +224,7 @@ export const Waf = Type.Object(
           "longer, up to the operator's multipart limit. Absent: the operator's default (TPS_WAF_REQUEST_BODY_LIMIT, 131072).",
       }),
     ),
+    inputLimits: Type.Optional(WafInputLimits),
     bodyLimitAction: Type.Optional(
       Enum(['REJECT', 'PROCESS_PARTIAL'] as const, {
         description:
@@ -173,6 +235,30 @@ export const Waf = Type.Object(
     ),
   },
   { additionalProperties: false, default: {}, description: 'The WAF is on for every HTTP proxy: BLOCKING at paranoia 1 unless set.' },
+);
+
+export const RequestTarget = Type.Object(
+  {
+    ambiguousPath: Enum(['REFUSE', 'NORMALIZE', 'KEEP'] as const, {
+      default: 'REFUSE',
+      description:
+        'A request path that servers read in different ways: an encoded slash or backslash (%2F, %5C) or a raw backslash, a ' +
+        'dot segment with path parameters (/..;/), a NUL byte or bytes that are not UTF-8 once decoded, a bad %-escape. ' +
+        'REFUSE: 400. NORMALIZE: slashes become separators and /..;/ is /../ (NUL, bad UTF-8 and bad escapes are still ' +
+        'refused). KEEP: they stay data, escaped. Whatever the choice, the origin is sent the path the proxy decided on.',
+    }),
+    mergeSlashes: Type.Boolean({
+      default: true,
+      description: 'Empty path segments are dropped (//a//b is /a/b), as nginx merge_slashes on.',
+    }),
+  },
+  {
+    additionalProperties: false,
+    default: {},
+    description:
+      'How the request target is read. The proxy normalises it once (percent-encoded unreserved characters decoded, dot ' +
+      'segments removed) and sends the origin exactly that; the WAF exclusions and the log go by the same path.',
+  },
 );
 
 export const RateLimitThreshold = Type.Object(
@@ -293,6 +379,7 @@ export const HttpProxyAttributes = Type.Object(
     ),
     backend: HttpBackend,
     waf: Type.Optional(Waf),
+    requestTarget: Type.Optional(RequestTarget),
     rateLimiting: Type.Optional(Nullable(RateLimiting)),
     geoFencing: Type.Optional(Nullable(GeoFencing)),
     connectionLimits: Type.Optional(Nullable(HttpConnectionLimits)),

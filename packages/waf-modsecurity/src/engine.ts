@@ -46,6 +46,8 @@ export class ModSecurityEngine implements WafEngine {
       queueLength,
       maxQueueWaitMs,
       exchangeTimeoutMs,
+      runawayMs,
+      onThreadRestart,
       ...rules
     } = options;
     this.pool = new WorkerPool({
@@ -59,6 +61,9 @@ export class ModSecurityEngine implements WafEngine {
       ...(queueLength !== undefined && { queueLength }),
       ...(maxQueueWaitMs !== undefined && { maxQueueWaitMs }),
       ...(exchangeTimeoutMs !== undefined && { exchangeTimeoutMs }),
+      // ModSecurity cannot be interrupted from inside: the watchdog is its only bound.
+      ...(runawayMs !== undefined && { runawayMs }),
+      ...(onThreadRestart !== undefined && { onThreadRestart }),
     });
     this.workerCount = this.pool.workerCount;
   }

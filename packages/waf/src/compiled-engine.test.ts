@@ -112,13 +112,17 @@ test('compiled engine: load errors name the file and line', async () => {
   );
 });
 
-test('compiled engine (worker pool): a request past its time budget loses its worker, the next request gets a new one', {
+test('compiled engine (worker pool): a step that cannot be interrupted loses its worker (runaway backstop), the next request gets a new one', {
   timeout: 60_000,
 }, async () => {
-  // a pattern V8's linear engine cannot take (lookahead) with an exponential input
+  // a pattern V8's linear engine cannot take (lookahead) with an exponential input: one regex run
+  // the transaction cannot end between steps
+  const restarts: string[] = [];
   const pool = await createCompiledEngine({
     workers: 1,
-    requestBudgetMs: 300,
+    requestBudgetMs: 100,
+    runawayMs: 400,
+    onThreadRestart: (cause) => restarts.push(cause),
     extraAfterRules: 'SecRule REQUEST_HEADERS:X-Redos "@rx ^(a+)+(?=b)c" "id:1000001,phase:1,pass,log,msg:\'redos\'"',
   });
   try {
@@ -134,6 +138,7 @@ test('compiled engine (worker pool): a request past its time budget loses its wo
       }
     }
     assert.deepEqual(verdict?.matchedRules, []);
+    assert.deepEqual(restarts, ['runaway']);
   } finally {
     await pool.close();
   }

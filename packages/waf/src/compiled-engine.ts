@@ -13,18 +13,22 @@
  *   thread. Regular expressions that V8's linear engine can take fall back to it on excessive
  *   backtracking (regex/runtime.ts).
  * - in the worker pool (`workers: N`, pool/worker-pool.ts, as the ModSecurity engine): each
- *   worker holds its own compiled copy (closures cannot cross isolates) and a request that runs
- *   past `requestBudgetMs` of wall time has its worker terminated and replaced; the request fails
- *   with WafUnavailableError (the proxy applies its `waf.failMode`). That budget is what bounds
- *   patterns the linear engine cannot take. It counts a request's own run, not its wait behind
- *   other requests: under load a queue of slow-but-sound requests is no reason to kill a worker.
- *   Requests reach the workers through fair admission (pool/fair-admission.ts).
+ *   worker holds its own compiled copy (closures cannot cross isolates). Requests reach the
+ *   workers through fair admission (pool/fair-admission.ts).
+ *
+ * Budget, both ways: an inspection (request side or response side) that runs past
+ * `requestBudgetMs` of its own run (never its wait in a queue) is ended by the transaction itself,
+ * which looks at the clock between rules and between values (transaction/rule-loop.ts), and fails
+ * with WafBudgetExceededError: the proxy applies its `waf.failMode` to that request alone, and the
+ * thread goes on with the others. The input limits (input-limits.ts) bound how long one step can
+ * be. In the pool, a request still running after `runawayMs` (a step that could not be
+ * interrupted) has its thread replaced: the backstop, reported through `onThreadRestart`.
  */
 import type { WafEngine, WafExchange, WafRequest, WafResponse, WafEngineSettings, WafEngineVerdict } from './engine.ts';
 import { WafUnavailableError } from './engine.ts';
 import { CompiledInspector, compileCrs } from './inspector.ts';
 import type { CompiledRulesOptions } from './inspector.ts';
-import { WorkerPool } from './pool/worker-pool.ts';
+import { POOL_OPTION_NAMES, WorkerPool } from './pool/worker-pool.ts';
 import type { PoolSchedulingOptions } from './pool/worker-pool.ts';
 import { resolvedLimits } from './rule-set.ts';
 import type { CompiledRuleSet } from './seclang/program.ts';
@@ -33,8 +37,15 @@ import { checkSettings } from './settings.ts';
 export interface CompiledEngineOptions extends CompiledRulesOptions, PoolSchedulingOptions {
   /** 0 (default): run in the calling thread. N > 0: a pool of N worker threads. */
   readonly workers?: number;
-  /** Worker mode: wall-clock budget of one request's run (queueing excluded) before its worker is replaced; default 250 ms. */
+  /** Wall-clock budget of one inspection's run (queueing excluded) before its transaction ends; default 250 ms, 0: none. */
   readonly requestBudgetMs?: number;
+}
+
+export const DEFAULT_REQUEST_BUDGET_MS = 250;
+
+/** The watchdog's bound for a budget: well past it, so that only a step that cannot be interrupted reaches it. */
+export function defaultRunawayMs(budgetMs: number): number {
+  return Math.max(1000, 4 * budgetMs);
 }
 
 const shared = new Map<string, CompiledRuleSet>();
@@ -51,16 +62,9 @@ export function sharedRuleSet(options: CompiledRulesOptions = {}): CompiledRuleS
 }
 
 function rulesOptions(options: CompiledEngineOptions): CompiledRulesOptions {
-  const {
-    workers: _w,
-    inFlightPerWorker: _i,
-    queueLength: _q,
-    maxQueueWaitMs: _m,
-    requestBudgetMs: _b,
-    exchangeTimeoutMs: _e,
-    ...rules
-  } = options;
-  return rules;
+  const rules: Record<string, unknown> = { ...options };
+  for (const name of [...POOL_OPTION_NAMES, 'workers', 'requestBudgetMs']) delete rules[name];
+  return rules as CompiledRulesOptions;
 }
 
 export class CompiledEngine implements WafEngine {
@@ -74,8 +78,11 @@ export class CompiledEngine implements WafEngine {
     const limits = resolvedLimits(options);
     const workers = options.workers ?? 0;
     if (!Number.isInteger(workers) || workers < 0 || workers > 64) throw new RangeError('workers must be 0-64');
+    const budgetMs = options.requestBudgetMs ?? DEFAULT_REQUEST_BUDGET_MS;
+    if (!Number.isFinite(budgetMs) || budgetMs < 0) throw new RangeError('requestBudgetMs must be a finite number >= 0');
     if (workers === 0) {
-      this.inspector = new CompiledInspector(sharedRuleSet(rulesOptions(options)), limits);
+      this.inspector = new CompiledInspector(sharedRuleSet(rulesOptions(options)), limits, budgetMs);
+      if (budgetMs > 0) this.inspector.warmUp();
     } else {
       this.pool = new WorkerPool({
         script: new URL('./compiled-worker.ts', import.meta.url),
@@ -84,7 +91,9 @@ export class CompiledEngine implements WafEngine {
         workers,
         rules: rulesOptions(options),
         limits,
-        requestBudgetMs: options.requestBudgetMs ?? 250,
+        requestBudgetMs: budgetMs,
+        runawayMs: options.runawayMs ?? defaultRunawayMs(budgetMs),
+        ...(options.onThreadRestart !== undefined && { onThreadRestart: options.onThreadRestart }),
         ...(options.inFlightPerWorker !== undefined && { inFlightPerWorker: options.inFlightPerWorker }),
         ...(options.queueLength !== undefined && { queueLength: options.queueLength }),
         ...(options.maxQueueWaitMs !== undefined && { maxQueueWaitMs: options.maxQueueWaitMs }),

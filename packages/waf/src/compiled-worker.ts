@@ -8,4 +8,8 @@ import type { CompiledRulesOptions } from './inspector.ts';
 import { serveInspector } from './pool/inspector-worker.ts';
 import { resolvedLimits } from './rule-set.ts';
 
-serveInspector((options: CompiledRulesOptions) => new CompiledInspector(sharedRuleSet(options), resolvedLimits(options)));
+serveInspector((options: CompiledRulesOptions, budgetMs: number) => {
+  const inspector = new CompiledInspector(sharedRuleSet(options), resolvedLimits(options), budgetMs);
+  inspector.warmUp();
+  return inspector;
+});

@@ -37,6 +37,29 @@ export interface WafEngineSettings {
   /** Inbound anomaly score at which the rule set interrupts (CRS default 5). */
   readonly anomalyThreshold?: number | undefined;
   readonly ruleExclusions?: readonly WafRuleExclusion[] | undefined;
+  /** Bounds of what one request may make the engine parse and inspect (input-limits.ts); absent fields: the defaults. */
+  readonly inputLimits?: WafInputLimits | undefined;
+}
+
+/**
+ * How much of a request the engine parses and inspects (DESIGN "Hostile input": ModSecurity's
+ * SecArgumentsLimit, SecRequestBodyJsonDepthLimit and the like, per proxy). A request past one is
+ * not parsed further and matches the limit's rule (input-limits.ts INPUT_LIMIT_RULES): refused in
+ * BLOCKING mode, logged in LOGGING mode, as ModSecurity's rule 200007 in On / DetectionOnly.
+ */
+export interface WafInputLimits {
+  /** Arguments (query string and body together: ARGS). */
+  readonly arguments?: number | undefined;
+  /** Parts of a multipart/form-data body. */
+  readonly multipartParts?: number | undefined;
+  /** Nesting of a JSON body (objects and arrays). */
+  readonly jsonDepth?: number | undefined;
+  /** Values of a JSON body (scalars and containers). */
+  readonly jsonElements?: number | undefined;
+  /** Nesting of an XML body's elements. */
+  readonly xmlDepth?: number | undefined;
+  /** Bytes of one argument's name or value. */
+  readonly valueLength?: number | undefined;
 }
 
 export interface WafRequest {
@@ -47,6 +70,12 @@ export interface WafRequest {
   readonly method: string;
   /** Request target as received, with the query string (binary string). */
   readonly uri: string;
+  /**
+   * The path the proxy forwards (its canonical form, without the query). Given, it is what
+   * exclusions' `pathPrefix` match, and the prefixes are taken as already in that form (the proxy
+   * canonicalises them too); absent, both are normalised here (`normalizedPath`).
+   */
+  readonly path?: string | undefined;
   /** "1.0", "1.1", "2" ... (without "HTTP/"). */
   readonly httpVersion: string;
   /** In the order received, duplicates kept (binary strings). */

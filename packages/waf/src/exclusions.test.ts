@@ -82,3 +82,11 @@ test('pathPrefix matches whole path segments', () => {
   assert.equal(at('/apiary'), false);
   assert.equal(at('/api/../api-admin'), false);
 });
+
+test("with the proxy's canonical path, the prefix is matched on it, not on the target as received", () => {
+  const exclusions = [{ ruleIds: [942100], pathPrefix: '/public' }];
+  // Tomcat serves /public/..;/admin as /admin: the proxy forwards /admin, or refuses the target.
+  assert.deepEqual(removalsFor({ uri: '/public/..;/admin', path: '/admin', headers: [] }, exclusions), []);
+  assert.deepEqual(removalsFor({ uri: '/%70ublic/x', path: '/public/x', headers: [] }, exclusions), [{ ruleId: 942100 }]);
+  assert.deepEqual(removalsFor({ uri: '/public;x/y', path: '/public;x/y', headers: [] }, exclusions), []);
+});

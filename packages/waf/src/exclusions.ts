@@ -93,18 +93,24 @@ function prefixOf(exclusion: WafRuleExclusion, pathPrefix: string): string {
   return prefix;
 }
 
-/** Removals for this request: the exclusions whose path prefix matches, expanded per rule id. */
+/**
+ * Removals for this request: the exclusions whose path prefix matches, expanded per rule id. With
+ * `request.path` (the proxy's canonical path, the one the origin is sent) the prefixes are compared
+ * as given, in the same canonical form; without it, both are normalised here.
+ */
 export function removalsFor(
-  request: Pick<WafRequest, 'uri' | 'headers'>,
+  request: Pick<WafRequest, 'uri' | 'headers' | 'path'>,
   exclusions: readonly WafRuleExclusion[] | undefined,
 ): RuleRemoval[] {
   if (!exclusions || exclusions.length === 0) return [];
-  let path: string | undefined;
+  const canonical = request.path;
+  let path: string | undefined = canonical;
   const removals: RuleRemoval[] = [];
   for (const exclusion of exclusions) {
     if (exclusion.pathPrefix !== undefined) {
       path ??= normalizedPath(request.uri);
-      if (!underNormalizedPrefix(path, prefixOf(exclusion, exclusion.pathPrefix))) continue;
+      const prefix = canonical !== undefined ? exclusion.pathPrefix.replace(/\/+$/, '') : prefixOf(exclusion, exclusion.pathPrefix);
+      if (!underNormalizedPrefix(path, prefix)) continue;
     }
     const targets = exclusion.target === undefined ? [undefined] : expandTarget(exclusion.target, request.headers);
     for (const ruleId of exclusion.ruleIds) {

@@ -9,6 +9,7 @@ export type {
   WafEngineSettings,
   WafEngineVerdict,
   WafExchange,
+  WafInputLimits,
   WafInterrupt,
   WafMatchedRule,
   WafRequest,
@@ -31,7 +32,9 @@ export {
   ruleSetSources,
 } from './rule-set.ts';
 export type { RuleSetOptions, RulesSource } from './rule-set.ts';
-export { CompiledEngine, createCompiledEngine, sharedRuleSet } from './compiled-engine.ts';
+export { CompiledEngine, createCompiledEngine, DEFAULT_REQUEST_BUDGET_MS, defaultRunawayMs, sharedRuleSet } from './compiled-engine.ts';
+export { DEFAULT_INPUT_LIMITS, INPUT_LIMIT_BOUNDS, INPUT_LIMIT_RULES, resolveInputLimits } from './input-limits.ts';
+export type { InputLimitName, ResolvedInputLimits } from './input-limits.ts';
 export type { CompiledEngineOptions } from './compiled-engine.ts';
 export { CompiledInspector, compileCrs } from './inspector.ts';
 export type { CompiledRulesOptions, OpenCompiledTransaction } from './inspector.ts';
@@ -39,8 +42,8 @@ export { compileRuleSet } from './seclang/compiler.ts';
 export type { CompileOptions, CompileSource } from './seclang/compiler.ts';
 export { SecLangError } from './seclang/parser.ts';
 export type { CompiledRuleSet } from './seclang/program.ts';
-export { WorkerPool } from './pool/worker-pool.ts';
-export type { PoolSchedulingOptions, WorkerPoolOptions } from './pool/worker-pool.ts';
+export { POOL_OPTION_NAMES, WorkerPool } from './pool/worker-pool.ts';
+export type { PoolSchedulingOptions, WafThreadRestartCause, WorkerPoolOptions } from './pool/worker-pool.ts';
 export { serveInspector } from './pool/inspector-worker.ts';
 export type { PoolInspector } from './pool/protocol.ts';
 export {

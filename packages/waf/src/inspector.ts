@@ -9,6 +9,7 @@
  */
 import type { WafInterrupt, WafMatchedRule, WafRequest, WafResponse, WafEngineSettings, WafEngineVerdict } from './engine.ts';
 import { removalsFor } from './exclusions.ts';
+import { resolveInputLimits } from './input-limits.ts';
 import { ruleSetSources, resolvedLimits } from './rule-set.ts';
 import type { RuleSetOptions } from './rule-set.ts';
 import { checkSettings } from './settings.ts';
@@ -63,6 +64,55 @@ function numberOrUndefined(value: string | undefined): number | undefined {
   return Number.isFinite(n) ? n : undefined;
 }
 
+const warmed = new WeakSet<CompiledRuleSet>();
+
+function warmUpRequest(uri: string, contentType: string, body: string): WafRequest {
+  const bytes = Buffer.from(body, 'latin1');
+  return {
+    clientIp: '192.0.2.1',
+    clientPort: 40000,
+    serverIp: '192.0.2.2',
+    serverPort: 80,
+    method: 'POST',
+    uri,
+    httpVersion: '1.1',
+    headers: [
+      ['Host', 'warm-up.invalid'],
+      ['User-Agent', 'Mozilla/5.0 (X11; Linux x86_64; rv:127.0) Gecko/20100101 Firefox/127.0'],
+      ['Accept', 'text/html,application/json;q=0.9,*/*;q=0.8'],
+      ['Cookie', 'session=abc123; theme=dark'],
+      ['Content-Type', contentType],
+      ['Content-Length', String(bytes.length)],
+    ],
+    body: bytes,
+  };
+}
+
+/** Benign and hostile-looking values of each body kind: most of the rule set's expressions run once. */
+const WARM_UP_REQUESTS: readonly WafRequest[] = [
+  warmUpRequest('/search?q=red+shoes&page=2', 'application/x-www-form-urlencoded', 'name=Jane+Doe&comment=Hello+there'),
+  warmUpRequest(
+    "/?id=1'%20or%20'1'%3D'1&f=../../etc/passwd",
+    'application/x-www-form-urlencoded',
+    'q=%3Cscript%3Ealert(1)%3C%2Fscript%3E&c=%3Bcat+%2Fetc%2Fpasswd&s=union+select+1,2--',
+  ),
+  warmUpRequest('/api/items', 'application/json', '{"items":[{"id":1,"name":"<img src=x onerror=alert(1)>"}],"q":"1 OR 1=1"}'),
+  warmUpRequest('/soap', 'text/xml', '<?xml version="1.0"?><a b="c"><d>select * from users</d></a>'),
+  warmUpRequest(
+    '/upload',
+    'multipart/form-data; boundary=WarmUp',
+    '--WarmUp\r\nContent-Disposition: form-data; name="title"\r\n\r\n<?php system($_GET[1]); ?>\r\n' +
+      '--WarmUp\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\nhello\r\n--WarmUp--\r\n',
+  ),
+];
+
+const WARM_UP_RESPONSE: WafResponse = {
+  status: 200,
+  httpVersion: '1.1',
+  headers: [['Content-Type', 'text/html']],
+  body: Buffer.from('<html><body>SQL syntax error near line 1; Warning: mysql_fetch_array()</body></html>'),
+};
+
 export interface OpenCompiledTransaction {
   readonly tx: Transaction;
   readonly reported: number;
@@ -72,10 +122,48 @@ export interface OpenCompiledTransaction {
 export class CompiledInspector {
   readonly ruleSet: CompiledRuleSet;
   private readonly limits: { request: number; response: number };
+  /** Wall time one inspection (request side, or response side) may run before it ends; 0: none. */
+  private budgetMs: number;
 
-  constructor(ruleSet: CompiledRuleSet, limits: { request: number; response: number }) {
+  /**
+   * `budgetMs`: each inspection's budget, measured from its own start (never its wait in a queue);
+   * past it the transaction ends with WafBudgetExceededError (rule-loop.ts Transaction.deadline).
+   */
+  constructor(ruleSet: CompiledRuleSet, limits: { request: number; response: number }, budgetMs = 0) {
     this.ruleSet = ruleSet;
     this.limits = limits;
+    if (!Number.isFinite(budgetMs) || budgetMs < 0) throw new RangeError('budgetMs must be a finite number >= 0');
+    this.budgetMs = budgetMs;
+  }
+
+  /**
+   * Runs a few requests through every phase, without a budget, so that a new thread's first
+   * requests do not pay for what V8 does on first use (regular expressions compiled, code
+   * optimized): a cold rule set takes ~100 ms over its first request, which would count against
+   * that request's budget. Once per rule set and thread.
+   */
+  warmUp(): void {
+    if (warmed.has(this.ruleSet)) return;
+    warmed.add(this.ruleSet);
+    const budget = this.budgetMs;
+    this.budgetMs = 0;
+    try {
+      for (const request of WARM_UP_REQUESTS) {
+        const { open } = this.inspectRequest(request, { paranoiaLevel: 4, mode: 'LOGGING' }, true);
+        if (open) this.inspectResponse(open, WARM_UP_RESPONSE);
+      }
+    } catch {
+      // A rule set that cannot evaluate these requests fails the requests that hit the same
+      // problem, later, one by one: it is no reason for the engine not to start.
+    } finally {
+      this.budgetMs = budget;
+    }
+  }
+
+  private startClock(tx: Transaction): void {
+    if (this.budgetMs === 0) return;
+    tx.budgetMs = this.budgetMs;
+    tx.deadline = performance.now() + this.budgetMs;
   }
 
   static load(options: CompiledRulesOptions = {}): CompiledInspector {
@@ -95,6 +183,8 @@ export class CompiledInspector {
     checkSettings(settings);
     const blocking = settings.mode !== 'LOGGING';
     const tx = new Transaction(this.ruleSet, request.id);
+    this.startClock(tx);
+    tx.inputLimits = resolveInputLimits(settings.inputLimits);
     tx.setTx('paranoia_level', String(settings.paranoiaLevel));
     if (settings.anomalyThreshold !== undefined) tx.setTx('inbound_anomaly_score_threshold', String(settings.anomalyThreshold));
     for (const removal of removalsFor(request, settings.ruleExclusions)) {
@@ -138,6 +228,7 @@ export class CompiledInspector {
   /** Response phases and logging of an open exchange. The verdict has the response's matches only. */
   inspectResponse(open: OpenCompiledTransaction, response: WafResponse): WafEngineVerdict {
     const { tx } = open;
+    this.startClock(tx);
     for (const [name, value] of response.headers) {
       tx.responseHeadersNames.push({ key: name, full: `RESPONSE_HEADERS_NAMES:${name}`, box: newBox(name), uk: undefined });
       tx.responseHeaders.push({ key: name, full: `RESPONSE_HEADERS:${name}`, box: newBox(value), uk: undefined });

@@ -16,6 +16,7 @@
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { inputLimitRules } from './input-limits.ts';
 
 export const DEBIAN_CRS_SETUP = '/etc/modsecurity/crs/crs-setup.conf';
 export const DEBIAN_CRS_RULES_DIR = '/usr/share/modsecurity-crs/rules';
@@ -93,6 +94,10 @@ SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\\+|/)|text/)xml" \
   "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
 SecRule REQUEST_HEADERS:Content-Type "^application/json" \\
   "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
+
+# A request past an input limit (input-limits.ts): its parser stopped there, so the rest of it
+# was never inspected. Refused first thing in phase 2, as modsecurity.conf-recommended's 200007.
+${inputLimitRules()}
 
 # A body that could not be parsed cannot be inspected: refuse it, unless it was only cut at the
 # body limit (the documented PROCESS_PARTIAL policy).

@@ -5,6 +5,7 @@
 import type { WafEngineSettings } from './engine.ts';
 import { WafSettingsError } from './engine.ts';
 import { validateExclusion } from './exclusions.ts';
+import { resolveInputLimits } from './input-limits.ts';
 
 /** Throws WafSettingsError for settings the engines cannot apply. */
 export function checkSettings(settings: WafEngineSettings): void {
@@ -17,4 +18,5 @@ export function checkSettings(settings: WafEngineSettings): void {
     throw new WafSettingsError(`anomalyThreshold must be a positive integer, got ${String(threshold)}`);
   }
   for (const exclusion of settings.ruleExclusions ?? []) validateExclusion(exclusion);
+  resolveInputLimits(settings.inputLimits);
 }

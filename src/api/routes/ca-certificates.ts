@@ -68,7 +68,9 @@ export const caCertificateRoutes: RoutePlugin = async (app, { deps }) => {
         const field = `/data/attributes/certificates/${index}/certificate`;
         // A literal internal address is refused now; a name is checked at every fetch (crl.ts).
         const refused =
-          entry.crlUrl === undefined ? undefined : crlUrlError(policy, entry.crlUrl, `/data/attributes/certificates/${index}/crlUrl`);
+          entry.crlUrl === undefined
+            ? undefined
+            : crlUrlError(policy, entry.crlUrl, `/data/attributes/certificates/${index}/crlUrl`, request.log);
         if (refused !== undefined) errors.push(refused);
         try {
           const certificate = checkCaCertificate(entry.certificate, `certificates[${index}].certificate`);

@@ -90,10 +90,27 @@ function orderRefused(deps: ApiDeps, refusal: AcmeOrderRefused): ApiError {
   return ApiError.many(refusal.problems.map((problem) => errorObject(problem.code, problem.detail, { pointer: problem.pointer })));
 }
 
+/**
+ * With no ACME service (TPS_ACME_DIRECTORY_URL=off) an order would wait PENDING for ever and claim
+ * its names from every other tenant meanwhile: it is refused, and nothing is stored.
+ */
+function refuseWithoutAcme(deps: ApiDeps, source?: { pointer: string }): void {
+  if (deps.settings.acmeDirectoryUrl !== undefined) return;
+  deps.metrics.acmeOrdersRefused.inc({ reason: 'ACME_DISABLED' });
+  throw new ApiError(
+    'ACME_DISABLED',
+    'this service issues no certificates (its operator turned ACME off): upload a certificate with POST /api/v2/traffic-mgmt/certificates/pem',
+    source,
+  );
+}
+
 export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
   const tags = ['certificates'];
   const security = [{ bearer: [] }];
-  const orderLimits = (): AcmeOrderLimits => ({ maxPendingOrders: deps.settings.quotaPendingAcmeOrders });
+  const orderLimits = (): AcmeOrderLimits => ({
+    maxPendingOrders: deps.settings.quotaPendingAcmeOrders,
+    claimSeconds: deps.settings.acmeClaimSeconds,
+  });
 
   const upload = async (request: FastifyRequest, body: Static<typeof CertificatePemDocument>) => {
     const { data } = body;
@@ -182,6 +199,7 @@ export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
       const { data } = request.body;
       const tenantId = request.principal!.tenantId;
       checkAccount(data.relationships, tenantId);
+      refuseWithoutAcme(deps, { pointer: '/data' });
       const domains = data.attributes.domains.map(normalizeDomain);
       const duplicates = domains.flatMap((domain, index) =>
         domains.indexOf(domain) === index
@@ -230,6 +248,7 @@ export const certificateRoutes: RoutePlugin = async (app, { deps }) => {
       if (existing.source !== 'ACME') {
         throw new ApiError('NOT_SERVICE_ISSUED', `certificate ${id} was uploaded by the customer; renew it by uploading a new one`);
       }
+      refuseWithoutAcme(deps);
       // Without an ACME service in this process the request waits in the store for the node that runs one.
       let record: CertificateRecord | undefined;
       try {

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { RoutePlugin } from '../types.ts';
 import { documentOnly } from '../schemas/validator.ts';
+import { RATE_LIMITED_BEFORE_BODY } from '../rate-limit-before-body.ts';
 
 const TokenRequest = Type.Object(
   {
@@ -31,6 +32,7 @@ export const tokenRoutes: RoutePlugin = async (app, { deps }) => {
   app.post(
     `${prefix}/oauth/token`,
     {
+      config: RATE_LIMITED_BEFORE_BODY,
       schema: {
         tags: ['auth'],
         summary: 'Obtain an access token (OAuth 2.0 client credentials)',

@@ -34,6 +34,10 @@ import type { Principal } from '../../auth/token-issuer.ts';
 import { SCOPES, type Scope } from '../../store/service-accounts.ts';
 import type { PortalSession } from '../../store/portal-users.ts';
 import { BadCursorError, dashboardRange } from '../../store/insight-aggregates.ts';
+import { RATE_LIMITED_BEFORE_BODY } from '../rate-limit-before-body.ts';
+
+/** Sign-in works without a session, and its per-address rate limit runs before its body is read. */
+const SIGN_IN = { portalPublic: true, ...RATE_LIMITED_BEFORE_BODY };
 
 /** The built portal (`npm run build:portal`). */
 export const PORTAL_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../portal/dist');
@@ -72,6 +76,11 @@ function readCookie(request: FastifyRequest, name: string): string | undefined {
     if (index > 0 && part.slice(0, index).trim() === name) return part.slice(index + 1).trim();
   }
   return undefined;
+}
+
+/** Whether the route the router matched is one of the portal's endpoints. */
+function isPortalApi(request: FastifyRequest): boolean {
+  return request.routeOptions.url?.startsWith(`${API}/`) === true;
 }
 
 const loaded = new WeakMap<FastifyRequest, PortalSession | null>();
@@ -157,24 +166,31 @@ export const portalRoutes: RoutePlugin = async (portal, { deps }) => {
   const passwordHashes = new ConcurrencyGate(concurrency, HASH_QUEUE_PER_SLOT * concurrency);
 
   // Every portal endpoint but sign-in needs a session; state-changing ones the CSRF token too.
+  // Decided on the route the router matched, never on the raw URL: the router decodes the path
+  // (`/portal/%61pi/session` matches `/portal/api/session`), a prefix test on the raw URL does not.
   portal.addHook('onRequest', async (request) => {
-    if (!request.url.startsWith(`${API}/`) || request.routeOptions.config.portalPublic) return;
+    if (!isPortalApi(request) || request.routeOptions.config.portalPublic) return;
     const session = await sessionOf(deps, request);
     if (!session) throw new ApiError('NOT_SIGNED_IN', 'sign in to the portal first');
     if (!SAFE_METHODS.has(request.method)) checkCsrf(request, session);
   });
   portal.addHook('onSend', async (request, reply) => {
-    if (request.url.startsWith(`${API}/`)) void reply.header('Cache-Control', 'no-store').header('X-Content-Type-Options', 'nosniff');
+    if (isPortalApi(request)) void reply.header('Cache-Control', 'no-store').header('X-Content-Type-Options', 'nosniff');
   });
 
-  const session = (request: FastifyRequest) => loaded.get(request)!;
+  // The hook above loaded it; a handler reached without one fails closed, never with a 500.
+  const session = (request: FastifyRequest) => {
+    const current = loaded.get(request);
+    if (!current) throw new ApiError('NOT_SIGNED_IN', 'sign in to the portal first');
+    return current;
+  };
   const describe = async (current: PortalSession) => ({
     user: { email: current.email, tenantId: current.tenantId, tenantName: (await store.tenants.get(current.tenantId))?.name ?? '' },
     csrfToken: current.csrfToken,
     expiresAt: new Date(current.expiresAt).toISOString(),
   });
 
-  portal.post(`${API}/login`, { config: { portalPublic: true }, schema: { hide: true, body: Login } }, async (request, reply) => {
+  portal.post(`${API}/login`, { config: SIGN_IN, schema: { hide: true, body: Login } }, async (request, reply) => {
     // JSON only: a cross-site HTML form cannot send it without the browser asking first (CORS).
     if (!(request.headers['content-type'] ?? '').toLowerCase().startsWith('application/json')) {
       throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'sign in with Content-Type: application/json', { header: 'Content-Type' });

@@ -3,6 +3,7 @@
  * A request is checked whole (schema, then references to IPs, certificates and CA certificates)
  * before anything is written, so a rejected request changes nothing.
  */
+import type { FastifyBaseLogger } from 'fastify';
 import { Type } from '@sinclair/typebox';
 import { HTTP_PROXY, TrafficConfigDocument, TrafficConfigPatchDocument, Uuid, type HttpProxyAttributes, type ProxyType } from '@tps/model';
 import type { ApiDeps, RoutePlugin } from '../types.ts';
@@ -89,7 +90,7 @@ export const trafficConfigRoutes: RoutePlugin = async (app, { deps }) => {
       const { data } = request.body;
       checkAccount(data.relationships, tenantId);
       const attributes = withoutReadOnly(data.attributes);
-      await checkReferences(deps, tenantId, data.type, attributes);
+      await checkReferences(deps, request.log, tenantId, data.type, attributes);
       const record = await store.trafficConfigs.create(tenantId, data.type, attributes);
       void reply.code(201).type(JSONAPI_MEDIA_TYPE).header('Location', `${BASE}/${record.id}`);
       return { data: (await present([record]))[0] };
@@ -122,7 +123,7 @@ export const trafficConfigRoutes: RoutePlugin = async (app, { deps }) => {
       const current = await loadForChange(deps, tenantId, id, data);
       checkAccount(data.relationships, tenantId);
       const attributes = withoutReadOnly(data.attributes);
-      await checkReferences(deps, tenantId, data.type, attributes);
+      await checkReferences(deps, request.log, tenantId, data.type, attributes);
       const record = await store.trafficConfigs.replace(tenantId, current, attributes);
       void reply.type(JSONAPI_MEDIA_TYPE);
       return { data: (await present([record]))[0] };
@@ -153,7 +154,7 @@ export const trafficConfigRoutes: RoutePlugin = async (app, { deps }) => {
       const merged = mergePatch(structuredClone(current.attributes), data.attributes) as Record<string, unknown>;
       const document = validateBody(TrafficConfigDocument, { data: { type: current.type, attributes: withoutReadOnly(merged) } });
       const attributes = withoutReadOnly(document.data.attributes);
-      await checkReferences(deps, tenantId, current.type, attributes);
+      await checkReferences(deps, request.log, tenantId, current.type, attributes);
       const record = await store.trafficConfigs.replace(tenantId, current, attributes);
       void reply.type(JSONAPI_MEDIA_TYPE);
       return { data: (await present([record]))[0] };
@@ -232,7 +233,13 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
  * The checks a schema cannot make: addresses from the tenant's pool, origins the origin policy
  * allows (literal addresses; names are checked at connect time), and ids of the tenant's certificates.
  */
-async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType, attributes: StoredAttributes): Promise<void> {
+async function checkReferences(
+  deps: ApiDeps,
+  log: FastifyBaseLogger,
+  tenantId: string,
+  type: ProxyType,
+  attributes: StoredAttributes,
+): Promise<void> {
   const errors: JsonApiErrorObject[] = [];
   const fail = (code: ApiErrorCode, pointer: string, detail: string) =>
     errors.push(errorObject(code, detail, { pointer: `/data/attributes/${pointer}` }));
@@ -250,7 +257,7 @@ async function checkReferences(deps: ApiDeps, tenantId: string, type: ProxyType,
   }
   const policy = originPolicyOf(deps);
   for (const [index, host] of attributes.backend.hosts.entries()) {
-    const refused = originError(policy, host.address, host.port, `/data/attributes/backend/hosts/${index}/address`);
+    const refused = originError(policy, host.address, host.port, `/data/attributes/backend/hosts/${index}/address`, log);
     if (refused !== undefined) errors.push(refused);
   }
 

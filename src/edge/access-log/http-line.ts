@@ -30,6 +30,7 @@ export function appendHttpLine(out: LineWriter, entry: AccessLogEntry): void {
   appendNumberField(out, ',"bytesOut":', entry.bytesOut);
   appendNumberField(out, ',"upstreamAttempts":', entry.upstreamAttempts);
   appendNumberField(out, ',"durationMs":', entry.durationMs);
+  if (entry.rawUrl !== undefined) appendStringField(out, ',"rawUrl":', entry.rawUrl);
   if (entry.clientIpSource !== undefined) appendStringField(out, ',"clientIpSource":', entry.clientIpSource);
   if (entry.peerIp !== undefined) appendStringField(out, ',"peerIp":', entry.peerIp);
   if (entry.clientCertificate !== undefined) appendStringField(out, ',"clientCertificate":', entry.clientCertificate);

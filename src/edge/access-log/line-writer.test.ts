@@ -154,6 +154,7 @@ function randomEntry(random: Random): AccessLogEntry {
     bytesOut: randomNumber(random),
     upstreamAttempts: randomNumber(random),
     durationMs: randomNumber(random),
+    rawUrl: maybe(() => text(3000)),
     clientIpSource: maybe(() => random.pick(['proxy-protocol', 'x-forwarded-for'] as const)),
     peerIp: maybe(text),
     clientCertificate: maybe(text),

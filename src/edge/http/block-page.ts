@@ -1,5 +1,5 @@
 /**
- * The pages the proxy answers with itself: blocked (403 geo fence, WAF, client certificate),
+ * The pages the proxy answers with itself: malformed or ambiguous (400), blocked (403 geo fence, WAF, client certificate),
  * rate-limited (429), too large (413), not inspected in time (503, WAF failMode CLOSED) and origin
  * failures (502, 504). Small, plain HTML with no
  * external asset, so they render anywhere and cost nothing to serve under attack. Each shows the
@@ -8,6 +8,7 @@
  */
 
 export type PageKind =
+  | 'bad-request'
   | 'geo-fence'
   | 'waf'
   | 'client-certificate'
@@ -24,6 +25,11 @@ interface PageText {
 }
 
 const PAGES: Record<PageKind, PageText> = {
+  'bad-request': {
+    status: 400,
+    title: 'Bad request',
+    message: 'This request is malformed or ambiguous (its address or headers can be read in more than one way) and was refused.',
+  },
   'geo-fence': {
     status: 403,
     title: 'Access denied',

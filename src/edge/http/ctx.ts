@@ -87,6 +87,12 @@ export class RequestCtx {
   /** Content-Length of the request; -1 when absent. */
   declaredLength = -1;
 
+  // Filled by the request-target phase (request-target.ts): the one reading of the target.
+  /** Canonical path: what the phases decide on. */
+  path = '';
+  /** Canonical path and the query as received: what the origin is sent. */
+  target = '';
+
   /** Set by the WAF phase when it read the body; the upstream phase sends what it says. */
   body: RequestBody = null;
 

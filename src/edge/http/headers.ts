@@ -13,7 +13,8 @@
  * - X-Request-Id: the client's when it sent a sane one, else our support id.
  * - X-Client-Cert-Verified / -Subject / -Fingerprint are always removed from the client's request and,
  *   with VERIFY_AND_FORWARD, set by us: the origin can trust them.
- * - HTTP/2: pseudo-headers become the request line and Host; split Cookie headers are joined with
+ * - HTTP/2: pseudo-headers become the request line and the one Host (a `host` field is not sent on:
+ *   phases/request-target.ts refused one that differs); split Cookie headers are joined with
  *   "; " as RFC 9113 section 8.2.3 requires when forwarding to HTTP/1.1.
  *
  * Towards the client: the origin's hop-by-hop headers are dropped (Node frames the response; HTTP/2
@@ -63,6 +64,8 @@ export function originRequestHeaders(ctx: RequestCtx, upgrade = false): string[]
       else if (lower === 'upgrade') upgradeValue = value;
       continue;
     }
+    // The one Host is :authority's (above); a host field equal to it (a differing one was refused) is not sent twice.
+    if (http2 && lower === 'host') continue;
     if (http2 && lower === 'cookie') {
       cookie = cookie === undefined ? value : `${cookie}; ${value}`;
       continue;

@@ -10,6 +10,7 @@ import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { HttpProxy } from './http-proxy.ts';
 import { request } from '../../../test/support/http-client.ts';
+import { waitFor } from '../../../test/support/wait.ts';
 import {
   FRONT_IP,
   ORIGIN_IP,
@@ -358,6 +359,45 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
       for (const socket of held) socket.destroy();
       await capped.stop();
     }
+  });
+
+  it("refuses connections past the node's budget, shared with another proxy, before its own caps", T, async () => {
+    const { NodeConnectionBudget } = await import('../shared-counters/node-connection-budget.ts');
+    const buffer = NodeConnectionBudget.allocate(2, 1);
+    const nodeBudget = new NodeConnectionBudget(buffer, 0);
+    const refused: string[] = [];
+    const deps = testDeps({
+      nodeBudget,
+      metrics: { connectionRefused: (_proxy, protocol, reason) => refused.push(`${protocol} ${reason}`) },
+    });
+    const ports = [await freePort(FRONT_IP), await freePort(FRONT_IP)];
+    const proxies = ports.map((port) => new HttpProxy(resolvedProxy(port, [origin]), deps));
+    const held: net.Socket[] = [];
+    const attempt = (port: number) =>
+      new Promise<'served' | 'refused'>((resolve) => {
+        const socket = net.connect({ host: FRONT_IP, port }, () => socket.write('GET / HTTP/1.1\r\nHost: budget\r\n\r\n'));
+        socket.on('data', (chunk: Buffer) => {
+          if (!chunk.toString('latin1').startsWith('HTTP/1.1 200')) return;
+          held.push(socket);
+          resolve('served');
+        });
+        socket.on('error', () => {});
+        socket.on('close', () => resolve('refused'));
+      });
+    try {
+      for (const proxy of proxies) await proxy.start();
+      assert.equal(await attempt(ports[0]!), 'served');
+      assert.equal(await attempt(ports[1]!), 'served');
+      assert.equal(await attempt(ports[0]!), 'refused', 'the node holds its budget of two');
+      assert.deepEqual(refused, ['HTTP NODE_BUDGET']);
+      held.shift()!.destroy();
+      await waitFor('the place given back', async () => NodeConnectionBudget.read(buffer).open === 1);
+      assert.equal(await attempt(ports[1]!), 'served', 'a closed connection gives its place back');
+    } finally {
+      for (const socket of held) socket.destroy();
+      for (const proxy of proxies) await proxy.stop();
+    }
+    await waitFor('every place given back', async () => NodeConnectionBudget.read(buffer).open === 0);
   });
 
   it(

@@ -21,6 +21,7 @@ import type { Duplex } from 'node:stream';
 import { acceptProxyHeaders, proxiedAddressesOf } from '../net/proxy-header.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../l4/flood-limits.ts';
 import { unmapIpv4 } from '../net/ip.ts';
+import { sourceKey } from '../net/source-key.ts';
 import { Http2SessionGuard } from './http2-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { recordEpisodeUpdate } from './insight-events.ts';
@@ -83,6 +84,17 @@ class Listener {
         resolve();
       });
     });
+  }
+
+  /** Resets the open connections whose peer `matches`; how many. */
+  resetWhere(matches: (peer: string) => boolean): number {
+    let reset = 0;
+    for (const socket of this.sockets) {
+      if (!matches(unmapIpv4(socket.remoteAddress ?? ''))) continue;
+      socket.resetAndDestroy();
+      reset++;
+    }
+    return reset;
   }
 
   get address(): net.AddressInfo | undefined {
@@ -208,6 +220,18 @@ export class HttpProxy {
     void Promise.all(draining);
   }
 
+  /**
+   * Resets the open connections (keep-alive, HTTP/2) of a source whose packets the kernel now drops:
+   * `source` is its rate-limit key (an IPv6 client by its prefix). Their answers could no longer
+   * reach the proxy anyway; a reset frees them now instead of after the idle timeout.
+   */
+  resetConnectionsOf(source: string): number {
+    const prefix = this.deps.rateLimit?.ipv6Prefix;
+    let reset = 0;
+    for (const listener of this.listeners) reset += listener.resetWhere((peer) => sourceKey(peer, prefix) === source);
+    return reset;
+  }
+
   /** Closes the listeners, lets open requests finish for `stopGraceMs`, then cuts what is left. */
   async stop(): Promise<void> {
     if (this.stopped) return;
@@ -253,18 +277,30 @@ export class HttpProxy {
     const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];
     server.removeAllListeners('connection');
     const clientAddress = this.deps.clientAddress;
+    const budget = this.deps.nodeBudget;
     server.on('connection', (socket: net.Socket) => {
       const peer = unmapIpv4(socket.remoteAddress ?? '');
       const proxied = proxiedAddressesOf(socket);
       const source = proxied !== undefined ? proxied.sourceAddress : clientAddress?.trusts(peer) ? undefined : peer;
+      // The node's budget first: it keeps the descriptors of the API and the other proxies' share.
+      if (budget !== undefined && !budget.tryAcquire()) {
+        socket.on('error', () => {});
+        socket.resetAndDestroy();
+        this.refused('HTTP', 'NODE_BUDGET', { source: source ?? peer });
+        return;
+      }
       const ticket = this.admission.acquire(source);
       if (typeof ticket === 'string') {
+        budget?.release();
         socket.on('error', () => {});
         socket.resetAndDestroy();
         this.refused('HTTP', ticket, { source: source ?? peer });
         return;
       }
-      socket.once('close', () => this.admission.release(ticket));
+      socket.once('close', () => {
+        this.admission.release(ticket);
+        budget?.release();
+      });
       for (const listener of listeners) listener.call(server, socket);
     });
   }

@@ -14,8 +14,9 @@ import type { HttpProxyDeps, WafEventDraft } from './types.ts';
 const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);
 
 /**
- * The request as insight events show it. `path` is the path without the query (the query is in
- * `messageHeader`, the raw request line). Credentials (Authorization, Proxy-Authorization, Cookie)
+ * The request as insight events show it. `path` is the canonical path the origin is sent and
+ * exclusions' `pathPrefix` match (request-target.ts), without the query; `messageHeader` has the
+ * request line as received. Credentials (Authorization, Proxy-Authorization, Cookie)
  * are replaced by "[redacted]" unless `waf.logMatchedData` is on: events leave the edge and are read
  * by people who must not get a session from them.
  */
@@ -36,7 +37,8 @@ export function requestSummary(ctx: RequestCtx, statusCode: number): RequestSumm
   const version = ctx.http2 ? 'HTTP/2' : `HTTP/${req.httpVersion}`;
   return {
     method: req.method ?? '',
-    path: query === -1 ? url : url.slice(0, query),
+    // Answered before the target was read (accept refused it): the path as received.
+    path: ctx.path !== '' ? ctx.path : query === -1 ? url : url.slice(0, query),
     headers,
     messageHeader: [`${req.method} ${url} ${version}`, ...headers].join('\n'),
     statusCode,

@@ -7,6 +7,7 @@
  * (counters, blocks, episodes).
  */
 import type { HttpLimits } from './limits.ts';
+import { canonicalPathPrefix, DEFAULT_REQUEST_TARGET_SETTINGS, type RequestTargetSettings } from './request-target.ts';
 import { RateLimiter, type RateEpisode } from './rate-limit/limiter.ts';
 import type { HttpProxyDeps, ResolvedHttpProxy, WafSettings } from './types.ts';
 import { OriginSet, originSetKey } from './upstream/origins.ts';
@@ -32,6 +33,9 @@ export class ProxySnapshot {
   readonly rateLimiter: RateLimiter | undefined;
   readonly rateLimitKey: string;
   readonly origins: OriginSet;
+  /** How request targets are read (`requestTarget`, defaults applied): see request-target.ts. */
+  readonly requestTarget: RequestTargetSettings;
+  /** The proxy's `waf` attributes, exclusions' `pathPrefix` in the canonical form request paths have. */
   readonly waf: WafSettings;
   /**
    * Request bodies and the WAF, resolved from `waf.requestBodyLimit` / `waf.bodyLimitAction` or the
@@ -92,7 +96,30 @@ export class ProxySnapshot {
         ? previous.origins
         : new OriginSet(config, limits, deps.originGuard, previous?.origins, deps.hostDownForMs);
 
-    this.waf = attributes.waf ?? { mode: 'BLOCKING', paranoiaLevel: 1, failMode: 'CLOSED', logMatchedData: false, ruleExclusions: [] };
+    this.requestTarget = { ...DEFAULT_REQUEST_TARGET_SETTINGS, ...attributes.requestTarget };
+    const configured = attributes.waf ?? {
+      mode: 'BLOCKING',
+      paranoiaLevel: 1,
+      failMode: 'CLOSED',
+      logMatchedData: false,
+      ruleExclusions: [],
+    };
+    // the operator's input limits under the proxy's own: each request carries its proxy's whole set
+    const waf =
+      deps.wafInputLimits === undefined
+        ? configured
+        : { ...configured, inputLimits: { ...deps.wafInputLimits, ...configured.inputLimits } };
+    const mergeSlashes = this.requestTarget.mergeSlashes;
+    this.waf = waf.ruleExclusions.some((exclusion) => exclusion.pathPrefix !== undefined)
+      ? {
+          ...waf,
+          ruleExclusions: waf.ruleExclusions.map((exclusion) =>
+            exclusion.pathPrefix === undefined
+              ? exclusion
+              : { ...exclusion, pathPrefix: canonicalPathPrefix(exclusion.pathPrefix, mergeSlashes) || '/' },
+          ),
+        }
+      : waf;
     const hook = deps.waf;
     const limit = Math.min(this.waf.requestBodyLimit ?? hook?.requestBodyLimit ?? 0, limits.maxBodySize);
     this.wafBody = {

@@ -8,9 +8,11 @@ import type { HttpProxyAttributes } from '@tps/model';
 import type { InsightSink, MatchedRule } from '@tps/model';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
 import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
+import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import type { ClientAddressPolicy } from '../net/client-address.ts';
 import type { OriginGuard } from '../net/origin-guard.ts';
 import type { Http2Refusal } from './http2-guard.ts';
+import type { TargetRefusal } from './request-target.ts';
 import type { HttpLimits } from './limits.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
 import type { RateLimitStore } from './rate-limit/store.ts';
@@ -42,8 +44,11 @@ export interface HttpProxyLogger {
   error(obj: object, msg: string): void;
 }
 
-/** Why a connection or an HTTP/2 session was refused or ended before reaching an origin. */
-export type HttpRefusalReason = FloodRefusal | Http2Refusal;
+/**
+ * Why a connection or an HTTP/2 session was refused or ended before reaching an origin.
+ * NODE_BUDGET: the node's edge holds TPS_EDGE_MAX_CONNECTIONS connections already.
+ */
+export type HttpRefusalReason = FloodRefusal | Http2Refusal | 'NODE_BUDGET';
 
 export interface HttpProxyDeps {
   /** Where APP_DDOS_ATTACK and WAF_EVENT events go. */
@@ -69,6 +74,8 @@ export interface HttpProxyDeps {
    * (src/edge/http/waf/budget-offenders.ts): the operator's settings, DEFAULT_BUDGET_OFFENDERS by default.
    */
   wafBudgetOffenders?: Partial<BudgetOffenderSettings>;
+  /** Defaults of proxies' `waf.inputLimits` (operator settings TPS_WAF_*_LIMIT); absent: the engine's own. */
+  wafInputLimits?: NonNullable<NonNullable<HttpProxyAttributes['waf']>['inputLimits']>;
   /** Pending ACME HTTP-01 challenges; absent = /.well-known/acme-challenge/ goes to the origin. */
   acmeChallenge?: AcmeChallengeLookup;
   /** Node-wide limits (sizes, timeouts); see `DEFAULT_HTTP_LIMITS`. */
@@ -103,6 +110,12 @@ export interface HttpProxyDeps {
    */
   reusePort?: boolean;
   /**
+   * The node's budget of edge connections, shared by every proxy and worker: a connection takes a
+   * place at accept (before the proxy's own caps) and gives it back at close; none left: reset,
+   * counted as NODE_BUDGET. Absent: no node-wide budget.
+   */
+  nodeBudget?: ConnectionBudget;
+  /**
    * ACME TLS-ALPN-01 (renewal when no proxy answers port 80 any more): a TLS connection that offers
    * only `acme-tls/1` gets the challenge certificate of its SNI name instead of the site, when the
    * proxy's tenant (`tenantId`) has an order pending for that name. Absent = TLS listeners hand
@@ -117,6 +130,12 @@ export interface HttpProxyDeps {
    * Absent = the socket peer is the client.
    */
   clientAddress?: ClientAddressPolicy;
+  /**
+   * Each request refused because its source is blocked by the rate limit, when the source is the
+   * socket peer (kernel blocking can drop its packets): `source` is its rate-limit key. Absent:
+   * kernel blocking is off.
+   */
+  onBlockedRefusal?: (proxyId: string, source: string, blockedUntil: number) => void;
 }
 
 /** Operator settings of the early refusal of WAF budget offenders (src/edge/http/waf/budget-offenders.ts). */
@@ -133,7 +152,28 @@ export type WafSettings = NonNullable<HttpProxyAttributes['waf']>;
 // What the phases answer.
 
 /** The phases that may answer a request themselves (`internal`: a phase that failed). */
-export type PhaseName = 'accept' | 'acme-challenge' | 'geo-fence' | 'rate-limit' | 'waf' | 'upstream' | 'waf-response' | 'internal';
+export type PhaseName =
+  | 'accept'
+  | 'request-target'
+  | 'acme-challenge'
+  | 'geo-fence'
+  | 'rate-limit'
+  | 'waf'
+  | 'upstream'
+  | 'waf-response'
+  | 'internal';
+
+/**
+ * Why a request was refused as malformed or ambiguous before any other phase looked at it (the
+ * request-target phase): its target (request-target.ts), its Host, or an HTTP/2 field HTTP/1.1 cannot carry.
+ */
+export type RequestRefusal =
+  | TargetRefusal
+  | 'DUPLICATE_HOST'
+  | 'HOST_MISMATCH'
+  | 'CONNECTION_HEADER'
+  | 'TE_NOT_TRAILERS'
+  | 'CONTENT_LENGTH_MISMATCH';
 
 /** A response the proxy makes itself. */
 export interface Answer {
@@ -166,8 +206,10 @@ export interface WafRequestHead {
   client: { ip: string; port: number };
   server: { ip: string; port: number };
   method: string;
-  /** Request target as received (path and query). */
+  /** Request target as received (path and query): what the rules inspect. */
   url: string;
+  /** The canonical path (request-target.ts): what the origin is sent, and what exclusions' `pathPrefix` match. */
+  path: string;
   httpVersion: '1.0' | '1.1' | '2.0';
   /** `[name, value, ...]` as received; HTTP/2 pseudo-headers left out and `host` added. */
   headers: readonly string[];
@@ -268,8 +310,10 @@ export interface AccessLogEntry {
   clientCertificate?: string;
   method: string;
   host: string;
-  /** Request target as received (path and query). */
+  /** Request target as the origin was (or would have been) sent it: canonical path and query. */
   url: string;
+  /** The target as received, when it differs from `url`. */
+  rawUrl?: string;
   /** Status sent to the client; 0 when the client went away before any response head. */
   status: number;
   answeredBy: AnsweredBy;
@@ -317,6 +361,8 @@ export interface HttpProxyMetrics {
    * gone, an error); `outcome` is what the proxy's `waf.failMode` did: refused (503) or passed uninspected.
    */
   wafUninspected?(proxyId: string, side: 'request' | 'response', reason: WafFailureReason, outcome: 'refused' | 'passed'): void;
+  /** A request refused as malformed or ambiguous (400) before the other phases: its target, Host or HTTP/2 fields. */
+  requestRefused?(proxyId: string, protocol: 'HTTP' | 'HTTP/2', reason: RequestRefusal): void;
   /** A request body longer than the WAF inspects: refused (REJECT) or inspected in part (PROCESS_PARTIAL, or LOGGING mode). */
   wafBodyOverLimit?(proxyId: string, action: 'REJECT' | 'PROCESS_PARTIAL'): void;
   /** A request refused uninspected (429) because its client kept running past the WAF's inspection budget. */

@@ -425,6 +425,25 @@ describe('L4Proxy over TCP', () => {
     assert.equal(metrics.refused.TCP.GLOBAL_CONNECTIONS, 1);
   });
 
+  test("refuses connections past the node's budget, shared with another proxy, and gives places back at close", async (cleanup) => {
+    const { NodeConnectionBudget } = await import('../shared-counters/node-connection-budget.ts');
+    const echo = await origin(cleanup);
+    const buffer = NodeConnectionBudget.allocate(2, 1);
+    const nodeBudget = new NodeConnectionBudget(buffer, 0);
+    const metrics = new L4Counters();
+    const ports = [await freePort(FRONT), await freePort(FRONT)];
+    for (const port of ports) await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, nodeBudget });
+    const first = client(cleanup, await connectTo(FRONT, ports[0]!, '127.0.0.17'));
+    client(cleanup, await connectTo(FRONT, ports[1]!, '127.0.0.18'));
+    await eventually(() => echo.open === 2);
+    assert.equal(await connectionOutcome(FRONT, ports[0]!, '127.0.0.19'), 'ECONNRESET');
+    assert.equal(metrics.refused.TCP.NODE_BUDGET, 1);
+    first.destroy();
+    await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the closed connection gives its place back');
+    assert.equal(await connectionOutcome(FRONT, ports[1]!, '127.0.0.19'), 'ECHO');
+    await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the tunnel that ended gives its place back');
+  });
+
   test('closes a connection idle in both directions', async (cleanup) => {
     const echo = await origin(cleanup);
     const port = await freePort(FRONT);
@@ -533,7 +552,7 @@ describe('L4Proxy over UDP', () => {
     assert.equal(metrics.originConnectFailures.UDP, 1);
   });
 
-  test('drops datagrams of listed or over-cap sources, bounds sessions, and expires idle ones', async (cleanup) => {
+  test('drops datagrams of listed sources, evicts the oldest unconfirmed session for a new one, and expires idle ones', async (cleanup) => {
     const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
     const port = await freePort(FRONT);
     const metrics = new L4Counters();
@@ -551,14 +570,55 @@ describe('L4Proxy over UDP', () => {
 
     await udpExchange(FRONT, port, [Buffer.from('1')], { localAddress: '127.0.0.5' });
     await udpExchange(FRONT, port, [Buffer.from('2')], { localAddress: '127.0.0.6' });
-    const third = await udpExchange(FRONT, port, [Buffer.from('3')], { localAddress: '127.0.0.7', replyTimeoutMs: 300 });
-    assert.equal(third.replies.length, 0);
-    assert.equal(metrics.refused.UDP.SESSION_LIMIT, 1);
+    // The table is full of sessions whose clients never showed they receive (an echo origin proves
+    // nothing): a third client takes the place of the oldest.
+    const third = await udpExchange(FRONT, port, [Buffer.from('3')], { localAddress: '127.0.0.7' });
+    assert.equal(third.replies[0]?.toString(), '3');
+    assert.equal(metrics.udpSessionsEvicted, 1);
+    assert.equal(metrics.closed.UDP.EVICTED, 1);
+    assert.equal(metrics.refused.UDP.SESSION_LIMIT, undefined);
 
     await eventually(() => l4.connections === 0, 'idle sessions expired');
     assert.equal(metrics.closed.UDP.IDLE_TIMEOUT, 2);
     const later = await udpExchange(FRONT, port, [Buffer.from('4')], { localAddress: '127.0.0.7' });
     assert.equal(later.replies[0]?.toString(), '4');
+  });
+});
+
+describe('L4Proxy over UDP: confirmed sessions', () => {
+  test('drops a new client only when every session is confirmed and the table is full; never evicts a confirmed one', async (cleanup) => {
+    // An origin that answers with a fresh token: a client that sends it back has shown it receives.
+    const origin = createSocket('udp4');
+    origin.on('message', (message, rinfo) => origin.send(Buffer.concat([randomBytes(16), message]), rinfo.port, rinfo.address));
+    await new Promise<void>((resolve) => origin.bind(0, '127.0.0.3', resolve));
+    cleanup.add(origin, (socket) => socket.close());
+    const port = await freePort(FRONT);
+    const metrics = new L4Counters();
+    await proxy(cleanup, {
+      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: origin.address().port }], { protocols: ['UDP'] }),
+      maxUdpSessions: 2,
+      maxUnconfirmedUdpSessions: 1,
+      metrics,
+    });
+    const confirm = async (localAddress: string) => {
+      const client = createSocket('udp4');
+      await new Promise<void>((resolve) => client.bind(0, localAddress, resolve));
+      cleanup.add(client, (socket) => socket.close());
+      const reply = () => new Promise<Buffer>((resolve) => client.once('message', resolve));
+      const first = reply();
+      // Long enough that the token and its echo fit the reply budget (3x the bytes received).
+      client.send(Buffer.from('hello, is anybody there?'), port, FRONT);
+      const token = (await first).subarray(0, 16);
+      const second = reply();
+      client.send(Buffer.concat([token, Buffer.from('again')]), port, FRONT);
+      assert.match((await second).toString('latin1'), /again$/);
+    };
+    await confirm('127.0.0.5');
+    await confirm('127.0.0.6');
+    const third = await udpExchange(FRONT, port, [Buffer.from('3')], { localAddress: '127.0.0.7', replyTimeoutMs: 300 });
+    assert.equal(third.replies.length, 0, 'no place: both sessions are confirmed');
+    assert.equal(metrics.refused.UDP.SESSION_LIMIT, 1);
+    assert.equal(metrics.udpSessionsEvicted, 0);
   });
 });
 

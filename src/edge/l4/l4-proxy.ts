@@ -34,6 +34,7 @@ import { refusalAnsweredBy, roundMs } from './access-log.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute } from './tcp.ts';
 import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute } from './udp.ts';
 import type { L4AccessLogEntry, L4ConnectionClosed, L4Logger, L4Metrics, L4Protocol, L4RefusalReason } from './types.ts';
+import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 
 export interface L4ProxyOptions {
   /** Traffic configuration id (for logs and metrics labels). */
@@ -61,6 +62,8 @@ export interface L4ProxyOptions {
   maxUdpSessions?: number;
   /** UDP: bytes sent back per byte received until the client is validated (udp.ts). Default 3 (RFC 9000). */
   udpReplyBudgetFactor?: number;
+  /** UDP sessions per front-end socket whose client is not validated yet (udp.ts). Default 1000. */
+  maxUnconfirmedUdpSessions?: number;
   /** Share the ports with other processes or workers doing the same (SO_REUSEPORT). Default false. */
   reusePort?: boolean;
   /** The flood limiter; default a `FloodLimiter` in this thread's memory (the edge passes a shared one). */
@@ -71,6 +74,13 @@ export interface L4ProxyOptions {
   tenantId?: string;
   /** Receives one line per TCP connection (admitted or refused) and per UDP session; absent = no access log. */
   accessLog?: (entry: L4AccessLogEntry) => void;
+  /** The node's budget of edge connections (TCP), shared by every proxy and worker; absent: none. */
+  nodeBudget?: ConnectionBudget;
+  /**
+   * Each connection (TCP) or first datagram (UDP) refused because its source, the socket peer, is
+   * on the threat feed: the kernel-blocking escalation's input. Absent: kernel blocking is off.
+   */
+  onThreatFeedRefusal?: (proxyId: string, source: string, protocol: L4Protocol) => void;
 }
 
 type ListenerKey = string;
@@ -109,6 +119,7 @@ export class L4Proxy {
   private readonly udpSessionIdleMs: number;
   private readonly connectTimeoutMs: number;
   private readonly maxUdpSessions: number;
+  private readonly maxUnconfirmedUdpSessions: number | undefined;
   private readonly udpReplyBudgetFactor: number;
   private readonly reusePort: boolean;
   private readonly limiter: FloodAdmission;
@@ -116,6 +127,7 @@ export class L4Proxy {
   private readonly originGuard: ScopedOriginGuard;
   private readonly tenantId: string;
   private readonly accessLog: ((entry: L4AccessLogEntry) => void) | undefined;
+  private readonly nodeBudget: ConnectionBudget | undefined;
   /** TCP connections of trusted load balancers whose PROXY header is being read. */
   private readonly readingHeaders = new Set<Socket>();
   private pool: HostPool;
@@ -127,6 +139,7 @@ export class L4Proxy {
   private state: 'NEW' | 'RUNNING' | 'STOPPED' = 'NEW';
   /** One timer for the connect and idle timeouts of every TCP connection (see tcp.ts). */
   private timeoutSweep: NodeJS.Timeout | undefined;
+  private readonly onThreatFeedRefusal: L4ProxyOptions['onThreatFeedRefusal'];
   /** update/stop run one at a time, in call order. */
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -140,13 +153,16 @@ export class L4Proxy {
     this.udpSessionIdleMs = options.udpSessionIdleMs ?? DEFAULT_UDP_SESSION_IDLE_MS;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
+    this.maxUnconfirmedUdpSessions = options.maxUnconfirmedUdpSessions;
     this.udpReplyBudgetFactor = options.udpReplyBudgetFactor ?? DEFAULT_UDP_REPLY_BUDGET_FACTOR;
     this.reusePort = options.reusePort ?? false;
     this.limiter = (options.createFloodAdmission ?? ((settings) => new FloodLimiter(settings)))(limitsOf(options.attributes));
     this.clientAddress = options.clientAddress;
+    this.nodeBudget = options.nodeBudget;
     this.originGuard = options.originGuard.for(options.id);
     this.tenantId = options.tenantId ?? '';
     this.accessLog = options.accessLog;
+    this.onThreatFeedRefusal = options.onThreatFeedRefusal;
     this.pool = new HostPool(options.attributes.backend.hosts, methodOf(options.attributes), {
       downForMs: options.hostDownForMs,
     });
@@ -321,11 +337,18 @@ export class L4Proxy {
       return { protocol: 'TCP', server };
     }
     const relay = new UdpRelay<object>(
-      { address: binding.address, port: binding.port, maxSessions: this.maxUdpSessions, reusePort: this.reusePort },
+      {
+        address: binding.address,
+        port: binding.port,
+        maxSessions: this.maxUdpSessions,
+        ...(this.maxUnconfirmedUdpSessions !== undefined && { maxUnconfirmedSessions: this.maxUnconfirmedUdpSessions }),
+        reusePort: this.reusePort,
+      },
       {
         admit: this.admitUdp,
         route: () => this.udpRoute,
         onSessionLimit: () => this.metrics?.connectionRefused(this.id, 'UDP', 'SESSION_LIMIT'),
+        onUnconfirmedEvicted: () => this.metrics?.udpSessionEvicted?.(this.id),
         onReplyOverBudget: (details) => {
           this.metrics?.datagramDropped?.(this.id, 'UDP', 'REPLY_BUDGET');
           this.logger?.warn(
@@ -369,12 +392,26 @@ export class L4Proxy {
     if (closeEverything) await closed;
   }
 
+  /** Gives back the node-budget place of a connection no tunnel has taken (one function for every socket). */
+  private readonly releasePlace = (): void => this.nodeBudget?.release();
+
   /** Hand-written hot path: one trie walk, one map lookup, then the tunnel. */
   private readonly onTcpConnection = (socket: Socket): void => {
     const ip = socket.remoteAddress;
     if (ip === undefined) {
       socket.destroy(); // already gone
       return;
+    }
+    // The node's budget first, before a PROXY header is waited for: every open socket holds a place.
+    // Until a tunnel takes the connection, its close gives the place back; then the tunnel's end does
+    // (the tunnel moves the socket's handle into a socket of its own, and the accepted one closes).
+    const budget = this.nodeBudget;
+    if (budget !== undefined) {
+      if (!budget.tryAcquire()) {
+        this.refuseTcp(socket, 'NODE_BUDGET');
+        return;
+      }
+      socket.once('close', this.releasePlace);
     }
     if (this.clientAddress?.readsProxyHeader(ip)) {
       this.readClientFromHeader(socket, this.clientAddress);
@@ -385,6 +422,8 @@ export class L4Proxy {
 
   private admitTcp(socket: Socket, ip: string, proxied: { ip: string; port: number } | undefined): void {
     if (this.threatIntelligence && this.threatFeed.has(ip)) {
+      // A source a load balancer names is not the peer the kernel sees: only peers are escalated.
+      if (proxied === undefined) this.onThreatFeedRefusal?.(this.id, ip, 'TCP');
       this.refuseTcp(socket, 'THREAT_FEED', proxied);
       return;
     }
@@ -396,6 +435,8 @@ export class L4Proxy {
     // Read now (a closed socket has no addresses), and only for the access log: each is a system
     // call, a measurable share of a short connection's cost (bench/l4, connections per second).
     const addresses = this.accessLog === undefined ? undefined : socketAddresses(socket);
+    const budget = this.nodeBudget;
+    if (budget !== undefined) socket.off('close', this.releasePlace);
     this.metrics?.connectionAccepted(this.id, 'TCP');
     const tunnel: TcpTunnel = new TcpTunnel(
       socket,
@@ -405,6 +446,7 @@ export class L4Proxy {
         onClose: (result) => {
           this.tunnels.delete(tunnel);
           this.limiter.release(slot);
+          budget?.release();
           this.metrics?.connectionClosed(this.id, 'TCP', { ...result, durationSeconds: result.durationMs / 1000 });
           if (addresses !== undefined) {
             const entry = this.tcpEntry(addresses, proxied, result.durationMs, {
@@ -513,6 +555,7 @@ export class L4Proxy {
 
   private readonly admitUdp = (clientAddress: string): object | undefined => {
     if (this.threatIntelligence && this.threatFeed.has(clientAddress)) {
+      this.onThreatFeedRefusal?.(this.id, clientAddress, 'UDP');
       this.metrics?.connectionRefused(this.id, 'UDP', 'THREAT_FEED');
       return undefined;
     }
@@ -552,6 +595,10 @@ export class L4Counters implements L4Metrics {
   repliesDropped: Record<L4Protocol, number> = { TCP: 0, UDP: 0 };
   datagramDropped(_proxyId: string, protocol: L4Protocol): void {
     this.repliesDropped[protocol]++;
+  }
+  udpSessionsEvicted = 0;
+  udpSessionEvicted(): void {
+    this.udpSessionsEvicted++;
   }
 }
 

@@ -13,10 +13,12 @@ export type L4Protocol = 'TCP' | 'UDP';
 export type L4RefusalReason =
   | 'THREAT_FEED'
   | FloodRefusal
-  /** UDP only: the relay holds its maximum number of sessions. */
+  /** UDP only: the relay holds its maximum number of sessions, every one confirmed (none to evict). */
   | 'SESSION_LIMIT'
   /** TCP from a trusted load balancer: no PROXY header (`required`), a malformed one, or none in time. */
-  | 'PROXY_HEADER';
+  | 'PROXY_HEADER'
+  /** TCP: the node's edge holds TPS_EDGE_MAX_CONNECTIONS connections already. */
+  | 'NODE_BUDGET';
 
 export interface L4ConnectionClosed {
   /** How it ended (TCP: `NO_HOST` when no origin host could be reached). */
@@ -43,6 +45,8 @@ export interface L4Metrics {
   originConnectFailed(proxyId: string, protocol: L4Protocol, host: BackendHost, error: Error): void;
   /** UDP: a reply dropped within an admitted session (REPLY_BUDGET: over the anti-amplification budget). */
   datagramDropped?(proxyId: string, protocol: L4Protocol, reason: 'REPLY_BUDGET'): void;
+  /** UDP: an unconfirmed session was ended to make room for a new one (udp.ts). */
+  udpSessionEvicted?(proxyId: string): void;
 }
 
 /** Something to report operational trouble to (pino's signature fits). */

@@ -8,8 +8,19 @@
  * is no version 1 for UDP), built once per session and sent with the payload in one `sendmsg` as
  * two buffers, without copying. Replies go back to the client as they come, without header.
  *
- * Sessions are bounded (`maxSessions`, each holds a file descriptor); past that, datagrams of new
- * clients are dropped. Admission (threat feed, flood caps) is the proxy's business: `admit`.
+ * Sessions are bounded (`maxSessions`, each holds a file descriptor). Admission (threat feed, flood
+ * caps) is the proxy's business: `admit`.
+ *
+ * Confirmed and unconfirmed sessions. A session is confirmed once its client has shown that it
+ * receives what is sent to it (the reply budget's rule below); until then its source address may be
+ * anyone's, so a flood of datagrams from spoofed sources could fill the table and lock real clients
+ * out. Unconfirmed sessions therefore have a budget of their own (`maxUnconfirmedSessions`, small):
+ * a new session that finds it full, or the whole table full, takes the place of the oldest
+ * unconfirmed session (evicted, counted). Confirmed sessions are never evicted for a new one: a
+ * client that confirmed keeps its session whatever spoofed sources send. Only when every session
+ * is confirmed and the table is full are new clients' datagrams dropped. An evicted client that was
+ * real loses little: its next datagram opens a new session (a protocol over UDP copes with a lost
+ * datagram), though with a new upstream port.
  *
  * Reply budget (anti-amplification). A UDP source address proves nothing: anyone can send a small
  * datagram "from" a victim, and a tenant's origin that answers big (DNS, NTP, game status, SSDP)
@@ -44,6 +55,8 @@ import { encodeProxyV2 } from '../net/proxy-protocol.ts';
 
 export const DEFAULT_UDP_SESSION_IDLE_MS = 30_000;
 export const DEFAULT_MAX_UDP_SESSIONS = 10_000;
+/** Sessions whose client has not shown it receives, per relay (see the module comment). */
+export const DEFAULT_MAX_UNCONFIRMED_UDP_SESSIONS = 1000;
 /** RFC 9000's factor: three times the bytes received, until the client is validated. */
 export const DEFAULT_UDP_REPLY_BUDGET_FACTOR = 3;
 /** Bytes of a delivered reply kept, and replies kept, to recognise an echo of them. */
@@ -75,7 +88,8 @@ export interface UdpSessionResult {
   host: PooledHost;
   bytesFromClient: number;
   bytesToClient: number;
-  reason: 'IDLE_TIMEOUT' | 'ORIGIN_ERROR' | 'CLOSED_BY_PROXY';
+  /** EVICTED: an unconfirmed session gave its place to a new one. */
+  reason: 'IDLE_TIMEOUT' | 'ORIGIN_ERROR' | 'CLOSED_BY_PROXY' | 'EVICTED';
   clientAddress: string;
   clientPort: number;
   /** From the session's first datagram to its end. */
@@ -88,8 +102,10 @@ export interface UdpRelayHooks<Ticket> {
   admit: (clientAddress: string, clientPort: number) => Ticket | undefined;
   /** The route new sessions take (read at each new session). */
   route: () => UdpRoute;
-  /** A datagram of a new client was dropped because `maxSessions` sessions exist. */
+  /** A datagram of a new client was dropped: `maxSessions` sessions exist, every one confirmed. */
   onSessionLimit?: () => void;
+  /** An unconfirmed session was ended to make room for a new one (onSessionClose follows, `EVICTED`). */
+  onUnconfirmedEvicted?: () => void;
   /** A reply was dropped: it did not fit the session's reply budget (the client is not validated). */
   onReplyOverBudget?: (details: {
     clientAddress: string;
@@ -108,6 +124,8 @@ export interface UdpRelayOptions {
   address: string;
   port: number;
   maxSessions?: number;
+  /** Sessions not yet confirmed, at most (capped at maxSessions). Default 1000. */
+  maxUnconfirmedSessions?: number;
   reusePort?: boolean;
 }
 
@@ -163,9 +181,12 @@ export class UdpRelay<Ticket> {
   readonly address: string;
   readonly port: number;
   private readonly maxSessions: number;
+  private readonly maxUnconfirmedSessions: number;
   private readonly reusePort: boolean;
   private readonly hooks: UdpRelayHooks<Ticket>;
   private readonly sessions = new Map<string, UdpSession<Ticket>>();
+  /** The sessions not confirmed yet, oldest first (a Map keeps insertion order). */
+  private readonly unconfirmed = new Map<string, UdpSession<Ticket>>();
   private socket: DatagramSocket | undefined;
   private sweeper: NodeJS.Timeout | undefined;
   private sweepEveryMs = 0;
@@ -174,12 +195,17 @@ export class UdpRelay<Ticket> {
     this.address = options.address;
     this.port = options.port;
     this.maxSessions = options.maxSessions ?? DEFAULT_MAX_UDP_SESSIONS;
+    this.maxUnconfirmedSessions = Math.min(this.maxSessions, options.maxUnconfirmedSessions ?? DEFAULT_MAX_UNCONFIRMED_UDP_SESSIONS);
     this.reusePort = options.reusePort ?? false;
     this.hooks = hooks;
   }
 
   get sessionCount(): number {
     return this.sessions.size;
+  }
+
+  get unconfirmedSessionCount(): number {
+    return this.unconfirmed.size;
   }
 
   /** Binds the front-end socket; rejects with the bind error (its `code` is the errno). */
@@ -224,7 +250,10 @@ export class UdpRelay<Ticket> {
     if (session === undefined) return;
     session.lastActive = performance.now();
     session.bytesFromClient += message.length;
-    if (!session.validated) watchForEcho(session, message);
+    if (!session.validated) {
+      watchForEcho(session, message);
+      if (session.validated) this.unconfirmed.delete(key);
+    }
     if (session.connected) this.sendToOrigin(session, message);
     else if (session.pending !== undefined && session.pending.length < MAX_PENDING_DATAGRAMS) session.pending.push(message);
   };
@@ -252,9 +281,16 @@ export class UdpRelay<Ticket> {
   }
 
   private openSession(key: string, rinfo: RemoteInfo): UdpSession<Ticket> | undefined {
-    if (this.sessions.size >= this.maxSessions) {
-      this.hooks.onSessionLimit?.();
-      return undefined;
+    // Room first: the oldest unconfirmed session gives its place when either budget is full; with
+    // every session confirmed and the table full, the newcomer is dropped. Evicted only once the
+    // newcomer is admitted, so a refused datagram ends no one's session.
+    let evict: UdpSession<Ticket> | undefined;
+    if (this.unconfirmed.size >= this.maxUnconfirmedSessions || this.sessions.size >= this.maxSessions) {
+      evict = this.unconfirmed.values().next().value;
+      if (evict === undefined) {
+        this.hooks.onSessionLimit?.();
+        return undefined;
+      }
     }
     const route = this.hooks.route();
     // Picked before admission so that an admitted ticket always ends in a session (a pool with
@@ -269,6 +305,10 @@ export class UdpRelay<Ticket> {
     }
     const ticket = this.hooks.admit(rinfo.address, rinfo.port);
     if (ticket === undefined) return undefined;
+    if (evict !== undefined) {
+      this.hooks.onUnconfirmedEvicted?.();
+      this.closeSession(evict, 'EVICTED');
+    }
     route.pool.begin(host);
     // A name is resolved by the guard's lookup, which hands the socket only addresses the policy allows.
     // dgram asks for one address (no `all`), which is what the lookup then answers.
@@ -282,6 +322,7 @@ export class UdpRelay<Ticket> {
       : undefined;
     const session = new UdpSession(key, rinfo, host, ticket, upstream, header, route, performance.now());
     this.sessions.set(key, session);
+    this.unconfirmed.set(key, session);
     upstream.on('message', (reply: Buffer) => {
       session.answered = true;
       session.lastActive = performance.now();
@@ -321,6 +362,7 @@ export class UdpRelay<Ticket> {
   private closeSession(session: UdpSession<Ticket>, reason: UdpSessionResult['reason']): void {
     if (this.sessions.get(session.key) !== session) return;
     this.sessions.delete(session.key);
+    this.unconfirmed.delete(session.key);
     session.upstream.removeAllListeners('message');
     session.upstream.on('error', () => {});
     session.upstream.close();

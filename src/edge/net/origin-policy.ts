@@ -50,7 +50,10 @@ export type OriginVerdict = { allowed: true } | { allowed: false; reason: Origin
 
 const ALLOWED: OriginVerdict = { allowed: true };
 
-/** What a tenant is told about each class (the operator's log gets the same words). */
+/**
+ * What the operator's log and metrics call each class. Never shown to a tenant: the API words every
+ * refusal alike (src/api/origin-checks.ts), or the class would tell the service's own hosts apart.
+ */
 const DESCRIPTIONS: Record<OriginRefusalReason, string> = {
   'own-listener': "an address of the service's own",
   loopback: 'a loopback address',
@@ -228,7 +231,7 @@ function refusal(reason: OriginRefusalReason, address: string): OriginVerdict {
   return { allowed: false, reason, detail: `${address} is ${DESCRIPTIONS[reason]}` };
 }
 
-/** What a class of addresses is called in messages (`a link-local address`, ...). */
+/** What a class of addresses is called in the operator's messages (`a link-local address`, ...). */
 export function describeRefusal(reason: OriginRefusalReason): string {
   return DESCRIPTIONS[reason];
 }

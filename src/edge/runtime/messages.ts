@@ -9,6 +9,7 @@ import type { InsightEvent } from '@tps/model';
 import type { SharedIpSet } from '../net/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { HistogramIncrement } from './histograms.ts';
+import type { SourceRefusals } from '../kernel-blocking/types.ts';
 
 export type ResolvedConfig =
   | { type: 'l4Proxy'; id: string; tenantId: string; revision: number; attributes: L4ProxyAttributes }
@@ -43,6 +44,8 @@ export type ToWorker =
   | { kind: 'acme-alpn-answer'; requestId: number; certificate: { certPem: string; keyPem: string } | undefined }
   /** The node's threat-feed set was rebuilt: swap in a view over its shared memory (threat-feed-host.ts). */
   | { kind: 'threat-feed'; set: SharedIpSet; generation: number }
+  /** The kernel now drops this source's packets to that proxy: its open connections there are closed. */
+  | { kind: 'kernel-blocked'; proxyId: string; source: string }
   | { kind: 'stop' };
 
 export type FromWorker =
@@ -58,6 +61,8 @@ export type FromWorker =
   | { kind: 'counters'; counters: CounterIncrement[]; histograms: HistogramIncrement[] }
   /** This worker's proxies now look up in that generation of the threat-feed set. */
   | { kind: 'threat-feed-applied'; generation: number }
+  /** Refusals of blocked sources since the last report (only while kernel blocking is on): the escalation's input. */
+  | { kind: 'refusals'; refusals: SourceRefusals[] }
   | { kind: 'stopped' };
 
 export interface CounterIncrement {
@@ -74,12 +79,14 @@ export type EdgeCounterName =
   | 'tps_edge_origin_refused_total'
   | 'tps_edge_http_requests_total'
   | 'tps_edge_dropped_total'
+  | 'tps_edge_udp_sessions_evicted_total'
   | 'tps_insight_sampled_requests_total'
   | 'tps_insight_overflow_requests_total'
   | 'tps_insight_dropped_requests_total'
   | 'tps_edge_waf_uninspected_total'
   | 'tps_edge_waf_body_over_limit_total'
   | 'tps_edge_waf_budget_offender_refused_total'
+  | 'tps_edge_waf_thread_restarts_total'
   | 'tps_edge_waf_exchanges_total'
   | 'tps_edge_waf_rule_matches_total'
   | 'tps_edge_access_log_lines_total'

@@ -23,8 +23,10 @@ import { InsightIngest, type EpisodeCounts } from './insight-ingest.ts';
 import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
+import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
-import { DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
+import { DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
+import type { WafInputLimits } from '@tps/waf';
 import type { BudgetOffenderSettings } from '../http/types.ts';
 import { DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
@@ -36,6 +38,8 @@ import { sourceLabel } from '../l4/threat-feed.ts';
 import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
+import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
+import type { KernelBlockingMode } from '../kernel-blocking/types.ts';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
@@ -89,6 +93,10 @@ export interface EdgeOptions {
   httpConnectionLimits?: { maxConnectionsPerSource: number; maxNewConnectionsPerSecondPerSource: number; maxConnections: number };
   /** UDP: bytes back per byte in until the client has shown it receives (TPS_UDP_REPLY_BUDGET_FACTOR). */
   udpReplyBudgetFactor?: number;
+  /** Client connections (HTTP, layer 4 TCP) the node's workers hold at once, together (TPS_EDGE_MAX_CONNECTIONS); absent: no budget. */
+  maxConnections?: number;
+  /** UDP: sessions per relay not yet confirmed (TPS_UDP_MAX_UNCONFIRMED_SESSIONS). */
+  udpMaxUnconfirmedSessions?: number;
   threatFeeds?: string[];
   threatFeedRefreshMs?: number;
   geoOverridesPath?: string | undefined;
@@ -105,6 +113,10 @@ export interface EdgeOptions {
   wafEngine?: 'modsecurity' | 'compiled';
   /** Body bytes the WAF inspects, and what happens to a longer request body. */
   wafBodyLimits?: WafBodyLimits;
+  /** Wall time of one inspection before it ends (TPS_WAF_REQUEST_BUDGET_MS); default 250 ms. */
+  wafRequestBudgetMs?: number;
+  /** Defaults of proxies' `waf.inputLimits` (TPS_WAF_*_LIMIT); absent: the engine's. */
+  wafInputLimits?: WafInputLimits;
   /** redis://... for rate-limit counters shared with other edge nodes. */
   redisUrl?: string | undefined;
   /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
@@ -128,6 +140,8 @@ export interface EdgeOptions {
   accessLog?: AccessLogSettings;
   /** Where the events this node stored go too, once each, in order (TPS_EVENT_SINKS); closed when the edge stops. */
   eventSinks?: { ship(events: readonly InsightEvent[]): void; close(): Promise<void> };
+  /** Escalated sources dropped by nftables (TPS_KERNEL_BLOCKING, TPS_KERNEL_BLOCKING_ESCALATION_FACTOR). Default off. */
+  kernelBlocking?: { mode: KernelBlockingMode; escalationFactor?: number };
 }
 
 interface WorkerSlot {
@@ -151,6 +165,8 @@ export class EdgeSupervisor {
   readonly #slots: WorkerSlot[];
   readonly #counters: Map<EdgeCounterName, Counter<string>>;
   readonly #counterTables: ProxyCounterTableSet;
+  /** The node's budget of edge connections in shared memory, handed to every worker; absent: none. */
+  readonly #connectionBudget: SharedArrayBuffer | undefined;
   #entries: ConfigEntry[] = [];
   /** Configuration id -> revision, of what the snapshot holds. */
   #revisions = new Map<string, number>();
@@ -177,6 +193,8 @@ export class EdgeSupervisor {
   readonly #applySeconds: Histogram<string>;
   /** Not-after (ms) of certificates by PEM, for the expiry gauge (only those in use are kept). */
   #notAfter = new Map<string, number>();
+  /** Sources still sending while blocked, dropped by the kernel (kernel-blocking/). */
+  readonly #kernelBlocking: KernelBlocking;
 
   constructor(options: EdgeOptions) {
     this.#options = options;
@@ -187,6 +205,26 @@ export class EdgeSupervisor {
       ...(options.rateLimitClientsPerProxy !== undefined && { rateSlots: options.rateLimitClientsPerProxy }),
     });
     this.#slots = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, reports: new Map() }));
+    const budget = options.maxConnections === undefined ? undefined : NodeConnectionBudget.allocate(options.maxConnections, workers);
+    this.#connectionBudget = budget;
+    if (budget !== undefined) {
+      new Gauge({
+        name: 'tps_edge_node_connections',
+        help: 'Client connections (HTTP and layer 4 TCP) the edge workers of this node hold now, counted against TPS_EDGE_MAX_CONNECTIONS.',
+        registers: [options.metrics.registry],
+        collect() {
+          this.set(NodeConnectionBudget.read(budget).open);
+        },
+      });
+      new Gauge({
+        name: 'tps_edge_node_connection_budget',
+        help: 'TPS_EDGE_MAX_CONNECTIONS: past it new edge connections are refused at accept (tps_edge_refused_total{reason="NODE_BUDGET"}).',
+        registers: [options.metrics.registry],
+        collect() {
+          this.set(NodeConnectionBudget.read(budget).limit);
+        },
+      });
+    }
     if ((options.threatFeeds ?? []).length > 0) {
       this.#threatFeed = new ThreatFeedHost({
         sources: options.threatFeeds ?? [],
@@ -204,13 +242,18 @@ export class EdgeSupervisor {
           ['tps_edge_connections_total', 'Layer 4 connections (TCP) or sessions (UDP) admitted.', ['proxy', 'protocol']],
           [
             'tps_edge_refused_total',
-            'Connections, HTTP/2 sessions or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse).',
+            'Connections, HTTP/2 sessions, requests or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse, a malformed or ambiguous request).',
             ['proxy', 'protocol', 'reason'],
           ],
           [
             'tps_edge_dropped_total',
             'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
             ['proxy', 'protocol', 'reason'],
+          ],
+          [
+            'tps_edge_udp_sessions_evicted_total',
+            'UDP sessions whose client had not shown it receives, ended to make room for a new session (the oldest first).',
+            ['proxy'],
           ],
           ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
           ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
@@ -256,13 +299,18 @@ export class EdgeSupervisor {
           ],
           [
             'tps_edge_waf_uninspected_total',
-            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, budget: past the inspection budget, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
+            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
             ['proxy', 'side', 'reason', 'outcome'],
           ],
           [
             'tps_edge_waf_budget_offender_refused_total',
             "Requests refused early (429, not inspected) because their client's requests kept running past the WAF's inspection budget (TPS_WAF_OFFENDER_*).",
             ['proxy'],
+          ],
+          [
+            'tps_edge_waf_thread_restarts_total',
+            'WAF engine threads replaced, by cause: runaway (a request ran past the watchdog bound, a step the engine could not interrupt; every request the thread held failed) or crash (the thread died). A request past its budget ends alone and is no restart: see tps_edge_waf_uninspected_total{reason="budget"}.',
+            ['cause'],
           ],
           [
             'tps_edge_waf_body_over_limit_total',
@@ -292,6 +340,12 @@ export class EdgeSupervisor {
       ...(options.eventSinks && { onStored: (events: readonly InsightEvent[]) => options.eventSinks?.ship(events) }),
     });
     const registers = [options.metrics.registry];
+    this.#kernelBlocking = new KernelBlocking({
+      mode: options.kernelBlocking?.mode ?? 'off',
+      escalationFactor: options.kernelBlocking?.escalationFactor ?? DEFAULT_ESCALATION_FACTOR,
+      logger: options.logger,
+      registry: options.metrics.registry,
+    });
     this.#applySeconds = new Histogram({
       name: 'tps_edge_config_apply_seconds',
       help: 'Configuration changes, from the change in the store (its updatedAt) to every worker of this node serving it (or reporting it cannot).',
@@ -369,6 +423,8 @@ export class EdgeSupervisor {
   async start(): Promise<void> {
     await this.#options.store.edgeStatus.heartbeat(this.#options.nodeId, this.#options.location);
     await this.#reload();
+    // Before the workers: they report refusals only when kernel blocking is on.
+    await this.#kernelBlocking.start();
     this.#threatFeed?.start();
     for (const slot of this.#slots) this.#spawn(slot);
     this.#timers.push(
@@ -393,6 +449,7 @@ export class EdgeSupervisor {
         clearTimeout(timeout);
       }),
     );
+    await this.#kernelBlocking.stop();
     await this.#insight.drain();
     await this.#options.eventSinks?.close();
     await this.#reportQueue;
@@ -454,6 +511,8 @@ export class EdgeSupervisor {
         maxConnections: 10_000,
       },
       udpReplyBudgetFactor: o.udpReplyBudgetFactor ?? 3,
+      connectionBudget: this.#connectionBudget,
+      udpMaxUnconfirmedSessions: o.udpMaxUnconfirmedSessions ?? 1000,
       rateLimitClientsPerProxy: o.rateLimitClientsPerProxy ?? 16_384,
       location: o.location,
       threatFeed: this.#threatFeed?.current,
@@ -466,11 +525,14 @@ export class EdgeSupervisor {
       wafExchangeTtlMs: o.wafExchangeTtlMs ?? 120_000,
       wafEngine: o.wafEngine ?? 'compiled',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, multipart: 1024 * 1024, response: 64 * 1024, action: 'REJECT' },
+      wafRequestBudgetMs: o.wafRequestBudgetMs ?? DEFAULT_REQUEST_BUDGET_MS,
+      wafInputLimits: o.wafInputLimits ?? {},
       redisUrl: o.redisUrl,
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
       origins: o.origins,
       insightWholeEventsPerMinute: o.insightWholeEventsPerMinute ?? 10,
       accessLog: o.accessLog,
+      kernelBlocking: this.#kernelBlocking.active,
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;
@@ -482,6 +544,8 @@ export class EdgeSupervisor {
     worker.on('exit', (code) => {
       if (slot.worker !== worker) return;
       slot.worker = undefined;
+      // Its connections died with it; their places go back before a new worker takes the slot.
+      if (this.#connectionBudget !== undefined) NodeConnectionBudget.reclaim(this.#connectionBudget, slot.index);
       this.#workersChangedAt = Date.now();
       if (this.#stopping) return;
       o.logger.warn({ worker: slot.index, code }, 'edge worker exited; starting it again');
@@ -535,6 +599,16 @@ export class EdgeSupervisor {
       case 'threat-feed-applied':
         slot.threatFeedGeneration = message.generation;
         break;
+      case 'refusals': {
+        const escalated = this.#kernelBlocking.onRefusals(message.refusals, (id) => this.#blockTarget(id));
+        if (escalated.length === 0) break;
+        // Once the kernel drops them (not before: a client reset earlier would just connect again).
+        void this.#kernelBlocking.settled().then(() => {
+          for (const { proxyId, source } of escalated)
+            for (const other of this.#slots) other.worker?.postMessage({ kind: 'kernel-blocked', proxyId, source } satisfies ToWorker);
+        });
+        break;
+      }
       case 'stopped':
         break;
     }
@@ -692,7 +766,27 @@ export class EdgeSupervisor {
           detail: `threat-feed sources failing (their last good entries stay in use): ${failing.join(', ')}`,
         });
     }
+    const kernelWarning = this.#kernelBlocking.warning;
+    if (kernelWarning !== undefined) warnings.push(kernelWarning);
     return { ok: notServedCount === 0, configurations: this.#entries.length, notServed, notServedCount, warnings };
+  }
+
+  /** Where a proxy's escalated sources are dropped: its front end, protocols and rate limit. */
+  #blockTarget(id: string): BlockTarget | undefined {
+    const config = this.#entries.find((entry) => entry.config.id === id)?.config;
+    if (config === undefined) return undefined;
+    const { ipv4, ipv6, port } = config.attributes.frontend;
+    if (config.type === 'httpProxy')
+      return { ipv4, ipv6, port, protocols: ['tcp'], thresholds: config.attributes.rateLimiting?.thresholds ?? [] };
+    const protocols = (config.attributes.protocols ?? ['TCP']).map((protocol) =>
+      protocol === 'UDP' ? ('udp' as const) : ('tcp' as const),
+    );
+    return { ipv4, ipv6, port, protocols, thresholds: [] };
+  }
+
+  /** Resolves once the escalations so far are in the kernel's sets (tests). */
+  async kernelBlockingSettled(): Promise<void> {
+    await this.#kernelBlocking.settled();
   }
 
   /** A configuration served as asked but not as the tenant may think: the status detail of an ACTIVE configuration. */

@@ -21,13 +21,15 @@ import type { FloodLimitSettings } from '../l4/flood-limits.ts';
 import { sourceKey } from '../net/source-key.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
+import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
 import { Redis } from 'ioredis';
 import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
 import { startWafEngine as startEngine } from '../http/waf/engines.ts';
 import type { ExchangingEngine } from '../http/waf/engines.ts';
-import type { WafEngine } from '@tps/waf';
+import { defaultRunawayMs } from '@tps/waf';
+import type { WafEngine, WafInputLimits } from '@tps/waf';
 import { MAX_WAF_REQUEST_BODY_LIMIT } from '@tps/model';
 import { ClientAddressPolicy } from '../net/client-address.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
@@ -39,6 +41,7 @@ import type { ThreatFeedSet } from './threat-feed-host.ts';
 import { createWorkerLogger } from './worker-logger.ts';
 import { HistogramBatch } from './histograms.ts';
 import { AccessLog, type AccessLogCounts, type AccessLogSettings } from '../access-log/access-log.ts';
+import { RefusalTally } from '../kernel-blocking/refusal-tally.ts';
 
 export interface WorkerSettings {
   index: number;
@@ -51,6 +54,10 @@ export interface WorkerSettings {
   httpConnectionLimits: FloodLimitSettings;
   /** UDP: bytes back per byte in until the client has shown it receives. */
   udpReplyBudgetFactor: number;
+  /** The node's budget of edge connections (NodeConnectionBudget), shared by every worker; absent: none. */
+  connectionBudget: SharedArrayBuffer | undefined;
+  /** UDP: sessions per relay not yet confirmed; the oldest gives way to a new one. */
+  udpMaxUnconfirmedSessions: number;
   /** Clients each proxy keeps rate-limit counters for (Redis: keys per proxy). */
   rateLimitClientsPerProxy: number;
   location: string;
@@ -71,6 +78,10 @@ export interface WorkerSettings {
   wafEngine: 'modsecurity' | 'compiled';
   /** Defaults of proxies' `waf.requestBodyLimit` and `waf.bodyLimitAction`, the multipart/form-data limit, the response limit. */
   wafBodyLimits: WafBodyLimits;
+  /** Wall time of one inspection before it ends and `waf.failMode` applies. */
+  wafRequestBudgetMs: number;
+  /** Defaults of proxies' `waf.inputLimits`. */
+  wafInputLimits: WafInputLimits;
   /** Rate-limit counters in Redis (several edge nodes) instead of this node's shared memory. */
   redisUrl: string | undefined;
   /** Load balancers whose PROXY headers and X-Forwarded-For name the client. */
@@ -81,6 +92,8 @@ export interface WorkerSettings {
   insightWholeEventsPerMinute: number;
   /** One JSON line per request and layer 4 connection (TPS_ACCESS_LOG); absent = none. */
   accessLog: AccessLogSettings | undefined;
+  /** The supervisor drops escalated sources in the kernel: refusals of blocked sources are reported to it. */
+  kernelBlocking: boolean;
 }
 
 interface Running {
@@ -133,6 +146,7 @@ const l4Metrics: L4Metrics = {
   },
   originConnectFailed: (proxy, protocol) => count('tps_edge_origin_failures_total', { proxy, protocol }),
   datagramDropped: (proxy, protocol, reason) => count('tps_edge_dropped_total', { proxy, protocol, reason }),
+  udpSessionEvicted: (proxy) => count('tps_edge_udp_sessions_evicted_total', { proxy }),
 };
 
 // ----- the access log: lines buffered here, written on libuv's pool, counted with the other counters -----
@@ -180,6 +194,9 @@ redis?.on('ready', () => {
 // Reads no source: the supervisor's feed thread builds each set once for the node (threat-feed-host.ts).
 const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
 const clientAddress = ClientAddressPolicy.from(settings.clientAddress);
+// One count for every proxy of every worker: a place is taken at accept and given back at close.
+const nodeBudget =
+  settings.connectionBudget === undefined ? undefined : new NodeConnectionBudget(settings.connectionBudget, settings.index);
 // Every origin connection of every proxy of this worker is checked here; a refusal is counted and logged.
 const originGuard = new OriginGuard(
   new OriginPolicy(settings.origins.policy),
@@ -238,6 +255,10 @@ function startWafEngine(): Promise<ExchangingEngine> {
     // The engine keeps a transaction a little longer than the hook, which ends it first and counts it.
     exchangeTimeoutMs: settings.wafExchangeTtlMs + 1000,
     ...limits,
+    requestBudgetMs: settings.wafRequestBudgetMs,
+    // The backstop for a step no engine can interrupt (and ModSecurity's only bound): well past the budget.
+    runawayMs: defaultRunawayMs(settings.wafRequestBudgetMs),
+    onThreadRestart: (cause) => count('tps_edge_waf_thread_restarts_total', { cause }),
   });
 }
 const wafAuditLog = settings.wafAuditLogPath ? new WafAuditLog(settings.wafAuditLogPath) : undefined;
@@ -277,6 +298,9 @@ setInterval(() => {
   }
 }, COUNTER_FLUSH_MS).unref();
 
+// Kernel blocking: the supervisor adds up every worker's refusals and decides (kernel-blocking/escalation.ts).
+const refusalTally = settings.kernelBlocking ? new RefusalTally((refusals) => send({ kind: 'refusals', refusals })) : undefined;
+
 let acmeRequests = 0;
 const pendingAcme = new Map<number, (keyAuthorization: string | undefined) => void>();
 const pendingAlpn = new Map<number, (certificate: { certPem: string; keyPem: string } | undefined) => void>();
@@ -291,6 +315,7 @@ const httpDeps: HttpProxyDeps = {
   originGuard,
   waf: wafHook,
   wafBudgetOffenders: settings.wafBudgetOffenders,
+  wafInputLimits: settings.wafInputLimits,
   rateLimit: {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
@@ -333,12 +358,18 @@ const httpDeps: HttpProxyDeps = {
       if (originSeconds !== undefined) histograms.observe('tps_edge_origin_response_seconds', { proxy }, originSeconds);
     },
     connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
+    requestRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),
     wafBodyOverLimit: (proxy, action) => count('tps_edge_waf_body_over_limit_total', { proxy, action }),
     wafBudgetOffenderRefused: (proxy) => count('tps_edge_waf_budget_offender_refused_total', { proxy }),
   },
   reusePort: true,
   ...(clientAddress && { clientAddress }),
+  ...(nodeBudget && { nodeBudget }),
+  ...(refusalTally && {
+    onBlockedRefusal: (proxyId: string, source: string, blockedUntil: number) =>
+      refusalTally.note(proxyId, source, 'rate-limit', blockedUntil),
+  }),
 };
 
 /** `2xx`, `4xx`...; `none` when no response head was sent. */
@@ -367,9 +398,15 @@ async function startProxy(entry: ConfigEntry): Promise<Running> {
           createFloodAdmission: (limits) =>
             new SharedFloodLimiter(new SharedTable(tablesOf(config.id).flood), limits, { sourceKey: countingKey }),
           udpReplyBudgetFactor: settings.udpReplyBudgetFactor,
+          maxUnconfirmedUdpSessions: settings.udpMaxUnconfirmedSessions,
           ...(clientAddress && { clientAddress }),
           tenantId: config.tenantId,
           ...(accessLog && { accessLog: accessLog.l4 }),
+          ...(nodeBudget && { nodeBudget }),
+          // The listed address itself (an IPv6 one as a /128): a feed entry says nothing of its neighbours.
+          ...(refusalTally && {
+            onThreatFeedRefusal: (proxyId: string, source: string) => refusalTally.note(proxyId, sourceKey(source, 128), 'threat-feed', 0),
+          }),
         })
       : new HttpProxy(config, httpDeps);
   await proxy.start();
@@ -444,6 +481,15 @@ port.on('message', (message: ToWorker) => {
       threatFeed.adopt(message.set);
       send({ kind: 'threat-feed-applied', generation: message.generation });
       break;
+    case 'kernel-blocked': {
+      const current = running.get(message.proxyId);
+      if (current?.proxy instanceof HttpProxy) {
+        const reset = current.proxy.resetConnectionsOf(message.source);
+        if (reset > 0)
+          logger.info({ proxyId: message.proxyId, source: message.source, reset }, 'connections of a source dropped in the kernel reset');
+      }
+      break;
+    }
     case 'stop':
       enqueue(async () => {
         threatFeed.stop();

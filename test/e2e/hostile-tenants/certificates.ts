@@ -21,7 +21,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import acme from 'acme-client';
 import { startPebble, type Pebble } from '../../support/pebble.ts';
-import { startTps, createTenant, openStoreOf, type Tps } from '../../support/tps.ts';
+import { startTps, createTenant, openStoreOf, ACME_DIRECTORY_UNREACHABLE, type Tps } from '../../support/tps.ts';
 import { TenantApi, request } from '../../support/api-client.ts';
 import { TestCa } from '../../support/pki.ts';
 import { waitFor } from '../../support/wait.ts';
@@ -314,8 +314,8 @@ describe('hostile tenants: the quota of pending service-issued certificate order
   let other: TenantApi;
 
   before(async () => {
-    // No ACME service on this node: orders stay PENDING until a node that runs one takes them.
-    tps = await startTps({ env: { TPS_ACME_DIRECTORY_URL: 'off', TPS_QUOTA_PENDING_ACME_ORDERS: '2' } });
+    // A CA no one answers: orders stay PENDING (retried after a backoff).
+    tps = await startTps({ env: { TPS_ACME_DIRECTORY_URL: ACME_DIRECTORY_UNREACHABLE, TPS_QUOTA_PENDING_ACME_ORDERS: '2' } });
     api = await TenantApi.connect(tps, await createTenant(tps));
     other = await TenantApi.connect(tps, await createTenant(tps));
   });

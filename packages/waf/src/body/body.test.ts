@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { extractArguments, getlineSplit, urlDecodeNonStrict } from './urlencoded.ts';
 import { parseJsonBody } from './json.ts';
 import { parseXml } from './xml.ts';
 
@@ -39,4 +40,32 @@ test('XML body: root text and attribute values, errors keep the partial tree', (
   const bad = parseXml('<a><b>text</c></a>');
   assert.ok(bad.error);
   assert.equal(bad.document?.rootText, 'text');
+});
+
+test('urlencoded: tokens taken one at a time split exactly as getline() does (property, random strings)', () => {
+  let seed = 20261127;
+  const random = (n: number): number => {
+    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+    return seed % n;
+  };
+  const alphabet = ['&', '=', 'a', 'b', '%', '+', '2', '6', ';', ''];
+  for (let round = 0; round < 2000; round++) {
+    let text = '';
+    for (let k = random(24); k > 0; k--) text += alphabet[random(alphabet.length)];
+    for (const separator of ['&', ';']) {
+      const seen: [string, string][] = [];
+      extractArguments({ addArgument: (_o, k, v) => seen.push([k, v]) > 0 }, 'POST', text, separator);
+      const expected = getlineSplit(text, separator).map((token): [string, string] => {
+        const eq = token.indexOf('=');
+        return [urlDecodeNonStrict(eq < 0 ? token : token.slice(0, eq)).text, urlDecodeNonStrict(eq < 0 ? '' : token.slice(eq + 1)).text];
+      });
+      assert.deepEqual(seen, expected, JSON.stringify(text));
+    }
+  }
+});
+
+test('urlencoded: the parse stops when an argument is refused (a limit)', () => {
+  let calls = 0;
+  extractArguments({ addArgument: () => ++calls < 3 }, 'POST', 'a=1&b=2&c=3&d=4&e=5');
+  assert.equal(calls, 3);
 });

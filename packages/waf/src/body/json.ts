@@ -8,18 +8,31 @@
  */
 
 export interface JsonSink {
+  /** False: the argument was refused (an input limit when `inputLimitExceeded` says so): the parse stops. */
   addArgument(origin: 'JSON', key: string, value: string): boolean;
+  /** Input limits of this request (input-limits.ts); absent: only `maxDepth`. */
+  readonly inputLimits?: { readonly jsonDepth: number; readonly jsonElements: number } | undefined;
+  readonly inputLimitExceeded?: string | undefined;
+  exceedInputLimit?(name: 'jsonDepth' | 'jsonElements'): void;
 }
 
 export interface JsonResult {
   /** yajl's error text, undefined when the body parsed. */
   readonly error?: string | undefined;
+  /** The parse stopped at an input limit (the sink knows which): not an error of the body. */
+  readonly limited?: boolean | undefined;
 }
 
 interface Container {
   readonly name: string;
   readonly array: boolean;
   counter: number;
+  /**
+   * The argument path of the containers around this one (fixed while it is open: a parent's
+   * counter moves only when this one ends): a value's name is built from it and this container,
+   * not from every container again (deep bodies made that quadratic).
+   */
+  readonly prefix: string;
 }
 
 class Stop extends Error {}
@@ -34,6 +47,11 @@ function utf8(cp: number): string {
   return '?';
 }
 
+/** A container's part of its values' argument names: "name." or "name.array_N". */
+function segment(c: Container): string {
+  return c.array ? `${c.name}.array_${c.counter}` : `${c.name}.`;
+}
+
 const isHexC = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
 
 export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): JsonResult {
@@ -44,6 +62,19 @@ export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): J
   let currentKey = '';
   let depth = 0;
   let depthExceeded = false;
+  const limits = sink.inputLimits;
+  const depthLimit = limits?.jsonDepth ?? Number.POSITIVE_INFINITY;
+  let elementsLeft = limits?.jsonElements ?? Number.POSITIVE_INFINITY;
+  let limited = false;
+  const overLimit = (name: 'jsonDepth' | 'jsonElements'): never => {
+    limited = true;
+    sink.exceedInputLimit?.(name);
+    throw new Stop('input limit');
+  };
+  /** One more value (scalar or container) against the elements limit. */
+  const element = (): void => {
+    if (--elementsLeft < 0) overLimit('jsonElements');
+  };
 
   const getCurrentKey = (): string => {
     if (containers.length === 0) return 'json';
@@ -57,24 +88,27 @@ export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): J
   };
 
   const addArgument = (value: string): void => {
-    let path = '';
-    for (const c of containers) {
-      path += c.name;
-      path += c.array ? `.array_${c.counter}` : '.';
-    }
+    const innermost = containers[containers.length - 1];
+    const path = innermost === undefined ? '' : innermost.prefix + segment(innermost);
     let data = '';
     const last = containers[containers.length - 1];
     if (last !== undefined) {
       if (last.array) last.counter++;
       else data = getCurrentKey();
     } else data = getCurrentKey();
-    if (!sink.addArgument('JSON', path + data, value)) throw new Stop('client cancelled parse via callback return value');
+    if (!sink.addArgument('JSON', path + data, value)) {
+      if (sink.inputLimitExceeded !== undefined) limited = true;
+      throw new Stop('client cancelled parse via callback return value');
+    }
   };
 
   const startContainer = (array: boolean): void => {
+    element();
     const name = getCurrentKey();
-    containers.push({ name, array, counter: 0 });
+    const parent = containers[containers.length - 1];
+    containers.push({ name, array, counter: 0, prefix: parent === undefined ? '' : parent.prefix + segment(parent) });
     depth++;
+    if (depth > depthLimit && depth <= maxDepth) overLimit('jsonDepth');
     if (depth > maxDepth) {
       depthExceeded = true;
       throw new Stop('client cancelled parse via callback return value');
@@ -305,22 +339,27 @@ export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): J
       }
       // fail() throws: no case above falls through.
       case '"':
+        element();
         addArgument(readString());
         return;
       case 't':
+        element();
         literal('true');
         addArgument('true');
         return;
       case 'f':
+        element();
         literal('false');
         addArgument('false');
         return;
       case 'n':
+        element();
         literal('null');
         addArgument('');
         return;
       default:
         if (c === '-' || (c >= '0' && c <= '9')) {
+          element();
           addArgument(readNumber());
           return;
         }
@@ -337,6 +376,7 @@ export function parseJsonBody(body: string, sink: JsonSink, maxDepth = 10000): J
     if (pos < n) return { error: 'trailing garbage' };
     return {};
   } catch (error) {
+    if (error instanceof Stop && limited) return { limited: true };
     if (error instanceof Stop) return { error: error.message + (depthExceeded ? '. Parsing depth limit exceeded' : '') };
     throw error;
   }

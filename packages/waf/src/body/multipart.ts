@@ -92,6 +92,10 @@ class Multipart {
   error: string | undefined;
   noFilesLength = 0;
   private parts: Part[] = [];
+  /** Parts ended so far (named or not), against the multipartParts input limit. */
+  private partsSeen = 0;
+  /** The parse stopped at an input limit: what came before it stays, the rest is not read. */
+  limited = false;
   private mpp: Part | undefined;
   private mppState = 0;
   private substatePartDataRead = 0;
@@ -267,6 +271,7 @@ class Multipart {
                 if (at(end) === 0x0a) this.flagLfLine = true;
                 else this.flagCrlfLine = true;
                 this.processBoundary(isFinal);
+                if (this.limited) return true;
                 if (isFinal) this.isComplete = true;
                 processedAsBoundary = true;
                 this.boundaryCount++;
@@ -567,6 +572,12 @@ class Multipart {
   private processBoundary(last: boolean): void {
     const mpp = this.mpp;
     if (mpp) {
+      if (++this.partsSeen > this.tx.inputLimits.multipartParts) {
+        this.tx.exceedInputLimit('multipartParts');
+        this.limited = true;
+        this.mpp = undefined;
+        return;
+      }
       for (const line of mpp.headerLines) this.tx.multipartPartHeaders.push(entry('MULTIPART_PART_HEADERS', mpp.name, line));
       if (mpp.type !== FILE) mpp.value = mpp.valueParts.join('');
       if (mpp.name !== '') this.parts.push(mpp);
@@ -611,7 +622,7 @@ class Multipart {
         this.flagInvalidHeaderFolding ||
         this.flagFileLimitExceeded,
     );
-    if (this.seenData && !this.isComplete) {
+    if (this.seenData && !this.isComplete && !this.limited) {
       if (this.boundaryCount > 0) {
         const buf = this.leftover;
         if (this.bufContainsLine) {
@@ -660,6 +671,7 @@ class Multipart {
         combined += m.fileSize;
         tx.setSingle('FILES_COMBINED_SIZE', String(combined));
       } else {
+        if (!tx.argumentFits(m.name, m.value)) break;
         const box = newBox(m.value);
         tx.args.push({ key: m.name, full: `ARGS:${m.name}`, box, uk: undefined });
         tx.argsPost.push({ key: m.name, full: `ARGS_POST:${m.name}`, box, uk: undefined });

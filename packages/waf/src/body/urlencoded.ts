@@ -48,20 +48,43 @@ export function getlineSplit(s: string, sep: string): string[] {
 }
 
 export interface ArgumentSink {
+  /** False: refused by an input limit, and the parse stops there (what is past a limit costs nothing). */
   addArgument(origin: 'GET' | 'POST', key: string, value: string): boolean;
 }
 
-/** Returns true when some %-encoding was invalid (URLENCODED_ERROR). */
+/**
+ * Returns true when some %-encoding was invalid (URLENCODED_ERROR). Tokens are taken one at a
+ * time (not split all at once): a body of a million separators stops at the arguments limit.
+ */
 export function extractArguments(sink: ArgumentSink, origin: 'GET' | 'POST', text: string, separator = '&'): boolean {
   let invalid = false;
-  for (const token of getlineSplit(text, separator)) {
+  if (separator === '') return extractTokens(sink, origin, getlineSplit(text, separator));
+  const n = text.length;
+  let start = 0;
+  while (start < n) {
+    let end = text.indexOf(separator, start);
+    if (end < 0) end = n;
+    const token = text.slice(start, end);
+    start = end + separator.length;
     const eq = token.indexOf('=');
     const rawKey = eq < 0 ? token : token.slice(0, eq);
     const rawValue = eq < 0 ? '' : token.slice(eq + 1);
     const k = urlDecodeNonStrict(rawKey);
     const v = urlDecodeNonStrict(rawValue);
     if (k.invalid || v.invalid) invalid = true;
-    sink.addArgument(origin, k.text, v.text);
+    if (!sink.addArgument(origin, k.text, v.text)) break;
+  }
+  return invalid;
+}
+
+function extractTokens(sink: ArgumentSink, origin: 'GET' | 'POST', tokens: readonly string[]): boolean {
+  let invalid = false;
+  for (const token of tokens) {
+    const eq = token.indexOf('=');
+    const k = urlDecodeNonStrict(eq < 0 ? token : token.slice(0, eq));
+    const v = urlDecodeNonStrict(eq < 0 ? '' : token.slice(eq + 1));
+    if (k.invalid || v.invalid) invalid = true;
+    if (!sink.addArgument(origin, k.text, v.text)) break;
   }
   return invalid;
 }

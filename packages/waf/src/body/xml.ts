@@ -19,9 +19,12 @@ export interface XmlDocument {
 export interface XmlResult {
   readonly document?: XmlDocument | undefined;
   readonly error?: string | undefined;
+  /** The parse stopped at `maxDepth` (an input limit): what was built before it stays, no error. */
+  readonly limited?: boolean | undefined;
 }
 
 class XmlError extends Error {}
+class XmlDepthLimit extends Error {}
 
 const NAME_START = /[A-Za-z_:\x80-\xff]/;
 const NAME_CHAR = /[A-Za-z0-9_:.\-\x80-\xff]/;
@@ -70,7 +73,8 @@ function checkUtf8(s: string): number {
   return -1;
 }
 
-export function parseXml(body: string): XmlResult {
+/** `maxDepth`: elements nested deeper stop the parse (XmlResult.limited). */
+export function parseXml(body: string, maxDepth = Number.POSITIVE_INFINITY): XmlResult {
   let s = body;
   if (s.startsWith('\xef\xbb\xbf')) s = s.slice(3);
   if (s.trim() === '') return { error: 'XML: Failed parsing document.' };
@@ -390,6 +394,7 @@ export function parseXml(body: string): XmlResult {
         pos++;
         stack.push(name);
         depth++;
+        if (depth > maxDepth) throw new XmlDepthLimit();
         continue;
       }
       if (depth === 0) fail('Extra content at the end of the document');
@@ -415,6 +420,7 @@ export function parseXml(body: string): XmlResult {
     if (!eof()) fail('Extra content at the end of the document');
     if (bad >= 0) fail('Input is not proper UTF-8');
   } catch (e) {
+    if (e instanceof XmlDepthLimit) return { document: { rootText: rootText, attributes }, limited: true };
     if (!(e instanceof XmlError)) throw e;
     error = 'XML: Failed parsing document.';
   }

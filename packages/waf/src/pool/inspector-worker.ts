@@ -12,7 +12,8 @@ import { batchedMessages } from './batched-messages.ts';
 import type { PoolInspector, PoolReply, PoolWorkerData, ToPoolWorker, ToPoolWorkerPost } from './protocol.ts';
 import { RunWatch } from './run-watch.ts';
 
-export function serveInspector<Options, Open>(load: (options: Options) => PoolInspector<Open>): void {
+/** `load` gets the rule-set options and each inspection's budget (ms, 0: none) for engines that keep one themselves. */
+export function serveInspector<Options, Open>(load: (options: Options, budgetMs: number) => PoolInspector<Open>): void {
   const port = parentPort;
   if (!port) throw new Error('serveInspector() must run in a worker thread');
   const data = workerData as PoolWorkerData<Options>;
@@ -20,7 +21,7 @@ export function serveInspector<Options, Open>(load: (options: Options) => PoolIn
 
   let inspector: PoolInspector<Open>;
   try {
-    inspector = load(data.options);
+    inspector = load(data.options, data.budgetMs);
     port.postMessage({ type: 'ready', ruleCount: inspector.ruleCount });
   } catch (error) {
     port.postMessage({ type: 'loadError', message: (error as Error).message });

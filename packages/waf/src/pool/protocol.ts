@@ -59,4 +59,6 @@ export interface PoolWorkerData<Options> {
   readonly exchangeTimeoutMs: number;
   /** The thread's RunWatch slots (run-watch.ts). */
   readonly watch: SharedArrayBuffer;
+  /** Each inspection's budget in ms, for engines that end a transaction by themselves (0: none). */
+  readonly budgetMs: number;
 }

@@ -18,15 +18,20 @@
  * go batched per turn of the event loop (batched-messages.ts). Only `limit + 1` bytes of a body
  * are posted (the one byte over tells the engine that the limit was passed).
  *
+ * Budget: `requestBudgetMs` goes to the threads, whose engine ends a transaction past it by itself
+ * (cooperatively, between rules and values: compiled engine) and fails that one request with
+ * WafBudgetExceededError; the thread and its other requests go on.
+ *
  * Failures: a thread that dies fails its requests with WafUnavailableError and is replaced (unless
- * it never got ready: rules that do not load would only fail again). With `requestBudgetMs`, a
- * request that runs past that much wall time (its own run, `RunWatch`, not its wait behind others)
- * has its thread terminated and replaced, and fails with WafUnavailableError: the bound of
- * expressions no engine can interrupt from inside.
+ * it never got ready: rules that do not load would only fail again). With `runawayMs`, a request
+ * that runs past that much wall time (its own run, `RunWatch`, not its wait behind others) has its
+ * thread terminated and replaced, failing every request the thread held: the backstop for a step
+ * no engine can interrupt from inside (ModSecurity has no cooperative budget: this is its only
+ * bound). Each replacement is reported (`onThreadRestart`) with its cause.
  */
 import { Worker } from 'node:worker_threads';
 import type { WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest, WafResponse } from '../engine.ts';
-import { WafSettingsError, WafUnavailableError } from '../engine.ts';
+import { WafBudgetExceededError, WafSettingsError, WafUnavailableError } from '../engine.ts';
 import { batchedMessages } from './batched-messages.ts';
 import { isBudgetOverrun } from '../budget-overrun.ts';
 import {
@@ -49,7 +54,27 @@ export interface PoolSchedulingOptions {
   readonly maxQueueWaitMs?: number;
   /** An exchange whose response never comes is ended after this long; default 120 s. */
   readonly exchangeTimeoutMs?: number;
+  /**
+   * Backstop: a request still running after this much of its own run (queueing excluded) has its
+   * thread terminated and replaced, failing every request that thread held; absent: never.
+   */
+  readonly runawayMs?: number | undefined;
+  /** Called when a thread is replaced, with why: `runaway` (terminated past runawayMs) or `crash` (it died). */
+  readonly onThreadRestart?: ((cause: WafThreadRestartCause) => void) | undefined;
 }
+
+/** Why a pool thread was replaced. */
+export type WafThreadRestartCause = 'runaway' | 'crash';
+
+/** The pool options that are not the engine's rule-set options (engines strip them from what their threads load). */
+export const POOL_OPTION_NAMES = [
+  'inFlightPerWorker',
+  'queueLength',
+  'maxQueueWaitMs',
+  'exchangeTimeoutMs',
+  'runawayMs',
+  'onThreadRestart',
+] as const satisfies readonly (keyof PoolSchedulingOptions)[];
 
 export interface WorkerPoolOptions<Options> extends PoolSchedulingOptions {
   /** The engine's thread module: it calls serveInspector() (inspector-worker.ts). */
@@ -63,7 +88,7 @@ export interface WorkerPoolOptions<Options> extends PoolSchedulingOptions {
   readonly rules: Options;
   /** Body bytes the engine inspects (rule-set.ts resolvedLimits()): only limit + 1 are posted. */
   readonly limits: { readonly request: number; readonly response: number };
-  /** Wall-clock budget of one request's run before its thread is replaced; absent: none. */
+  /** Each request's inspection budget, passed to the threads' engine (it ends the transaction past it); absent: none. */
   readonly requestBudgetMs?: number | undefined;
 }
 
@@ -93,7 +118,9 @@ class PoolWorker {
   private nextId = 1;
   private readonly engineName: string;
   private readonly watch: RunWatch;
-  private readonly budgetMs: number | undefined;
+  private readonly runawayMs: number | undefined;
+  /** Set when the watchdog terminated the thread (its exit is then a `runaway` restart, not a crash). */
+  terminatedAsRunaway = false;
   /** Checks the running request while any is pending (with a budget). */
   private watchdog: NodeJS.Timeout | undefined;
   /** The request seen running at the last check, and since when (this thread's clock). */
@@ -102,9 +129,14 @@ class PoolWorker {
   constructor(options: WorkerPoolOptions<unknown>, onExit: (worker: PoolWorker) => void) {
     const watch = new SharedArrayBuffer(RunWatch.BYTES);
     this.watch = new RunWatch(watch);
-    this.budgetMs = options.requestBudgetMs;
+    this.runawayMs = options.runawayMs;
     this.engineName = options.engineName;
-    const data: PoolWorkerData<unknown> = { options: options.rules, exchangeTimeoutMs: options.exchangeTimeoutMs ?? 120_000, watch };
+    const data: PoolWorkerData<unknown> = {
+      options: options.rules,
+      exchangeTimeoutMs: options.exchangeTimeoutMs ?? 120_000,
+      watch,
+      budgetMs: options.requestBudgetMs ?? 0,
+    };
     this.worker = new Worker(options.script, { workerData: data, name: options.threadName });
     // (a thread that has exited ignores what is posted to it: its callers were failed on exit)
     this.post = batchedMessages<ToPoolWorker>(this.worker);
@@ -178,6 +210,7 @@ class PoolWorker {
     if (reply.cpuMs !== undefined) p.cost?.(reply.cpuMs);
     if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
     if (reply.code === 'ERR_WAF_SETTINGS') return p.reject(new WafSettingsError(reply.message));
+    if (reply.code === 'ERR_WAF_BUDGET') return p.reject(new WafBudgetExceededError(reply.message));
     const error = new Error(reply.message) as Error & { code?: string };
     if (reply.code) error.code = reply.code;
     p.reject(error);
@@ -185,10 +218,10 @@ class PoolWorker {
 
   private busy(): void {
     this.worker.ref();
-    if (this.budgetMs === undefined) return;
+    if (this.runawayMs === undefined) return;
     this.seen = { request: -1, since: 0 };
-    // A quarter of the budget between checks: a runaway is caught within 1.25 budgets.
-    this.watchdog = setInterval(() => this.check(this.budgetMs!), Math.max(10, this.budgetMs / 4));
+    // A quarter of the bound between checks: a runaway is caught within 1.25 bounds.
+    this.watchdog = setInterval(() => this.check(this.runawayMs!), Math.max(10, this.runawayMs / 4));
     this.watchdog.unref();
   }
 
@@ -198,21 +231,22 @@ class PoolWorker {
     this.worker.unref();
   }
 
-  private check(budgetMs: number): void {
+  private check(runawayMs: number): void {
     const request = this.watch.running();
     const now = performance.now();
     if (request !== this.seen.request) {
       this.seen = { request, since: now };
       return;
     }
-    if (request === -1 || now - this.seen.since <= budgetMs) return;
-    // One request has run past its budget: a runaway expression cannot be interrupted inside the
-    // thread, so the thread goes (and is replaced). Only that request is a budget overrun (charged
-    // to its client, counted against it); the others on the thread are lost with it.
+    if (request === -1 || now - this.seen.since <= runawayMs) return;
+    // One request has run far past any budget: a step the engine cannot interrupt (a runaway
+    // expression, a stuck native call), so the thread goes (and is replaced). Only that request
+    // is a budget overrun (charged to its client, counted against it); the others are lost with it.
+    this.terminatedAsRunaway = true;
     const runaway = this.pending.get(request);
     this.pending.delete(request);
-    this.failAll(new WafUnavailableError(`the ${this.engineName} WAF thread was replaced: another request on it ran past its budget`));
-    runaway?.reject(new WafUnavailableError(`WAF request exceeded its ${budgetMs} ms budget`));
+    this.failAll(new WafUnavailableError(`the ${this.engineName} WAF thread was replaced: another request on it could not be interrupted`));
+    runaway?.reject(new WafUnavailableError(`WAF request ran away (over ${runawayMs} ms): its thread was replaced`));
     void this.worker.terminate();
   }
 }
@@ -293,7 +327,9 @@ export class WorkerPool<Options> {
   private spawn(): PoolWorker {
     return new PoolWorker(this.options as WorkerPoolOptions<unknown>, (dead) => {
       const index = this.workers.indexOf(dead);
-      if (index >= 0 && !this.closed && dead.wasReady) this.workers[index] = this.spawn();
+      if (index < 0 || this.closed || !dead.wasReady) return;
+      this.workers[index] = this.spawn();
+      this.options.onThreadRestart?.(dead.terminatedAsRunaway ? 'runaway' : 'crash');
     });
   }
 
@@ -326,8 +362,8 @@ export class WorkerPool<Options> {
       const result = await this.run(worker, message, estimateMs, charge);
       return { ...result, worker };
     } catch (error) {
-      // A thread ended by the watchdog reports nothing: the request cost at least its budget.
-      if (!charged && isBudgetOverrun(error)) charge(this.options.requestBudgetMs ?? 0);
+      // A thread ended by the watchdog reports nothing: the request ran at least that long.
+      if (!charged && isBudgetOverrun(error)) charge(this.options.runawayMs ?? this.options.requestBudgetMs ?? 0);
       throw error;
     } finally {
       this.admission.leave(ticket);

@@ -9,6 +9,9 @@
  * literal-cache.ts) and the rule loop build on it.
  */
 import { lowerAscii } from '../ascii.ts';
+import { WafBudgetExceededError } from '../engine.ts';
+import { DEFAULT_INPUT_LIMITS, limitTxKey } from '../input-limits.ts';
+import type { InputLimitName, ResolvedInputLimits } from '../input-limits.ts';
 import type { EngineConfig } from '../seclang/engine-config.ts';
 import { NONE_ALLOW, noIntervention } from './interventions.ts';
 import type { Intervention } from './interventions.ts';
@@ -58,6 +61,14 @@ export function singleSlot(name: string): number {
 
 const URLENCODED_ERROR_SLOT = singleSlot('URLENCODED_ERROR');
 const UNIQUE_ID_SLOT = singleSlot('UNIQUE_ID');
+
+/**
+ * Units of work between two looks at the clock: a rule run on a short value is one unit, each KiB
+ * of a value one more. A look costs a performance.now() (tens of nanoseconds); 32 units are tens
+ * to hundreds of microseconds of work, so a transaction ends within that of its deadline unless a
+ * single step runs long (what the input limits bound: the length of a value, their number).
+ */
+const WORK_BETWEEN_CLOCK_READS = 32;
 
 /** A disposed transaction's collections (frozen: writing to them throws). */
 export const DISPOSED = Object.freeze([]) as unknown as Entry[];
@@ -154,6 +165,18 @@ export class TransactionCollections {
    * one is up to date for the rest of it).
    */
   protected phaseRun = 0;
+  /**
+   * performance.now() past which the transaction ends (WafBudgetExceededError, thrown from the
+   * rule loop: the transaction is not to be used afterwards). Infinity: no budget.
+   */
+  deadline = Number.POSITIVE_INFINITY;
+  /** The inspection budget the deadline was set from (for the error's message). */
+  budgetMs = 0;
+  private workLeft = WORK_BETWEEN_CLOCK_READS;
+  /** What this request may make the parsers produce (input-limits.ts); the inspector sets the proxy's. */
+  inputLimits: ResolvedInputLimits = DEFAULT_INPUT_LIMITS;
+  /** The input limit this request went past (its parser stopped there), if any. */
+  inputLimitExceeded: InputLimitName | undefined;
 
   constructor(config: EngineConfig, txKeySlots: ReadonlyMap<string, number>, id?: string) {
     this.config = config;
@@ -161,6 +184,20 @@ export class TransactionCollections {
     this.collections.set('TX', this.txStore);
     this.sv[URLENCODED_ERROR_SLOT] = '0';
     this.uniqueId = id;
+  }
+
+  /**
+   * Counts `units` of work and, every WORK_BETWEEN_CLOCK_READS, ends the transaction if it is past
+   * its deadline: the cooperative budget, checked between rules and between values, so that a
+   * slow request ends alone instead of holding (and costing) its thread.
+   */
+  protected work(units: number): void {
+    this.workLeft -= units;
+    if (this.workLeft > 0) return;
+    this.workLeft = WORK_BETWEEN_CLOCK_READS;
+    if (performance.now() > this.deadline) {
+      throw new WafBudgetExceededError(`WAF inspection ran past its ${this.budgetMs} ms budget (phase ${this.currentPhase})`);
+    }
   }
 
   get id(): string {
@@ -294,10 +331,39 @@ export class TransactionCollections {
     return names;
   }
 
-  /** Adds a request argument (ModSecurity's Transaction::addArgument). */
+  /**
+   * Marks the request as past an input limit (the parser that hit it stops): TX:tps_limit_<name>
+   * for the engine settings' rule of that limit. The first limit hit is the one reported.
+   */
+  exceedInputLimit(name: InputLimitName): void {
+    if (this.inputLimitExceeded !== undefined) return;
+    this.inputLimitExceeded = name;
+    this.setTx(limitTxKey(name), String(this.inputLimits[name]));
+  }
+
+  /**
+   * Whether one more argument named `key` with `value` fits the input limits (arguments, value
+   * length); marks the limit exceeded when not. Multipart adds its arguments itself, through this.
+   */
+  argumentFits(key: string, value: string): boolean {
+    if (this.inputLimitExceeded !== undefined) return false;
+    const limits = this.inputLimits;
+    if (this.args.length >= limits.arguments) {
+      this.exceedInputLimit('arguments');
+      return false;
+    }
+    if (key.length > limits.valueLength || value.length > limits.valueLength) {
+      this.exceedInputLimit('valueLength');
+      return false;
+    }
+    return true;
+  }
+
+  /** Adds a request argument (ModSecurity's Transaction::addArgument); false when a limit refused it (the parser stops). */
   addArgument(origin: 'GET' | 'POST' | 'JSON', key: string, value: string): boolean {
     const limit = this.config.argumentsLimit;
     if (limit !== undefined && this.args.length >= limit) return false;
+    if (!this.argumentFits(key, value)) return false;
     const box: ValueBox = newBox(value);
     this.args.push({ key, full: `ARGS:${key}`, box, uk: undefined });
     if (origin === 'GET') this.argsGet.push({ key, full: `ARGS_GET:${key}`, box, uk: undefined });

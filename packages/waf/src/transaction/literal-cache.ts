@@ -156,6 +156,8 @@ export class TransactionLiteralCache extends TransactionCollections {
       for (let k = unions[at]!; k < list.length; k++) {
         const box = list[k]!.box;
         if ((box.m & chain) === 0) continue;
+        // (a value through a transformation chain and the scanner: as long a step as an operator's)
+        this.work(1 + (box.v.length >>> 10));
         const found = this.boxBits(box, node);
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;
@@ -164,6 +166,7 @@ export class TransactionLiteralCache extends TransactionCollections {
       const isRaw = raw === slot;
       for (let k = unions[at]!; k < list.length; k++) {
         const box = list[k]!.box;
+        this.work(1 + (box.v.length >>> 10));
         const found = this.boxBits(box, node);
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w]! |= scanned[found + w]!;

@@ -195,15 +195,19 @@ export function processRequestBody(tx: Transaction, body: string): void {
   }
   if (tx.requestBodyProcessor === 'XML') {
     if (!noFilesExceeded) {
-      const r = parseXml(body);
+      const r = parseXml(body, tx.inputLimits.xmlDepth);
       tx.xmlDocument = r.document;
-      if (r.error !== undefined) setError(`XML parsing error: ${r.error}`);
+      if (r.limited) {
+        tx.exceedInputLimit('xmlDepth');
+        setOk();
+      } else if (r.error !== undefined) setError(`XML parsing error: ${r.error}`);
       else setOk();
     }
   } else if (tx.requestBodyProcessor === 'JSON') {
     if (!noFilesExceeded) {
       const r = parseJsonBody(body, tx, config.requestBodyJsonDepthLimit);
-      if (r.error !== undefined && body.length > 0) setError(`JSON parsing error: ${r.error}`);
+      // (a parse stopped at an input limit is no error of the body: the limit's rule reports it)
+      if (r.error !== undefined && body.length > 0 && !r.limited) setError(`JSON parsing error: ${r.error}`);
       else setOk();
     }
   } else if (tx.requestBodyType === 'MULTIPART') {

@@ -60,6 +60,7 @@ export class Transaction extends TransactionLiteralCache {
       const check = txChecks[i];
       if (check !== undefined && this.runsAsItComes() && !this.removesTargets()) {
         // a TxCheck (about 90 per request), from its record: its entry and rule are not read
+        this.work(1);
         this.evaluateTxCheck(check);
         if (this.intervention.disruptive) break;
         if (this.marker !== undefined && this.marker === check.skipMarker) i = check.skipTarget - 1;
@@ -94,6 +95,7 @@ export class Transaction extends TransactionLiteralCache {
       if (this.allowType !== NONE_ALLOW) continue;
       if (rs.removesRules && this.removedByConfig(rule)) continue;
       if (this.ruleRemoveByTag.length > 0 && this.hasTag(rule, this.ruleRemoveByTag)) continue;
+      this.work(1);
       if (rule.type === 'action') this.evaluateUnconditional(rule);
       else if (rule.txCheck !== undefined && !this.removesTargets()) this.evaluateTxCheck(rule.txCheck);
       else this.evaluateRule(rule, resetMessage(this.msg, rule));
@@ -304,6 +306,9 @@ export class Transaction extends TransactionLiteralCache {
     if (removals && this.isRemovedTarget(rule, entry.full)) return false;
     const op = rule.operator!;
     let matched = false;
+    // a value is one unit, and one more per KiB: its transformations and operator scan it whole
+    const units = 1 + (entry.box.v.length >>> 10);
+    this.work(units);
     if (!rule.multiMatch) {
       // the union of the variable's values let the rule through; this value may lack the literals
       const prefilter = rule.prefilter;
@@ -327,6 +332,7 @@ export class Transaction extends TransactionLiteralCache {
       matched = true;
     }
     for (const node of rule.tpath) {
+      this.work(units);
       const value = transformed(this.nodes, entry.box, node);
       if (value === prev) continue;
       prev = value;

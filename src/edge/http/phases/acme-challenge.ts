@@ -18,12 +18,12 @@ export const acmeChallengePhase: RequestPhase = {
   name: 'acme-challenge',
   run(ctx: RequestCtx): PhaseOutcome | Promise<PhaseOutcome> {
     const lookup = ctx.proxy.deps.acmeChallenge;
-    const url = ctx.req.url;
-    if (lookup === undefined || url === undefined || !url.startsWith(ACME_CHALLENGE_PREFIX)) return undefined;
+    // The canonical path (request-target phase): the one the origin would be sent.
+    const path = ctx.path;
+    if (lookup === undefined || !path.startsWith(ACME_CHALLENGE_PREFIX)) return undefined;
     const method = ctx.req.method;
     if (method !== 'GET' && method !== 'HEAD') return answer(405, 'method not allowed\n', ['allow', 'GET, HEAD']);
-    const query = url.indexOf('?');
-    const token = url.slice(ACME_CHALLENGE_PREFIX.length, query === -1 ? undefined : query);
+    const token = path.slice(ACME_CHALLENGE_PREFIX.length);
     if (!TOKEN.test(token)) return answer(404, 'not found\n');
     const host = hostName(ctx.host);
     let keyAuthorization: string | undefined | Promise<string | undefined>;

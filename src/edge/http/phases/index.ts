@@ -1,7 +1,7 @@
 /**
  * The phases of DESIGN.md in order, each its own module (the shapes: phase.ts):
  *
- *   request phases   accept -> acme-challenge -> geo-fence -> rate-limit -> waf-request
+ *   request phases   accept -> request-target -> acme-challenge -> geo-fence -> rate-limit -> waf-request
  *   upstream         upstream/exchange.ts, or upstream/upgrade.ts for a WebSocket handshake
  *                    (a failed attempt: upstream/retry-decision.ts)
  *   response phases  waf-response (run by the exchange on the origin's response)
@@ -20,10 +20,18 @@ import { acmeChallengePhase } from './acme-challenge.ts';
 import { geoFencePhase } from './geo-fence.ts';
 import type { RequestPhase } from './phase.ts';
 import { rateLimitPhase } from './rate-limit.ts';
+import { requestTargetPhase } from './request-target.ts';
 import { respond } from './respond.ts';
 import { wafRequestPhase } from './waf-request.ts';
 
-export const REQUEST_PHASES: readonly RequestPhase[] = [acceptPhase, acmeChallengePhase, geoFencePhase, rateLimitPhase, wafRequestPhase];
+export const REQUEST_PHASES: readonly RequestPhase[] = [
+  acceptPhase,
+  requestTargetPhase,
+  acmeChallengePhase,
+  geoFencePhase,
+  rateLimitPhase,
+  wafRequestPhase,
+];
 
 export function runRequestPhases(ctx: RequestCtx, from = 0): void {
   const phases = REQUEST_PHASES;

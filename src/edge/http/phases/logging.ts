@@ -52,6 +52,7 @@ function originMsOf(ctx: RequestCtx, now: number): number | undefined {
 
 const ANSWERED_BY: Record<PhaseName, AnsweredBy> = {
   accept: 'error',
+  'request-target': 'error',
   'acme-challenge': 'acme',
   'geo-fence': 'geo',
   'rate-limit': 'rate-limit',
@@ -102,7 +103,7 @@ export function accessLogEntry(ctx: RequestCtx, now = performance.now()): Access
     tls: ctx.secure,
     method: req.method ?? '',
     host: ctx.host,
-    url: req.url ?? '',
+    url: ctx.target !== '' ? ctx.target : (req.url ?? ''),
     status: ctx.statusCode,
     answeredBy: answeredByOf(ctx),
     bytesIn: ctx.bytesIn,
@@ -110,6 +111,7 @@ export function accessLogEntry(ctx: RequestCtx, now = performance.now()): Access
     upstreamAttempts: ctx.upstreamAttempts,
     durationMs: Math.round((now - ctx.startedAt) * 1000) / 1000,
   };
+  if (ctx.target !== '' && ctx.target !== req.url) entry.rawUrl = req.url ?? '';
   if (ctx.clientAddressSource !== 'socket') {
     entry.clientIpSource = ctx.clientAddressSource;
     entry.peerIp = unmapIpv4(req.socket?.remoteAddress ?? '');

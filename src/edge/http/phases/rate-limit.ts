@@ -18,25 +18,31 @@ export const rateLimitPhase: RequestPhase = {
   run(ctx: RequestCtx): PhaseOutcome | Promise<PhaseOutcome> {
     const limiter = ctx.proxy.rateLimiter;
     if (limiter === undefined) return undefined;
-    const decision = limiter.check(sourceKey(ctx.clientIp, ctx.proxy.deps.rateLimit?.ipv6Prefix));
+    const key = sourceKey(ctx.clientIp, ctx.proxy.deps.rateLimit?.ipv6Prefix);
+    const decision = limiter.check(key);
     // A shared counter store that cannot answer (Redis down) lets the request through, logged:
     // losing the limit for a while is better than losing the site.
     if (decision instanceof Promise) {
       return decision.then(
-        (d) => outcome(ctx, d),
+        (d) => outcome(ctx, d, key),
         (err: unknown) => {
           ctx.proxy.deps.logger?.error({ err, proxyId: ctx.proxy.id }, 'rate-limit counters unavailable; request let through');
           return undefined;
         },
       );
     }
-    return outcome(ctx, decision);
+    return outcome(ctx, decision, key);
   },
 };
 
-function outcome(ctx: RequestCtx, decision: RateDecision): PhaseOutcome {
+function outcome(ctx: RequestCtx, decision: RateDecision, key: string): PhaseOutcome {
   if (decision.allowed) return undefined;
   ctx.supportId = decision.episode.supportId;
+  // Kernel blocking drops the socket peer's packets: only a client that is the peer may be escalated
+  // (never a trusted load balancer, which carries everybody's requests).
+  const onBlockedRefusal = ctx.proxy.deps.onBlockedRefusal;
+  if (onBlockedRefusal !== undefined && ctx.clientAddressSource === 'socket' && ctx.proxy.deps.clientAddress?.trusts(ctx.clientIp) !== true)
+    onBlockedRefusal(ctx.proxy.id, key, decision.episode.blockedUntil);
   if (decision.started) recordEpisodeStart(ctx, decision.episode);
   return pageAnswer(ctx, 'rate-limit', 'rate-limit', { headers: ['retry-after', String(decision.retryAfterSeconds)] });
 }

@@ -31,6 +31,7 @@ import type { RequestCtx } from '../ctx.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';
 import type { RequestPhase } from './phase.ts';
+import { refuse as refuseMalformed } from './request-target.ts';
 
 /**
  * The rule id a WAF_EVENT names for a request body longer than the WAF inspects (no engine rule
@@ -80,6 +81,10 @@ async function inspectWithBody(ctx: RequestCtx, waf: WafHook): Promise<PhaseOutc
     return { phase: 'waf', status: 400, headers: [], body: '', close: true };
   }
   ctx.bytesIn = length;
+  // HTTP/2: DATA frames that add up to another length than content-length (RFC 9113 8.1.1). Node
+  // ends the stream before nghttp2 resets it, so the body read whole is checked here.
+  if (ctx.http2 && ctx.declaredLength >= 0 && (rest === null ? length !== ctx.declaredLength : length > ctx.declaredLength))
+    return refuseMalformed(ctx, 'CONTENT_LENGTH_MISMATCH');
   const over = length > limit;
   if (over && refuse) return refuseBody(ctx, limit);
   ctx.body = { chunks, length, rest };
@@ -216,6 +221,8 @@ function failureReason(err: unknown): WafFailureReason {
   const code = (err as { code?: unknown } | null)?.code;
   if (code === 'ERR_WAF_OVERLOADED') return 'overloaded';
   if (code === 'ERR_WAF_UNAVAILABLE') return 'unavailable';
+  // its inspection ran past the budget and was ended (the engine's thread goes on)
+  if (code === 'ERR_WAF_BUDGET') return 'budget';
   return 'error';
 }
 
@@ -230,6 +237,7 @@ export function wafRequestHead(ctx: RequestCtx): WafRequestHead {
     server: { ip: ctx.serverIp, port: ctx.serverPort },
     method: req.method ?? '',
     url: req.url ?? '',
+    path: ctx.path,
     httpVersion: ctx.http2 ? '2.0' : req.httpVersion === '1.0' ? '1.0' : '1.1',
     headers: ctx.http2 ? withoutPseudoHeaders(req.rawHeaders, ctx.host) : req.rawHeaders,
   };
@@ -238,7 +246,9 @@ export function wafRequestHead(ctx: RequestCtx): WafRequestHead {
 function withoutPseudoHeaders(raw: readonly string[], host: string): string[] {
   const headers = ['host', host];
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    if (raw[i]!.charCodeAt(0) !== 58 /* ':' */) headers.push(raw[i]!, raw[i + 1]!);
+    const name = raw[i]!;
+    // Pseudo-headers are not headers; a host field is the one Host above (request-target refused a differing one).
+    if (name.charCodeAt(0) !== 58 /* ':' */ && !(name.length === 4 && name.toLowerCase() === 'host')) headers.push(name, raw[i + 1]!);
   }
   return headers;
 }

@@ -5,6 +5,9 @@
  * the body of a HEAD). The hook sees them before anything goes to the client, so a block can still
  * replace the response with a clean page; `continue` sends the held part on and lets the rest
  * stream. Without a response side this phase holds nothing and costs one check per response.
+ * A compressed body (Content-Encoding gzip, deflate, br, zstd) is decoded for the hook, up to the
+ * same limit of decoded bytes (response-decoding.ts); the client gets the origin's bytes unchanged.
+ * One the proxy cannot decode is a response it cannot inspect (failMode decides).
  *
  * A hook that throws or rejects, its transaction expired or lost with its thread included, follows
  * the proxy's `waf.failMode`, as on the request side (`cannotInspect`): CLOSED replaces the
@@ -16,6 +19,7 @@ import type { RequestCtx } from '../ctx.ts';
 import { headerValue } from '../headers.ts';
 import type { Answer, WafVerdict } from '../types.ts';
 import type { HeldResponse, ResponsePhase, ResponseRelay } from './phase.ts';
+import { contentCodings, decodeForInspection } from './response-decoding.ts';
 import { applyVerdict, cannotInspect, wafRequestHead } from './waf-request.ts';
 
 export const wafResponsePhase: ResponsePhase = {
@@ -42,34 +46,47 @@ export const wafResponsePhase: ResponsePhase = {
   },
 
   decide(ctx: RequestCtx, held: HeldResponse, relay: ResponseRelay): void {
-    const waf = ctx.proxy.deps.waf!;
-    const body = held.chunks.length === 0 ? null : Buffer.concat(held.chunks, held.length);
-    const limit = waf.responseBodyLimit ?? 0;
-    let verdict: WafVerdict | Promise<WafVerdict>;
-    try {
-      verdict = waf.inspectResponse!({
-        request: wafRequestHead(ctx),
-        statusCode: held.status,
-        headers: held.headers,
-        body: body === null || limit === 0 ? null : body.subarray(0, limit),
-        bodyTruncated: body !== null && (!held.ended || body.length > limit),
-      });
-    } catch (err) {
+    const limit = ctx.proxy.deps.waf!.responseBodyLimit ?? 0;
+    const body = held.chunks.length === 0 || limit === 0 ? null : Buffer.concat(held.chunks, held.length);
+    if (body === null) return inspect(ctx, held, relay, null, false);
+    const codings = contentCodings(headerValue(held.headers, 'content-encoding'));
+    if (codings === undefined) {
+      const err = new Error(`response content-encoding ${headerValue(held.headers, 'content-encoding')} cannot be decoded for inspection`);
       // Answer after undici has taken our "pause" from the callback that is still running.
       queueMicrotask(() => noVerdict(ctx, relay, err));
       return;
     }
-    if (verdict instanceof Promise) {
-      verdict.then(
-        (v) => afterVerdict(ctx, relay, v),
-        (err: unknown) => noVerdict(ctx, relay, err),
-      );
-    } else {
-      // Answer after undici has taken our "pause" from the callback that is still running.
-      queueMicrotask(() => afterVerdict(ctx, relay, verdict));
-    }
+    if (codings.length === 0) return inspect(ctx, held, relay, body.subarray(0, limit), !held.ended || body.length > limit);
+    // The rules read what the client will read: the body decoded (bounded), while the client gets the origin's bytes.
+    decodeForInspection(body, codings, limit).then(
+      (decoded) => {
+        if (!relay.clientGone) inspect(ctx, held, relay, decoded.body, decoded.truncated || !held.ended);
+      },
+      (err: unknown) => noVerdict(ctx, relay, err),
+    );
   },
 };
+
+function inspect(ctx: RequestCtx, held: HeldResponse, relay: ResponseRelay, body: Buffer | null, bodyTruncated: boolean): void {
+  const waf = ctx.proxy.deps.waf!;
+  let verdict: WafVerdict | Promise<WafVerdict>;
+  try {
+    verdict = waf.inspectResponse!({ request: wafRequestHead(ctx), statusCode: held.status, headers: held.headers, body, bodyTruncated });
+  } catch (err) {
+    // Answer after undici has taken our "pause" from the callback that is still running.
+    queueMicrotask(() => noVerdict(ctx, relay, err));
+    return;
+  }
+  if (verdict instanceof Promise) {
+    verdict.then(
+      (v) => afterVerdict(ctx, relay, v),
+      (err: unknown) => noVerdict(ctx, relay, err),
+    );
+  } else {
+    // Answer after undici has taken our "pause" from the callback that is still running.
+    queueMicrotask(() => afterVerdict(ctx, relay, verdict));
+  }
+}
 
 function afterVerdict(ctx: RequestCtx, relay: ResponseRelay, verdict: WafVerdict): void {
   if (relay.clientGone) return;

@@ -112,7 +112,8 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     this.remaining = -1;
     this.abortAttempt = undefined;
     this.resumeAttempt = undefined;
-    const path = ctx.req.url ?? '/';
+    // The canonical target the phases decided on (phases/request-target.ts), never the raw one.
+    const path = ctx.target;
     const body = this.body;
     if (body === null || Buffer.isBuffer(body)) {
       // An HTTP/1.0 client may send no Host; HTTP/1.1 to the origin needs one (undici adds its own).
@@ -334,6 +335,9 @@ function originBody(ctx: RequestCtx): { body: OriginBody; replayable: boolean } 
   if (body === 'stream') {
     // A declared length is enforced by the parsers (and checked against the limit in accept);
     // otherwise (chunked, HTTP/2 without content-length) we count as it streams.
+    // HTTP/2 frames the body in DATA frames: Node ends the stream even when they add up to less
+    // than content-length (nghttp2 resets it only afterwards), so the length is checked here.
+    if (ctx.http2 && ctx.declaredLength >= 0) return { body: limited(ctx, ctx.req as AsyncIterable<Buffer>, max), replayable: false };
     if (ctx.declaredLength >= 0) {
       // Counted at the end from the declared length, once the parser has taken it whole.
       ctx.bodyStreamedWhole = true;
@@ -345,13 +349,18 @@ function originBody(ctx: RequestCtx): { body: OriginBody; replayable: boolean } 
   return { body: resumed(ctx, body.chunks, body.rest, max), replayable: false };
 }
 
-/** The client's body as it streams, counted into `ctx.bytesIn` and held to `max` bytes. */
+/**
+ * The client's body as it streams, counted into `ctx.bytesIn` and held to `max` bytes (and, over
+ * HTTP/2, to its declared length: the origin never gets a body that ends short of it).
+ */
 async function* limited(ctx: RequestCtx, source: AsyncIterable<Buffer>, max: number): AsyncGenerator<Buffer> {
   for await (const chunk of source) {
     ctx.bytesIn += chunk.length;
     if (ctx.bytesIn > max) throw new BodyTooLargeError();
+    if (ctx.http2 && ctx.declaredLength >= 0 && ctx.bytesIn > ctx.declaredLength) throw new BodyLengthMismatchError();
     yield chunk;
   }
+  if (ctx.http2 && ctx.declaredLength >= 0 && ctx.bytesIn !== ctx.declaredLength) throw new BodyLengthMismatchError();
 }
 
 /** The part the WAF read (counted already), then the rest as it streams. */
@@ -359,10 +368,22 @@ async function* resumed(ctx: RequestCtx, chunks: Buffer[], rest: AsyncIterator<B
   yield* chunks;
   for (;;) {
     const next = await rest.next();
-    if (next.done) return;
+    if (next.done) {
+      if (ctx.http2 && ctx.declaredLength >= 0 && ctx.bytesIn !== ctx.declaredLength) throw new BodyLengthMismatchError();
+      return;
+    }
     ctx.bytesIn += next.value.length;
     if (ctx.bytesIn > max) throw new BodyTooLargeError();
+    if (ctx.http2 && ctx.declaredLength >= 0 && ctx.bytesIn > ctx.declaredLength) throw new BodyLengthMismatchError();
     yield next.value;
+  }
+}
+
+/** An HTTP/2 body whose DATA frames do not add up to its content-length (RFC 9113 8.1.1): never sent on whole. */
+class BodyLengthMismatchError extends Error {
+  readonly code = 'TPS_BODY_LENGTH_MISMATCH';
+  constructor() {
+    super('request body length differs from its content-length');
   }
 }
 

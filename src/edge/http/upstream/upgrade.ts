@@ -129,11 +129,10 @@ class UpgradeTunnel {
     const headersTimeout = (): void => failed('gateway-timeout', 'ETIMEDOUT');
     origin.setTimeout(limits.upstreamHeadersTimeoutMs, headersTimeout);
 
-    const req = ctx.req;
     const request = http.request({
       createConnection: () => origin,
       method: 'GET',
-      path: req.url ?? '/',
+      path: ctx.target,
       setHost: false,
       headers: originRequestHeaders(ctx, true),
     });

@@ -18,6 +18,8 @@ export type ExchangingEngine = WafEngine & Required<Pick<WafEngine, 'beginExchan
 export interface WafEngineStart extends RuleSetOptions, PoolSchedulingOptions {
   /** Worker threads of the engine's pool. */
   readonly workers: number;
+  /** Each inspection's budget (the compiled engine ends a transaction past it; ModSecurity has only the watchdog, runawayMs). */
+  readonly requestBudgetMs?: number;
 }
 
 /** How the ModSecurity package is loaded (a test gives one that fails). */
@@ -32,6 +34,7 @@ export async function startWafEngine(
   loadModSecurity: ModSecurityLoader = importModSecurity,
 ): Promise<ExchangingEngine> {
   if (name === 'compiled') return createCompiledEngine(options);
+  const { requestBudgetMs: _cooperativeOnly, ...modsecurityOptions } = options;
   let modsecurity: Awaited<ReturnType<ModSecurityLoader>>;
   try {
     modsecurity = await loadModSecurity();
@@ -41,5 +44,5 @@ export async function startWafEngine(
       { cause: error },
     );
   }
-  return modsecurity.createModSecurityEngine(options);
+  return modsecurity.createModSecurityEngine(modsecurityOptions);
 }

@@ -48,6 +48,7 @@ function input(body: string, settings: Partial<WafRequestInput['settings']> = {}
     client: { ip: '127.0.0.1', port: 40000 },
     server: { ip: '127.0.0.2', port: 80 },
     method: 'POST',
+    path: '/',
     url: '/form',
     httpVersion: '1.1',
     headers: ['host', 'x', 'content-type', 'application/x-www-form-urlencoded'],

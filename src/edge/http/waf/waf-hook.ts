@@ -205,6 +205,7 @@ function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest 
     serverPort: head.server.port,
     method: head.method,
     uri: head.url,
+    path: head.path,
     httpVersion: head.httpVersion === '2.0' ? '2.0' : head.httpVersion,
     headers,
     ...(body && { body }),
@@ -219,6 +220,7 @@ function engineSettings(settings: WafRequestHead['settings']): WafEngineSettings
     mode: settings.mode,
     ...(settings.anomalyThreshold !== undefined && { anomalyThreshold: settings.anomalyThreshold }),
     ruleExclusions: settings.ruleExclusions,
+    ...(settings.inputLimits !== undefined && { inputLimits: settings.inputLimits }),
   };
 }
 
