@@ -33,10 +33,10 @@ class Run {
   }
 
   /** Enters `client` (of `tenant`) and records what becomes of the request. */
-  enter(client: string, tenant = ''): Entry {
+  enter(client: string, tenant = '', bodyBytes = 0): Entry {
     const entry: Entry = { client, tenant, state: 'waiting' };
     this.log.push(entry);
-    const entered = this.admission.enter(client, tenant);
+    const entered = this.admission.enter(client, tenant, bodyBytes);
     const run = (ticket: AdmissionTicket) => {
       entry.state = 'running';
       entry.ticket = ticket;
@@ -208,19 +208,25 @@ describe('fair admission by cost', () => {
   it('lets an expensive client hold only its share of the threads; the rest of its requests wait', async () => {
     let now = 0;
     const run = new Run(new FairAdmission({ slots: 8, queueLength: 16, maxWaitMs: 1000, expensiveInFlight: 1, now: () => now }));
-    run.enter(EXPENSIVE);
+    run.enter(EXPENSIVE, '', 100_000);
     run.leave(150);
     run.enter(CHEAP[0]!);
     run.leave(1);
-    const first = run.enter(EXPENSIVE);
-    const second = run.enter(EXPENSIVE);
+    const first = run.enter(EXPENSIVE, '', 100_000);
+    const second = run.enter(EXPENSIVE, '', 100_000);
     const cheap = run.enter(CHEAP[0]!);
-    const fresh = run.enter('198.51.100.200');
+    const fresh = run.enter('198.51.100.200', '', 100_000);
+    const freshGet = run.enter('198.51.100.201');
     await settle();
     assert.equal(first.state, 'running');
     assert.equal(second.state, 'waiting', 'waits though slots are free: one expensive request at a time');
     assert.equal(cheap.state, 'running', 'a cheap client is admitted at once');
-    assert.equal(fresh.state, 'waiting', 'a client not charged yet counts as its tenant does (here: expensive)');
+    assert.equal(
+      fresh.state,
+      'waiting',
+      "a client not charged yet is reckoned by its body at its tenant's cost per byte (here: expensive)",
+    );
+    assert.equal(freshGet.state, 'running', 'and without a body as a cheap request');
     // Its own request ends: the next one goes.
     run.held.splice(run.held.indexOf(first.ticket!), 1);
     run.admission.charge(first.ticket!, 150);

@@ -7,8 +7,9 @@
  * rejects with WafOverloadedError so that the proxy applies the proxy's `waf.failMode`.
  *
  * - Expensive clients fill their own share first: a client whose recent requests cost
- *   `expensiveRequestMs` or more each on average (a client not charged yet: its tenant's
- *   requests) has at most `expensiveInFlight` requests handed
+ *   `expensiveRequestMs` or more each on average (a client not charged yet: a request with a body
+ *   is reckoned at what its tenant's bodies cost per byte lately, so a botnet's fresh addresses
+ *   are known by their bodies) has at most `expensiveInFlight` requests handed
  *   to the threads at once, and so have all the expensive clients of one tenant together (by
  *   default half the threads): the rest of its requests wait, and are shed after `maxWaitMs`.
  *   One tenant's expensive traffic cannot take the threads the others' requests need.
@@ -79,6 +80,10 @@ export interface FairAdmissionOptions {
 /** What a request holding a slot gives back (`leave`) and is charged to (`charge`). */
 export interface AdmissionTicket {
   readonly client: ClientShare;
+  /** Body bytes of the request (what its cost per byte is learnt from). */
+  readonly bytes: number;
+  /** What the request was reckoned to cost when admitted. */
+  readonly estimateMs: number;
   /** Counted in its tenant's expensive requests in flight. */
   readonly expensive: boolean;
 }
@@ -87,12 +92,18 @@ interface Waiter {
   readonly resolve: (ticket: AdmissionTicket) => void;
   readonly reject: (error: Error) => void;
   readonly since: number;
+  readonly bytes: number;
 }
 
-/** Recent cost and number of requests, both decayed to the time `at`. */
+/**
+ * Recent cost and number of requests, and the cost and bytes of those with a body, all decayed to
+ * the time `at`.
+ */
 interface RecentCost {
   cost: number;
   count: number;
+  bodyCost: number;
+  bodyBytes: number;
   at: number;
 }
 
@@ -163,12 +174,12 @@ export class FairAdmission {
    * when one was free (taken now), else a promise of it once the request holds one, which rejects
    * with WafOverloadedError when the request is shed. Every ticket must be given back with `leave`.
    */
-  enter(clientIp: string, tenant = ''): AdmissionTicket | Promise<AdmissionTicket> {
+  enter(clientIp: string, tenant = '', bodyBytes = 0): AdmissionTicket | Promise<AdmissionTicket> {
     const now = this.now();
     const client = this.share(clientKey(clientIp), tenant, now);
     // With a slot free, whoever waits is capped (dispatch hands a freed slot to any other waiter).
-    if (this.running < this.slots && !this.capped(client, now)) return this.admit(client, now);
-    return this.wait(client, now);
+    if (this.running < this.slots && !this.capped(client, now, bodyBytes)) return this.admit(client, now, bodyBytes);
+    return this.wait(client, now, bodyBytes);
   }
 
   /** Charges `costMs` of engine time to the ticket's client and tenant (one request). */
@@ -179,24 +190,30 @@ export class FairAdmission {
       this.decay(recent, now);
       recent.cost += costMs;
       recent.count += 1;
+      if (ticket.bytes > 0) {
+        recent.bodyCost += costMs;
+        recent.bodyBytes += ticket.bytes;
+      }
     }
   }
 
-  /** What a request of this ticket's client is reckoned to cost: its recent average. */
+  /** What the ticket's request was reckoned to cost. */
   estimatedCostMs(ticket: AdmissionTicket): number {
-    return this.averageCost(ticket.client, this.now());
+    return ticket.estimateMs;
   }
 
   /**
-   * A client's recent average cost per request; for a client not charged yet, its tenant's: a
-   * botnet's fresh addresses are known by what their tenant's requests cost lately.
+   * What a request of `client` with `bytes` of body is reckoned to cost: the client's recent
+   * average; for a client not charged yet, a request with a body at what its tenant's bodies cost
+   * per byte lately (a botnet's fresh addresses are known by their bodies), else a cheap request.
    */
-  private averageCost(client: ClientShare, now: number): number {
+  private estimate(client: ClientShare, now: number, bytes: number): number {
     this.decay(client, now);
     if (client.count >= 0.5) return client.cost / client.count;
     const tenant = client.tenant;
     this.decay(tenant, now);
-    return tenant.count >= 0.5 ? tenant.cost / tenant.count : UNKNOWN_REQUEST_MS;
+    if (bytes > 0 && tenant.bodyBytes >= 1) return Math.max(UNKNOWN_REQUEST_MS, (bytes * tenant.bodyCost) / tenant.bodyBytes);
+    return UNKNOWN_REQUEST_MS;
   }
 
   /** Gives a slot back: to the waiting request that should have it next, else free. */
@@ -217,12 +234,13 @@ export class FairAdmission {
     return client.cost;
   }
 
-  private admit(client: ClientShare, now: number): AdmissionTicket {
+  private admit(client: ClientShare, now: number, bytes: number): AdmissionTicket {
     this.running++;
     client.inFlight++;
-    const expensive = this.isExpensive(client, now);
+    const estimateMs = this.estimate(client, now, bytes);
+    const expensive = estimateMs >= this.expensiveRequestMs;
     if (expensive) client.tenant.expensiveInFlight++;
-    return { client, expensive };
+    return { client, bytes, estimateMs, expensive };
   }
 
   private share(key: string, tenantKey: string, now: number): ClientShare {
@@ -232,11 +250,11 @@ export class FairAdmission {
     if (this.clients.size >= this.nextPrune) this.prune(now);
     let tenant = this.tenants.get(tenantKey);
     if (tenant === undefined) {
-      tenant = { key: tenantKey, cost: 0, count: 0, at: now, clients: 0, expensiveInFlight: 0, waiting: 0 };
+      tenant = { key: tenantKey, cost: 0, count: 0, bodyCost: 0, bodyBytes: 0, at: now, clients: 0, expensiveInFlight: 0, waiting: 0 };
       this.tenants.set(tenantKey, tenant);
     }
     tenant.clients++;
-    client = { key: id, tenant, cost: 0, count: 0, at: now, inFlight: 0, waiters: [] };
+    client = { key: id, tenant, cost: 0, count: 0, bodyCost: 0, bodyBytes: 0, at: now, inFlight: 0, waiters: [] };
     this.clients.set(id, client);
     return client;
   }
@@ -246,22 +264,20 @@ export class FairAdmission {
     const factor = Math.exp((recent.at - now) / this.costWindowMs);
     recent.cost *= factor;
     recent.count *= factor;
+    recent.bodyCost *= factor;
+    recent.bodyBytes *= factor;
     recent.at = now;
   }
 
-  private isExpensive(client: ClientShare, now: number): boolean {
-    return this.averageCost(client, now) >= this.expensiveRequestMs;
-  }
-
-  /** An expensive client at its own cap or its tenant's: it waits even with a slot free. */
-  private capped(client: ClientShare, now: number): boolean {
+  /** An expensive request at its client's cap or its tenant's: it waits even with a slot free. */
+  private capped(client: ClientShare, now: number, bytes: number): boolean {
     if (client.inFlight < this.expensiveInFlight && client.tenant.expensiveInFlight < this.expensiveInFlight) return false;
-    return this.isExpensive(client, now);
+    return this.estimate(client, now, bytes) >= this.expensiveRequestMs;
   }
 
   /** Recent cost plus what its waiting requests are reckoned to cost. */
   private clientWeight(client: ClientShare, now: number, extra = 0): number {
-    const each = this.averageCost(client, now);
+    const each = this.estimate(client, now, client.waiters[0]?.bytes ?? 0);
     return client.cost + (client.waiters.length + extra) * Math.max(each, UNKNOWN_REQUEST_MS);
   }
 
@@ -272,7 +288,7 @@ export class FairAdmission {
     return tenant.cost + pending + extra;
   }
 
-  private wait(client: ClientShare, now: number): Promise<AdmissionTicket> {
+  private wait(client: ClientShare, now: number, bytes: number): Promise<AdmissionTicket> {
     if (this.waitingCount >= this.queueLength) {
       const victim = this.victim(now);
       const mine = this.clientWeight(client, now, 1);
@@ -298,7 +314,7 @@ export class FairAdmission {
     client.tenant.waiting++;
     this.startSweeping();
     return new Promise<AdmissionTicket>((resolve, reject) => {
-      waiters.push({ resolve, reject, since: now });
+      waiters.push({ resolve, reject, since: now, bytes });
     });
   }
 
@@ -334,7 +350,7 @@ export class FairAdmission {
       let next: ClientShare | undefined;
       let nextCost = Infinity;
       for (const client of this.ring) {
-        if (this.capped(client, now)) continue;
+        if (this.capped(client, now, client.waiters[0]!.bytes)) continue;
         this.decay(client, now);
         if (client.cost < nextCost) {
           next = client;
@@ -352,7 +368,7 @@ export class FairAdmission {
         waiter.reject(new WafOverloadedError(`WAF engine overloaded: no thread free within ${this.maxWaitMs} ms`));
         continue;
       }
-      waiter.resolve(this.admit(next, now));
+      waiter.resolve(this.admit(next, now, waiter.bytes));
     }
   }
 

@@ -336,7 +336,7 @@ export class WorkerPool<Options> {
   /** A request's run once fair admission gave it a place, on the least busy thread. */
   private async admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Result & { worker: PoolWorker }> {
     if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    const entered = this.admission.enter(request.clientIp, request.tenant);
+    const entered = this.admission.enter(request.clientIp, request.tenant, request.body?.length ?? 0);
     const ticket: AdmissionTicket = entered instanceof Promise ? await entered : entered;
     let charged = false;
     const charge = (cpuMs: number): void => {
