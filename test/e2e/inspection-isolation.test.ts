@@ -10,7 +10,9 @@
  * over it without the cooperative check (measured alone, in process, warm: 0.35 to 7 s each at
  * paranoia 1), and one WAF thread serves everyone, so expensive and benign requests share it.
  *
- * Other parts of the same acceptance live in `inspection-isolation/*.ts` beside this file.
+ * Other parts of the same acceptance live in `inspection-isolation/*.ts` beside this file: the
+ * fair shares between tenants, the early refusal of repeat offenders and the response side's
+ * failMode (`fairnessTests()`, with a `tps serve` of its own).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -20,6 +22,7 @@ import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/wait.ts';
+import { fairnessTests } from './inspection-isolation/fairness.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const EVENTS = '/api/v2/insight/http-security-events';
@@ -353,3 +356,5 @@ describe('inspection isolation: a request slow to inspect costs only its sender'
     assert.equal(patched.body.errors[0].source.pointer, '/data/attributes/waf/inputLimits/arguments');
   });
 });
+
+fairnessTests();
