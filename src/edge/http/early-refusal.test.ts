@@ -1,0 +1,248 @@
+/**
+ * The early refusal path over real sockets: a blocked source's requests answered 429 with
+ * Retry-After without Node's HTTP server or the phases, on a kept-alive connection (pipelined
+ * requests included) and on a new one from its first byte; other sources served; the source served
+ * again once its block ends, on the same connection too; one insight event per episode with every
+ * refusal counted in it; refusals counted in the metrics.
+ */
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import type { AppDdosAttackEvent } from '@tps/model';
+import { HttpProxy } from './http-proxy.ts';
+import { request } from '../../../test/support/http-client.ts';
+import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../test/support/http-servers.ts';
+
+const T = { timeout: 20_000 };
+
+interface RawResponse {
+  status: number;
+  headers: Map<string, string>;
+  body: string;
+}
+
+/** A raw HTTP/1.1 client connection: writes bytes, reads responses (HEAD ones without a body). */
+class RawConnection {
+  private readonly socket: net.Socket;
+  private buffer = Buffer.alloc(0);
+  private waiting: (() => void) | undefined;
+  closed = false;
+
+  private constructor(socket: net.Socket) {
+    this.socket = socket;
+    socket.on('data', (chunk: Buffer) => {
+      this.buffer = Buffer.concat([this.buffer, chunk]);
+      this.waiting?.();
+    });
+    socket.on('close', () => {
+      this.closed = true;
+      this.waiting?.();
+    });
+    socket.on('error', () => {});
+  }
+
+  static open(port: number, localAddress: string): Promise<RawConnection> {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect({ host: FRONT_IP, port, localAddress }, () => resolve(new RawConnection(socket)));
+      socket.once('error', reject);
+    });
+  }
+
+  write(text: string): void {
+    this.socket.write(text);
+  }
+
+  /** The next responses, one per method in `methods` (HEAD: head only). */
+  async read(methods: readonly string[]): Promise<RawResponse[]> {
+    const responses: RawResponse[] = [];
+    for (const method of methods) {
+      for (;;) {
+        const end = this.buffer.indexOf('\r\n\r\n');
+        if (end !== -1) {
+          const lines = this.buffer.toString('latin1', 0, end).split('\r\n');
+          const headers = new Map(
+            lines.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+          );
+          const status = Number(lines[0]!.split(' ')[1]);
+          if (method !== 'HEAD' && headers.get('transfer-encoding') === 'chunked') {
+            const chunked = dechunk(this.buffer, end + 4);
+            if (chunked !== undefined) {
+              responses.push({ status, headers, body: chunked.body });
+              this.buffer = this.buffer.subarray(chunked.next);
+              break;
+            }
+          } else {
+            const length = method === 'HEAD' ? 0 : Number(headers.get('content-length') ?? 0);
+            if (this.buffer.length >= end + 4 + length) {
+              responses.push({ status, headers, body: this.buffer.toString('utf8', end + 4, end + 4 + length) });
+              this.buffer = this.buffer.subarray(end + 4 + length);
+              break;
+            }
+          }
+        }
+        if (this.closed) throw new Error(`connection closed after ${responses.length} of ${methods.length} responses`);
+        await new Promise<void>((resolve) => (this.waiting = resolve));
+      }
+    }
+    return responses;
+  }
+
+  /** Resolves when the server has closed the connection. */
+  async ended(): Promise<void> {
+    while (!this.closed) await new Promise<void>((resolve) => (this.waiting = resolve));
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+/** A chunked body from `from`: its text and where it ends; undefined while incomplete. */
+function dechunk(buffer: Buffer, from: number): { body: string; next: number } | undefined {
+  let body = '';
+  let at = from;
+  for (;;) {
+    const lineEnd = buffer.indexOf('\r\n', at);
+    if (lineEnd === -1) return undefined;
+    const size = parseInt(buffer.toString('latin1', at, lineEnd), 16);
+    if (buffer.length < lineEnd + 2 + size + 2) return undefined;
+    if (size === 0) return { body, next: lineEnd + 4 };
+    body += buffer.toString('utf8', lineEnd + 2, lineEnd + 2 + size);
+    at = lineEnd + 2 + size + 2;
+  }
+}
+
+const get = (path: string, method = 'GET') => `${method} ${path} HTTP/1.1\r\nHost: site.test\r\n\r\n`;
+const supportIdOf = (body: string) => /Support ID: <code>([0-9a-f]{32})<\/code>/.exec(body)?.[1];
+
+describe('early refusal of blocked sources', () => {
+  let origin: TestOrigin;
+  let proxy: HttpProxy;
+  let port = 0;
+  const completed: number[] = [];
+  const refused: number[] = [];
+  const deps = testDeps({
+    rateLimit: { updateIntervalMs: 50 },
+    metrics: {
+      requestCompleted: (_proxy, status) => completed.push(status),
+      requestsRefused: (_proxy, answeredBy, status, count) => {
+        assert.equal(answeredBy, 'rate-limit');
+        assert.equal(status, 429);
+        refused.push(count);
+      },
+    },
+  });
+
+  before(async () => {
+    origin = await startOrigin();
+    port = await freePort(FRONT_IP);
+    proxy = new HttpProxy(
+      resolvedProxy(port, [origin], {
+        attributes: { rateLimiting: { thresholds: [{ requests: 2, periodSeconds: 60 }], blockSeconds: 2 } },
+      }),
+      deps,
+    );
+    await proxy.start();
+  });
+  after(async () => {
+    await proxy.stop();
+    await origin.close();
+  });
+
+  it('answers every pipelined request of a blocked source 429 with Retry-After, without the phases, then serves it again', T, async () => {
+    const client = '127.0.0.41';
+    const connection = await RawConnection.open(port, client);
+    connection.write(get('/1') + get('/2'));
+    assert.deepEqual(
+      (await connection.read(['GET', 'GET'])).map((r) => r.status),
+      [200, 200],
+    );
+    const originRequests = origin.requests;
+    // The third request crosses the threshold: the rate-limit phase answers it (and the episode starts).
+    connection.write(get('/3'));
+    const [first] = await connection.read(['GET']);
+    assert.equal(first!.status, 429);
+    const supportId = supportIdOf(first!.body);
+    assert.ok(supportId);
+    const phasesBefore = completed.length;
+
+    // The next ones, pipelined in one write (a HEAD among them): one answer each, in order, each with
+    // the block's Retry-After and the episode's page, none through Node's server or the phases.
+    connection.write(get('/4') + get('/5', 'HEAD') + get('/6') + get('/7') + get('/8'));
+    const answers = await connection.read(['GET', 'HEAD', 'GET', 'GET', 'GET']);
+    for (const answer of answers) {
+      assert.equal(answer.status, 429);
+      assert.match(answer.headers.get('retry-after') ?? '', /^[12]$/);
+      assert.equal(answer.headers.get('content-type'), 'text/html; charset=utf-8');
+      assert.equal(answer.headers.get('connection'), 'keep-alive');
+    }
+    assert.equal(answers[1]!.body, '', 'no body for HEAD');
+    assert.equal(answers[1]!.headers.get('content-length'), answers[0]!.headers.get('content-length'));
+    for (const answer of [answers[0]!, ...answers.slice(2)]) assert.equal(supportIdOf(answer.body), supportId);
+    assert.equal(completed.length, phasesBefore, 'no request object, no phase, no completion for the refused requests');
+
+    // A new connection of the same source: refused from its first request, at accept.
+    const fresh = await request(`http://${FRONT_IP}:${port}/new`, { localAddress: client });
+    assert.equal(fresh.status, 429);
+    assert.equal(supportIdOf(fresh.text), supportId);
+    assert.equal(completed.length, phasesBefore, 'the new connection never reached the HTTP server');
+
+    // Another source is served meanwhile.
+    const other = await request(`http://${FRONT_IP}:${port}/other`, { localAddress: '127.0.0.42' });
+    assert.equal(other.status, 200, other.text);
+    assert.equal(origin.requests, originRequests + 1, 'only the other source reached the origin');
+
+    // The block ends (Retry-After): the same connection is served again, and so is a new one.
+    const retryAfter = Number(answers[4]!.headers.get('retry-after'));
+    await new Promise((resolve) => setTimeout(resolve, retryAfter * 1000 + 100));
+    // (Two requests: the threshold of the next episode is two.)
+    connection.write(get('/after'));
+    assert.equal((await connection.read(['GET']))[0]!.status, 200);
+    assert.equal((await request(`http://${FRONT_IP}:${port}/after-new`, { localAddress: client })).status, 200);
+    connection.close();
+
+    // One event for the episode, and every refusal of it counted there (the updates carry the total).
+    const events = deps.insight.events.filter((e): e is AppDdosAttackEvent => e.type === 'APP_DDOS_ATTACK' && e.source.ip === client);
+    assert.equal(events.length, 1);
+    assert.equal(events[0]!.supportId, supportId);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const updates = deps.insight.updates.filter((u) => u.eventId === events[0]!.id);
+    assert.equal(updates.at(-1)?.update.blockedRequests, 7, 'the phase refusal, five pipelined ones and the new connection');
+  });
+
+  it('answers a blocked request with a body 429 and closes, so the body is never read as requests', T, async () => {
+    const client = '127.0.0.43';
+    const connection = await RawConnection.open(port, client);
+    connection.write(get('/1') + get('/2') + get('/3'));
+    assert.deepEqual(
+      (await connection.read(['GET', 'GET', 'GET'])).map((r) => r.status),
+      [200, 200, 429],
+    );
+    const smuggled = get('/smuggled');
+    connection.write(`POST /form HTTP/1.1\r\nHost: site.test\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`);
+    const [answer] = await connection.read(['POST']);
+    assert.equal(answer!.status, 429);
+    assert.equal(answer!.headers.get('connection'), 'close');
+    await connection.ended();
+
+    // On a new connection (refused at accept) too, and a malformed head gets 400 and the end.
+    const fresh = await RawConnection.open(port, client);
+    fresh.write(
+      `POST /form HTTP/1.1\r\nHost: site.test\r\nTransfer-Encoding: chunked\r\n\r\n${smuggled.length.toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`,
+    );
+    const [chunked] = await fresh.read(['POST']);
+    assert.equal(chunked!.status, 429);
+    await fresh.ended();
+    const garbage = await RawConnection.open(port, client);
+    garbage.write('NOT AN HTTP REQUEST\r\n\r\n');
+    assert.equal((await garbage.read(['GET']))[0]!.status, 400);
+    await garbage.ended();
+  });
+
+  it('counts the early refusals in the metrics as requests answered by the rate limit', T, async () => {
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const total = refused.reduce((sum, n) => sum + n, 0);
+    // Six from the first test (five pipelined, one new connection), two from the second.
+    assert.equal(total, 8);
+  });
+});
