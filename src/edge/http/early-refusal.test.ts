@@ -10,8 +10,10 @@ import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { AppDdosAttackEvent } from '@tps/model';
 import { HttpProxy } from './http-proxy.ts';
+import { ClientAddressPolicy } from '../net/client-address.ts';
 import { request } from '../../../test/support/http-client.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../test/support/http-servers.ts';
+import { TestCa } from '../../../test/support/pki.ts';
 
 const T = { timeout: 20_000 };
 
@@ -244,5 +246,101 @@ describe('early refusal of blocked sources', () => {
     const total = refused.reduce((sum, n) => sum + n, 0);
     // Six from the first test (five pipelined, one new connection), two from the second.
     assert.equal(total, 8);
+  });
+});
+
+describe('early refusal behind a load balancer, and over TLS', () => {
+  const LB = '127.0.0.45';
+  let origin: TestOrigin;
+  const proxies: HttpProxy[] = [];
+  const rateLimiting = { thresholds: [{ requests: 2, periodSeconds: 60 }], blockSeconds: 60 };
+
+  before(async () => {
+    origin = await startOrigin();
+  });
+  after(async () => {
+    await Promise.all(proxies.map((proxy) => proxy.stop()));
+    await origin.close();
+  });
+
+  it("leaves a load balancer's connection to the phases when X-Forwarded-For names the client", T, async () => {
+    const port = await freePort(FRONT_IP);
+    const completed: number[] = [];
+    const clientAddress = ClientAddressPolicy.from({ trustedProxies: [`${LB}/32`], listenerProxyProtocol: 'off' });
+    const deps = testDeps({
+      ...(clientAddress && { clientAddress }),
+      metrics: { requestCompleted: (_p, status) => completed.push(status) },
+    });
+    const proxy = new HttpProxy(resolvedProxy(port, [origin], { attributes: { rateLimiting } }), deps);
+    await proxy.start();
+    proxies.push(proxy);
+    const balancer = await RawConnection.open(port, LB);
+    const as = (client: string, path: string) => `GET ${path} HTTP/1.1\r\nHost: site.test\r\nX-Forwarded-For: ${client}\r\n\r\n`;
+    balancer.write(as('203.0.113.9', '/1') + as('203.0.113.9', '/2') + as('203.0.113.9', '/3') + as('203.0.113.10', '/other'));
+    assert.deepEqual(
+      (await balancer.read(['GET', 'GET', 'GET', 'GET'])).map((r) => r.status),
+      [200, 200, 429, 200],
+      'the blocked client refused, another one behind the same connection served',
+    );
+    balancer.write(as('203.0.113.9', '/4') + as('203.0.113.11', '/third'));
+    assert.deepEqual(
+      (await balancer.read(['GET', 'GET'])).map((r) => r.status),
+      [429, 200],
+    );
+    assert.equal(completed.length, 6, 'every request went through the phases');
+    balancer.close();
+  });
+
+  it('refuses at accept a connection whose PROXY header names a blocked client', T, async () => {
+    const port = await freePort(FRONT_IP);
+    const completed: number[] = [];
+    const clientAddress = ClientAddressPolicy.from(
+      { trustedProxies: [`${LB}/32`], listenerProxyProtocol: 'optional' },
+      { headerTimeoutMs: 2_000 },
+    );
+    const deps = testDeps({
+      ...(clientAddress && { clientAddress }),
+      metrics: { requestCompleted: (_p, status) => completed.push(status) },
+    });
+    const proxy = new HttpProxy(resolvedProxy(port, [origin], { attributes: { rateLimiting } }), deps);
+    await proxy.start();
+    proxies.push(proxy);
+    const from = async (client: string, requests: number): Promise<number[]> => {
+      const connection = await RawConnection.open(port, LB);
+      connection.write(`PROXY TCP4 ${client} ${FRONT_IP} 40123 ${port}\r\n${get('/').repeat(requests)}`);
+      const statuses = (await connection.read(Array(requests).fill('GET'))).map((r) => r.status);
+      connection.close();
+      return statuses;
+    };
+    assert.deepEqual(await from('203.0.113.20', 3), [200, 200, 429]);
+    const before = completed.length;
+    assert.deepEqual(await from('203.0.113.20', 2), [429, 429], 'refused from the first request');
+    assert.equal(completed.length, before, 'without the HTTP server');
+    assert.deepEqual(await from('203.0.113.21', 1), [200], 'another client of the same load balancer served');
+  });
+
+  it('resets a TLS connection of a blocked source at accept, before any handshake, and counts it', T, async () => {
+    const ca = await TestCa.create('Early refusal CA');
+    const leaf = await ca.issue({ commonName: 'site.test', dnsNames: ['site.test'], ipAddresses: [FRONT_IP] });
+    const port = await freePort(FRONT_IP);
+    const refusedConnections: string[] = [];
+    const deps = testDeps({ metrics: { connectionRefused: (_p, protocol, reason) => refusedConnections.push(`${protocol} ${reason}`) } });
+    const proxy = new HttpProxy(
+      resolvedProxy(port, [origin], {
+        attributes: { rateLimiting },
+        frontendCertificate: { certificatePem: leaf.certificatePem, privateKeyPem: leaf.privateKeyPem },
+      }),
+      deps,
+    );
+    await proxy.start();
+    proxies.push(proxy);
+    const url = `https://${FRONT_IP}:${port}/`;
+    const client = '127.0.0.46';
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) statuses.push((await request(url, { ca: ca.certificatePem, localAddress: client })).status);
+    assert.deepEqual(statuses, [200, 200, 429]);
+    await assert.rejects(request(url, { ca: ca.certificatePem, localAddress: client }), /ECONNRESET|socket hang up|disconnected/);
+    assert.deepEqual(refusedConnections, ['HTTP RATE_LIMITED']);
+    assert.equal((await request(url, { ca: ca.certificatePem, localAddress: '127.0.0.47' })).status, 200, 'another source served');
   });
 });
