@@ -15,6 +15,7 @@
  * so that a body is never taken for requests.
  */
 import type net from 'node:net';
+import { Socket } from 'node:net';
 import { renderPage } from './block-page.ts';
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
 import { nextHead } from './request-heads.ts';
@@ -44,16 +45,33 @@ interface CachedRefusal extends PrebuiltRefusal {
 }
 
 const EMPTY: Buffer = Buffer.alloc(0);
+/** How often refused connections are checked against their deadline. */
+const SWEEP_MS = 1_000;
+
+interface Deadline {
+  /** Epoch ms. */
+  at: number;
+}
 const BAD_REQUEST = Buffer.from('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n', 'latin1');
 /** As respond.ts's lingering close: how long a closing connection keeps dropping what still arrives. */
 const LINGER_MS = 5_000;
 
 export class EarlyRefusals {
   private readonly host: EarlyRefusalHost;
-  private readonly sockets = new Set<net.Socket>();
+  /** Each refused connection and its deadline (ms): idle, or a request head that is too slow. */
+  private readonly sockets = new Map<net.Socket, Deadline>();
+  /** Closes connections past their deadline; runs while there are any (a timer per socket costs a refresh per read and write). */
+  private sweeper: NodeJS.Timeout | undefined;
   private readonly cache = new WeakMap<RateEpisode, CachedRefusal>();
   /** Requests refused on this path since the last `takeRefusedCount`. */
   private refused = 0;
+  /** Connections read into `readBuffer` so far (the others, on another Node, read 'data' events). */
+  sharedReads = 0;
+  /**
+   * Where refused connections are read into, one read at a time (all on this thread): no buffer is
+   * allocated per read. What a read leaves unanswered (a partial head) is copied out.
+   */
+  private readonly readBuffer = Buffer.allocUnsafe(64 * 1024);
 
   constructor(host: EarlyRefusalHost) {
     this.host = host;
@@ -99,33 +117,49 @@ export class EarlyRefusals {
   }
 
   /**
-   * Answers every request head arriving on `socket` (a connection no HTTP server reads any more)
-   * while `key`'s block lasts, starting with the bytes `pending`; when it ends, `handBack` gives the
-   * connection to the HTTP server with the bytes not answered.
+   * Answers the first refused request of a connection Node's parser read (its head is gone from the
+   * stream), then takes the connection over with the bytes after it, or closes it when `close`.
    */
-  takeOver(socket: net.Socket, key: string, pending: Buffer, handBack: (rest: Buffer) => void): void {
+  refuseFirst(socket: net.Socket, episode: RateEpisode, first: { key: string; head: boolean; close: boolean }, rest: Buffer): void {
+    this.refused++;
+    const answer = this.response(episode, Date.now(), first.close);
+    const bytes = first.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
+    if (first.close) {
+      socket.on('error', onError);
+      closeLingering(socket, bytes);
+      return;
+    }
+    socket.write(bytes);
+    this.takeOver(socket, first.key, rest, episode);
+  }
+
+  /**
+   * Answers every request head arriving on `socket` (a connection no HTTP server reads any more)
+   * while `key`'s block lasts, starting with the bytes `pending`. The first head after the block
+   * ended gets a last 429 (Retry-After: 1) with `Connection: close`: the client's next connection
+   * is served (a connection read into the shared buffer cannot be handed back to Node's parser).
+   */
+  takeOver(socket: net.Socket, key: string, pending: Buffer, episode: RateEpisode): void {
     const host = this.host;
     const sockets = this.sockets;
-    sockets.add(socket);
+    const deadline: Deadline = { at: Date.now() + host.keepAliveTimeoutMs };
+    sockets.set(socket, deadline);
+    this.sweep();
     let buffered: Buffer = EMPTY;
     let partialSince = 0;
+    let last = episode;
+    let released = false;
     const release = (): void => {
-      socket.removeListener('data', onData);
-      socket.removeListener('timeout', onTimeout);
-      socket.removeListener('error', onError);
+      released = true;
       socket.removeListener('close', onClose);
       sockets.delete(socket);
-    };
-    const onTimeout = (): void => {
-      socket.destroy();
-    };
-    const onError = (): void => {
-      socket.destroy();
     };
     const onClose = (): void => {
       sockets.delete(socket);
     };
-    const onData = (chunk: Buffer): void => {
+    /** Handles what arrived; false: stop reading until the client reads what we wrote. */
+    const onData = (chunk: Buffer): boolean => {
+      if (released) return true;
       const buffer = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
       buffered = EMPTY;
       const now = Date.now();
@@ -136,32 +170,34 @@ export class EarlyRefusals {
         const scan = nextHead(buffer, from, host.maxHeaderSize);
         if (scan.kind === 'incomplete') {
           if (scan.start < buffer.length) {
-            buffered = buffer.subarray(scan.start);
-            if (partialSince === 0) partialSince = now;
-            else if (now - partialSince > host.headersTimeoutMs) socket.destroy();
+            // A copy: `chunk` may be the shared read buffer, which the next read overwrites.
+            buffered = Buffer.from(buffer.subarray(scan.start));
+            if (partialSince === 0) {
+              partialSince = now;
+              deadline.at = now + host.headersTimeoutMs;
+            }
+          } else {
+            partialSince = 0;
+            deadline.at = now + host.keepAliveTimeoutMs;
           }
           break;
         }
         if (scan.kind === 'bad') {
           release();
           closeLingering(socket, joined(answers, BAD_REQUEST));
-          return;
+          return true;
         }
-        const episode = host.limiter()?.refuseBlocked(key, 1);
-        if (episode === undefined) {
-          release();
-          if (answers !== undefined) socket.write(joined(answers, EMPTY));
-          handBack(buffer.subarray(from));
-          return;
-        }
+        const blocked = host.limiter()?.refuseBlocked(key, 1);
         this.refused++;
         partialSince = 0;
-        const answer = this.response(episode, now, scan.close);
+        if (blocked !== undefined) last = blocked;
+        const close = scan.close || blocked === undefined;
+        const answer = this.response(last, now, close);
         const bytes = scan.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
-        if (scan.close) {
+        if (close) {
           release();
           closeLingering(socket, joined(answers, bytes));
-          return;
+          return true;
         }
         if (answers === undefined) answers = bytes;
         else if (Array.isArray(answers)) answers.push(bytes);
@@ -170,47 +206,113 @@ export class EarlyRefusals {
       }
       if (answers !== undefined) socket.write(joined(answers, EMPTY));
       // A client that sends but does not read must not grow our write buffer: stop reading until it does.
-      if (socket.writableNeedDrain) {
-        socket.pause();
-        socket.once('drain', () => socket.resume());
-      }
+      return !socket.writableNeedDrain;
     };
-    socket.setTimeout(host.keepAliveTimeoutMs);
-    socket.on('timeout', onTimeout);
+    // Node's server armed its idle timer on the socket: the sweep stands for it now.
+    socket.setTimeout(0);
     socket.on('error', onError);
     socket.on('close', onClose);
-    socket.on('data', onData);
-    if (pending.length > 0) onData(pending);
-  }
-
-  /**
-   * Answers the first refused request of a connection Node's parser read (its head is gone from the
-   * stream), then takes the connection over with the bytes after it, or closes it when `close`.
-   */
-  refuseFirst(
-    socket: net.Socket,
-    episode: RateEpisode,
-    first: { key: string; head: boolean; close: boolean },
-    rest: Buffer,
-    handBack: (rest: Buffer) => void,
-  ): void {
-    this.refused++;
-    const answer = this.response(episode, Date.now(), first.close);
-    const bytes = first.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
-    if (first.close) {
-      socket.on('error', () => socket.destroy());
-      closeLingering(socket, bytes);
-      return;
+    // Half-open connections are allowed on the server's sockets: a client that is done is let go.
+    socket.once('end', () => socket.destroy());
+    // Bytes a reader before us left in the stream (a PROXY header's reader) come first.
+    const already = socket.readableLength > 0 ? (socket.read() as Buffer | null) : null;
+    const first = already === null ? pending : pending.length === 0 ? already : Buffer.concat([pending, already]);
+    if (readIntoSharedBuffer(socket, this.readBuffer, onData)) {
+      this.sharedReads++;
+    } else {
+      socket.on('data', (chunk: Buffer) => {
+        if (!onData(chunk)) {
+          socket.pause();
+          socket.once('drain', () => socket.resume());
+        }
+      });
     }
-    socket.write(bytes);
-    this.takeOver(socket, first.key, rest, handBack);
+    if (first.length > 0 && !onData(first)) pauseUntilDrained(socket);
   }
 
   /** Cuts every connection refused here (the proxy stops: they wait for nothing). */
   stop(): void {
-    for (const socket of this.sockets) socket.destroy();
+    for (const socket of this.sockets.keys()) socket.destroy();
     this.sockets.clear();
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
   }
+
+  /** Starts the sweep if it is not running: once a second, connections past their deadline are cut. */
+  private sweep(): void {
+    if (this.sweeper !== undefined) return;
+    this.sweeper = setInterval(() => {
+      const now = Date.now();
+      for (const [socket, deadline] of this.sockets) if (deadline.at < now) socket.destroy();
+      if (this.sockets.size === 0) {
+        clearInterval(this.sweeper);
+        this.sweeper = undefined;
+      }
+    }, SWEEP_MS);
+    this.sweeper.unref();
+  }
+}
+
+function onError(this: net.Socket): void {
+  this.destroy();
+}
+
+/**
+ * Node's reads into a caller's buffer (the `onread` option of `net.Socket`), put on a socket the
+ * server made: reads then skip the Buffer allocated per read and the stream's push and 'data'
+ * event, about half of the user-space cost of a refusal in bench/flood. `onread` is public for
+ * sockets one creates; for an accepted one this sets what the option sets (the socket's
+ * `kBuffer`/`kBufferCb` slots and the handle's `useUserBuffer`), found by name: where they are
+ * missing (another Node), false, and the caller reads 'data' events instead. Checked by
+ * early-refusal.test.ts.
+ */
+function readIntoSharedBuffer(socket: net.Socket, buffer: Buffer, onData: (chunk: Buffer) => boolean): boolean {
+  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  if (READ_SLOTS === undefined || handle === null || handle === undefined || typeof handle.useUserBuffer !== 'function') return false;
+  const slots = socket as unknown as Record<symbol, unknown>;
+  slots[READ_SLOTS.buffer] = buffer;
+  slots[READ_SLOTS.callback] = (bytes: number): boolean => {
+    const more = onData(buffer.subarray(0, bytes));
+    // Node stops reading on false; started again once the client has read what we wrote.
+    if (!more) socket.once('drain', () => resumeReading(socket));
+    return more;
+  };
+  handle.useUserBuffer(buffer);
+  socket.resume();
+  return true;
+}
+
+/** What the shared-buffer reads use of a socket's handle (a libuv stream: Node's StreamBase). */
+interface ReadHandle {
+  useUserBuffer?: (buffer: Uint8Array) => void;
+  readStart?: () => number;
+  readStop?: () => number;
+  reading?: boolean;
+}
+
+/** The socket's own slots for `onread`, found on a socket made without a handle (no descriptor). */
+const READ_SLOTS = ((): { buffer: symbol; callback: symbol } | undefined => {
+  const symbols = Object.getOwnPropertySymbols(new Socket());
+  const buffer = symbols.find((symbol) => symbol.description === 'kBuffer');
+  const callback = symbols.find((symbol) => symbol.description === 'kBufferCb');
+  return buffer !== undefined && callback !== undefined ? { buffer, callback } : undefined;
+})();
+
+function resumeReading(socket: net.Socket): void {
+  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  if (socket.destroyed || handle === null || handle === undefined || handle.reading === true) return;
+  handle.reading = true;
+  handle.readStart?.();
+}
+
+/** The first bytes' answers could not all be written: reading waits until the client reads. */
+function pauseUntilDrained(socket: net.Socket): void {
+  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  if (handle?.reading === true) {
+    handle.reading = false;
+    handle.readStop?.();
+  }
+  socket.once('drain', () => resumeReading(socket));
 }
 
 /** The answers gathered so far followed by `last`, as one buffer. */

@@ -164,6 +164,11 @@ export class HttpProxy {
     return this.snapshot.config;
   }
 
+  /** The early refusal path: connections refused now, and those read into its shared buffer so far. */
+  get earlyRefusals(): { readonly connections: number; readonly sharedReads: number } {
+    return this.early;
+  }
+
   /** Addresses actually bound (after `start`). */
   get addresses(): net.AddressInfo[] {
     return this.listeners.map((l) => l.address).filter((a): a is net.AddressInfo => a !== undefined);
@@ -286,7 +291,8 @@ export class HttpProxy {
       const limited = this.rateLimitSourceOf(peer, proxied?.sourceAddress);
       if (limited !== undefined && this.snapshot.rateLimiter?.hasEpisodes === true) {
         const key = sourceKey(limited, this.deps.rateLimit?.ipv6Prefix);
-        if (this.snapshot.rateLimiter.blockedEpisode(key) !== undefined) {
+        const episode = this.snapshot.rateLimiter.blockedEpisode(key);
+        if (episode !== undefined) {
           // A TLS handshake costs more than the whole refusal: a blocked source gets none.
           if (secure) {
             socket.on('error', () => {});
@@ -294,13 +300,12 @@ export class HttpProxy {
             this.deps.metrics?.connectionRefused?.(this.snapshot.id, 'HTTP', 'RATE_LIMITED');
             return;
           }
-          const handOn = (rest: Buffer): void => this.handToServer(server, listeners, socket, limited, rest);
-          this.early.takeOver(socket, key, Buffer.alloc(0), handOn);
+          this.early.takeOver(socket, key, Buffer.alloc(0), episode);
           return;
         }
       }
       for (const listener of listeners) listener.call(server, socket);
-      if (!secure && limited !== undefined) this.refuseBlockedRequests(server, listeners, socket, limited);
+      if (!secure && limited !== undefined) this.refuseBlockedRequests(socket, limited);
     });
   }
 
@@ -324,12 +329,7 @@ export class HttpProxy {
    * answers it and what follows. Relies on Node's HTTP server internals (`socket.parser.onIncoming`,
    * `_httpMessage`), checked here and by a test: without them the phases refuse as before.
    */
-  private refuseBlockedRequests(
-    server: FrontServer,
-    listeners: ((socket: net.Socket) => void)[],
-    socket: net.Socket,
-    source: string,
-  ): void {
+  private refuseBlockedRequests(socket: net.Socket, source: string): void {
     const parser = (socket as SocketWithParser).parser;
     if (parser === null || parser === undefined || typeof parser.onIncoming !== 'function') return;
     const onIncoming = parser.onIncoming;
@@ -352,7 +352,6 @@ export class HttpProxy {
             episode,
             head: req.method === 'HEAD',
             close: !keepAlive || body,
-            handBack: (rest) => this.handToServer(server, listeners, socket, source, rest),
           });
           // Not in @types/node's IncomingMessage; Node's server reads it once the parser pauses.
           (req as unknown as { upgrade: boolean }).upgrade = true;
@@ -361,29 +360,6 @@ export class HttpProxy {
       }
       return onIncoming(req, keepAlive);
     };
-  }
-
-  /** The block of a connection's source ended: the HTTP server reads it again, `rest` first. */
-  private handToServer(
-    server: FrontServer,
-    listeners: ((socket: net.Socket) => void)[],
-    socket: net.Socket,
-    source: string,
-    rest: Buffer,
-  ): void {
-    if (socket.destroyed) return;
-    socket.pause();
-    if (rest.length > 0) socket.unshift(rest);
-    for (const listener of listeners) listener.call(server, socket);
-    // The parser may have taken the socket's reads to itself (it does for a socket it never had):
-    // a 'data' listener makes Node's server give them back to the stream, where `rest` waits.
-    const parser = (socket as SocketWithParser).parser;
-    if (parser?._consumed === true) {
-      socket.on('data', noop);
-      socket.removeListener('data', noop);
-    }
-    this.refuseBlockedRequests(server, listeners, socket, source);
-    socket.resume();
   }
 
   /** Adds the requests the early path refused to the proxy's request metrics. */
@@ -499,7 +475,7 @@ export class HttpProxy {
     const early = earlyRefused.get(req);
     if (early !== undefined) {
       earlyRefused.delete(req);
-      this.early.refuseFirst(socket as net.Socket, early.episode, early, head, early.handBack);
+      this.early.refuseFirst(socket as net.Socket, early.episode, early, head);
       return;
     }
     // Until the tunnel takes over the socket is ours alone: an error on it must not crash the process.
@@ -519,7 +495,7 @@ const EARLY_REFUSALS_FLUSH_MS = 1_000;
 
 /** What Node's HTTP server keeps on a socket it reads (not public API: see refuseBlockedRequests). */
 interface SocketWithParser {
-  parser?: { onIncoming?: (req: http.IncomingMessage, keepAlive: boolean) => number; _consumed?: boolean } | null;
+  parser?: { onIncoming?: (req: http.IncomingMessage, keepAlive: boolean) => number } | null;
   _httpMessage?: unknown;
 }
 
@@ -529,12 +505,9 @@ interface EarlyRefusedRequest {
   episode: RateEpisode;
   head: boolean;
   close: boolean;
-  handBack: (rest: Buffer) => void;
 }
 
 const earlyRefused = new WeakMap<http.IncomingMessage, EarlyRefusedRequest>();
-
-function noop(): void {}
 
 function applyTls(server: http2.Http2SecureServer, options: FrontendTlsOptions): void {
   server.setSecureContext(options);
