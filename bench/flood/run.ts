@@ -38,10 +38,13 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const PARTS = new Set((process.env.BENCH_PARTS ?? 'a,b,c').split(','));
 const SOURCES = Number(process.env.BENCH_SOURCES ?? 1000);
 const CPU_PROF = process.env.BENCH_CPU_PROF;
+/** Another checkout (with node_modules) whose proxy runs as `before` in the same rounds. */
+const BASELINE = process.env.BENCH_BASELINE;
 const WARMUP_SECONDS = 2;
 const ORIGIN_IP = '127.0.0.70';
 const NGINX_IP = '127.0.0.71';
 const TPS_IP = '127.0.0.72';
+const BEFORE_IP = '127.0.0.73';
 
 function log(message: string): void {
   process.stderr.write(`${message}\n`);
@@ -61,11 +64,25 @@ export interface TpsChild {
 }
 
 /** Starts bench/flood/tps-proxy.ts pinned to `cpus`, resolves once it listens. */
-export async function startTps(address: string, port: number, origin: string, originPort: number, cpus: string): Promise<TpsChild> {
+export async function startTps(
+  address: string,
+  port: number,
+  origin: string,
+  originPort: number,
+  cpus: string,
+  checkout = path.resolve(here, '../..'),
+): Promise<TpsChild> {
   const profile = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`] : [];
   const child: ChildProcess = spawn(
     'taskset',
-    ['-c', cpus, process.execPath, ...profile, path.join(here, 'tps-proxy.ts'), JSON.stringify({ address, port, origin, originPort })],
+    [
+      '-c',
+      cpus,
+      process.execPath,
+      ...profile,
+      path.join(checkout, 'bench/flood/tps-proxy.ts'),
+      JSON.stringify({ address, port, origin, originPort }),
+    ],
     { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
   );
   await new Promise<void>((resolve, reject) => {
@@ -117,6 +134,14 @@ function nginxFloodConf(dir: string, listen: string, origin: string): string {
   return conf;
 }
 
+/** One of our proxies under test: this tree's (`tps`), or the `BENCH_BASELINE` checkout's (`before`). */
+interface Ours {
+  name: string;
+  host: string;
+  port: number;
+  child: TpsChild;
+}
+
 interface Row {
   name: string;
   refusalsPerSecond: number;
@@ -128,10 +153,15 @@ interface Row {
 }
 
 /** Part (a): one source, wrk -c64, every answer a 429. */
-async function partOne(nginxUrl: string, nginxPid: () => number, tpsUrl: string, tps: TpsChild, loadCpus: string): Promise<Row[]> {
+async function partOne(nginxUrl: string, nginxPid: () => number, ours: readonly Ours[], loadCpus: string): Promise<Row[]> {
   const targets = [
     { name: 'nginx', url: nginxUrl, cpu: () => processCpuSeconds(nginxPid()), sys: () => systemCpuSeconds(nginxPid()) },
-    { name: 'tps', url: tpsUrl, cpu: () => processCpuSeconds(tps.pid), sys: () => systemCpuSeconds(tps.pid) },
+    ...ours.map((o) => ({
+      name: o.name,
+      url: `http://${o.host}:${o.port}/`,
+      cpu: () => processCpuSeconds(o.child.pid),
+      sys: () => systemCpuSeconds(o.child.pid),
+    })),
   ];
   for (const target of targets) await runWrk({ url: target.url, seconds: WARMUP_SECONDS, connections: CONNECTIONS, cpus: loadCpus });
   const results = new Map<string, Row[]>(targets.map((t) => [t.name, []]));
@@ -207,13 +237,18 @@ function runLoad(host: string, port: number, sources: number, seconds: number, c
 async function partThree(
   nginxTarget: { host: string; port: number },
   nginxPid: () => number,
-  tpsTarget: { host: string; port: number },
-  tps: TpsChild,
+  ours: readonly Ours[],
   loadCpus: string,
 ): Promise<Row[]> {
   const targets = [
     { name: 'nginx', ...nginxTarget, cpu: () => processCpuSeconds(nginxPid()), sys: () => systemCpuSeconds(nginxPid()) },
-    { name: 'tps', ...tpsTarget, cpu: () => processCpuSeconds(tps.pid), sys: () => systemCpuSeconds(tps.pid) },
+    ...ours.map((o) => ({
+      name: o.name,
+      host: o.host,
+      port: o.port,
+      cpu: () => processCpuSeconds(o.child.pid),
+      sys: () => systemCpuSeconds(o.child.pid),
+    })),
   ];
   // Every source crosses its limit in the warm-up: the rounds measure refusals of blocked sources.
   for (const target of targets) await runLoad(target.host, target.port, SOURCES, WARMUP_SECONDS, loadCpus);
@@ -274,6 +309,9 @@ function report(title: string, rows: Row[]): void {
   );
   const cpuRatio = nginx.cpuUsPerRefusal / tps.cpuUsPerRefusal;
   console.log(`goal: tps >= 1.0x nginx in CPU per refusal -> ${cpuRatio.toFixed(2)}x ${cpuRatio >= 1 ? 'MET' : 'NOT MET'}`);
+  const before = rows.find((r) => r.name === 'before');
+  if (before !== undefined)
+    console.log(`tps against before (${BASELINE}): ${ratio(before.cpuUsPerRefusal, tps.cpuUsPerRefusal)} less CPU per refusal`);
 }
 
 async function main(): Promise<void> {
@@ -287,6 +325,7 @@ async function main(): Promise<void> {
   const tpsPort = await freePort(TPS_IP);
   const children: NginxProcess[] = [];
   let tps: TpsChild | undefined;
+  let before: TpsChild | undefined;
   try {
     children.push(
       await startNginx(
@@ -301,16 +340,26 @@ async function main(): Promise<void> {
     });
     children.push(nginx);
     const nginxWorker = nginx.workerPids()[0]!;
-    tps = await startTps(TPS_IP, tpsPort, ORIGIN_IP, Number(originAddress.split(':')[1]), proxyCpus);
+    const originPort = Number(originAddress.split(':')[1]);
+    tps = await startTps(TPS_IP, tpsPort, ORIGIN_IP, originPort, proxyCpus);
     await waitForPort(`${TPS_IP}:${tpsPort}`);
+    const ours: Ours[] = [{ name: 'tps', host: TPS_IP, port: tpsPort, child: tps }];
+    if (BASELINE !== undefined) {
+      // The baseline may predate this bench: its proxy runs our child script against its own sources.
+      fs.mkdirSync(path.join(BASELINE, 'bench/flood'), { recursive: true });
+      fs.copyFileSync(path.join(here, 'tps-proxy.ts'), path.join(BASELINE, 'bench/flood/tps-proxy.ts'));
+      const beforePort = await freePort(BEFORE_IP);
+      before = await startTps(BEFORE_IP, beforePort, ORIGIN_IP, originPort, proxyCpus, BASELINE);
+      ours.push({ name: 'before', host: BEFORE_IP, port: beforePort, child: before });
+    }
     console.log(`proxies on CPU ${proxyCpus}, load on CPU ${loadCpus}; ${os.cpus().length} cores, Node ${process.version}`);
 
     if (PARTS.has('a')) {
-      const rows = await partOne(`http://${NGINX_IP}:${nginxPort}/`, () => nginxWorker, `http://${TPS_IP}:${tpsPort}/`, tps, loadCpus);
+      const rows = await partOne(`http://${NGINX_IP}:${nginxPort}/`, () => nginxWorker, ours, loadCpus);
       report(`(a) one source refused, kernel blocking off: wrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s, median`, rows);
     }
     if (PARTS.has('c')) {
-      const rows = await partThree({ host: NGINX_IP, port: nginxPort }, () => nginxWorker, { host: TPS_IP, port: tpsPort }, tps, loadCpus);
+      const rows = await partThree({ host: NGINX_IP, port: nginxPort }, () => nginxWorker, ours, loadCpus);
       report(`(c) ${SOURCES} sources, each over its limit, one keep-alive connection each: ${ROUNDS} rounds of ${SECONDS} s, median`, rows);
     }
     const stats = await tps.stats();
@@ -321,6 +370,7 @@ async function main(): Promise<void> {
     console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
   } finally {
     await tps?.stop();
+    await before?.stop();
     await Promise.all(children.map((child) => child.stop()));
     fs.rmSync(dir, { recursive: true, force: true });
   }
