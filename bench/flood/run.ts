@@ -326,6 +326,14 @@ async function main(): Promise<void> {
   const children: NginxProcess[] = [];
   let tps: TpsChild | undefined;
   let before: TpsChild | undefined;
+  // Interrupted, the bench still stops what it started.
+  const interrupted = async (): Promise<void> => {
+    await Promise.allSettled([tps?.stop(), before?.stop(), ...children.map((child) => child.stop())]);
+    fs.rmSync(dir, { recursive: true, force: true });
+    process.exit(130);
+  };
+  process.once('SIGINT', interrupted);
+  process.once('SIGTERM', interrupted);
   try {
     children.push(
       await startNginx(
@@ -339,7 +347,13 @@ async function main(): Promise<void> {
       cpus: proxyCpus,
     });
     children.push(nginx);
-    const nginxWorker = nginx.workerPids()[0]!;
+    // nginx's master accepts (in the kernel's backlog) before its worker is forked: wait for it.
+    let nginxWorker = 0;
+    for (let attempt = 0; attempt < 100 && nginxWorker === 0; attempt++) {
+      nginxWorker = nginx.workerPids()[0] ?? 0;
+      if (nginxWorker === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    if (nginxWorker === 0) throw new Error('nginx started no worker');
     const originPort = Number(originAddress.split(':')[1]);
     tps = await startTps(TPS_IP, tpsPort, ORIGIN_IP, originPort, proxyCpus);
     await waitForPort(`${TPS_IP}:${tpsPort}`);

@@ -9,10 +9,12 @@
  * Date and Retry-After values change). The refusals are counted in the episode (so its insight
  * event says how many) and in one integer per proxy, taken into `/metrics` by the proxy.
  *
- * When the block ends the connection goes back to the HTTP server with the bytes not yet answered,
- * and is served as any other. A head that announces a body, asks to close, or is not understood
- * is the last one answered (400 for the last): the connection is then closed the lingering way,
- * so that a body is never taken for requests.
+ * A refused connection is read into one buffer per proxy, without a Buffer per read nor the
+ * stream's events (readIntoSharedBuffer), so it cannot go back to Node's parser: when the block
+ * ends, its next request gets a last 429 (Retry-After: 1) with `Connection: close`, and the
+ * source's next connection is served as any other. A head that announces a body, asks to close,
+ * or is not understood is the last one answered (400 for the last): the connection is then closed
+ * the lingering way, so that a body is never taken for requests.
  */
 import type net from 'node:net';
 import { Socket } from 'node:net';
@@ -107,7 +109,7 @@ export class EarlyRefusals {
     const head = Buffer.from(
       'HTTP/1.1 429 Too Many Requests\r\n' +
         'content-type: text/html; charset=utf-8\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n' +
-        `retry-after: ${retryAfter}\r\ndate: ${new Date(second * 1000).toUTCString()}\r\n` +
+        `retry-after: ${retryAfter}\r\ndate: ${httpDate(second)}\r\n` +
         `content-length: ${body.length}\r\nconnection: ${close ? 'close' : 'keep-alive'}\r\n\r\n`,
       'latin1',
     );
@@ -251,6 +253,14 @@ export class EarlyRefusals {
     }, SWEEP_MS);
     this.sweeper.unref();
   }
+}
+
+/** The Date header's value for one second, formatted once for every episode rebuilt in that second. */
+let lastDate = { second: Number.NaN, text: '' };
+
+function httpDate(second: number): string {
+  if (second !== lastDate.second) lastDate = { second, text: new Date(second * 1000).toUTCString() };
+  return lastDate.text;
 }
 
 function onError(this: net.Socket): void {
