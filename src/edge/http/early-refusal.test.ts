@@ -248,12 +248,35 @@ describe('early refusal of blocked sources', () => {
     await garbage.ended();
   });
 
+  it("closes a blocked source's refused connections on request, and only that source's", T, async () => {
+    const open = async (client: string) => {
+      const connection = await RawConnection.open(port, client);
+      connection.write(get('/1') + get('/2') + get('/3') + get('/4'));
+      assert.deepEqual(
+        (await connection.read(['GET', 'GET', 'GET', 'GET'])).map((r) => r.status),
+        [200, 200, 429, 429],
+      );
+      // Those went through the phases (answers in order behind the proxied ones); this one, with
+      // nothing under way on the connection, takes it to the early path.
+      connection.write(get('/5'));
+      assert.equal((await connection.read(['GET']))[0]!.status, 429);
+      return connection;
+    };
+    const first = await open('127.0.0.48');
+    const other = await open('127.0.0.49');
+    assert.equal(proxy.earlyRefusals.closeConnectionsOf('127.0.0.48'), 1);
+    await first.ended();
+    other.write(get('/6'));
+    assert.equal((await other.read(['GET']))[0]!.status, 429, "the other source's connection is still answered");
+    other.close();
+  });
+
   it('counts the early refusals in the metrics as requests answered by the rate limit', T, async () => {
     await new Promise((resolve) => setTimeout(resolve, 1100));
     const total = refused.reduce((sum, n) => sum + n, 0);
     // Seven from the first test (five pipelined, one new connection, the last one after the block),
-    // two from the second.
-    assert.equal(total, 9);
+    // two from the second, three from the third (one per connection, and the one after the close).
+    assert.equal(total, 12);
   });
 });
 

@@ -53,6 +53,8 @@ const SWEEP_MS = 1_000;
 interface Deadline {
   /** Epoch ms. */
   at: number;
+  /** The source the connection is refused for (its rate-limit key). */
+  readonly key: string;
 }
 const BAD_REQUEST = Buffer.from('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n', 'latin1');
 /** As respond.ts's lingering close: how long a closing connection keeps dropping what still arrives. */
@@ -144,7 +146,7 @@ export class EarlyRefusals {
   takeOver(socket: net.Socket, key: string, pending: Buffer, episode: RateEpisode): void {
     const host = this.host;
     const sockets = this.sockets;
-    const deadline: Deadline = { at: Date.now() + host.keepAliveTimeoutMs };
+    const deadline: Deadline = { at: Date.now() + host.keepAliveTimeoutMs, key };
     sockets.set(socket, deadline);
     this.sweep();
     let buffered: Buffer = EMPTY;
@@ -238,6 +240,20 @@ export class EarlyRefusals {
     this.sockets.clear();
     clearInterval(this.sweeper);
     this.sweeper = undefined;
+  }
+
+  /**
+   * Cuts the connections refused here for `key` (a source whose packets the kernel drops from now
+   * on: what it still has open would only wait for their deadline). How many there were.
+   */
+  closeConnectionsOf(key: string): number {
+    let closed = 0;
+    for (const [socket, deadline] of this.sockets) {
+      if (deadline.key !== key) continue;
+      socket.destroy();
+      closed++;
+    }
+    return closed;
   }
 
   /** Starts the sweep if it is not running: once a second, connections past their deadline are cut. */

@@ -164,8 +164,11 @@ export class HttpProxy {
     return this.snapshot.config;
   }
 
-  /** The early refusal path: connections refused now, and those read into its shared buffer so far. */
-  get earlyRefusals(): { readonly connections: number; readonly sharedReads: number } {
+  /**
+   * The early refusal path: connections refused now, those read into its shared buffer so far, and
+   * `closeConnectionsOf(key)` for the connections of one source (its rate-limit key, `sourceKey`).
+   */
+  get earlyRefusals(): Pick<EarlyRefusals, 'connections' | 'sharedReads' | 'closeConnectionsOf'> {
     return this.early;
   }
 
