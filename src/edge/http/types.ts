@@ -333,10 +333,17 @@ export interface HttpProxyMetrics {
     durationSeconds: number,
     originSeconds: number | undefined,
   ): void;
+  /**
+   * Requests answered before any per-request object existed (src/edge/http/early-refusal.ts: a
+   * blocked source's), `count` since the last call, added up about once a second: counted as
+   * `requestCompleted` counts a request, without its duration.
+   */
+  requestsRefused?(proxyId: string, answeredBy: AnsweredBy, status: number, count: number): void;
   /** One attempt to an origin failed (`reason`: error code such as ECONNREFUSED or UND_ERR_HEADERS_TIMEOUT). */
   upstreamFailed?(proxyId: string, host: string, reason: string): void;
   /**
-   * A connection refused by a cap (SOURCE_CONNECTIONS, SOURCE_RATE, GLOBAL_CONNECTIONS), a request
+   * A connection refused by a cap (SOURCE_CONNECTIONS, SOURCE_RATE, GLOBAL_CONNECTIONS), a TLS
+   * connection of a source the rate limit blocks (RATE_LIMITED: no handshake for it), a request
    * past its deadline (HEADERS_TIMEOUT, REQUEST_TIMEOUT), or an HTTP/2 session ended (RAPID_RESET).
    */
   connectionRefused?(proxyId: string, protocol: 'HTTP' | 'HTTP/2', reason: string): void;

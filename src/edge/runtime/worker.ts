@@ -349,6 +349,8 @@ const httpDeps: HttpProxyDeps = {
       histograms.observe('tps_edge_http_request_duration_seconds', { proxy }, durationSeconds);
       if (originSeconds !== undefined) histograms.observe('tps_edge_origin_response_seconds', { proxy }, originSeconds);
     },
+    requestsRefused: (proxy, answeredBy, status, refused) =>
+      count('tps_edge_http_requests_total', { proxy, answered_by: answeredBy, status_class: statusClass(status) }, refused),
     connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     requestRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),
