@@ -91,7 +91,7 @@ class Listener {
   resetWhere(matches: (peer: string) => boolean): number {
     let reset = 0;
     for (const socket of this.sockets) {
-      if (!matches(unmapIpv4(socket.remoteAddress ?? ''))) continue;
+      if (socket.destroyed || !matches(unmapIpv4(socket.remoteAddress ?? ''))) continue;
       socket.resetAndDestroy();
       reset++;
     }
@@ -253,10 +253,11 @@ export class HttpProxy {
    */
   resetConnectionsOf(source: string): number {
     const prefix = this.deps.rateLimit?.ipv6Prefix;
-    let reset = 0;
+    // The early refusal path's first: those it took at accept are not in a listener's set, and the
+    // ones it took from node:http are in both (destroyed here, a listener skips them).
+    let reset = this.early.closeConnectionsOf(source);
     for (const listener of this.listeners) reset += listener.resetWhere((peer) => sourceKey(peer, prefix) === source);
-    // The connections the early refusal path took from node:http are no longer the listener's.
-    return reset + this.early.closeConnectionsOf(source);
+    return reset;
   }
 
   /** Closes the listeners, lets open requests finish for `stopGraceMs`, then cuts what is left. */
