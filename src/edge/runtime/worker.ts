@@ -39,6 +39,7 @@ import type { ThreatFeedSet } from './threat-feed-host.ts';
 import { createWorkerLogger } from './worker-logger.ts';
 import { HistogramBatch } from './histograms.ts';
 import { AccessLog, type AccessLogCounts, type AccessLogSettings } from '../access-log/access-log.ts';
+import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
 
 export interface WorkerSettings {
   index: number;
@@ -77,6 +78,8 @@ export interface WorkerSettings {
   insightWholeEventsPerMinute: number;
   /** One JSON line per request and layer 4 connection (TPS_ACCESS_LOG); absent = none. */
   accessLog: AccessLogSettings | undefined;
+  /** The application-layer DDoS protection's operator settings and signing secret (derived from the master key). */
+  appDdos: { settings: Partial<AppDdosOperatorSettings>; secret: Uint8Array };
 }
 
 interface Running {
@@ -301,6 +304,13 @@ const httpDeps: HttpProxyDeps = {
   connectionLimits: {
     defaults: settings.httpConnectionLimits,
     create: (proxyId, limits) => new SharedFloodLimiter(new SharedTable(tablesOf(proxyId).flood), limits, { sourceKey: countingKey }),
+  },
+  appDdos: {
+    settings: settings.appDdos.settings,
+    // A Buffer arrives here as a plain Uint8Array (structured clone).
+    secret: Buffer.from(settings.appDdos.secret),
+    tables: (proxyId) => tablesOf(proxyId).appDdos,
+    counted: (proxy, outcome) => count('tps_edge_app_ddos_requests_total', { proxy, outcome }),
   },
   // Challenges live in the store, which only the supervisor reads.
   acmeChallenge: (token, host, tenantId) =>

@@ -1,7 +1,7 @@
 /**
  * The phases of DESIGN.md in order, each its own module (the shapes: phase.ts):
  *
- *   request phases   accept -> acme-challenge -> geo-fence -> rate-limit -> waf-request
+ *   request phases   accept -> acme-challenge -> geo-fence -> rate-limit -> challenge (app-ddos) -> waf-request
  *   upstream         upstream/exchange.ts, or upstream/upgrade.ts for a WebSocket handshake
  *                    (a failed attempt: upstream/retry-decision.ts)
  *   response phases  waf-response (run by the exchange on the origin's response)
@@ -17,13 +17,21 @@ import { proxyToOrigin } from '../upstream/exchange.ts';
 import { tunnelToOrigin } from '../upstream/upgrade.ts';
 import { acceptPhase } from './accept.ts';
 import { acmeChallengePhase } from './acme-challenge.ts';
+import { challengePhase } from './challenge.ts';
 import { geoFencePhase } from './geo-fence.ts';
 import type { RequestPhase } from './phase.ts';
 import { rateLimitPhase } from './rate-limit.ts';
 import { respond } from './respond.ts';
 import { wafRequestPhase } from './waf-request.ts';
 
-export const REQUEST_PHASES: readonly RequestPhase[] = [acceptPhase, acmeChallengePhase, geoFencePhase, rateLimitPhase, wafRequestPhase];
+export const REQUEST_PHASES: readonly RequestPhase[] = [
+  acceptPhase,
+  acmeChallengePhase,
+  geoFencePhase,
+  rateLimitPhase,
+  challengePhase,
+  wafRequestPhase,
+];
 
 export function runRequestPhases(ctx: RequestCtx, from = 0): void {
   const phases = REQUEST_PHASES;
