@@ -226,3 +226,26 @@ export const InsightEventResource = Type.Object({
     trafficConfig: Type.Object({ data: Type.Object({ type: Type.Literal('trafficConfig'), id: Uuid }) }),
   }),
 });
+
+/**
+ * A distributed attack as `GET /api/v2/insight/ddos-attacks` lists it: the CHALLENGED
+ * APP_DDOS_ATTACK event of one episode on one edge node (same id), its figures first.
+ */
+export const DdosAttackResource = Type.Object({
+  type: Type.Literal('ddosAttack'),
+  id: Uuid,
+  attributes: Type.Object({
+    ...DistributedAttackResource.properties,
+    supportId: Type.String({ pattern: '^[0-9a-f]{32}$', description: 'Shown on the challenge pages of the attack.' }),
+    tpc: Type.String({ pattern: '^[A-Z]{3}$', description: 'The edge location that counted it.' }),
+    destinationIp: Type.String(),
+    firstSource: Type.Object(
+      { countryCode: Type.String(), ip: Type.String(), port: Type.Integer() },
+      { description: 'The source of the first request of the attack the recording worker saw.' },
+    ),
+  }),
+  relationships: Type.Object({
+    belongsTo: Type.Object({ data: Type.Object({ type: Type.Literal('TENANT'), id: Uuid }) }),
+    trafficConfig: Type.Object({ data: Type.Object({ type: Type.Literal('trafficConfig'), id: Uuid }) }),
+  }),
+});
