@@ -11,7 +11,10 @@
  * hundred requests a second while the browser works. Bounded loops, no timing assertions.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { SecretBox } from '../../src/certs/secret-box.ts';
@@ -19,7 +22,7 @@ import { CLEARANCE_COOKIE, ClearanceKeys, clearanceNetwork, leadingZeroBits } fr
 import { TenantApi } from '../support/api-client.ts';
 import { type Browser, launchBrowser } from '../support/browser.ts';
 import { freePort } from '../support/ports.ts';
-import { createTenant, startTps, type Tps } from '../support/tps.ts';
+import { createTenant, REPO_ROOT, startTps, type Tps } from '../support/tps.ts';
 import { waitFor } from '../support/wait.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
@@ -350,6 +353,26 @@ describe('distributed application-layer flood', () => {
     const stranger = await TenantApi.connect(tps, await createTenant(tps));
     assert.equal((await stranger.get(ATTACKS)).body.data.length, 0);
     assert.equal((await stranger.get(`${ATTACKS}?filter[tenantId]=${api.tenantId}`)).status, 403);
+
+    // The OpenAPI document shows the attributes and the endpoint.
+    const openapi = JSON.stringify(await (await fetch(`${tps.url}/openapi.json`)).json());
+    assert.match(openapi, /"appDdos"/);
+    assert.match(openapi, /\/api\/v2\/insight\/ddos-attacks/);
+
+    // The portal lists it, with how to switch the protection on.
+    if (!fs.existsSync(path.join(REPO_ROOT, 'src/portal/dist/index.html'))) {
+      execFileSync('npm', ['run', '--silent', 'build:portal'], { cwd: REPO_ROOT, stdio: 'inherit' });
+    }
+    await tps.cli('user', 'create', '--tenant', api.tenantId, '--email', 'ops@flood.example', '--password', 'flood-password');
+    const page = browser!.page;
+    await page.goto(`${tps.url}/portal/`);
+    await page.locator('#email').fill('ops@flood.example');
+    await page.locator('#password').fill('flood-password');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByTestId('signed-in-as').waitFor();
+    await page.getByTestId('nav DDoS attacks').click();
+    await page.locator(`tr[data-attack-id="${attack.id}"]`).waitFor();
+    assert.match((await page.getByTestId('ddos-help').textContent()) ?? '', /pathPrefixes/);
 
     // Counted on /metrics.
     const metrics = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
