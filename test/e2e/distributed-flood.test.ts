@@ -373,6 +373,11 @@ describe('distributed application-layer flood', () => {
     await page.getByTestId('nav DDoS attacks').click();
     await page.locator(`tr[data-attack-id="${attack.id}"]`).waitFor();
     assert.match((await page.getByTestId('ddos-help').textContent()) ?? '', /pathPrefixes/);
+    // The proxy form shows the protection's settings.
+    await page.locator(`tr[data-attack-id="${attack.id}"] a`).click();
+    await page.locator('select[name="appDdosMode"]').waitFor();
+    assert.equal(await page.locator('select[name="appDdosMode"]').inputValue(), 'AUTO');
+    assert.equal(await page.locator('input[name="appDdosPaths"]').inputValue(), '/api/');
 
     // Counted on /metrics.
     const metrics = await (await fetch(`${tps.metricsUrl}/metrics`)).text();
