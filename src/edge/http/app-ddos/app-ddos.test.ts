@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { createHash, webcrypto } from 'node:crypto';
 import { describe, it } from 'node:test';
 import vm from 'node:vm';
+import fc from 'fast-check';
 import { CHALLENGE_PATH, CHALLENGE_SCRIPT } from './challenge-page.ts';
-import { ClearanceKeys, clearanceNetwork, cookieValue, leadingZeroBits } from './clearance.ts';
+import { CLEARANCE_COOKIE, ClearanceKeys, clearanceNetwork, cookieValue, leadingZeroBits } from './clearance.ts';
 import { AttackDetector, createAppDdosTables } from './detector.ts';
 import { Exemptions, resolvedPath } from './exemptions.ts';
 import { safeReturnPath } from './guard.ts';
@@ -173,5 +174,58 @@ describe('app-ddos detector', () => {
     for (let s = 0; s < 10; s++) for (let i = 0; i < 40; i++) assert.equal(detector.count(start + s * 1000 + i).attackStart, 0);
     for (let i = 0; i < 60; i++) detector.count(start + 10_000 + i);
     assert.ok(detector.count(start + 11_000).attackStart > 0);
+  });
+});
+
+describe('app-ddos parsers of client input (properties)', () => {
+  const keys = new ClearanceKeys(Buffer.alloc(32, 9), 1800);
+  const now = 1_900_000_000;
+  const network = '192.0.2.0/24';
+
+  it('no string that the keys did not sign verifies as a clearance or a solution, and nothing throws', () => {
+    const genuine = keys.clearance(PROXY, network, now);
+    const challenge = keys.challenge(PROXY, network, 1, now);
+    const text = fc.oneof(
+      fc.string({ maxLength: 120 }),
+      fc.stringMatching(/^[0-9]{1,12}\.[0-9]{1,12}\.[A-Za-z0-9_-]{40,46}$/),
+      // Genuine values with one character changed.
+      fc
+        .tuple(fc.nat({ max: genuine.length - 1 }), fc.string({ minLength: 1, maxLength: 1 }))
+        .map(([at, c]) => genuine.slice(0, at) + c + genuine.slice(at + 1)),
+    );
+    fc.assert(
+      fc.property(text, (value) => {
+        fc.pre(value !== genuine);
+        assert.equal(keys.verifyClearance(PROXY, network, value, now + 1), false);
+      }),
+      { numRuns: 2000 },
+    );
+    fc.assert(
+      fc.property(
+        fc
+          .tuple(fc.nat({ max: challenge.length - 1 }), fc.string({ minLength: 1, maxLength: 1 }))
+          .map(([at, c]) => challenge.slice(0, at) + c + challenge.slice(at + 1)),
+        fc.string({ maxLength: 20 }),
+        (altered, counter) => {
+          fc.pre(altered !== challenge);
+          assert.equal(keys.verifySolution(PROXY, network, altered, counter, now + 1), false);
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('the cookie reader finds a pair wherever it sits, and only an exact name', () => {
+    const name = fc.stringMatching(/^[A-Za-z0-9_]{1,12}$/);
+    const value = fc.stringMatching(/^[A-Za-z0-9._-]{0,20}$/);
+    fc.assert(
+      fc.property(fc.array(fc.tuple(name, value), { maxLength: 6 }), value, fc.nat({ max: 6 }), (pairs, mine, at) => {
+        const others = pairs.filter(([n]) => n !== CLEARANCE_COOKIE);
+        const all = [...others.slice(0, at), [CLEARANCE_COOKIE, mine] as const, ...others.slice(at)];
+        const header = all.map(([n, v]) => `${n}=${v}`).join(fc.sample(fc.constantFrom('; ', ';', ' ;  '), 1)[0]);
+        assert.equal(cookieValue(header, CLEARANCE_COOKIE), mine);
+        assert.equal(cookieValue(others.map(([n, v]) => `${n}=${v}`).join('; '), CLEARANCE_COOKIE), undefined);
+      }),
+    );
   });
 });
