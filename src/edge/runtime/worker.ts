@@ -22,6 +22,7 @@ import { sourceKey } from '../net/source-key.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
+import { RedisClusterRate } from '../shared-counters/redis-app-ddos.ts';
 import { Redis } from 'ioredis';
 import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
@@ -309,6 +310,8 @@ const httpDeps: HttpProxyDeps = {
     settings: settings.appDdos.settings,
     // A Buffer arrives here as a plain Uint8Array (structured clone).
     secret: Buffer.from(settings.appDdos.secret),
+    nodeId: settings.nodeId,
+    ...(redis && { cluster: new RedisClusterRate(redis) }),
     tables: (proxyId) => tablesOf(proxyId).appDdos,
     counted: (proxy, outcome) => count('tps_edge_app_ddos_requests_total', { proxy, outcome }),
   },

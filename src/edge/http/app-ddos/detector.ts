@@ -9,6 +9,11 @@
  * after `quietSeconds` seconds under the trigger it started with. While it lasts, the slot keeps
  * its figures (peak rate, requests, sources, challenged, solved, passed, blocked, shed).
  *
+ * With several edge nodes (Redis, `ClusterRateExchange`), the worker that closes a second adds the
+ * node's count to the cluster's and reads back all nodes' total of the second before (every node has
+ * closed it by then); a second's rate is then the larger of the node's own count and the latest
+ * cluster total, so the trigger and the learned rate are the proxy's, with a lag of two seconds.
+ *
  * Seconds close on the first request of a later second, or on the one-second tick every worker
  * runs (so that an attack ends when the flood stops). The worker that starts an episode owns its
  * event: when the episode ends its figures are copied aside and that worker records the one
@@ -45,8 +50,12 @@ const W = {
   REPORT_PENDING: 19,
   REPORT: 20, // 14 words: see takeReport
   REPORT_SINCE: 34,
+  CLUSTER_SECOND: 35,
+  CLUSTER_RATE: 36,
 } as const;
-const STATE_WORDS = 35;
+const STATE_WORDS = 37;
+/** A cluster total older than this many seconds before the second being closed is not used. */
+const CLUSTER_STALE_SECONDS = 3;
 const REPORT_WORDS = 14;
 /** A pending report whose owner has not taken it by then is taken by any worker. */
 const ORPHAN_REPORT_MS = 3_000;
@@ -94,6 +103,8 @@ export class AttackDetector {
   #policy: DetectorPolicy;
   readonly #me = threadId + 1;
   readonly #result: RequestState = { attackStart: 0, lastRate: 0, trigger: 0 };
+  /** The second this thread closed last and its count, until taken (for the cluster exchange). */
+  #closed: { second: number; count: number } | undefined;
 
   constructor(tables: AppDdosTablesInit, policy: DetectorPolicy) {
     this.#state = new SharedTable(tables.state);
@@ -143,6 +154,22 @@ export class AttackDetector {
         shed: w[r + 11]!,
         owner: w[r + 13]!,
       };
+    });
+  }
+
+  /** A second this thread closed since the last call, and the node's count of it (to add to the cluster's). */
+  takeClosed(): { second: number; count: number } | undefined {
+    const closed = this.#closed;
+    this.#closed = undefined;
+    return closed;
+  }
+
+  /** All nodes' total of `second`, from the cluster exchange. */
+  setClusterRate(second: number, total: number): void {
+    this.#state.update(STATE_KEY, Date.now() / 1000, (w, o) => {
+      if (second < w[o + W.CLUSTER_SECOND]!) return;
+      w[o + W.CLUSTER_SECOND] = second;
+      w[o + W.CLUSTER_RATE] = total;
     });
   }
 
@@ -239,6 +266,7 @@ export class AttackDetector {
       return;
     }
     if (second <= current) return;
+    this.#closed = { second: current, count: w[o + W.COUNT]! };
     this.#closeSecond(w, o, w[o + W.COUNT]!, (current + 1) * 1000);
     // Seconds without any request: as many as matter for the attack's end, then the decay at once.
     const empty = second - current - 1;
@@ -255,7 +283,11 @@ export class AttackDetector {
     return 1 - 2 ** (-1 / Math.max(1, this.#policy.baselineHalfLifeSeconds));
   }
 
-  #closeSecond(w: Float64Array, o: number, rate: number, endMs: number): void {
+  #closeSecond(w: Float64Array, o: number, ownRate: number, endMs: number): void {
+    const closing = endMs / 1000 - 1;
+    const clusterSecond = w[o + W.CLUSTER_SECOND]!;
+    const cluster = clusterSecond > 0 && closing - clusterSecond <= CLUSTER_STALE_SECONDS ? w[o + W.CLUSTER_RATE]! : 0;
+    const rate = Math.max(ownRate, cluster);
     w[o + W.LAST_RATE] = rate;
     if (w[o + W.ATTACK_START]! > 0) {
       if (rate > w[o + W.PEAK]!) w[o + W.PEAK] = rate;

@@ -46,6 +46,8 @@ export class AppDdosGuard {
   readonly #timer: NodeJS.Timeout;
   /** The episode whose start this thread last looked at. */
   #seenEpisode = 0;
+  readonly #cluster: AppDdosDeps['cluster'];
+  #clusterErrorAt = 0;
 
   constructor(proxy: { id: string; tenantId: string; frontendIp: string }, settings: AppDdosSettings, deps: HttpProxyDeps) {
     this.key = JSON.stringify(settings);
@@ -54,6 +56,7 @@ export class AppDdosGuard {
     this.#deps = deps;
     this.#appDeps = deps.appDdos;
     this.#operator = { ...DEFAULT_APP_DDOS_SETTINGS, ...deps.appDdos?.settings };
+    this.#cluster = deps.appDdos?.cluster;
     const keysOwner: object = deps.appDdos ?? deps;
     let keys = keysByDeps.get(keysOwner);
     if (keys === undefined) {
@@ -91,12 +94,13 @@ export class AppDdosGuard {
   handle(ctx: RequestCtx): PhaseOutcome {
     const now = Date.now();
     const state = this.#detector.count(now);
+    if (this.#cluster !== undefined) this.#exchange();
     const attackStart = state.attackStart;
     const url = ctx.req.url ?? '/';
     if (isChallengePath(url)) return this.#verify(ctx, url, now, attackStart);
     if (attackStart === 0 && this.#settings.mode !== 'ALWAYS') return undefined;
     if (attackStart > 0) {
-      ctx.supportId = episodeIds(this.#proxy.id, attackStart).supportId;
+      ctx.supportId = episodeIds(this.#proxy.id, attackStart, this.#appDeps?.nodeId).supportId;
       this.#noteStart(ctx, attackStart);
     }
     const episode = attackStart > 0 ? attackStart : -(Math.floor(now / ALWAYS_WINDOW_MS) + 1);
@@ -235,10 +239,27 @@ export class AppDdosGuard {
     );
   }
 
+  /** This thread closed a second: its count goes to the cluster, the cluster's total of the second before comes back. */
+  #exchange(): void {
+    const closed = this.#detector.takeClosed();
+    if (closed === undefined || this.#cluster === undefined) return;
+    this.#cluster.exchange(this.#proxy.id, closed.second, closed.count).then(
+      (total) => this.#detector.setClusterRate(closed.second - 1, total),
+      (err: unknown) => {
+        // Detection goes on with this node's own rate; said once per minute at most.
+        const now = Date.now();
+        if (now - this.#clusterErrorAt < 60_000) return;
+        this.#clusterErrorAt = now;
+        this.#deps.logger?.warn({ err, proxyId: this.#proxy.id }, 'app-ddos: cluster rate unavailable, detecting on this node only');
+      },
+    );
+  }
+
   #tick(): void {
     let report: AttackReport | undefined;
     try {
       report = this.#detector.tick(Date.now());
+      if (this.#cluster !== undefined) this.#exchange();
     } catch (err) {
       this.#deps.logger?.error({ err, proxyId: this.#proxy.id }, 'app-ddos detector tick failed');
       return;
@@ -250,7 +271,7 @@ export class AppDdosGuard {
     const key = `${this.#proxy.id}|${report.startedAt}`;
     const start = episodeStarts.get(key);
     episodeStarts.delete(key);
-    const ids = episodeIds(this.#proxy.id, report.startedAt);
+    const ids = episodeIds(this.#proxy.id, report.startedAt, this.#appDeps?.nodeId);
     const event: DistributedAttackEvent = {
       id: ids.eventId,
       tenantId: this.#proxy.tenantId,
@@ -316,9 +337,9 @@ function hasControlCharacter(text: string): boolean {
   return false;
 }
 
-/** The event id and support id of an episode, the same in every worker (derived from the proxy and the start). */
-export function episodeIds(proxyId: string, attackStart: number): { eventId: string; supportId: string } {
-  const hex = createHash('sha256').update(`app-ddos|${proxyId}|${attackStart}`).digest('hex');
+/** The event id and support id of an episode, the same in every worker of the node (derived from the proxy, the start and the node). */
+export function episodeIds(proxyId: string, attackStart: number, nodeId = ''): { eventId: string; supportId: string } {
+  const hex = createHash('sha256').update(`app-ddos|${nodeId}|${proxyId}|${attackStart}`).digest('hex');
   const eventId = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${((parseInt(hex[16]!, 16) & 0x3) | 0x8).toString(16)}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
   return { eventId, supportId: hex.slice(32, 64) };
 }

@@ -52,12 +52,28 @@ export interface AppDdosDeps {
    * single-thread edge, tests).
    */
   secret?: Buffer;
+  /**
+   * This edge node's name: each node detects and records its own episodes, so their event ids must
+   * differ even when two nodes see an attack start in the same second.
+   */
+  nodeId?: string;
   /** The proxy's shared tables (several workers); absent: tables of this thread. */
   tables?: (proxyId: string) => AppDdosTablesInit | undefined;
+  /**
+   * Several edge nodes (Redis): each node adds its count of each closed second and reads the total
+   * of all nodes for the second before, so that detection sees the proxy's whole rate. Absent: this
+   * node's rate only.
+   */
+  cluster?: ClusterRateExchange;
   /** Counts what the protection did to requests. */
   counted?: (proxyId: string, outcome: AppDdosOutcome) => void;
   /** An attack started (true) or ended (false) on this node. */
   attackChanged?: (proxyId: string, active: boolean) => void;
+}
+
+export interface ClusterRateExchange {
+  /** Adds `count` requests of this node to `second` of `proxyId`; resolves with all nodes' total of `second - 1`. */
+  exchange(proxyId: string, second: number, count: number): Promise<number>;
 }
 
 /** The figures of one attack episode (the APP_DDOS_ATTACK event's `attack` member). */
