@@ -299,6 +299,13 @@ describe('distributed application-layer flood', () => {
       assert.equal(passed + shed.length, burst.length, JSON.stringify(burst.map((reply) => reply.status)));
       assert.ok(passed <= ORIGIN_RATE_LIMIT * seconds, `${passed} passed in ${seconds} s`);
 
+      // A browser's subresource requests (an open page reloading its images) are challenged but never get it blocked.
+      const images: number[] = [];
+      for (let i = 0; i < MAX_UNSOLVED + 2; i++) {
+        images.push((await get(`${base}/flood/image.png`, '127.3.0.2', { 'sec-fetch-dest': 'image' })).status);
+      }
+      assert.deepEqual(images, new Array(MAX_UNSOLVED + 2).fill(503));
+
       // A source that keeps asking without solving is blocked, in the rate limiter too.
       const stubborn = '127.3.0.1';
       const statuses: number[] = [];
@@ -388,6 +395,20 @@ describe('distributed application-layer flood', () => {
       assert.ok(
         lines.some((line) => line.includes(`outcome="${outcome}"`) && Number(line.split(' ').at(-1)) > 0),
         `${outcome} counted: ${lines.join('; ')}`,
+      );
+    }
+    for (const event of ['started', 'ended']) {
+      assert.ok(
+        metrics
+          .split('\n')
+          .some(
+            (line) =>
+              line.startsWith('tps_edge_app_ddos_attacks_total{') &&
+              line.includes(`proxy="${proxy.id}"`) &&
+              line.includes(`event="${event}"`) &&
+              line.endsWith(' 1'),
+          ),
+        `attack ${event} counted once`,
       );
     }
   });

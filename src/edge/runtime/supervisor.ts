@@ -210,6 +210,11 @@ export class EdgeSupervisor {
             ['proxy', 'outcome'],
           ],
           [
+            'tps_edge_app_ddos_attacks_total',
+            'Application-layer attacks on a proxy detected (event="started") and ended (event="ended", its APP_DDOS_ATTACK event recorded) on this node; started minus ended is the attacks under way.',
+            ['proxy', 'event'],
+          ],
+          [
             'tps_edge_dropped_total',
             'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
             ['proxy', 'protocol', 'reason'],

@@ -314,6 +314,7 @@ const httpDeps: HttpProxyDeps = {
     ...(redis && { cluster: new RedisClusterRate(redis) }),
     tables: (proxyId) => tablesOf(proxyId).appDdos,
     counted: (proxy, outcome) => count('tps_edge_app_ddos_requests_total', { proxy, outcome }),
+    attackChanged: (proxy, active) => count('tps_edge_app_ddos_attacks_total', { proxy, event: active ? 'started' : 'ended' }),
   },
   // Challenges live in the store, which only the supervisor reads.
   acmeChallenge: (token, host, tenantId) =>

@@ -109,7 +109,8 @@ export class AppDdosGuard {
     const cleared = this.#cleared(ctx, network, now);
     const exempt = !cleared && this.#exemptions.matches(ctx.clientIp, url, header(ctx, 'user-agent'));
     const op = this.#operator;
-    const source = this.#detector.source(key, episode, now, !cleared && !exempt, op.maxUnsolved, op.blockSeconds * 1000);
+    const countsUnsolved = !cleared && !exempt && !browserSubresource(ctx);
+    const source = this.#detector.source(key, episode, now, countsUnsolved, op.maxUnsolved, op.blockSeconds * 1000);
     if (source.verdict === 'blocked' || source.verdict === 'just-blocked') {
       if (source.verdict === 'just-blocked') this.#block(ctx, key, source.blockedUntil);
       this.#detector.add(now, 'blocked', source.isNew);
@@ -120,7 +121,7 @@ export class AppDdosGuard {
     if (cleared || exempt) {
       if (this.#detector.pass(now, this.#settings.originRateLimit, source.isNew) === 'shed') {
         this.#count('shed');
-        return pageAnswer(ctx, 'app-ddos', 'waf-unavailable', { status: 503, headers: ['retry-after', '1'] });
+        return pageAnswer(ctx, 'app-ddos', 'origin-busy', { headers: ['retry-after', '1'] });
       }
       this.#count(cleared ? 'cleared' : 'exempt');
       return undefined;
@@ -310,6 +311,17 @@ export class AppDdosGuard {
       this.#deps.logger?.error({ err, eventId: event.id }, 'insight sink failed to record an attack');
     }
   }
+}
+
+/**
+ * A browser's request for an image, a script, a style or a fetch() of a page it already shows
+ * (Sec-Fetch-Dest other than a document): challenged like any other, but not counted towards the
+ * block, or a visitor whose open page reloads its assets when an attack starts would be blocked
+ * for the assets. A client that sends such a header to avoid the block still never gets through.
+ */
+function browserSubresource(ctx: RequestCtx): boolean {
+  const dest = header(ctx, 'sec-fetch-dest');
+  return dest !== undefined && dest !== 'document' && dest !== 'iframe' && dest !== 'frame';
 }
 
 function isChallengePath(url: string): boolean {
