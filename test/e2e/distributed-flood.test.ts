@@ -346,6 +346,8 @@ describe('distributed application-layer flood', () => {
     assert.ok(figures.blocked >= 1, JSON.stringify(figures));
     assert.ok(figures.requests >= figures.challenged + figures.passed + figures.blocked, JSON.stringify(figures));
     assert.ok(Date.parse(figures.endedAt) > Date.parse(figures.startedAt));
+    // The challenge pages of the attack showed its support id.
+    assert.ok(firstChallenge.body.includes(`Support ID: ${figures.supportId}`), "the page shows the attack's support id");
     assert.equal(listed.links.next, `${ATTACKS}?filter[tenantId]=${api.tenantId}&page[after]=${attack.id}&page[size]=100`);
     // The same attack in the insight export, as one APP_DDOS_ATTACK event with action CHALLENGED.
     const events = await api.get(`${EVENTS}?filter[tenantId]=${api.tenantId}&filter[eventType]=APP_DDOS_ATTACK&page[size]=1000`);

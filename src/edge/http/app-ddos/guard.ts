@@ -48,6 +48,8 @@ export class AppDdosGuard {
   #seenEpisode = 0;
   readonly #cluster: AppDdosDeps['cluster'];
   #clusterErrorAt = 0;
+  /** The support id of the episode under way (derived once per episode). */
+  #supportIdOf = { start: 0, id: '' };
 
   constructor(proxy: { id: string; tenantId: string; frontendIp: string }, settings: AppDdosSettings, deps: HttpProxyDeps) {
     this.key = JSON.stringify(settings);
@@ -99,10 +101,7 @@ export class AppDdosGuard {
     const url = ctx.req.url ?? '/';
     if (isChallengePath(url)) return this.#verify(ctx, url, now, attackStart);
     if (attackStart === 0 && this.#settings.mode !== 'ALWAYS') return undefined;
-    if (attackStart > 0) {
-      ctx.supportId = episodeIds(this.#proxy.id, attackStart, this.#appDeps?.nodeId).supportId;
-      this.#noteStart(ctx, attackStart);
-    }
+    if (attackStart > 0) this.#noteStart(ctx, attackStart);
     const episode = attackStart > 0 ? attackStart : -(Math.floor(now / ALWAYS_WINDOW_MS) + 1);
     const key = sourceKey(ctx.clientIp, this.#deps.rateLimit?.ipv6Prefix);
     const network = clearanceNetwork(ctx.clientIp);
@@ -111,16 +110,20 @@ export class AppDdosGuard {
     const op = this.#operator;
     const countsUnsolved = !cleared && !exempt && !browserSubresource(ctx);
     const source = this.#detector.source(key, episode, now, countsUnsolved, op.maxUnsolved, op.blockSeconds * 1000);
+    // Our pages during an attack show the attack's support id (its event's); a request let through keeps its own.
+    const episodeSupportId = attackStart > 0 ? this.#episodeSupportId(attackStart) : undefined;
     if (source.verdict === 'blocked' || source.verdict === 'just-blocked') {
       if (source.verdict === 'just-blocked') this.#block(ctx, key, source.blockedUntil);
       this.#detector.add(now, 'blocked', source.isNew);
       this.#count('blocked');
+      if (episodeSupportId !== undefined) ctx.supportId = episodeSupportId;
       const retryAfter = Math.max(1, Math.ceil((source.blockedUntil - now) / 1000));
       return pageAnswer(ctx, 'app-ddos', 'rate-limit', { headers: ['retry-after', String(retryAfter)] });
     }
     if (cleared || exempt) {
       if (this.#detector.pass(now, this.#settings.originRateLimit, source.isNew) === 'shed') {
         this.#count('shed');
+        if (episodeSupportId !== undefined) ctx.supportId = episodeSupportId;
         return pageAnswer(ctx, 'app-ddos', 'origin-busy', { headers: ['retry-after', '1'] });
       }
       this.#count(cleared ? 'cleared' : 'exempt');
@@ -128,7 +131,15 @@ export class AppDdosGuard {
     }
     this.#detector.add(now, 'challenged', source.isNew);
     this.#count('challenged');
+    if (episodeSupportId !== undefined) ctx.supportId = episodeSupportId;
     return this.#challenge(ctx, network, state.lastRate, state.trigger, attackStart > 0, now);
+  }
+
+  #episodeSupportId(attackStart: number): string {
+    if (this.#supportIdOf.start !== attackStart) {
+      this.#supportIdOf = { start: attackStart, id: episodeIds(this.#proxy.id, attackStart, this.#appDeps?.nodeId).supportId };
+    }
+    return this.#supportIdOf.id;
   }
 
   #cleared(ctx: RequestCtx, network: string, now: number): boolean {
