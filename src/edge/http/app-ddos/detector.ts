@@ -4,9 +4,9 @@
  * The proxy's requests are counted per second in one slot of shared memory. Each second that
  * closes updates the learned normal rate (an exponentially weighted mean, half-life
  * `baselineHalfLifeSeconds`), unless an attack is under way: an attack must not become normal. An
- * attack starts when a second's count exceeds the trigger, the lower of the tenant's absolute
- * `threshold` and the learned rate times `factor` (never below the operator's `minRate`), and ends
- * after `quietSeconds` seconds under the trigger it started with. While it lasts, the slot keeps
+ * attack starts at the request that takes a second's count over the trigger, the lower of the
+ * tenant's absolute `threshold` and the learned rate times `factor` (never below the operator's
+ * `minRate`), and ends after `quietSeconds` seconds under the trigger it started with. While it lasts, the slot keeps
  * its figures (peak rate, requests, sources, challenged, solved, passed, blocked, shed).
  *
  * With several edge nodes (Redis, `ClusterRateExchange`), the worker that closes a second adds the
@@ -121,8 +121,13 @@ export class AttackDetector {
     const result = this.#result;
     this.#state.update(STATE_KEY, nowMs / 1000, (w, o) => {
       this.#roll(w, o, nowMs);
-      w[o + W.COUNT]!++;
+      const count = ++w[o + W.COUNT]!;
       if (w[o + W.ATTACK_START]! > 0) w[o + W.REQUESTS]!++;
+      else {
+        // Within the second: the flood is stopped at the trigger's count, not a second later.
+        const trigger = this.#trigger(w[o + W.BASELINE]!);
+        if (count > trigger) this.#startEpisode(w, o, nowMs, trigger, count);
+      }
       result.attackStart = w[o + W.ATTACK_START]!;
       result.lastRate = w[o + W.LAST_RATE]!;
       result.trigger = w[o + W.ATTACK_START]! > 0 ? w[o + W.TRIGGER]! : this.#trigger(w[o + W.BASELINE]!);
@@ -302,17 +307,23 @@ export class AttackDetector {
     const baseline = w[o + W.BASELINE]!;
     const trigger = this.#trigger(baseline);
     if (rate > trigger) {
-      w[o + W.ATTACK_START] = endMs - 1000;
-      w[o + W.TRIGGER] = trigger;
-      w[o + W.BASELINE_AT_START] = baseline;
+      this.#startEpisode(w, o, endMs - 1000, trigger, rate);
       w[o + W.PEAK] = rate;
-      w[o + W.REQUESTS] = rate;
-      w[o + W.QUIET] = 0;
-      for (const word of [W.CHALLENGED, W.SOLVED, W.PASSED, W.BLOCKED, W.SOURCES, W.SHED]) w[o + word] = 0;
-      w[o + W.OWNER] = this.#me;
       return;
     }
     w[o + W.BASELINE] = baseline + (rate - baseline) * this.#alpha();
+  }
+
+  /** An attack starts at `startMs` (under the slot's lock); `requests` of it were counted already. */
+  #startEpisode(w: Float64Array, o: number, startMs: number, trigger: number, requests: number): void {
+    w[o + W.ATTACK_START] = startMs;
+    w[o + W.TRIGGER] = trigger;
+    w[o + W.BASELINE_AT_START] = w[o + W.BASELINE]!;
+    w[o + W.PEAK] = 0;
+    w[o + W.REQUESTS] = requests;
+    w[o + W.QUIET] = 0;
+    for (const word of [W.CHALLENGED, W.SOLVED, W.PASSED, W.BLOCKED, W.SOURCES, W.SHED]) w[o + word] = 0;
+    w[o + W.OWNER] = this.#me;
   }
 
   #endEpisode(w: Float64Array, o: number, endMs: number): void {

@@ -22,7 +22,7 @@ import { type AppDdosDeps, type AppDdosOperatorSettings, type AppDdosTablesInit,
 /** Outside an attack (ALWAYS mode), a source's unsolved challenges count per window of this length. */
 const ALWAYS_WINDOW_MS = 600_000;
 /** Bits added to the difficulty at most as an attack grows past its trigger (one per doubling). */
-const MAX_EXTRA_BITS = 4;
+const MAX_EXTRA_BITS = 2;
 const MAX_RETURN_PATH = 2048;
 
 // Per thread: the keys (one secret per edge), the tables of a thread without shared ones, and the

@@ -14,7 +14,7 @@ export interface AppDdosOperatorSettings {
   baselineHalfLifeSeconds: number;
   /** An attack ends after this many consecutive seconds under its trigger. */
   quietSeconds: number;
-  /** Leading zero bits a solution must have when the attack is at its trigger (more as it grows, at most +4). */
+  /** Leading zero bits a solution must have when the attack is at its trigger (more as it grows, at most +2). */
   challengeBits: number;
   /** Lifetime of a clearance cookie. */
   clearanceSeconds: number;
