@@ -88,11 +88,6 @@ export class AppDdosGuard {
     clearInterval(this.#timer);
   }
 
-  /** Forgets the thread-local tables of a proxy that is gone. */
-  static forget(proxyId: string): void {
-    localTables.delete(proxyId);
-  }
-
   handle(ctx: RequestCtx): PhaseOutcome {
     const now = Date.now();
     const state = this.#detector.count(now);
