@@ -16,6 +16,7 @@ import type { TargetRefusal } from './request-target.ts';
 import type { HttpLimits } from './limits.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
 import type { RateLimitStore } from './rate-limit/store.ts';
+import type { AppDdosDeps } from './app-ddos/types.ts';
 
 /** What the runtime resolves from the store for one httpProxy configuration. */
 export interface ResolvedHttpProxy {
@@ -131,6 +132,8 @@ export interface HttpProxyDeps {
    * kernel blocking is off.
    */
   onBlockedRefusal?: (proxyId: string, source: string, blockedUntil: number) => void;
+  /** Application-layer DDoS protection (proxies' `appDdos`): operator settings, signing secret, shared tables, metrics. */
+  appDdos?: AppDdosDeps;
 }
 
 /** A proxy's `waf` attributes, defaults applied. */
@@ -145,6 +148,7 @@ export type PhaseName =
   | 'acme-challenge'
   | 'geo-fence'
   | 'rate-limit'
+  | 'app-ddos'
   | 'waf'
   | 'upstream'
   | 'waf-response'
@@ -260,12 +264,13 @@ export type WafFailureReason = 'overloaded' | 'unavailable' | 'budget' | 'error'
 
 /**
  * Who answered a request: the origin, or the proxy itself because of one of its protections (the
- * WAF: a block, a body over the limit, a request it could not inspect; the rate limit; geo
+ * WAF: a block, a body over the limit, a request it could not inspect; the rate limit; the
+ * application-layer DDoS protection (a challenge, a clearance, a source blocked); geo
  * fencing), an ACME challenge, or an `error` (the origin unreachable or too slow, a request refused
  * as malformed or too large or without a valid client certificate, an internal error). `none`: the
  * client left before any response head.
  */
-export type AnsweredBy = 'origin' | 'waf' | 'rate-limit' | 'geo' | 'acme' | 'error' | 'none';
+export type AnsweredBy = 'origin' | 'waf' | 'rate-limit' | 'app-ddos' | 'geo' | 'acme' | 'error' | 'none';
 
 /** The WAF's word on a request: absent when the WAF never saw it (answered before, or no WAF). */
 export type WafOutcome = 'PASSED' | 'BLOCKED' | 'LOGGED' | 'UNINSPECTED';
