@@ -21,6 +21,7 @@ import { accountIpRoutes } from './routes/account-ips.ts';
 import { certificateRoutes } from './routes/certificates.ts';
 import { caCertificateRoutes } from './routes/ca-certificates.ts';
 import { insightRoutes } from './routes/insight.ts';
+import { ddosAttackRoutes } from './routes/ddos-attacks.ts';
 import { portalRoutes, portalSessionPrincipal, loadedPortalSession } from './routes/portal.ts';
 import { sourceKey } from '../edge/net/source-key.ts';
 import { ClientAddressPolicy } from '../edge/net/client-address.ts';
@@ -217,6 +218,7 @@ export async function buildApiServer(deps: ApiDeps): Promise<FastifyInstance> {
     certificateRoutes,
     caCertificateRoutes,
     insightRoutes,
+    ddosAttackRoutes,
     portalRoutes,
   ]) {
     await app.register(routes, { deps });

@@ -87,6 +87,14 @@ export class SecretBox {
     return new SecretBox(Buffer.from(fs.readFileSync(file, 'utf8').trim(), 'base64'));
   }
 
+  /**
+   * A key for another purpose, derived from the master key (HKDF-SHA256): every node with the same
+   * master key derives the same, and it reveals nothing of the master key.
+   */
+  derive(purpose: string, bytes = 32): Buffer {
+    return Buffer.from(crypto.hkdfSync('sha256', this.#key, Buffer.alloc(0), `tps ${purpose}`, bytes));
+  }
+
   seal(plaintext: string, binding: SealBinding): string {
     const iv = crypto.randomBytes(IV_BYTES);
     const cipher = crypto.createCipheriv('aes-256-gcm', this.#key, iv, { authTagLength: TAG_BYTES });

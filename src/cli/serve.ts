@@ -302,6 +302,16 @@ export async function startEdge(
     acmeTlsAlpn: challenges.alpnChallengeCertificate,
     insightWrites: insightWriter,
     insightWholeEventsPerMinute: settings.insightWholeEventsPerMinute,
+    appDdos: {
+      factor: settings.appDdosFactor,
+      minRate: settings.appDdosMinRate,
+      baselineHalfLifeSeconds: settings.appDdosBaselineMinutes * 60,
+      quietSeconds: settings.appDdosQuietSeconds,
+      challengeBits: settings.appDdosChallengeBits,
+      clearanceSeconds: settings.appDdosClearanceSeconds,
+      maxUnsolved: settings.appDdosMaxUnsolved,
+      blockSeconds: settings.appDdosBlockSeconds,
+    },
     ...(settings.accessLog !== undefined && { accessLog: { destination: settings.accessLog, sample: settings.accessLogSample } }),
     ...(eventSinks && { eventSinks }),
   });

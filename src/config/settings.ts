@@ -191,6 +191,15 @@ export interface Settings {
   accessLogSample: number;
   /** Where every stored insight event is also sent: syslog over UDP or TCP, JSON-lines files. */
   eventSinks: SinkAddress[];
+  /** Application-layer DDoS protection (proxies' `appDdos`): the operator's defaults and bounds. */
+  appDdosFactor: number;
+  appDdosMinRate: number;
+  appDdosBaselineMinutes: number;
+  appDdosQuietSeconds: number;
+  appDdosChallengeBits: number;
+  appDdosClearanceSeconds: number;
+  appDdosMaxUnsolved: number;
+  appDdosBlockSeconds: number;
 }
 
 export type SettingsInput = Partial<Record<keyof Settings, string | boolean | undefined>>;
@@ -246,6 +255,14 @@ const ENV: Record<keyof Settings, string> = {
   httpMaxConnections: 'TPS_HTTP_MAX_CONNECTIONS',
   rateLimitIpv6Prefix: 'TPS_RATE_LIMIT_IPV6_PREFIX',
   rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
+  appDdosFactor: 'TPS_APP_DDOS_FACTOR',
+  appDdosMinRate: 'TPS_APP_DDOS_MIN_RATE',
+  appDdosBaselineMinutes: 'TPS_APP_DDOS_BASELINE_MINUTES',
+  appDdosQuietSeconds: 'TPS_APP_DDOS_QUIET_SECONDS',
+  appDdosChallengeBits: 'TPS_APP_DDOS_CHALLENGE_BITS',
+  appDdosClearanceSeconds: 'TPS_APP_DDOS_CLEARANCE_SECONDS',
+  appDdosMaxUnsolved: 'TPS_APP_DDOS_MAX_UNSOLVED',
+  appDdosBlockSeconds: 'TPS_APP_DDOS_BLOCK_SECONDS',
   udpReplyBudgetFactor: 'TPS_UDP_REPLY_BUDGET_FACTOR',
   udpMaxUnconfirmedSessions: 'TPS_UDP_MAX_UNCONFIRMED_SESSIONS',
   kernelBlocking: 'TPS_KERNEL_BLOCKING',
@@ -582,6 +599,14 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     accessLog: accessLog(),
     accessLogSample: integer('accessLogSample', 1, 1, 1_000_000),
     eventSinks: eventSinks(),
+    appDdosFactor: integer('appDdosFactor', 4, 2, 1000),
+    appDdosMinRate: integer('appDdosMinRate', 50, 1, 10_000_000),
+    appDdosBaselineMinutes: integer('appDdosBaselineMinutes', 10, 1, 1440),
+    appDdosQuietSeconds: integer('appDdosQuietSeconds', 60, 1, 3600),
+    appDdosChallengeBits: integer('appDdosChallengeBits', 14, 1, 24),
+    appDdosClearanceSeconds: integer('appDdosClearanceSeconds', 1800, 60, 86_400),
+    appDdosMaxUnsolved: integer('appDdosMaxUnsolved', 20, 1, 100_000),
+    appDdosBlockSeconds: integer('appDdosBlockSeconds', 300, 1, 86_400),
   };
 }
 

@@ -149,7 +149,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         };
         await writer.write([episode], [{ eventId: episode.id, update }]);
         const [stored] = await store.insightEvents.page({ tenantId, size: 1 });
-        assert.equal(stored?.type === 'APP_DDOS_ATTACK' && stored.rateLimit.blockedRequests, 123456);
+        assert.equal(stored?.type === 'APP_DDOS_ATTACK' && stored.action === 'BLOCKED' && stored.rateLimit.blockedRequests, 123456);
         const rows = await store.db.one<{ bytes: number; usage: number }>(
           `SELECT (SELECT SUM(stored_bytes) FROM insight_events WHERE tenant_id = ?) AS bytes,
                   (SELECT SUM(bytes) FROM insight_usage WHERE tenant_id = ?) AS usage`,

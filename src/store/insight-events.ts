@@ -164,6 +164,8 @@ export class InsightEventRepository {
   async page(query: {
     tenantId: string;
     type?: InsightEventType | undefined;
+    /** Only events with this action (CHALLENGED: the distributed attacks). */
+    action?: InsightEvent['action'] | undefined;
     after?: string | undefined;
     size: number;
   }): Promise<InsightEvent[]> {
@@ -177,8 +179,8 @@ export class InsightEventRepository {
       if (!cursor) throw new UnknownCursorError(`no event ${query.after} for this tenant`);
       after = { xid: Number(cursor.xid ?? 0), seq: Number(cursor.seq) };
     }
-    const typeClause = query.type ? ' AND type = ?' : '';
-    const typeParam: SqlValue[] = query.type ? [query.type] : [];
+    const typeClause = (query.type ? ' AND type = ?' : '') + (query.action ? ' AND action = ?' : '');
+    const typeParam: SqlValue[] = [...(query.type ? [query.type] : []), ...(query.action ? [query.action] : [])];
     if (!postgres) {
       const rows = await this.db.all<{ body: string }>(
         `SELECT body FROM insight_events WHERE tenant_id = ?${typeClause} AND seq > ? ORDER BY seq LIMIT ?`,

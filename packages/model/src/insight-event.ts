@@ -85,7 +85,50 @@ export interface AppDdosAttackEvent extends InsightEventBase {
   };
 }
 
-export type InsightEvent = WafEvent | AppDdosAttackEvent;
+/** A distributed application-layer attack on one proxy, from its detection to its end (on one edge node). */
+export interface DistributedAttack {
+  /** ISO 8601: the first second over the trigger. */
+  startedAt: string;
+  /** ISO 8601: the last second over the trigger ended (the attack was declared over `quietSeconds` later). */
+  endedAt: string;
+  /** Requests per second the proxy normally has (learned) when the attack started. */
+  baselineRate: number;
+  /** Requests per second above which the attack was declared. */
+  triggerRate: number;
+  /** Highest requests per second during the attack. */
+  peakRate: number;
+  /** Requests to the proxy during the attack. */
+  requests: number;
+  /** Distinct sources (IPv4 addresses, IPv6 /64) seen during the attack (approximate beyond the tracked sources). */
+  sources: number;
+  /** Challenge pages served. */
+  challenged: number;
+  /** Challenges solved (clearances given). */
+  solved: number;
+  /** Requests let through to the origin (cleared or exempted clients). */
+  passed: number;
+  /** Requests refused because their source kept ignoring the challenge. */
+  blocked: number;
+  /** Requests of cleared or exempted clients refused because the origin's rate cap (originRateLimit) was reached. */
+  shed: number;
+  /** The proxy's mode then. */
+  mode: 'AUTO' | 'ALWAYS';
+}
+
+/**
+ * The other kind of APP_DDOS_ATTACK event, told apart by `action` CHALLENGED: a flood from many
+ * sources together was detected on a proxy and mitigated by the challenge. One event per attack
+ * episode and edge node, recorded when it ends. `source` and `request` are those of the first
+ * request of the attack the recording worker saw.
+ */
+export interface DistributedAttackEvent extends InsightEventBase {
+  type: 'APP_DDOS_ATTACK';
+  action: 'CHALLENGED';
+  rules: [];
+  attack: DistributedAttack;
+}
+
+export type InsightEvent = WafEvent | AppDdosAttackEvent | DistributedAttackEvent;
 
 /** Where the data plane hands events; the store's implementation writes them in arrival order. */
 export interface InsightSink {
@@ -93,6 +136,32 @@ export interface InsightSink {
   /** Updates the counters of an APP_DDOS_ATTACK episode already recorded (same id, same cursor place). */
   updateRateLimitEpisode(eventId: string, update: { lastBlockedAt: string; blockedRequests: number; blockedUntil: string }): void;
 }
+
+/** The `attack` member of a CHALLENGED APP_DDOS_ATTACK event, as the API shows it. An extension of the spec. */
+export const DistributedAttackResource = Type.Object(
+  {
+    startedAt: Type.String({ description: 'ISO 8601: the first second over the trigger.' }),
+    endedAt: Type.String({
+      description: 'ISO 8601: the end of the last second over the trigger (declared over TPS_APP_DDOS_QUIET_SECONDS later).',
+    }),
+    baselineRate: Type.Number({ description: 'Requests per second the proxy normally had (learned) when the attack started.' }),
+    triggerRate: Type.Number({ description: 'Requests per second above which the attack was declared.' }),
+    peakRate: Type.Number({ description: 'Highest requests per second during the attack.' }),
+    requests: Type.Integer({ description: 'Requests to the proxy during the attack.' }),
+    sources: Type.Integer({ description: 'Distinct sources (IPv4 address, IPv6 /64) seen; approximate past the sources tracked.' }),
+    challenged: Type.Integer({ description: 'Challenge pages served.' }),
+    solved: Type.Integer({ description: 'Challenges solved (clearance cookies given).' }),
+    passed: Type.Integer({ description: 'Requests let through to the origin (cleared or exempted clients).' }),
+    blocked: Type.Integer({ description: 'Requests refused because their source kept ignoring the challenge.' }),
+    shed: Type.Integer({ description: 'Requests of cleared or exempted clients refused over appDdos.originRateLimit.' }),
+    mode: Type.String({ enum: ['AUTO', 'ALWAYS'] }),
+  },
+  {
+    description:
+      'CHALLENGED APP_DDOS_ATTACK events only: one distributed attack on the proxy, counted on one edge node, recorded when it ended. ' +
+      'An extension of the spec.',
+  },
+);
 
 /** An event as the API answers it (insight export, the portal's event views). */
 export const InsightEventResource = Type.Object({
@@ -116,7 +185,10 @@ export const InsightEventResource = Type.Object({
       }),
     ),
     supportId: Type.String({ pattern: '^[0-9a-f]{32}$' }),
-    action: Type.String({ enum: ['BLOCKED', 'LOGGED'] }),
+    action: Type.String({
+      enum: ['BLOCKED', 'LOGGED', 'CHALLENGED'],
+      description: 'CHALLENGED: an APP_DDOS_ATTACK event of a distributed attack mitigated by the challenge (with `attack`).',
+    }),
     tpc: Type.String({ pattern: '^[A-Z]{3}$' }),
     destinationIp: Type.String(),
     source: Type.Object({ countryCode: Type.String(), ip: Type.String(), port: Type.Integer() }),
@@ -130,6 +202,7 @@ export const InsightEventResource = Type.Object({
     rateLimit: Type.Optional(
       Type.Unknown({ description: 'APP_DDOS_ATTACK only: threshold, observed and blocked requests, episode times.' }),
     ),
+    attack: Type.Optional(DistributedAttackResource),
     requestCount: Type.Optional(
       Type.Integer({
         minimum: 1,
@@ -146,6 +219,29 @@ export const InsightEventResource = Type.Object({
           'WAF_EVENT only, present when true: the request body was longer than the WAF inspects (waf.requestBodyLimit) and only ' +
           'its first part was inspected, the rest passed uninspected (waf.bodyLimitAction PROCESS_PARTIAL). An extension of the spec.',
       }),
+    ),
+  }),
+  relationships: Type.Object({
+    belongsTo: Type.Object({ data: Type.Object({ type: Type.Literal('TENANT'), id: Uuid }) }),
+    trafficConfig: Type.Object({ data: Type.Object({ type: Type.Literal('trafficConfig'), id: Uuid }) }),
+  }),
+});
+
+/**
+ * A distributed attack as `GET /api/v2/insight/ddos-attacks` lists it: the CHALLENGED
+ * APP_DDOS_ATTACK event of one episode on one edge node (same id), its figures first.
+ */
+export const DdosAttackResource = Type.Object({
+  type: Type.Literal('ddosAttack'),
+  id: Uuid,
+  attributes: Type.Object({
+    ...DistributedAttackResource.properties,
+    supportId: Type.String({ pattern: '^[0-9a-f]{32}$', description: 'Shown on the challenge pages of the attack.' }),
+    tpc: Type.String({ pattern: '^[A-Z]{3}$', description: 'The edge location that counted it.' }),
+    destinationIp: Type.String(),
+    firstSource: Type.Object(
+      { countryCode: Type.String(), ip: Type.String(), port: Type.Integer() },
+      { description: 'The source of the first request of the attack the recording worker saw.' },
     ),
   }),
   relationships: Type.Object({

@@ -345,6 +345,86 @@ export const HttpConnectionLimits = Type.Object(
   },
 );
 
+/** An IPv4 or IPv6 network in CIDR notation (a bare address is its own /32 or /128). */
+const IPV4_CIDR =
+  '((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(/(3[0-2]|[12]?[0-9]))?';
+const IPV6_CIDR = '[0-9A-Fa-f]{0,4}(:[0-9A-Fa-f]{0,4}){2,7}(/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))?';
+export const APP_DDOS_MODES = ['OFF', 'AUTO', 'ALWAYS'] as const;
+
+export const AppDdosExemptions = Type.Object(
+  {
+    pathPrefixes: Type.Array(Type.String({ pattern: '^/', minLength: 1, maxLength: 256 }), {
+      maxItems: 32,
+      default: [],
+      description:
+        'Requests whose path (dot segments resolved) starts with one of these are never challenged, for clients that run no ' +
+        'JavaScript (an API, a webhook). A path holding an encoded slash, backslash or dot is never exempted.',
+    }),
+    userAgents: Type.Array(Type.String({ minLength: 3, maxLength: 256 }), {
+      maxItems: 32,
+      default: [],
+      description:
+        'Requests whose User-Agent contains one of these strings are never challenged. A client chooses its User-Agent: an ' +
+        'attacker can copy it, so prefer path prefixes and networks.',
+    }),
+    sourceNetworks: Type.Array(Type.String({ pattern: `^(${IPV4_CIDR}|${IPV6_CIDR})$`, maxLength: 49 }), {
+      maxItems: 64,
+      default: [],
+      description: 'Clients in these networks (CIDR) are never challenged (monitoring, partners).',
+    }),
+  },
+  {
+    additionalProperties: false,
+    default: {},
+    description: 'Clients that are never challenged. They are still counted, limited by rateLimiting and by originRateLimit.',
+  },
+);
+
+export const AppDdos = Type.Object(
+  {
+    mode: Enum(APP_DDOS_MODES, {
+      default: 'AUTO',
+      description:
+        'OFF: no detection, no challenge. AUTO: browsers are challenged while an attack is detected. ALWAYS ' +
+        '("I\'m under attack"): every client without a clearance is challenged, attack or not.',
+    }),
+    threshold: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000_000,
+        description:
+          'Requests per second to the proxy (all clients together) above which an attack is declared, whatever the learned ' +
+          'normal rate. Absent: only the learned rate (times factor) decides.',
+      }),
+    ),
+    factor: Type.Optional(
+      Type.Number({
+        minimum: 1.5,
+        maximum: 1000,
+        description:
+          'An attack is declared when the rate exceeds the learned normal rate times this factor (and the operator minimum, ' +
+          'TPS_APP_DDOS_MIN_RATE). Absent: TPS_APP_DDOS_FACTOR (default 4).',
+      }),
+    ),
+    originRateLimit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000_000,
+        description:
+          'During an attack, at most this many requests per second (cleared and exempted clients together) go to the origin; ' +
+          'the rest get 503 with Retry-After. Absent: no cap beyond the challenge.',
+      }),
+    ),
+    exemptions: AppDdosExemptions,
+  },
+  {
+    additionalProperties: false,
+    description:
+      'Application-layer DDoS protection: detection of floods from many sources together and a JavaScript proof-of-work ' +
+      'challenge for clients without a clearance cookie. Absent or null: OFF.',
+  },
+);
+
 const ReadOnlyStatus = {
   status: Type.Optional(
     Enum(['PROVISIONING', 'ACTIVE', 'ERROR'] as const, {
@@ -383,6 +463,7 @@ export const HttpProxyAttributes = Type.Object(
     rateLimiting: Type.Optional(Nullable(RateLimiting)),
     geoFencing: Type.Optional(Nullable(GeoFencing)),
     connectionLimits: Type.Optional(Nullable(HttpConnectionLimits)),
+    appDdos: Type.Optional(Nullable(AppDdos)),
     ...ReadOnlyStatus,
   },
   { additionalProperties: false },
@@ -419,6 +500,7 @@ export const L4ProxyAttributes = Type.Object(
 
 export type HttpProxyAttributes = Static<typeof HttpProxyAttributes>;
 export type L4ProxyAttributes = Static<typeof L4ProxyAttributes>;
+export type AppDdosSettings = Static<typeof AppDdos>;
 
 const proxyData = <T extends typeof HTTP_PROXY | typeof L4_PROXY, A extends typeof HttpProxyAttributes | typeof L4ProxyAttributes>(
   type: T,

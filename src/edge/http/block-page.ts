@@ -16,7 +16,8 @@ export type PageKind =
   | 'body-too-large'
   | 'waf-unavailable'
   | 'bad-gateway'
-  | 'gateway-timeout';
+  | 'gateway-timeout'
+  | 'origin-busy';
 
 interface PageText {
   status: number;
@@ -69,6 +70,11 @@ const PAGES: Record<PageKind, PageText> = {
     status: 504,
     title: 'Gateway timeout',
     message: 'The origin server of this site did not answer in time.',
+  },
+  'origin-busy': {
+    status: 503,
+    title: 'Service busy',
+    message: 'This site is receiving more requests than it can serve right now. Please try again in a moment.',
   },
 };
 

@@ -22,6 +22,7 @@ import { acceptProxyHeaders, proxiedAddressesOf } from '../net/proxy-header.ts';
 import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../l4/flood-limits.ts';
 import { unmapIpv4 } from '../net/ip.ts';
 import { sourceKey } from '../net/source-key.ts';
+import { EarlyRefusals } from './early-refusal.ts';
 import { Http2SessionGuard } from './http2-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { recordEpisodeUpdate } from './insight-events.ts';
@@ -90,7 +91,7 @@ class Listener {
   resetWhere(matches: (peer: string) => boolean): number {
     let reset = 0;
     for (const socket of this.sockets) {
-      if (!matches(unmapIpv4(socket.remoteAddress ?? ''))) continue;
+      if (socket.destroyed || !matches(unmapIpv4(socket.remoteAddress ?? ''))) continue;
       socket.resetAndDestroy();
       reset++;
     }
@@ -138,6 +139,10 @@ export class HttpProxy {
   private stopped = false;
   /** Answers TLS-ALPN-01 validation connections (made on the first TLS listener when deps ask for it). */
   private acmeTlsServer: tls.Server | undefined;
+  /** Connections of blocked sources, answered without the HTTP server (early-refusal.ts). */
+  private readonly early: EarlyRefusals;
+  /** Takes the early path's refusal count into the metrics. */
+  private metricsTimer: NodeJS.Timeout | undefined;
   /** Where the rate limiter sends an attack episode's counters while it lasts: the insight sink. */
   private readonly onEpisodeUpdate = (episode: RateEpisode): void => recordEpisodeUpdate(this.deps, episode);
 
@@ -148,6 +153,17 @@ export class HttpProxy {
     this.tlsSettingsKey = frontendTlsSettingsKey(config);
     const limits = connectionLimitsOf(config, deps);
     this.admission = deps.connectionLimits?.create?.(config.id, limits) ?? new FloodLimiter(limits);
+    this.early = new EarlyRefusals({
+      limiter: () => this.snapshot.rateLimiter,
+      location: deps.location,
+      maxHeaderSize: this.limits.maxHeaderSize,
+      keepAliveTimeoutMs: this.limits.keepAliveTimeoutMs,
+      headersTimeoutMs: this.limits.headersTimeoutMs,
+      onBlockedRefusal:
+        deps.onBlockedRefusal === undefined
+          ? undefined
+          : (key, blockedUntil) => deps.onBlockedRefusal?.(this.snapshot.id, key, blockedUntil),
+    });
     this.http2Guard = new Http2SessionGuard(this.limits, {
       onRefused: (reason, details) =>
         this.refused('HTTP/2', reason, {
@@ -161,6 +177,14 @@ export class HttpProxy {
   /** The configuration in force. */
   get config(): ResolvedHttpProxy {
     return this.snapshot.config;
+  }
+
+  /**
+   * The early refusal path: connections refused now, those read into its shared buffer so far, and
+   * `closeConnectionsOf(key)` for the connections of one source (its rate-limit key, `sourceKey`).
+   */
+  get earlyRefusals(): Pick<EarlyRefusals, 'connections' | 'sharedReads' | 'closeConnectionsOf'> {
+    return this.early;
   }
 
   /** Addresses actually bound (after `start`). */
@@ -178,6 +202,8 @@ export class HttpProxy {
       throw Object.assign(new Error('no front-end address (frontend.ipv4 or frontend.ipv6)'), { code: 'ENOFRONTEND' });
     try {
       for (const spec of specs) await this.bind(spec);
+      this.metricsTimer = setInterval(() => this.countEarlyRefusals(), EARLY_REFUSALS_FLUSH_MS);
+      this.metricsTimer.unref();
     } catch (err) {
       await Promise.all(this.listeners.map((l) => l.close(0)));
       this.listeners = [];
@@ -227,7 +253,9 @@ export class HttpProxy {
    */
   resetConnectionsOf(source: string): number {
     const prefix = this.deps.rateLimit?.ipv6Prefix;
-    let reset = 0;
+    // The early refusal path's first: those it took at accept are not in a listener's set, and the
+    // ones it took from node:http are in both (destroyed here, a listener skips them).
+    let reset = this.early.closeConnectionsOf(source);
     for (const listener of this.listeners) reset += listener.resetWhere((peer) => sourceKey(peer, prefix) === source);
     return reset;
   }
@@ -238,6 +266,9 @@ export class HttpProxy {
     this.stopped = true;
     const listeners = this.listeners;
     this.listeners = [];
+    clearInterval(this.metricsTimer);
+    this.early.stop();
+    this.countEarlyRefusals();
     await Promise.all(listeners.map((l) => l.close(this.limits.stopGraceMs)));
     this.http2Guard.stop();
     await this.snapshot.retire(undefined, this.limits.stopGraceMs);
@@ -255,7 +286,7 @@ export class HttpProxy {
     }
     // The caps count the client, so they come after the PROXY header (which names it) and before
     // anything that costs: the TLS handshake, the HTTP parser.
-    this.admitConnections(server);
+    this.admitConnections(server, spec.secure);
     // On the wire the PROXY header comes first, before the TLS ClientHello: its reader wraps the rest.
     const clientAddress = this.deps.clientAddress;
     if (clientAddress !== undefined && clientAddress.proxyProtocol !== 'off')
@@ -273,7 +304,7 @@ export class HttpProxy {
    * connection without a header counts towards the proxy's total only (its requests'
    * X-Forwarded-For name many clients, which the rate limits then count one by one).
    */
-  private admitConnections(server: FrontServer): void {
+  private admitConnections(server: FrontServer, secure: boolean): void {
     const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];
     server.removeAllListeners('connection');
     const clientAddress = this.deps.clientAddress;
@@ -301,8 +332,86 @@ export class HttpProxy {
         this.admission.release(ticket);
         budget?.release();
       });
+      const limited = this.rateLimitSourceOf(peer, proxied?.sourceAddress);
+      if (limited !== undefined && this.snapshot.rateLimiter?.hasEpisodes === true) {
+        const key = sourceKey(limited, this.deps.rateLimit?.ipv6Prefix);
+        const episode = this.snapshot.rateLimiter.blockedEpisode(key);
+        if (episode !== undefined) {
+          // A TLS handshake costs more than the whole refusal: a blocked source gets none.
+          if (secure) {
+            socket.on('error', () => {});
+            socket.resetAndDestroy();
+            this.deps.metrics?.connectionRefused?.(this.snapshot.id, 'HTTP', 'RATE_LIMITED');
+            if (proxied === undefined) this.deps.onBlockedRefusal?.(this.snapshot.id, key, episode.blockedUntil);
+            return;
+          }
+          this.early.takeOver(socket, key, proxied === undefined, Buffer.alloc(0), episode);
+          return;
+        }
+      }
       for (const listener of listeners) listener.call(server, socket);
+      if (!secure && limited !== undefined) this.refuseBlockedRequests(socket, limited, proxied === undefined);
     });
+  }
+
+  /**
+   * The address the rate limit counts a connection's requests under when the connection alone says
+   * it: the socket peer, or the client a PROXY header names; undefined when each request says it
+   * (a trusted load balancer's X-Forwarded-For, read by the accept phase): the early path cannot
+   * apply there, and the phases refuse those requests.
+   */
+  private rateLimitSourceOf(peer: string, proxiedSource: string | undefined): string | undefined {
+    const clientAddress = this.deps.clientAddress;
+    if (clientAddress === undefined) return peer;
+    const hop = proxiedSource ?? peer;
+    return clientAddress.trusts(hop) ? undefined : hop;
+  }
+
+  /**
+   * A kept-alive HTTP/1 connection whose source gets blocked: its next request head, when no earlier
+   * response is still under way, makes Node's parser give the connection up (as for an upgrade:
+   * `onIncoming` answering 2 stops it before any ServerResponse or phase), and the early path
+   * answers it and what follows. Relies on Node's HTTP server internals (`socket.parser.onIncoming`,
+   * `_httpMessage`), checked here and by a test: without them the phases refuse as before.
+   */
+  private refuseBlockedRequests(socket: net.Socket, source: string, peer: boolean): void {
+    const parser = (socket as SocketWithParser).parser;
+    if (parser === null || parser === undefined || typeof parser.onIncoming !== 'function') return;
+    const onIncoming = parser.onIncoming;
+    let key: string | undefined;
+    parser.onIncoming = (req: http.IncomingMessage, keepAlive: boolean): number => {
+      const limiter = this.snapshot.rateLimiter;
+      // CONNECT is answered 405 by refuseConnect whoever asks; the others of a blocked source go early.
+      if (limiter?.hasEpisodes === true && (socket as SocketWithParser)._httpMessage == null && req.method !== 'CONNECT') {
+        key ??= sourceKey(source, this.deps.rateLimit?.ipv6Prefix);
+        const episode = limiter.refuseBlocked(key, 1);
+        if (episode !== undefined) {
+          const raw = req.rawHeaders;
+          let body = false;
+          for (let i = 0; i < raw.length; i += 2) {
+            const name = raw[i]!;
+            if ((name.length === 14 || name.length === 17) && /^(?:content-length|transfer-encoding)$/i.test(name)) body = true;
+          }
+          earlyRefused.set(req, {
+            key,
+            peer,
+            episode,
+            head: req.method === 'HEAD',
+            close: !keepAlive || body,
+          });
+          // Not in @types/node's IncomingMessage; Node's server reads it once the parser pauses.
+          (req as unknown as { upgrade: boolean }).upgrade = true;
+          return 2;
+        }
+      }
+      return onIncoming(req, keepAlive);
+    };
+  }
+
+  /** Adds the requests the early path refused to the proxy's request metrics. */
+  private countEarlyRefusals(): void {
+    const refused = this.early.takeRefusedCount();
+    if (refused > 0) this.deps.metrics?.requestsRefused?.(this.snapshot.id, 'rate-limit', 429, refused);
   }
 
   /** Counts and logs (rate-limited by the edge's logger) a connection or session refused for `reason`. */
@@ -409,6 +518,12 @@ export class HttpProxy {
   };
 
   private readonly onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer): void => {
+    const early = earlyRefused.get(req);
+    if (early !== undefined) {
+      earlyRefused.delete(req);
+      this.early.refuseFirst(socket as net.Socket, early.episode, early, head);
+      return;
+    }
     // Until the tunnel takes over the socket is ours alone: an error on it must not crash the process.
     socket.on('error', () => socket.destroy());
     // Only WebSocket handshakes come here (shouldUpgradeCallback); should another ever come, it is
@@ -420,6 +535,27 @@ export class HttpProxy {
     runRequestPhases(new RequestCtx(this.snapshot, req, undefined, { socket, head }));
   };
 }
+
+/** How often the early path's refusals are added to the metrics. */
+const EARLY_REFUSALS_FLUSH_MS = 1_000;
+
+/** What Node's HTTP server keeps on a socket it reads (not public API: see refuseBlockedRequests). */
+interface SocketWithParser {
+  parser?: { onIncoming?: (req: http.IncomingMessage, keepAlive: boolean) => number } | null;
+  _httpMessage?: unknown;
+}
+
+/** A request whose head made Node's parser let go of its connection, to be refused by the early path. */
+interface EarlyRefusedRequest {
+  key: string;
+  /** The source is the socket peer: its refusals may escalate it to the kernel. */
+  peer: boolean;
+  episode: RateEpisode;
+  head: boolean;
+  close: boolean;
+}
+
+const earlyRefused = new WeakMap<http.IncomingMessage, EarlyRefusedRequest>();
 
 function applyTls(server: http2.Http2SecureServer, options: FrontendTlsOptions): void {
   server.setSecureContext(options);

@@ -9,6 +9,7 @@
 import type { HttpLimits } from './limits.ts';
 import { canonicalPathPrefix, DEFAULT_REQUEST_TARGET_SETTINGS, type RequestTargetSettings } from './request-target.ts';
 import { RateLimiter, type RateEpisode } from './rate-limit/limiter.ts';
+import { AppDdosGuard } from './app-ddos/guard.ts';
 import type { HttpProxyDeps, ResolvedHttpProxy, WafSettings } from './types.ts';
 import { OriginSet, originSetKey } from './upstream/origins.ts';
 import { BudgetOffenders } from './waf/budget-offenders.ts';
@@ -32,6 +33,8 @@ export class ProxySnapshot {
   readonly geoFence: GeoFence | undefined;
   readonly rateLimiter: RateLimiter | undefined;
   readonly rateLimitKey: string;
+  /** `appDdos` attributes other than OFF: detection and the challenge. */
+  readonly appDdos: AppDdosGuard | undefined;
   readonly origins: OriginSet;
   /** How request targets are read (`requestTarget`, defaults applied): see request-target.ts. */
   readonly requestTarget: RequestTargetSettings;
@@ -91,6 +94,14 @@ export class ProxySnapshot {
       });
     }
 
+    const appDdos = attributes.appDdos;
+    if (!appDdos || appDdos.mode === 'OFF') this.appDdos = undefined;
+    else if (previous?.appDdos !== undefined && previous.appDdos.key === JSON.stringify(appDdos)) this.appDdos = previous.appDdos;
+    else {
+      const frontendIp = attributes.frontend.ipv4 ?? attributes.frontend.ipv6 ?? '0.0.0.0';
+      this.appDdos = new AppDdosGuard({ id: config.id, tenantId: config.tenantId, frontendIp }, appDdos, deps);
+    }
+
     this.origins =
       previous !== undefined && previous.origins.key === originSetKey(config)
         ? previous.origins
@@ -133,6 +144,7 @@ export class ProxySnapshot {
   /** Releases what this snapshot owns and `next` does not reuse (`next` undefined: the proxy stops). */
   async retire(next: ProxySnapshot | undefined, graceMs: number): Promise<void> {
     if (this.rateLimiter !== undefined && this.rateLimiter !== next?.rateLimiter) this.rateLimiter.dispose();
+    if (this.appDdos !== undefined && this.appDdos !== next?.appDdos) this.appDdos.dispose();
     if (this.origins !== next?.origins) await this.origins.close(graceMs);
   }
 }

@@ -16,6 +16,7 @@ import type { TargetRefusal } from './request-target.ts';
 import type { HttpLimits } from './limits.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
 import type { RateLimitStore } from './rate-limit/store.ts';
+import type { AppDdosDeps } from './app-ddos/types.ts';
 
 /** What the runtime resolves from the store for one httpProxy configuration. */
 export interface ResolvedHttpProxy {
@@ -136,6 +137,8 @@ export interface HttpProxyDeps {
    * kernel blocking is off.
    */
   onBlockedRefusal?: (proxyId: string, source: string, blockedUntil: number) => void;
+  /** Application-layer DDoS protection (proxies' `appDdos`): operator settings, signing secret, shared tables, metrics. */
+  appDdos?: AppDdosDeps;
 }
 
 /** Operator settings of the early refusal of WAF budget offenders (src/edge/http/waf/budget-offenders.ts). */
@@ -158,6 +161,7 @@ export type PhaseName =
   | 'acme-challenge'
   | 'geo-fence'
   | 'rate-limit'
+  | 'app-ddos'
   | 'waf'
   | 'upstream'
   | 'waf-response'
@@ -276,12 +280,13 @@ export type WafFailureReason = 'overloaded' | 'budget' | 'unavailable' | 'error'
 
 /**
  * Who answered a request: the origin, or the proxy itself because of one of its protections (the
- * WAF: a block, a body over the limit, a request it could not inspect; the rate limit; geo
+ * WAF: a block, a body over the limit, a request it could not inspect; the rate limit; the
+ * application-layer DDoS protection (a challenge, a clearance, a source blocked); geo
  * fencing), an ACME challenge, or an `error` (the origin unreachable or too slow, a request refused
  * as malformed or too large or without a valid client certificate, an internal error). `none`: the
  * client left before any response head.
  */
-export type AnsweredBy = 'origin' | 'waf' | 'rate-limit' | 'geo' | 'acme' | 'error' | 'none';
+export type AnsweredBy = 'origin' | 'waf' | 'rate-limit' | 'app-ddos' | 'geo' | 'acme' | 'error' | 'none';
 
 /** The WAF's word on a request: absent when the WAF never saw it (answered before, or no WAF). */
 export type WafOutcome = 'PASSED' | 'BLOCKED' | 'LOGGED' | 'UNINSPECTED';
@@ -349,10 +354,17 @@ export interface HttpProxyMetrics {
     durationSeconds: number,
     originSeconds: number | undefined,
   ): void;
+  /**
+   * Requests answered before any per-request object existed (src/edge/http/early-refusal.ts: a
+   * blocked source's), `count` since the last call, added up about once a second: counted as
+   * `requestCompleted` counts a request, without its duration.
+   */
+  requestsRefused?(proxyId: string, answeredBy: AnsweredBy, status: number, count: number): void;
   /** One attempt to an origin failed (`reason`: error code such as ECONNREFUSED or UND_ERR_HEADERS_TIMEOUT). */
   upstreamFailed?(proxyId: string, host: string, reason: string): void;
   /**
-   * A connection refused by a cap (SOURCE_CONNECTIONS, SOURCE_RATE, GLOBAL_CONNECTIONS), a request
+   * A connection refused by a cap (SOURCE_CONNECTIONS, SOURCE_RATE, GLOBAL_CONNECTIONS), a TLS
+   * connection of a source the rate limit blocks (RATE_LIMITED: no handshake for it), a request
    * past its deadline (HEADERS_TIMEOUT, REQUEST_TIMEOUT), or an HTTP/2 session ended (RAPID_RESET).
    */
   connectionRefused?(proxyId: string, protocol: 'HTTP' | 'HTTP/2', reason: string): void;

@@ -156,7 +156,7 @@ export class InsightIngest {
     }
     if (front) this.#backlog.unshift(event);
     else this.#backlog.push(event);
-    if (event.type === 'APP_DDOS_ATTACK') this.#backlogEpisodes.set(event.id, event);
+    if (event.type === 'APP_DDOS_ATTACK' && event.action === 'BLOCKED') this.#backlogEpisodes.set(event.id, event);
   }
 
   /** Writes what waits, one batch at a time (never two writes at once: events keep their order). */

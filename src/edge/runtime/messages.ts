@@ -90,7 +90,9 @@ export type EdgeCounterName =
   | 'tps_edge_waf_exchanges_total'
   | 'tps_edge_waf_rule_matches_total'
   | 'tps_edge_access_log_lines_total'
-  | 'tps_edge_waf_audit_log_lines_total';
+  | 'tps_edge_waf_audit_log_lines_total'
+  | 'tps_edge_app_ddos_requests_total'
+  | 'tps_edge_app_ddos_attacks_total';
 
 /** Body bytes the WAF inspects (operator settings): the proxies' defaults, multipart/form-data uploads, responses. */
 export interface WafBodyLimits {

@@ -32,6 +32,7 @@ import { DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
+import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
 import type { EdgeLogger } from './types.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
@@ -138,6 +139,8 @@ export interface EdgeOptions {
   insightWholeEventsPerMinute?: number;
   /** One JSON line per request and layer 4 connection, written by each worker (TPS_ACCESS_LOG); absent = none. */
   accessLog?: AccessLogSettings;
+  /** Operator settings of the application-layer DDoS protection (TPS_APP_DDOS_*); absent: the defaults. */
+  appDdos?: Partial<AppDdosOperatorSettings>;
   /** Where the events this node stored go too, once each, in order (TPS_EVENT_SINKS); closed when the edge stops. */
   eventSinks?: { ship(events: readonly InsightEvent[]): void; close(): Promise<void> };
   /** Escalated sources dropped by nftables (TPS_KERNEL_BLOCKING, TPS_KERNEL_BLOCKING_ESCALATION_FACTOR). Default off. */
@@ -244,6 +247,16 @@ export class EdgeSupervisor {
             'tps_edge_refused_total',
             'Connections, HTTP/2 sessions, requests or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse, a malformed or ambiguous request).',
             ['proxy', 'protocol', 'reason'],
+          ],
+          [
+            'tps_edge_app_ddos_requests_total',
+            'Requests the application-layer DDoS protection acted on, by outcome: challenged (challenge page served), solved, failed (a wrong or expired solution), cleared (a valid clearance let through), exempt, blocked (a source that kept ignoring the challenge), shed (over appDdos.originRateLimit).',
+            ['proxy', 'outcome'],
+          ],
+          [
+            'tps_edge_app_ddos_attacks_total',
+            'Application-layer attacks on a proxy detected (event="started") and ended (event="ended", its APP_DDOS_ATTACK event recorded) on this node; started minus ended is the attacks under way.',
+            ['proxy', 'event'],
           ],
           [
             'tps_edge_dropped_total',
@@ -533,6 +546,8 @@ export class EdgeSupervisor {
       insightWholeEventsPerMinute: o.insightWholeEventsPerMinute ?? 10,
       accessLog: o.accessLog,
       kernelBlocking: this.#kernelBlocking.active,
+      // Signs challenges and clearance cookies: the same on every node that shares the master key.
+      appDdos: { settings: o.appDdos ?? {}, secret: o.secrets.derive('app-ddos clearance') },
     };
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
     slot.worker = worker;
@@ -654,7 +669,11 @@ export class EdgeSupervisor {
         const resolved = await this.#resolver.resolve(record);
         if ('unresolved' in resolved)
           unresolved.set(record.id, { revision: record.revision, state: resolved.state, detail: resolved.unresolved });
-        else entries.push({ ...resolved, counters: this.#counterTables.tablesFor(record.id, ratePeriodsMs(resolved.config)) });
+        else
+          entries.push({
+            ...resolved,
+            counters: this.#counterTables.tablesFor(record.id, ratePeriodsMs(resolved.config), appDdosOn(resolved.config)),
+          });
       } catch (error) {
         unresolved.set(record.id, { revision: record.revision, state: 'ERROR', detail: `cannot be prepared: ${(error as Error).message}` });
       }
@@ -889,6 +908,12 @@ export class EdgeSupervisor {
 }
 
 /** The periods (ms) of an HTTP proxy's rate-limit thresholds, in order; undefined without rate limiting. */
+function appDdosOn(config: ConfigEntry['config']): boolean {
+  if (config.type !== 'httpProxy') return false;
+  const appDdos = config.attributes.appDdos;
+  return appDdos !== undefined && appDdos !== null && appDdos.mode !== 'OFF';
+}
+
 function ratePeriodsMs(config: ConfigEntry['config']): number[] | undefined {
   if (config.type !== 'httpProxy') return undefined;
   return config.attributes.rateLimiting?.thresholds.map((threshold) => threshold.periodSeconds * 1000);

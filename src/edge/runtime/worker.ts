@@ -23,6 +23,7 @@ import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';
 import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
+import { RedisClusterRate } from '../shared-counters/redis-app-ddos.ts';
 import { Redis } from 'ioredis';
 import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
@@ -42,6 +43,7 @@ import { createWorkerLogger } from './worker-logger.ts';
 import { HistogramBatch } from './histograms.ts';
 import { AccessLog, type AccessLogCounts, type AccessLogSettings } from '../access-log/access-log.ts';
 import { RefusalTally } from '../kernel-blocking/refusal-tally.ts';
+import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
 
 export interface WorkerSettings {
   index: number;
@@ -94,6 +96,8 @@ export interface WorkerSettings {
   accessLog: AccessLogSettings | undefined;
   /** The supervisor drops escalated sources in the kernel: refusals of blocked sources are reported to it. */
   kernelBlocking: boolean;
+  /** The application-layer DDoS protection's operator settings and signing secret (derived from the master key). */
+  appDdos: { settings: Partial<AppDdosOperatorSettings>; secret: Uint8Array };
 }
 
 interface Running {
@@ -335,6 +339,16 @@ const httpDeps: HttpProxyDeps = {
     defaults: settings.httpConnectionLimits,
     create: (proxyId, limits) => new SharedFloodLimiter(new SharedTable(tablesOf(proxyId).flood), limits, { sourceKey: countingKey }),
   },
+  appDdos: {
+    settings: settings.appDdos.settings,
+    // A Buffer arrives here as a plain Uint8Array (structured clone).
+    secret: Buffer.from(settings.appDdos.secret),
+    nodeId: settings.nodeId,
+    ...(redis && { cluster: new RedisClusterRate(redis) }),
+    tables: (proxyId) => tablesOf(proxyId).appDdos,
+    counted: (proxy, outcome) => count('tps_edge_app_ddos_requests_total', { proxy, outcome }),
+    attackChanged: (proxy, active) => count('tps_edge_app_ddos_attacks_total', { proxy, event: active ? 'started' : 'ended' }),
+  },
   // Challenges live in the store, which only the supervisor reads.
   acmeChallenge: (token, host, tenantId) =>
     new Promise((resolve) => {
@@ -357,6 +371,8 @@ const httpDeps: HttpProxyDeps = {
       histograms.observe('tps_edge_http_request_duration_seconds', { proxy }, durationSeconds);
       if (originSeconds !== undefined) histograms.observe('tps_edge_origin_response_seconds', { proxy }, originSeconds);
     },
+    requestsRefused: (proxy, answeredBy, status, refused) =>
+      count('tps_edge_http_requests_total', { proxy, answered_by: answeredBy, status_class: statusClass(status) }, refused),
     connectionRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     requestRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),

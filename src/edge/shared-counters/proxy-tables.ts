@@ -12,6 +12,8 @@
 import type { SharedTable, SharedTableInit } from './shared-table.ts';
 import { createRateTable } from './shared-rate-store.ts';
 import { createFloodTable } from './shared-flood-limiter.ts';
+import type { AppDdosTablesInit } from '../http/app-ddos/types.ts';
+import { createAppDdosTables } from '../http/app-ddos/detector.ts';
 
 /** What a worker receives for one proxy. */
 export interface ProxyCounterTables {
@@ -19,6 +21,8 @@ export interface ProxyCounterTables {
   flood: SharedTableInit;
   /** Rate-limit counters of an HTTP proxy with `rateLimiting`, sized for its thresholds. */
   rate?: SharedTableInit;
+  /** Attack detection, challenges and blocks of an HTTP proxy whose `appDdos` is not OFF. */
+  appDdos?: AppDdosTablesInit;
 }
 
 export interface ProxyTableSizes {
@@ -36,21 +40,30 @@ export class ProxyCounterTableSet {
   readonly #flood = new Map<string, SharedTable>();
   /** Keyed by the thresholds' periods too: changed periods start from a fresh table. */
   readonly #rate = new Map<string, { periods: string; table: SharedTable }>();
+  readonly #appDdos = new Map<string, AppDdosTablesInit>();
 
   constructor(sizes: Partial<ProxyTableSizes> = {}) {
     this.#sizes = { ...DEFAULT_PROXY_TABLE_SIZES, ...sizes };
   }
 
   /** The tables of proxy `id`; `ratePeriodsMs` when it rate-limits (its thresholds' periods, in order). */
-  tablesFor(id: string, ratePeriodsMs: readonly number[] | undefined): ProxyCounterTables {
+  tablesFor(id: string, ratePeriodsMs: readonly number[] | undefined, appDdos = false): ProxyCounterTables {
     let flood = this.#flood.get(id);
     if (flood === undefined) {
       flood = createFloodTable(this.#sizes.floodSlots);
       this.#flood.set(id, flood);
     }
+    let appDdosTables: AppDdosTablesInit | undefined;
+    if (appDdos) {
+      appDdosTables = this.#appDdos.get(id) ?? createAppDdosTables();
+      this.#appDdos.set(id, appDdosTables);
+    } else {
+      this.#appDdos.delete(id);
+    }
+    const extra = appDdosTables === undefined ? {} : { appDdos: appDdosTables };
     if (ratePeriodsMs === undefined || ratePeriodsMs.length === 0) {
       this.#rate.delete(id);
-      return { flood: flood.init };
+      return { flood: flood.init, ...extra };
     }
     const periods = ratePeriodsMs.join(',');
     let rate = this.#rate.get(id);
@@ -58,13 +71,14 @@ export class ProxyCounterTableSet {
       rate = { periods, table: createRateTable(this.#sizes.rateSlots, ratePeriodsMs.length) };
       this.#rate.set(id, rate);
     }
-    return { flood: flood.init, rate: rate.table.init };
+    return { flood: flood.init, rate: rate.table.init, ...extra };
   }
 
   /** Drops the tables of proxies that are gone (workers drop their views with the proxy). */
   retainOnly(ids: ReadonlySet<string>): void {
     for (const id of this.#flood.keys()) if (!ids.has(id)) this.#flood.delete(id);
     for (const id of this.#rate.keys()) if (!ids.has(id)) this.#rate.delete(id);
+    for (const id of this.#appDdos.keys()) if (!ids.has(id)) this.#appDdos.delete(id);
   }
 
   /** Proxies holding tables (for tests). */

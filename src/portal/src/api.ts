@@ -149,6 +149,24 @@ export interface Resource<A = Record<string, unknown>> {
   attributes: A;
 }
 
+/** A distributed attack as GET /api/v2/insight/ddos-attacks lists it. */
+export interface DdosAttackAttributes {
+  startedAt: string;
+  endedAt: string;
+  baselineRate: number;
+  triggerRate: number;
+  peakRate: number;
+  requests: number;
+  sources: number;
+  challenged: number;
+  solved: number;
+  passed: number;
+  blocked: number;
+  shed: number;
+  mode: 'AUTO' | 'ALWAYS';
+  supportId: string;
+}
+
 export interface ProxyAttributes {
   frontend: { ipv4?: string; ipv6?: string; port: number; certificateId?: string | null; [key: string]: unknown };
   backend: { hosts: { address: string; port: number }[]; [key: string]: unknown };
@@ -217,4 +235,17 @@ export const api = {
   uploadCaCertificate: (certificates: { certificate: string; crlUrl?: string }[]) =>
     call<{ data: Resource<CaCertificateAttributes> }>('POST', CAS, { data: { type: 'caCertificate', attributes: { certificates } } }),
   deleteCaCertificate: (id: string) => call('DELETE', `${CAS}/${id}`),
+  // Oldest first (cursor order), following `next` for at most 10 pages of 1,000.
+  ddosAttacks: async () => {
+    type Page = { data: (Resource<DdosAttackAttributes> & { relationships: unknown })[]; links: { next: string } };
+    const data: Page['data'] = [];
+    let url = '/api/v2/insight/ddos-attacks?page[size]=1000';
+    for (let pages = 0; pages < 10; pages++) {
+      const page = await call<Page>('GET', url);
+      data.push(...page.data);
+      if (page.data.length < 1000) break;
+      url = page.links.next;
+    }
+    return { data };
+  },
 };

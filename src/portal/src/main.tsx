@@ -17,11 +17,13 @@ import { CaCertificatesPage } from './pages/ca-certificates.tsx';
 import { ServiceAccountsPage } from './pages/service-accounts.tsx';
 import { WafDashboardPage } from './pages/waf-dashboard.tsx';
 import { RateLimitDashboardPage } from './pages/rate-limit-dashboard.tsx';
+import { DdosAttacksPage } from './pages/ddos-attacks.tsx';
 
 // Icons: SVG path data (24x24, stroked), so that no icon font or emoji font is needed.
 const NAV = [
   { to: '/waf', label: 'WAF events', icon: 'M12 3 4 6v6c0 5 3.4 8.4 8 9.5 4.6-1.1 8-4.5 8-9.5V6z' },
   { to: '/rate-limiting', label: 'Rate limiting', icon: 'M12 21a8 8 0 1 0 0-16 8 8 0 0 0 0 16zM12 9v4l3 2M9 2h6' },
+  { to: '/ddos-attacks', label: 'DDoS attacks', icon: 'M3 12h4l3-8 4 16 3-8h4' },
   { to: '/proxies', label: 'Proxies', icon: 'M4 8h13l-3-3M20 16H7l3 3' },
   { to: '/certificates', label: 'Certificates', icon: 'M6 11h12v10H6zM8 11V7a4 4 0 0 1 8 0v4' },
   { to: '/ca-certificates', label: 'CA certificates', icon: 'M3 10 12 4l9 6M5 10v9M19 10v9M9 10v9M15 10v9M3 21h18' },
@@ -125,6 +127,7 @@ function Page(props: { path: string; query: URLSearchParams }) {
   const { path, query } = props;
   if (path === '/waf' || path.startsWith('/waf/')) return <WafDashboardPage query={query} eventId={path.split('/')[3]} />;
   if (path === '/rate-limiting') return <RateLimitDashboardPage query={query} />;
+  if (path === '/ddos-attacks') return <DdosAttacksPage />;
   if (path === '/proxies') return <ProxiesPage />;
   if (path === '/proxies/new') return <ProxyFormPage />;
   if (path.startsWith('/proxies/')) return <ProxyFormPage id={path.split('/')[2]} />;

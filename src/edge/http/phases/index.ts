@@ -1,7 +1,7 @@
 /**
  * The phases of DESIGN.md in order, each its own module (the shapes: phase.ts):
  *
- *   request phases   accept -> request-target -> acme-challenge -> geo-fence -> rate-limit -> waf-request
+ *   request phases   accept -> request-target -> acme-challenge -> geo-fence -> rate-limit -> challenge (app-ddos) -> waf-request
  *   upstream         upstream/exchange.ts, or upstream/upgrade.ts for a WebSocket handshake
  *                    (a failed attempt: upstream/retry-decision.ts)
  *   response phases  waf-response (run by the exchange on the origin's response)
@@ -17,6 +17,7 @@ import { proxyToOrigin } from '../upstream/exchange.ts';
 import { tunnelToOrigin } from '../upstream/upgrade.ts';
 import { acceptPhase } from './accept.ts';
 import { acmeChallengePhase } from './acme-challenge.ts';
+import { challengePhase } from './challenge.ts';
 import { geoFencePhase } from './geo-fence.ts';
 import type { RequestPhase } from './phase.ts';
 import { rateLimitPhase } from './rate-limit.ts';
@@ -30,6 +31,7 @@ export const REQUEST_PHASES: readonly RequestPhase[] = [
   acmeChallengePhase,
   geoFencePhase,
   rateLimitPhase,
+  challengePhase,
   wafRequestPhase,
 ];
 

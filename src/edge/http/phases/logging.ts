@@ -56,6 +56,7 @@ const ANSWERED_BY: Record<PhaseName, AnsweredBy> = {
   'acme-challenge': 'acme',
   'geo-fence': 'geo',
   'rate-limit': 'rate-limit',
+  'app-ddos': 'app-ddos',
   waf: 'waf',
   'waf-response': 'waf',
   upstream: 'error',

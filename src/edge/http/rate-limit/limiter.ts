@@ -110,6 +110,34 @@ export class RateLimiter {
     return this.decide(clientIp, now, hit);
   }
 
+  /**
+   * The episode of `clientIp` while its block is in force, with `requests` more refusals counted in
+   * it (as `check` counts one); undefined when this limiter knows of no block of it in force. One
+   * map lookup: the early refusal path (src/edge/http/early-refusal.ts) asks this for the requests of
+   * a source it already refuses, before any per-request object exists. A block this limiter has not
+   * seen yet (started by another worker on a shared store) is found by `check` first.
+   */
+  refuseBlocked(clientIp: string, requests: number): RateEpisode | undefined {
+    const episode = this.episodes.get(clientIp);
+    if (episode === undefined) return undefined;
+    const now = this.now();
+    if (episode.blockedUntil <= now) return undefined;
+    this.countRefusals(episode, now, requests);
+    return episode;
+  }
+
+  /** The episode of `clientIp` while its block is in force, counting nothing (a new connection's check). */
+  blockedEpisode(clientIp: string): RateEpisode | undefined {
+    if (this.episodes.size === 0) return undefined;
+    const episode = this.episodes.get(clientIp);
+    return episode !== undefined && episode.blockedUntil > this.now() ? episode : undefined;
+  }
+
+  /** Some client is blocked or was lately: the early refusal path has nothing to look up otherwise. */
+  get hasEpisodes(): boolean {
+    return this.episodes.size > 0;
+  }
+
   /** Number of episodes held (for tests and metrics). */
   get episodeCount(): number {
     return this.episodes.size;
@@ -176,10 +204,8 @@ export class RateLimiter {
       started = this.sharedEpisodeScope === undefined || crossing !== undefined;
       this.startTimer();
     } else {
-      episode.lastBlockedAt = now;
-      episode.blockedRequests++;
       if (blockedUntil > episode.blockedUntil) episode.blockedUntil = blockedUntil;
-      episode.dirty = true;
+      this.countRefusals(episode, now, 1);
     }
     return {
       allowed: false,
@@ -187,6 +213,13 @@ export class RateLimiter {
       episode,
       started,
     };
+  }
+
+  /** Every refused request of a block is counted here, whichever path refused it. */
+  private countRefusals(episode: RateEpisode, now: number, requests: number): void {
+    episode.lastBlockedAt = now;
+    episode.blockedRequests += requests;
+    episode.dirty = true;
   }
 
   private episodeIds(clientIp: string, blockedUntil: number): { eventId: string; supportId: string } {

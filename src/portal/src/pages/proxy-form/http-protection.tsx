@@ -1,4 +1,4 @@
-/** What guards an HTTP proxy: the WAF, rate limiting and geo fencing. */
+/** What guards an HTTP proxy: the WAF, rate limiting, geo fencing and the application-layer DDoS protection. */
 import { Card, Field, SectionErrors } from '../../ui.tsx';
 import { ATTRIBUTES_POINTER, listOf, type FormAttributes, type SectionProps } from './form-state.ts';
 import { Check, Fieldset, NumberInput, Select, TextInput } from './controls.tsx';
@@ -9,6 +9,8 @@ export function HttpProtectionSections(props: SectionProps) {
   const exclusions: FormAttributes[] = waf.ruleExclusions ?? [];
   const rate = attributes.rateLimiting;
   const geo = attributes.geoFencing;
+  const ddos = attributes.appDdos;
+  const exempt = ddos?.exemptions ?? {};
   return (
     <>
       <Card title="Web application firewall">
@@ -239,6 +241,102 @@ export function HttpProtectionSections(props: SectionProps) {
             </Field>
           )}
         </div>
+      </Card>
+
+      <Card title="DDoS protection (floods from many sources)">
+        <div class="row">
+          <Field
+            label="Browser check"
+            pointer={`${ATTRIBUTES_POINTER}/appDdos/mode`}
+            board={board}
+            hint="During an attack, visitors without a clearance solve a short check (about a second) before the page loads."
+          >
+            <Select
+              value={ddos?.mode ?? 'OFF'}
+              onChange={(value) => setAttribute(['appDdos'], value === 'OFF' ? undefined : { exemptions: {}, ...ddos, mode: value })}
+              name="appDdosMode"
+            >
+              <option value="OFF">Off</option>
+              <option value="AUTO">During detected attacks</option>
+              <option value="ALWAYS">Always (under attack)</option>
+            </Select>
+          </Field>
+          {ddos && (
+            <>
+              <Field
+                label="Attack threshold (requests/s)"
+                pointer={`${ATTRIBUTES_POINTER}/appDdos/threshold`}
+                board={board}
+                hint="Optional. Without it, several times the learned normal rate."
+                class="narrow"
+              >
+                <NumberInput
+                  value={ddos.threshold}
+                  onChange={(value) => setAttribute(['appDdos', 'threshold'], value)}
+                  name="appDdosThreshold"
+                />
+              </Field>
+              <Field
+                label="To the origin at most (requests/s)"
+                pointer={`${ATTRIBUTES_POINTER}/appDdos/originRateLimit`}
+                board={board}
+                hint="Optional, during an attack."
+                class="narrow"
+              >
+                <NumberInput
+                  value={ddos.originRateLimit}
+                  onChange={(value) => setAttribute(['appDdos', 'originRateLimit'], value)}
+                  name="appDdosOriginRateLimit"
+                />
+              </Field>
+            </>
+          )}
+        </div>
+        {ddos && (
+          <div class="row">
+            <Field
+              label="Never checked: path prefixes"
+              pointer={`${ATTRIBUTES_POINTER}/appDdos/exemptions/pathPrefixes`}
+              board={board}
+              hint="Clients that run no JavaScript, such as /api/. Still rate limited."
+              deep
+            >
+              <TextInput
+                value={(exempt.pathPrefixes ?? []).join(', ')}
+                onChange={(value) => setAttribute(['appDdos', 'exemptions', 'pathPrefixes'], listOf(value))}
+                name="appDdosPaths"
+                placeholder="/api/, /webhooks/"
+              />
+            </Field>
+            <Field
+              label="Source networks"
+              pointer={`${ATTRIBUTES_POINTER}/appDdos/exemptions/sourceNetworks`}
+              board={board}
+              hint="CIDR, such as your monitoring."
+              deep
+            >
+              <TextInput
+                value={(exempt.sourceNetworks ?? []).join(', ')}
+                onChange={(value) => setAttribute(['appDdos', 'exemptions', 'sourceNetworks'], listOf(value))}
+                name="appDdosNetworks"
+                placeholder="198.51.100.0/24"
+              />
+            </Field>
+            <Field
+              label="User agents containing"
+              pointer={`${ATTRIBUTES_POINTER}/appDdos/exemptions/userAgents`}
+              board={board}
+              hint="Weak: anyone can send any user agent."
+              deep
+            >
+              <TextInput
+                value={(exempt.userAgents ?? []).join(', ')}
+                onChange={(value) => setAttribute(['appDdos', 'exemptions', 'userAgents'], listOf(value))}
+                name="appDdosAgents"
+              />
+            </Field>
+          </div>
+        )}
       </Card>
     </>
   );

@@ -1,0 +1,380 @@
+/**
+ * The early refusal path: HTTP/1 connections of a source the rate limit has blocked, answered
+ * without Node's HTTP parser and without any per-request object of ours (DESIGN.md "Cost": refuse
+ * as early as the decision allows). Once a connection is known to belong to a blocked source (a new
+ * connection at accept, or a kept-alive one when its next request arrives: see HttpProxy), it is
+ * taken out of `node:http` and every request head on it (request-heads.ts finds where each ends,
+ * pipelined ones included) gets the same prebuilt 429 in one write: the block page with the
+ * episode's support id and `Retry-After`, the bytes rebuilt at most once a second per episode (the
+ * Date and Retry-After values change). The refusals are counted in the episode (so its insight
+ * event says how many) and in one integer per proxy, taken into `/metrics` by the proxy.
+ *
+ * A refused connection is read into one buffer per proxy, without a Buffer per read nor the
+ * stream's events (readIntoSharedBuffer), so it cannot go back to Node's parser: when the block
+ * ends, its next request gets a last 429 (Retry-After: 1) with `Connection: close`, and the
+ * source's next connection is served as any other. A head that announces a body, asks to close,
+ * or is not understood is the last one answered (400 for the last): the connection is then closed
+ * the lingering way, so that a body is never taken for requests.
+ */
+import type net from 'node:net';
+import { Socket } from 'node:net';
+import { renderPage } from './block-page.ts';
+import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
+import { nextHead } from './request-heads.ts';
+
+export interface EarlyRefusalHost {
+  /** The rate limiter in force (the proxy's current snapshot's), if any. */
+  limiter(): RateLimiter | undefined;
+  /** Shown on the block page. */
+  readonly location: string;
+  readonly maxHeaderSize: number;
+  /** A refused connection with no request under way is closed after this long. */
+  readonly keepAliveTimeoutMs: number;
+  /** A refused connection whose request head is not complete after this long is closed. */
+  readonly headersTimeoutMs: number;
+  /**
+   * Each request refused on a connection whose source is its socket peer (the kernel-blocking
+   * escalation's input, as the rate-limit phase reports its own refusals); absent: kernel blocking is off.
+   */
+  readonly onBlockedRefusal?: ((key: string, blockedUntil: number) => void) | undefined;
+}
+
+/** One refused request's answer: the whole response, and the length of its head (for HEAD requests). */
+export interface PrebuiltRefusal {
+  readonly bytes: Buffer;
+  readonly headLength: number;
+}
+
+interface CachedRefusal extends PrebuiltRefusal {
+  readonly retryAfter: number;
+  readonly second: number;
+  readonly body: Buffer;
+}
+
+const EMPTY: Buffer = Buffer.alloc(0);
+/** How often refused connections are checked against their deadline. */
+const SWEEP_MS = 1_000;
+
+interface Deadline {
+  /** Epoch ms. */
+  at: number;
+  /** The source the connection is refused for (its rate-limit key). */
+  readonly key: string;
+  /** The source is the socket peer (not a client a PROXY header names): the kernel may drop it. */
+  readonly peer: boolean;
+}
+const BAD_REQUEST = Buffer.from('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n', 'latin1');
+/** As respond.ts's lingering close: how long a closing connection keeps dropping what still arrives. */
+const LINGER_MS = 5_000;
+
+export class EarlyRefusals {
+  private readonly host: EarlyRefusalHost;
+  /** Each refused connection and its deadline (ms): idle, or a request head that is too slow. */
+  private readonly sockets = new Map<net.Socket, Deadline>();
+  /** Closes connections past their deadline; runs while there are any (a timer per socket costs a refresh per read and write). */
+  private sweeper: NodeJS.Timeout | undefined;
+  private readonly cache = new WeakMap<RateEpisode, CachedRefusal>();
+  /** Requests refused on this path since the last `takeRefusedCount`. */
+  private refused = 0;
+  /** Connections read into `readBuffer` so far (the others, on another Node, read 'data' events). */
+  sharedReads = 0;
+  /**
+   * Where refused connections are read into, one read at a time (all on this thread): no buffer is
+   * allocated per read. What a read leaves unanswered (a partial head) is copied out.
+   */
+  private readonly readBuffer = Buffer.allocUnsafe(64 * 1024);
+
+  constructor(host: EarlyRefusalHost) {
+    this.host = host;
+  }
+
+  /** Connections currently refused here (for tests and metrics). */
+  get connections(): number {
+    return this.sockets.size;
+  }
+
+  /** The requests refused since the last call (the proxy adds them to its metrics). */
+  takeRefusedCount(): number {
+    const count = this.refused;
+    this.refused = 0;
+    return count;
+  }
+
+  /** Counts one request refused elsewhere on this path (the first one of a kept-alive connection). */
+  countRefused(): void {
+    this.refused++;
+  }
+
+  /**
+   * The 429 of `episode` now. The keep-alive form is cached per episode for the current second and
+   * Retry-After value; the closing form (once per connection at most) is built each time.
+   */
+  response(episode: RateEpisode, now: number, close: boolean): PrebuiltRefusal {
+    const retryAfter = Math.max(1, Math.ceil((episode.blockedUntil - now) / 1000));
+    const second = Math.floor(now / 1000);
+    const cached = this.cache.get(episode);
+    if (!close && cached !== undefined && cached.retryAfter === retryAfter && cached.second === second) return cached;
+    const body = cached?.body ?? Buffer.from(renderPage('rate-limit', episode.supportId, this.host.location, 429), 'utf8');
+    const head = Buffer.from(
+      'HTTP/1.1 429 Too Many Requests\r\n' +
+        'content-type: text/html; charset=utf-8\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n' +
+        `retry-after: ${retryAfter}\r\ndate: ${httpDate(second)}\r\n` +
+        `content-length: ${body.length}\r\nconnection: ${close ? 'close' : 'keep-alive'}\r\n\r\n`,
+      'latin1',
+    );
+    const built: CachedRefusal = { bytes: Buffer.concat([head, body]), headLength: head.length, retryAfter, second, body };
+    if (!close) this.cache.set(episode, built);
+    return built;
+  }
+
+  /**
+   * Answers the first refused request of a connection Node's parser read (its head is gone from the
+   * stream), then takes the connection over with the bytes after it, or closes it when `close`.
+   */
+  refuseFirst(
+    socket: net.Socket,
+    episode: RateEpisode,
+    first: { key: string; peer: boolean; head: boolean; close: boolean },
+    rest: Buffer,
+  ): void {
+    this.refused++;
+    if (first.peer) this.host.onBlockedRefusal?.(first.key, episode.blockedUntil);
+    const answer = this.response(episode, Date.now(), first.close);
+    const bytes = first.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
+    if (first.close) {
+      socket.on('error', onError);
+      closeLingering(socket, bytes);
+      return;
+    }
+    socket.write(bytes);
+    this.takeOver(socket, first.key, first.peer, rest, episode);
+  }
+
+  /**
+   * Answers every request head arriving on `socket` (a connection no HTTP server reads any more)
+   * while `key`'s block lasts, starting with the bytes `pending`. The first head after the block
+   * ended gets a last 429 (Retry-After: 1) with `Connection: close`: the client's next connection
+   * is served (a connection read into the shared buffer cannot be handed back to Node's parser).
+   */
+  takeOver(socket: net.Socket, key: string, peer: boolean, pending: Buffer, episode: RateEpisode): void {
+    const host = this.host;
+    const sockets = this.sockets;
+    const deadline: Deadline = { at: Date.now() + host.keepAliveTimeoutMs, key, peer };
+    const onBlockedRefusal = peer ? host.onBlockedRefusal : undefined;
+    sockets.set(socket, deadline);
+    this.sweep();
+    let buffered: Buffer = EMPTY;
+    let partialSince = 0;
+    let last = episode;
+    let released = false;
+    const release = (): void => {
+      released = true;
+      socket.removeListener('close', onClose);
+      sockets.delete(socket);
+    };
+    const onClose = (): void => {
+      sockets.delete(socket);
+    };
+    /** Handles what arrived; false: stop reading until the client reads what we wrote. */
+    const onData = (chunk: Buffer): boolean => {
+      if (released) return true;
+      const buffer = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+      buffered = EMPTY;
+      const now = Date.now();
+      let from = 0;
+      // The answers to the heads of one read go out in one write (a writev of one buffer costs more).
+      let answers: Buffer | Buffer[] | undefined;
+      for (;;) {
+        const scan = nextHead(buffer, from, host.maxHeaderSize);
+        if (scan.kind === 'incomplete') {
+          if (scan.start < buffer.length) {
+            // A copy: `chunk` may be the shared read buffer, which the next read overwrites.
+            buffered = Buffer.from(buffer.subarray(scan.start));
+            if (partialSince === 0) {
+              partialSince = now;
+              deadline.at = now + host.headersTimeoutMs;
+            }
+          } else {
+            partialSince = 0;
+            deadline.at = now + host.keepAliveTimeoutMs;
+          }
+          break;
+        }
+        if (scan.kind === 'bad') {
+          release();
+          closeLingering(socket, joined(answers, BAD_REQUEST));
+          return true;
+        }
+        const blocked = host.limiter()?.refuseBlocked(key, 1);
+        this.refused++;
+        partialSince = 0;
+        if (blocked !== undefined) {
+          last = blocked;
+          onBlockedRefusal?.(key, blocked.blockedUntil);
+        }
+        const close = scan.close || blocked === undefined;
+        const answer = this.response(last, now, close);
+        const bytes = scan.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
+        if (close) {
+          release();
+          closeLingering(socket, joined(answers, bytes));
+          return true;
+        }
+        if (answers === undefined) answers = bytes;
+        else if (Array.isArray(answers)) answers.push(bytes);
+        else answers = [answers, bytes];
+        from = scan.next;
+      }
+      if (answers !== undefined) socket.write(joined(answers, EMPTY));
+      // A client that sends but does not read must not grow our write buffer: stop reading until it does.
+      return !socket.writableNeedDrain;
+    };
+    // Node's server armed its idle timer on the socket: the sweep stands for it now.
+    socket.setTimeout(0);
+    socket.on('error', onError);
+    socket.on('close', onClose);
+    // Half-open connections are allowed on the server's sockets: a client that is done is let go.
+    socket.once('end', () => socket.destroy());
+    // Bytes a reader before us left in the stream (a PROXY header's reader) come first.
+    const already = socket.readableLength > 0 ? (socket.read() as Buffer | null) : null;
+    const first = already === null ? pending : pending.length === 0 ? already : Buffer.concat([pending, already]);
+    if (readIntoSharedBuffer(socket, this.readBuffer, onData)) {
+      this.sharedReads++;
+    } else {
+      socket.on('data', (chunk: Buffer) => {
+        if (!onData(chunk)) {
+          socket.pause();
+          socket.once('drain', () => socket.resume());
+        }
+      });
+    }
+    if (first.length > 0 && !onData(first)) pauseUntilDrained(socket);
+  }
+
+  /** Cuts every connection refused here (the proxy stops: they wait for nothing). */
+  stop(): void {
+    for (const socket of this.sockets.keys()) socket.destroy();
+    this.sockets.clear();
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
+  }
+
+  /**
+   * Cuts the connections refused here for `key` (a source whose packets the kernel drops from now
+   * on: what it still has open would only wait for their deadline). How many there were.
+   */
+  closeConnectionsOf(key: string): number {
+    let closed = 0;
+    for (const [socket, deadline] of this.sockets) {
+      if (deadline.key !== key) continue;
+      socket.destroy();
+      closed++;
+    }
+    return closed;
+  }
+
+  /** Starts the sweep if it is not running: once a second, connections past their deadline are cut. */
+  private sweep(): void {
+    if (this.sweeper !== undefined) return;
+    this.sweeper = setInterval(() => {
+      const now = Date.now();
+      for (const [socket, deadline] of this.sockets) if (deadline.at < now) socket.destroy();
+      if (this.sockets.size === 0) {
+        clearInterval(this.sweeper);
+        this.sweeper = undefined;
+      }
+    }, SWEEP_MS);
+    this.sweeper.unref();
+  }
+}
+
+/** The Date header's value for one second, formatted once for every episode rebuilt in that second. */
+let lastDate = { second: Number.NaN, text: '' };
+
+function httpDate(second: number): string {
+  if (second !== lastDate.second) lastDate = { second, text: new Date(second * 1000).toUTCString() };
+  return lastDate.text;
+}
+
+function onError(this: net.Socket): void {
+  this.destroy();
+}
+
+/**
+ * Node's reads into a caller's buffer (the `onread` option of `net.Socket`), put on a socket the
+ * server made: reads then skip the Buffer allocated per read and the stream's push and 'data'
+ * event, about half of the user-space cost of a refusal in bench/flood. `onread` is public for
+ * sockets one creates; for an accepted one this sets what the option sets (the socket's
+ * `kBuffer`/`kBufferCb` slots and the handle's `useUserBuffer`), found by name: where they are
+ * missing (another Node), false, and the caller reads 'data' events instead. Checked by
+ * early-refusal.test.ts.
+ */
+function readIntoSharedBuffer(socket: net.Socket, buffer: Buffer, onData: (chunk: Buffer) => boolean): boolean {
+  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  if (READ_SLOTS === undefined || handle === null || handle === undefined || typeof handle.useUserBuffer !== 'function') return false;
+  const slots = socket as unknown as Record<symbol, unknown>;
+  slots[READ_SLOTS.buffer] = buffer;
+  slots[READ_SLOTS.callback] = (bytes: number): boolean => {
+    const more = onData(buffer.subarray(0, bytes));
+    // Node stops reading on false; started again once the client has read what we wrote.
+    if (!more) socket.once('drain', () => resumeReading(socket));
+    return more;
+  };
+  handle.useUserBuffer(buffer);
+  socket.resume();
+  return true;
+}
+
+/** What the shared-buffer reads use of a socket's handle (a libuv stream: Node's StreamBase). */
+interface ReadHandle {
+  useUserBuffer?: (buffer: Uint8Array) => void;
+  readStart?: () => number;
+  readStop?: () => number;
+  reading?: boolean;
+}
+
+/** The socket's own slots for `onread`, found on a socket made without a handle (no descriptor). */
+const READ_SLOTS = ((): { buffer: symbol; callback: symbol } | undefined => {
+  const symbols = Object.getOwnPropertySymbols(new Socket());
+  const buffer = symbols.find((symbol) => symbol.description === 'kBuffer');
+  const callback = symbols.find((symbol) => symbol.description === 'kBufferCb');
+  return buffer !== undefined && callback !== undefined ? { buffer, callback } : undefined;
+})();
+
+function resumeReading(socket: net.Socket): void {
+  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  if (socket.destroyed || handle === null || handle === undefined || handle.reading === true) return;
+  handle.reading = true;
+  handle.readStart?.();
+}
+
+/** The first bytes' answers could not all be written: reading waits until the client reads. */
+function pauseUntilDrained(socket: net.Socket): void {
+  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  if (handle?.reading === true) {
+    handle.reading = false;
+    handle.readStop?.();
+  }
+  socket.once('drain', () => resumeReading(socket));
+}
+
+/** The answers gathered so far followed by `last`, as one buffer. */
+function joined(answers: Buffer | Buffer[] | undefined, last: Buffer): Buffer {
+  if (answers === undefined) return last;
+  if (Array.isArray(answers)) return Buffer.concat(last.length === 0 ? answers : [...answers, last]);
+  return last.length === 0 ? answers : Buffer.concat([answers, last]);
+}
+
+/**
+ * Writes the last answer and closes the lingering way (respond.ts): closing with unread bytes
+ * would reset the connection and the client could lose the answer, so what still arrives is read
+ * and dropped until the client closes its side, for at most LINGER_MS.
+ */
+function closeLingering(socket: net.Socket, last: Buffer): void {
+  socket.end(last);
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  timer.unref();
+  socket.once('end', () => socket.destroy());
+  socket.once('close', () => clearTimeout(timer));
+  socket.resume();
+}
