@@ -13,6 +13,15 @@
  * and for each row the benign client's success rate (200s) and p99 latency: one request at a time
  * on its own keep-alive connection (HTTP/2 for the rapid-reset row, HTTP/1.1 otherwise).
  *
+ * A second table, "expensive bodies": BENCH_BENIGN_CLIENTS (8) benign keep-alive clients sending
+ * GETs as fast as they are answered, first alone, then beside an attacker sending, at 1, 5 and 20
+ * requests per second (BENCH_EXPENSIVE_RATES), bodies that are legal and under every limit but
+ * slow to inspect (test/support/expensive-bodies.ts, each shape in turn; on a proxy whose
+ * `waf.requestBodyLimit` is 1 MiB), from one address, and at
+ * the highest rate from 64 addresses in turn (a botnet, which the early refusal of repeat offenders
+ * does not stop): the benign clients' success rate, throughput against the unattacked run, p99,
+ * and what the attacker got (bodies delivered to the origin, 403, 429, 503, other).
+ *
  * The service runs with its defaults (connection caps included), so the attack comes from many
  * loopback addresses as a botnet's would: 64 connections per address, under the default per-source
  * caps. What the rows show is what the build does; nothing is tuned for the benchmark.
@@ -20,7 +29,7 @@
  *   node bench/hostile/run.ts
  *   BENCH_SECONDS=10 BENCH_MULTIPLIERS=1,4,10 BENCH_WORKERS=2 node bench/hostile/run.ts
  *   BENCH_WAF_CAPACITY=512 ...   (the WAF's capacity in requests, when the build sizes its queue otherwise)
- *   BENCH_SCENARIOS=baseline,flood,slowloris,rapid-reset ...   (a subset)
+ *   BENCH_SCENARIOS=baseline,flood,slowloris,rapid-reset,expensive ...   (a subset)
  *
  * Loopback addresses: 127.0.4.1 front end, 127.0.4.2 origin, 127.0.4.3 benign client, attackers
  * from 127.0.5.0/24 and 127.0.6.0/24.
@@ -37,6 +46,7 @@ import { freePort } from '../../test/support/ports.ts';
 import { rapidReset } from '../../test/support/rapid-reset.ts';
 import { fixed, printTable } from '../support/table.ts';
 import { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_QUEUE_PER_WORKER } from '@tps/waf';
+import { ATTACK_MARK as EXPENSIVE_MARK, EXPENSIVE_BODY_LIMIT, expensiveBodies } from '../../test/support/expensive-bodies.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? os.availableParallelism());
@@ -47,7 +57,9 @@ const WAF_CAPACITY = Number(
 );
 const MULTIPLIERS = (process.env.BENCH_MULTIPLIERS ?? '1,4,10').split(',').map(Number);
 const SLOWLORIS = Number(process.env.BENCH_SLOWLORIS ?? 2_000);
-const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'baseline,flood,slowloris,rapid-reset').split(','));
+const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'baseline,flood,slowloris,rapid-reset,expensive').split(','));
+const EXPENSIVE_RATES = (process.env.BENCH_EXPENSIVE_RATES ?? '1,5,20').split(',').map(Number);
+const BENIGN_CLIENTS = Number(process.env.BENCH_BENIGN_CLIENTS ?? 8);
 const FRONTEND = '127.0.4.1';
 const ORIGIN = '127.0.4.2';
 const BENIGN = '127.0.4.3';
@@ -75,6 +87,78 @@ interface Row {
 /** The n-th attacker address: 127.0.5.1..127.0.5.254, then 127.0.6.x. */
 function attackerAddress(n: number): string {
   return n < 254 ? `127.0.5.${n + 1}` : `127.0.6.${((n - 254) % 254) + 1}`;
+}
+
+interface ExpensiveRow {
+  attack: string;
+  sent: number;
+  delivered: number;
+  blocked: number;
+  limited: number;
+  unavailable: number;
+  other: number;
+  benign: BenignFigures;
+  seconds: number;
+}
+
+/** `clients` benign clients at once (benignHttp1 each), their figures together. */
+async function benignLoad(url: string, clients: number, stop: { done: boolean }): Promise<BenignFigures> {
+  const all = await Promise.all(Array.from({ length: clients }, () => benignHttp1(url, stop)));
+  return {
+    requests: all.reduce((sum, f) => sum + f.requests, 0),
+    ok: all.reduce((sum, f) => sum + f.ok, 0),
+    latenciesMs: all.flatMap((f) => f.latenciesMs),
+  };
+}
+
+/**
+ * Expensive bodies at `rate` per second (open loop: one starts every 1/rate s whatever became of the
+ * others), each on a connection of its own, from `addresses` in turn, until `stop`.
+ */
+async function expensiveAttack(
+  url: string,
+  rate: number,
+  addresses: string[],
+  stop: { done: boolean },
+): Promise<Omit<ExpensiveRow, 'attack' | 'delivered' | 'benign' | 'seconds'>> {
+  const bodies = expensiveBodies();
+  const counts = { sent: 0, blocked: 0, limited: 0, unavailable: 0, other: 0 };
+  const inFlight = new Set<Promise<void>>();
+  let next = performance.now();
+  for (let i = 0; !stop.done; i++) {
+    const body = bodies[i % bodies.length]!;
+    counts.sent++;
+    const one = new Promise<number>((resolve) => {
+      const req = http.request(
+        `${url}/account/upload`,
+        {
+          method: 'POST',
+          agent: false,
+          localAddress: addresses[i % addresses.length]!,
+          headers: { 'content-type': body.contentType, 'user-agent': 'Mozilla/5.0', accept: '*/*' },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+          res.on('error', () => resolve(res.statusCode ?? 0));
+        },
+      );
+      req.setTimeout(30_000, () => req.destroy());
+      req.on('error', () => resolve(0));
+      req.end(body.body);
+    }).then((status) => {
+      if (status === 403) counts.blocked++;
+      else if (status === 429) counts.limited++;
+      else if (status === 503) counts.unavailable++;
+      else if (status !== 200) counts.other++;
+    });
+    inFlight.add(one);
+    void one.finally(() => inFlight.delete(one));
+    next += 1000 / rate;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, next - performance.now())));
+  }
+  await Promise.all(inFlight);
+  return counts;
 }
 
 function p99(values: number[]): number {
@@ -147,16 +231,20 @@ async function benignHttp2(url: string, ca: string, stop: { done: boolean }): Pr
 async function main(): Promise<void> {
   let originRequests = 0;
   let delivered = 0;
+  let expensiveDelivered = 0;
   const origin = http.createServer((req, res) => {
     originRequests++;
     let body = '';
+    let expensive = false;
     req.setEncoding('latin1');
     req.on('data', (chunk: string) => {
-      // Only the end matters: where the injection sits.
+      // Only the end matters: where the injection sits (an expensive body's mark is near its start).
+      expensive ||= (body.slice(-20) + chunk).includes(EXPENSIVE_MARK);
       body = (body + chunk).slice(-200);
     });
     req.on('end', () => {
       if (body.includes(encodeURIComponent(ATTACK_MARKER))) delivered++;
+      if (expensive) expensiveDelivered++;
       res.setHeader('content-type', 'text/plain');
       res.end('origin\n');
     });
@@ -175,6 +263,7 @@ async function main(): Promise<void> {
     },
   });
   const rows: Row[] = [];
+  const expensiveRows: ExpensiveRow[] = [];
   try {
     const api = await TenantApi.connect(tps, await createTenant(tps));
     const ca = await TestCa.create('Bench CA');
@@ -182,7 +271,7 @@ async function main(): Promise<void> {
     const certificate = await api.call('POST', '/api/v2/traffic-mgmt/certificates/pem', {
       data: { type: 'certificate', attributes: { certificate: leaf.certificatePem, privateKey: leaf.privateKeyPem } },
     });
-    const create = async (frontend: Record<string, unknown>): Promise<{ url: string; port: number }> => {
+    const create = async (frontend: Record<string, unknown>, waf: Record<string, unknown> = {}): Promise<{ url: string; port: number }> => {
       const port = await freePort(FRONTEND);
       const created = await api.call('POST', '/api/v2/traffic-mgmt/traffic-configs', {
         data: {
@@ -190,7 +279,7 @@ async function main(): Promise<void> {
           attributes: {
             frontend: { ipv4: FRONTEND, port, ...frontend },
             backend: { hosts: [{ address: ORIGIN, port: originPort }] },
-            waf: { mode: 'BLOCKING', paranoiaLevel: 1 },
+            waf: { mode: 'BLOCKING', paranoiaLevel: 1, ...waf },
           },
         },
       });
@@ -348,6 +437,44 @@ async function main(): Promise<void> {
         benign: await benign,
       });
     }
+
+    if (SCENARIOS.has('expensive')) {
+      // The expensive bodies need a proxy that has the WAF inspect up to 1 MiB of a body.
+      const wide = await create({}, { requestBodyLimit: EXPENSIVE_BODY_LIMIT });
+      const run = async (attack: string, rate: number, addresses: string[]): Promise<void> => {
+        const stop = { done: false };
+        expensiveDelivered = 0;
+        const started = performance.now();
+        const benign = benignLoad(wide.url, BENIGN_CLIENTS, stop);
+        const attacker = rate > 0 ? expensiveAttack(wide.url, rate, addresses, stop) : undefined;
+        await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000));
+        stop.done = true;
+        const counts = (await attacker) ?? { sent: 0, blocked: 0, limited: 0, unavailable: 0, other: 0 };
+        const figures = await benign;
+        expensiveRows.push({
+          attack,
+          ...counts,
+          delivered: expensiveDelivered,
+          benign: figures,
+          seconds: (performance.now() - started) / 1000,
+        });
+      };
+      // Warm: every edge worker's WAF engine started (each loads the rule set on its first request) and its code hot.
+      const warm = { done: false };
+      const warming = benignLoad(wide.url, BENIGN_CLIENTS, warm);
+      await new Promise((resolve) => setTimeout(resolve, 8_000));
+      warm.done = true;
+      await warming;
+      await run('none', 0, []);
+      // Each rate from an address of its own: a repeat offender is refused per address.
+      for (const [n, rate] of EXPENSIVE_RATES.entries()) await run(`${rate}/s, 1 address`, rate, [attackerAddress(300 + n)]);
+      const top = Math.max(...EXPENSIVE_RATES);
+      await run(
+        `${top}/s, 64 addresses`,
+        top,
+        Array.from({ length: 64 }, (_, n) => attackerAddress(400 + n)),
+      );
+    }
   } finally {
     await tps.stop();
     origin.close();
@@ -370,6 +497,27 @@ async function main(): Promise<void> {
       fixed(p99(row.benign.latenciesMs), 1),
     ]),
   );
+  if (expensiveRows.length > 0) {
+    const unattacked = expensiveRows[0]!;
+    const throughput = (row: ExpensiveRow) => row.benign.requests / row.seconds;
+    console.log(`\nexpensive bodies: ${BENIGN_CLIENTS} benign keep-alive clients (GETs), ${SECONDS} s per row\n`);
+    printTable(
+      ['attack', 'sent', 'delivered', '403', '429', '503', 'other', 'benign req/s', 'vs unattacked %', 'benign ok %', 'benign p99 ms'],
+      expensiveRows.map((row) => [
+        row.attack,
+        String(row.sent),
+        String(row.delivered),
+        String(row.blocked),
+        String(row.limited),
+        String(row.unavailable),
+        String(row.other),
+        fixed(throughput(row), 0),
+        fixed((100 * throughput(row)) / throughput(unattacked), 1),
+        fixed((100 * row.benign.ok) / row.benign.requests, 2),
+        fixed(p99(row.benign.latenciesMs), 1),
+      ]),
+    );
+  }
   console.log(`\norigin requests in all: ${originRequests}`);
 }
 

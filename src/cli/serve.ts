@@ -261,6 +261,12 @@ export async function startEdge(
     wafAuditLogPath: settings.wafAuditLog,
     wafThreads: settings.wafThreads,
     wafQueueLength: settings.wafQueueLength,
+    wafExchangeTtlMs: settings.wafExchangeTtlSeconds * 1000,
+    wafBudgetOffenders: {
+      overruns: settings.wafOffenderOverruns,
+      windowSeconds: settings.wafOffenderWindowSeconds,
+      blockSeconds: settings.wafOffenderBlockSeconds,
+    },
     wafEngine: settings.wafEngine,
     wafBodyLimits: {
       request: settings.wafRequestBodyLimit,

@@ -326,6 +326,20 @@ describe('settings: the WAF', () => {
     assert.throws(() => load({ TPS_WAF_QUEUE_LENGTH: 'lots' }), /TPS_WAF_QUEUE_LENGTH: must be an integer/);
   });
 
+  it('refuses a client early after 3 WAF budget overruns in 10 s, for 60 s, unless told otherwise', () => {
+    const defaults = load({});
+    assert.deepEqual([defaults.wafOffenderOverruns, defaults.wafOffenderWindowSeconds, defaults.wafOffenderBlockSeconds], [3, 10, 60]);
+    const off = load({ TPS_WAF_OFFENDER_OVERRUNS: '0', TPS_WAF_OFFENDER_WINDOW_SECONDS: '30', TPS_WAF_OFFENDER_BLOCK_SECONDS: '600' });
+    assert.deepEqual([off.wafOffenderOverruns, off.wafOffenderWindowSeconds, off.wafOffenderBlockSeconds], [0, 30, 600]);
+    assert.throws(() => load({ TPS_WAF_OFFENDER_BLOCK_SECONDS: '0' }), /TPS_WAF_OFFENDER_BLOCK_SECONDS/);
+  });
+
+  it("keeps a request's WAF transaction 120 s for its response unless told otherwise", () => {
+    assert.equal(load({}).wafExchangeTtlSeconds, 120);
+    assert.equal(load({ TPS_WAF_EXCHANGE_TTL_SECONDS: '5' }).wafExchangeTtlSeconds, 5);
+    assert.throws(() => load({ TPS_WAF_EXCHANGE_TTL_SECONDS: '0' }), /TPS_WAF_EXCHANGE_TTL_SECONDS/);
+  });
+
   it('runs our WAF engine unless told ModSecurity, whose optional package must then be installed', () => {
     assert.equal(load({}).wafEngine, 'compiled');
     // (this repository's workspaces install @tps/waf-modsecurity; without it the start stops naming the package)

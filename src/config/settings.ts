@@ -85,6 +85,13 @@ export interface Settings {
   wafThreads: number;
   /** Requests that may wait for a WAF engine thread, per thread; past it they are shed per client (waf.failMode). */
   wafQueueLength: number;
+  /** How long a request's WAF transaction waits for its response; past it the response gets `waf.failMode`. */
+  wafExchangeTtlSeconds: number;
+  /** A client is refused early (429) after this many WAF budget overruns within the window; 0: never. */
+  wafOffenderOverruns: number;
+  wafOffenderWindowSeconds: number;
+  /** How long such a client is refused. */
+  wafOffenderBlockSeconds: number;
   /** The WAF engine: `compiled` (ours, default) or `modsecurity` (the reference). */
   wafEngine: 'modsecurity' | 'compiled';
   /** Request body bytes the WAF inspects: the default of proxies' `waf.requestBodyLimit`. */
@@ -223,6 +230,10 @@ const ENV: Record<keyof Settings, string> = {
   wafAuditLog: 'TPS_WAF_AUDIT_LOG',
   wafThreads: 'TPS_WAF_THREADS',
   wafQueueLength: 'TPS_WAF_QUEUE_LENGTH',
+  wafExchangeTtlSeconds: 'TPS_WAF_EXCHANGE_TTL_SECONDS',
+  wafOffenderOverruns: 'TPS_WAF_OFFENDER_OVERRUNS',
+  wafOffenderWindowSeconds: 'TPS_WAF_OFFENDER_WINDOW_SECONDS',
+  wafOffenderBlockSeconds: 'TPS_WAF_OFFENDER_BLOCK_SECONDS',
   wafEngine: 'TPS_WAF_ENGINE',
   wafRequestBodyLimit: 'TPS_WAF_REQUEST_BODY_LIMIT',
   wafMultipartBodyLimit: 'TPS_WAF_MULTIPART_BODY_LIMIT',
@@ -527,6 +538,10 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafAuditLog: raw('wafAuditLog') === undefined ? undefined : path.resolve(raw('wafAuditLog')!),
     wafThreads,
     wafQueueLength: integer('wafQueueLength', 64, 0, 100_000),
+    wafExchangeTtlSeconds: integer('wafExchangeTtlSeconds', 120, 1, 3600),
+    wafOffenderOverruns: integer('wafOffenderOverruns', 3, 0, 1000),
+    wafOffenderWindowSeconds: integer('wafOffenderWindowSeconds', 10, 1, 3600),
+    wafOffenderBlockSeconds: integer('wafOffenderBlockSeconds', 60, 1, 86_400),
     wafEngine: wafEngine(),
     wafRequestBodyLimit,
     wafMultipartBodyLimit,

@@ -10,7 +10,9 @@
  * over it without the cooperative check (measured alone, in process, warm: 0.35 to 7 s each at
  * paranoia 1), and one WAF thread serves everyone, so expensive and benign requests share it.
  *
- * Other parts of the same acceptance live in `inspection-isolation/*.ts` beside this file.
+ * Other parts of the same acceptance live in `inspection-isolation/*.ts` beside this file: the
+ * fair shares between tenants, the early refusal of repeat offenders and the response side's
+ * failMode (`fairnessTests()`, with a `tps serve` of its own).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -20,11 +22,15 @@ import { startTps, createTenant, type Tps } from '../support/tps.ts';
 import { TenantApi } from '../support/api-client.ts';
 import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/wait.ts';
+import { fairnessTests } from './inspection-isolation/fairness.ts';
 
 const CONFIGS = '/api/v2/traffic-mgmt/traffic-configs';
 const EVENTS = '/api/v2/insight/http-security-events';
 const FRONTEND = '127.0.0.180';
 const ORIGIN = '127.0.0.181';
+/** The attacker and the benign clients are different clients (an address each). */
+const ATTACKER = '127.0.0.182';
+const BENIGN = '127.0.0.183';
 const BUDGET_MS = 100;
 /** The largest request body a proxy may have the WAF inspect (MAX_WAF_REQUEST_BODY_LIMIT). */
 const BODY_LIMIT = 1024 * 1024;
@@ -74,13 +80,17 @@ interface Answer {
   error?: string;
 }
 
-function send(url: string, options: { method: string; agent?: http.Agent; contentType?: string; body?: Buffer }): Promise<Answer> {
+function send(
+  url: string,
+  options: { method: string; agent?: http.Agent; contentType?: string; body?: Buffer; localAddress?: string },
+): Promise<Answer> {
   return new Promise((resolve) => {
     const request = http.request(
       url,
       {
         method: options.method,
         agent: options.agent ?? false,
+        ...(options.localAddress !== undefined && { localAddress: options.localAddress }),
         headers: {
           'user-agent': 'Mozilla/5.0 (X11; Linux x86_64; rv:127.0) Gecko/20100101 Firefox/127.0',
           accept: 'text/html,application/json',
@@ -137,6 +147,9 @@ describe('inspection isolation: a request slow to inspect costs only its sender'
         TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
         TPS_WAF_THREADS: '1',
         TPS_WAF_REQUEST_BUDGET_MS: String(BUDGET_MS),
+        // Every expensive body reaches the engine here: the early refusal of a client that keeps
+        // exceeding the budget is tested in inspection-isolation/fairness.ts.
+        TPS_WAF_OFFENDER_OVERRUNS: '0',
       },
     });
     api = await TenantApi.connect(tps, await createTenant(tps));
@@ -186,7 +199,7 @@ describe('inspection isolation: a request slow to inspect costs only its sender'
     let attacking = true;
     const benign = new Map<string, number>();
     const benignClient = async (client: number): Promise<void> => {
-      const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 1, localAddress: BENIGN });
       try {
         for (let i = 0; attacking || i < 5; i++) {
           const answer =
@@ -211,7 +224,12 @@ describe('inspection isolation: a request slow to inspect costs only its sender'
     try {
       for (let round = 0; round < 3; round++) {
         for (const shape of shapes) {
-          const answer = await send(`${proxy.url}/expensive`, { method: 'POST', contentType: shape.contentType, body: shape.body });
+          const answer = await send(`${proxy.url}/expensive`, {
+            method: 'POST',
+            contentType: shape.contentType,
+            body: shape.body,
+            localAddress: ATTACKER,
+          });
           const outcomes = attacker.get(shape.name) ?? [];
           outcomes.push(answer.error ?? String(answer.status));
           attacker.set(shape.name, outcomes);
@@ -338,3 +356,5 @@ describe('inspection isolation: a request slow to inspect costs only its sender'
     assert.equal(patched.body.errors[0].source.pointer, '/data/attributes/waf/inputLimits/arguments');
   });
 });
+
+fairnessTests();

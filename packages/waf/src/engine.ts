@@ -84,6 +84,11 @@ export interface WafRequest {
   readonly body?: Uint8Array | undefined;
   /** Support id of this exchange (32 hex): the engine uses it as its transaction id. */
   readonly id?: string | undefined;
+  /**
+   * Who the request is accounted to besides its client (the proxy's tenant): the engine's threads
+   * are shared fairly between tenants by what their requests cost. Rules never see it.
+   */
+  readonly tenant?: string | undefined;
 }
 
 export interface WafResponse {

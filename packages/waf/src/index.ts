@@ -17,6 +17,7 @@ export type {
   WafRuleExclusion,
 } from './engine.ts';
 export { WafBudgetExceededError, WafOverloadedError, WafSettingsError, WafUnavailableError } from './engine.ts';
+export { isBudgetOverrun } from './budget-overrun.ts';
 export { checkSettings } from './settings.ts';
 export { normalizedPath, pathUnderPrefix, removalsFor, validateExclusion } from './exclusions.ts';
 export type { RuleRemoval } from './exclusions.ts';
@@ -45,7 +46,14 @@ export { POOL_OPTION_NAMES, WorkerPool } from './pool/worker-pool.ts';
 export type { PoolSchedulingOptions, WafThreadRestartCause, WorkerPoolOptions } from './pool/worker-pool.ts';
 export { serveInspector } from './pool/inspector-worker.ts';
 export type { PoolInspector } from './pool/protocol.ts';
-export { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_MAX_QUEUE_WAIT_MS, DEFAULT_QUEUE_PER_WORKER, FairAdmission } from './pool/fair-admission.ts';
+export {
+  DEFAULT_COST_WINDOW_MS,
+  DEFAULT_EXPENSIVE_REQUEST_MS,
+  DEFAULT_IN_FLIGHT_PER_WORKER,
+  DEFAULT_MAX_QUEUE_WAIT_MS,
+  DEFAULT_QUEUE_PER_WORKER,
+  FairAdmission,
+} from './pool/fair-admission.ts';
 export { TRANSFORMATIONS } from './transformations/index.ts';
 export { addonString, decodeRequest, encodeRequest, GOLDEN_DIR, readGolden, ruleCaseLines, SMALL_RULE_SET_PREAMBLE } from './golden.ts';
 export type { CrsVector, CrsVectors, GoldenRequest, GoldenSource, RuleCaseVectors, TransformationVectors } from './golden.ts';

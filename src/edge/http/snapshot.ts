@@ -12,6 +12,7 @@ import { RateLimiter, type RateEpisode } from './rate-limit/limiter.ts';
 import { AppDdosGuard } from './app-ddos/guard.ts';
 import type { HttpProxyDeps, ResolvedHttpProxy, WafSettings } from './types.ts';
 import { OriginSet, originSetKey } from './upstream/origins.ts';
+import { BudgetOffenders } from './waf/budget-offenders.ts';
 
 export interface GeoFence {
   /** ALLOW_LISTED: only `countries` pass. BLOCK_LISTED: `countries` are refused. */
@@ -46,6 +47,8 @@ export class ProxySnapshot {
    * proxy's hard `maxBodySize`.
    */
   readonly wafBody: { readonly limit: number; readonly multipartLimit: number; readonly reject: boolean };
+  /** Clients this proxy refuses early for running past the WAF's budget again and again (kept across revisions). */
+  readonly wafOffenders: BudgetOffenders;
 
   /**
    * `previous`: the revision this one replaces (its origin pools and rate limiter are kept when their
@@ -135,6 +138,7 @@ export class ProxySnapshot {
       multipartLimit: Math.min(Math.max(limit, hook?.multipartBodyLimit ?? 0), limits.maxBodySize),
       reject: (this.waf.bodyLimitAction ?? hook?.bodyLimitAction ?? 'REJECT') === 'REJECT',
     };
+    this.wafOffenders = previous?.wafOffenders ?? new BudgetOffenders(deps.wafBudgetOffenders);
   }
 
   /** Releases what this snapshot owns and `next` does not reuse (`next` undefined: the proxy stops). */

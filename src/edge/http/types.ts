@@ -70,6 +70,11 @@ export interface HttpProxyDeps {
   metrics?: HttpProxyMetrics;
   /** The WAF engine's hook; absent = no WAF phase (and request bodies are never buffered). */
   waf?: WafHook;
+  /**
+   * Clients refused early for running past the WAF's inspection budget again and again
+   * (src/edge/http/waf/budget-offenders.ts): the operator's settings, DEFAULT_BUDGET_OFFENDERS by default.
+   */
+  wafBudgetOffenders?: Partial<BudgetOffenderSettings>;
   /** Defaults of proxies' `waf.inputLimits` (operator settings TPS_WAF_*_LIMIT); absent: the engine's own. */
   wafInputLimits?: NonNullable<NonNullable<HttpProxyAttributes['waf']>['inputLimits']>;
   /** Pending ACME HTTP-01 challenges; absent = /.well-known/acme-challenge/ goes to the origin. */
@@ -134,6 +139,14 @@ export interface HttpProxyDeps {
   onBlockedRefusal?: (proxyId: string, source: string, blockedUntil: number) => void;
   /** Application-layer DDoS protection (proxies' `appDdos`): operator settings, signing secret, shared tables, metrics. */
   appDdos?: AppDdosDeps;
+}
+
+/** Operator settings of the early refusal of WAF budget offenders (src/edge/http/waf/budget-offenders.ts). */
+export interface BudgetOffenderSettings {
+  /** Overruns of the WAF's inspection budget within the window that start a block; 0: never refused early. */
+  readonly overruns: number;
+  readonly windowSeconds: number;
+  readonly blockSeconds: number;
 }
 
 /** A proxy's `waf` attributes, defaults applied. */
@@ -257,8 +270,11 @@ export interface WafHook {
   endExchange?(supportId: string): void;
 }
 
-/** Why a hook could not give a verdict: its engine's queue is full, its thread is gone, or anything else. */
-export type WafFailureReason = 'overloaded' | 'unavailable' | 'budget' | 'error';
+/**
+ * Why a hook could not give a verdict: its engine's queue is full, the request ran past its
+ * inspection budget, its thread or transaction is gone, or anything else.
+ */
+export type WafFailureReason = 'overloaded' | 'budget' | 'unavailable' | 'error';
 
 // What a finished request leaves behind.
 
@@ -361,4 +377,6 @@ export interface HttpProxyMetrics {
   requestRefused?(proxyId: string, protocol: 'HTTP' | 'HTTP/2', reason: RequestRefusal): void;
   /** A request body longer than the WAF inspects: refused (REJECT) or inspected in part (PROCESS_PARTIAL, or LOGGING mode). */
   wafBodyOverLimit?(proxyId: string, action: 'REJECT' | 'PROCESS_PARTIAL'): void;
+  /** A request refused uninspected (429) because its client kept running past the WAF's inspection budget. */
+  wafBudgetOffenderRefused?(proxyId: string): void;
 }

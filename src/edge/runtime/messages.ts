@@ -85,6 +85,7 @@ export type EdgeCounterName =
   | 'tps_insight_dropped_requests_total'
   | 'tps_edge_waf_uninspected_total'
   | 'tps_edge_waf_body_over_limit_total'
+  | 'tps_edge_waf_budget_offender_refused_total'
   | 'tps_edge_waf_thread_restarts_total'
   | 'tps_edge_waf_exchanges_total'
   | 'tps_edge_waf_rule_matches_total'

@@ -27,6 +27,8 @@ import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.
 import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import { DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
 import type { WafInputLimits } from '@tps/waf';
+import type { BudgetOffenderSettings } from '../http/types.ts';
+import { DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
 import type { ClientAddressSettings } from '../net/types.ts';
 import type { OriginPolicySettings } from '../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
@@ -105,6 +107,10 @@ export interface EdgeOptions {
   wafThreads?: number;
   /** Requests that may wait for a WAF thread, per thread. */
   wafQueueLength?: number;
+  /** How long a request's WAF transaction waits for its response; default 120 s. */
+  wafExchangeTtlMs?: number;
+  /** Early refusal of clients that keep running past the WAF's budget; default DEFAULT_BUDGET_OFFENDERS. */
+  wafBudgetOffenders?: BudgetOffenderSettings;
   wafEngine?: 'modsecurity' | 'compiled';
   /** Body bytes the WAF inspects, and what happens to a longer request body. */
   wafBodyLimits?: WafBodyLimits;
@@ -306,8 +312,13 @@ export class EdgeSupervisor {
           ],
           [
             'tps_edge_waf_uninspected_total',
-            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, unavailable, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
+            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
             ['proxy', 'side', 'reason', 'outcome'],
+          ],
+          [
+            'tps_edge_waf_budget_offender_refused_total',
+            "Requests refused early (429, not inspected) because their client's requests kept running past the WAF's inspection budget (TPS_WAF_OFFENDER_*).",
+            ['proxy'],
           ],
           [
             'tps_edge_waf_thread_restarts_total',
@@ -523,6 +534,8 @@ export class EdgeSupervisor {
       wafAuditLogPath: o.wafAuditLogPath,
       wafThreads: o.wafThreads ?? 1,
       wafQueueLength: o.wafQueueLength ?? DEFAULT_QUEUE_PER_WORKER,
+      wafBudgetOffenders: o.wafBudgetOffenders ?? DEFAULT_BUDGET_OFFENDERS,
+      wafExchangeTtlMs: o.wafExchangeTtlMs ?? 120_000,
       wafEngine: o.wafEngine ?? 'compiled',
       wafBodyLimits: o.wafBodyLimits ?? { request: 128 * 1024, multipart: 1024 * 1024, response: 64 * 1024, action: 'REJECT' },
       wafRequestBudgetMs: o.wafRequestBudgetMs ?? DEFAULT_REQUEST_BUDGET_MS,

@@ -11,7 +11,7 @@ import { L4Proxy } from '../l4/l4-proxy.ts';
 import type { L4Metrics } from '../l4/types.ts';
 import { ThreatFeed } from '../l4/threat-feed.ts';
 import { HttpProxy } from '../http/http-proxy.ts';
-import type { HttpProxyDeps } from '../http/types.ts';
+import type { BudgetOffenderSettings, HttpProxyDeps } from '../http/types.ts';
 import { sharedGeoLookup } from '../geo/geo-lookup.ts';
 import type { InsightSink } from '@tps/model';
 import { InsightSampler } from '../../insight/sampler.ts';
@@ -73,6 +73,10 @@ export interface WorkerSettings {
   wafThreads: number;
   /** Requests that may wait for a WAF thread, per thread (then they are shed per client). */
   wafQueueLength: number;
+  /** How long a request's WAF transaction waits for its response (the hook's TTL, the engine's). */
+  wafExchangeTtlMs: number;
+  /** Early refusal of clients that keep running past the WAF's inspection budget. */
+  wafBudgetOffenders: BudgetOffenderSettings;
   wafEngine: 'modsecurity' | 'compiled';
   /** Defaults of proxies' `waf.requestBodyLimit` and `waf.bodyLimitAction`, the multipart/form-data limit, the response limit. */
   wafBodyLimits: WafBodyLimits;
@@ -252,6 +256,8 @@ function startWafEngine(): Promise<ExchangingEngine> {
   return startEngine(settings.wafEngine, {
     workers: settings.wafThreads,
     queueLength: settings.wafQueueLength * settings.wafThreads,
+    // The engine keeps a transaction a little longer than the hook, which ends it first and counts it.
+    exchangeTimeoutMs: settings.wafExchangeTtlMs + 1000,
     ...limits,
     requestBudgetMs: settings.wafRequestBudgetMs,
     // The backstop for a step no engine can interrupt (and ModSecurity's only bound): well past the budget.
@@ -276,6 +282,7 @@ const wafHook = createWafHook(lazyWafEngine, {
   multipartBodyLimit: settings.wafBodyLimits.multipart,
   responseBodyLimit: settings.wafBodyLimits.response,
   bodyLimitAction: settings.wafBodyLimits.action,
+  exchangeTtlMs: settings.wafExchangeTtlMs,
   ...(wafAuditLog && { auditLog: wafAuditLog }),
   // Per rule id, never per proxy or client: the series are bounded by the rule set.
   onRulesMatched: (rules) => {
@@ -311,6 +318,7 @@ const httpDeps: HttpProxyDeps = {
   logger,
   originGuard,
   waf: wafHook,
+  wafBudgetOffenders: settings.wafBudgetOffenders,
   wafInputLimits: settings.wafInputLimits,
   rateLimit: {
     createStore: (policy, proxyId) => {
@@ -369,6 +377,7 @@ const httpDeps: HttpProxyDeps = {
     requestRefused: (proxy, protocol, reason) => count('tps_edge_refused_total', { proxy, protocol, reason }),
     wafUninspected: (proxy, side, reason, outcome) => count('tps_edge_waf_uninspected_total', { proxy, side, reason, outcome }),
     wafBodyOverLimit: (proxy, action) => count('tps_edge_waf_body_over_limit_total', { proxy, action }),
+    wafBudgetOffenderRefused: (proxy) => count('tps_edge_waf_budget_offender_refused_total', { proxy }),
   },
   reusePort: true,
   ...(clientAddress && { clientAddress }),

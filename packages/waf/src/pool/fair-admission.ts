@@ -1,22 +1,32 @@
 /**
  * Who gets a WAF engine thread when there are more requests than threads can take (both engines'
- * pools). A request takes one of `slots` (requests handed to the threads at once) or, when all are
- * taken, waits in a bounded queue in this thread; a request that cannot wait is shed, and the
- * caller rejects with WafOverloadedError so that the proxy applies the proxy's `waf.failMode`.
+ * pools), accounted in what the requests cost: the engine CPU time each client and each tenant
+ * made the threads spend recently (`charge`, a sum decaying with time constant `costWindowMs`),
+ * not only their number. A request takes one of `slots` (requests handed to the threads at once)
+ * or waits in a bounded queue in this thread; a request that cannot wait is shed, and the caller
+ * rejects with WafOverloadedError so that the proxy applies the proxy's `waf.failMode`.
  *
- * - Fair shedding: with the queue full, the client with the most requests waiting loses its newest
- *   one; an arriving request whose client already has as many waiting as the biggest is refused
- *   itself. A flooding source fills and loses its own share first: a client with fewer requests
- *   waiting than the biggest always gets a place.
- * - Fair order: waiting requests get free slots round robin across clients, each client's own in
- *   arrival order, so a flood queued first does not delay the others by its length.
+ * - Expensive clients fill their own share first: a client whose recent requests cost
+ *   `expensiveRequestMs` or more each on average (a client not charged yet: a request with a body
+ *   is reckoned at what its tenant's bodies cost per byte lately, so a botnet's fresh addresses
+ *   are known by their bodies) has at most `expensiveInFlight` requests handed
+ *   to the threads at once, and so have all the expensive clients of one tenant together (by
+ *   default half the threads): the rest of its requests wait, and are shed after `maxWaitMs`.
+ *   One tenant's expensive traffic cannot take the threads the others' requests need.
+ * - Fair shedding: with the queue full, the tenant that costs the most (recent cost plus what it
+ *   has waiting) loses a request, from its client that costs the most, the newest one; an
+ *   arriving request that would make its own tenant and client the most costly is refused itself.
+ *   A flooding or expensive source loses its own share first.
+ * - Fair order: a free slot goes to the waiting client that cost the least recently (round robin
+ *   among equals), each client's own requests in arrival order, so cheap requests overtake
+ *   expensive ones and a flood queued first does not delay the others by its length.
  * - In time: a request that waited `maxWaitMs` without a slot is shed as well.
  *
  * A client is its IPv4 address, or the /64 prefix of its IPv6 address (what one subscriber gets:
- * rotating addresses inside it is no way around the share).
+ * rotating addresses inside it is no way around the share), counted within its tenant.
  *
- * Without overload a request costs a comparison and two counter updates; clients are only looked
- * at while requests wait.
+ * Without overload a request costs a map look-up, a few counter updates and an exponential; the
+ * waiting clients are only looked at while requests wait.
  */
 import { WafOverloadedError } from '../engine.ts';
 
@@ -31,6 +41,24 @@ import { WafOverloadedError } from '../engine.ts';
 export const DEFAULT_IN_FLIGHT_PER_WORKER = 32;
 export const DEFAULT_QUEUE_PER_WORKER = 64;
 export const DEFAULT_MAX_QUEUE_WAIT_MS = 1000;
+/**
+ * Time constant of the recent cost: a client's cost is what it cost, decayed by e every 5 s. Long
+ * enough that a client sending one expensive request every few seconds stays known as expensive,
+ * short enough that a client whose requests became cheap is treated as such within seconds.
+ */
+export const DEFAULT_COST_WINDOW_MS = 5000;
+/**
+ * A client whose requests cost this much engine CPU time each on average is expensive. A benign
+ * request costs the CRS 0.1 to 2 ms (docs/benchmarks.md, bench/waf); 20 ms is ten times the
+ * costliest of them and a twelfth of the compiled engine's 250 ms budget.
+ */
+export const DEFAULT_EXPENSIVE_REQUEST_MS = 20;
+/** What a request is reckoned to cost when neither its client nor its tenant was charged yet (a benign request, rounded up). */
+const UNKNOWN_REQUEST_MS = 1;
+/** A client or tenant state below this recent cost, with nothing in flight or waiting, is forgotten. */
+const NEGLIGIBLE_MS = 0.01;
+/** Clients remembered at most; past it the idle ones are forgotten, oldest first. */
+const MAX_CLIENTS = 100_000;
 
 export interface FairAdmissionOptions {
   /** Requests handed to the engine's threads at once. */
@@ -39,18 +67,57 @@ export interface FairAdmissionOptions {
   readonly queueLength: number;
   /** Longest wait for a slot before the request is shed. */
   readonly maxWaitMs: number;
+  /** Requests of expensive clients handed to the threads at once, per client and per tenant. Default 1. */
+  readonly expensiveInFlight?: number;
+  /** Average engine time per request from which a client is expensive; default DEFAULT_EXPENSIVE_REQUEST_MS. */
+  readonly expensiveRequestMs?: number;
+  /** Time constant of the recent cost; default DEFAULT_COST_WINDOW_MS. */
+  readonly costWindowMs?: number;
   /** Clock in ms (tests). Default performance.now. */
   readonly now?: () => number;
 }
 
-interface Waiter {
-  readonly resolve: () => void;
-  readonly reject: (error: Error) => void;
-  readonly since: number;
+/** What a request holding a slot gives back (`leave`) and is charged to (`charge`). */
+export interface AdmissionTicket {
+  readonly client: ClientShare;
+  /** Body bytes of the request (what its cost per byte is learnt from). */
+  readonly bytes: number;
+  /** What the request was reckoned to cost when admitted. */
+  readonly estimateMs: number;
+  /** Counted in its tenant's expensive requests in flight. */
+  readonly expensive: boolean;
 }
 
-interface ClientQueue {
+interface Waiter {
+  readonly resolve: (ticket: AdmissionTicket) => void;
+  readonly reject: (error: Error) => void;
+  readonly since: number;
+  readonly bytes: number;
+}
+
+/**
+ * Recent cost and number of requests, and the cost and bytes of those with a body, all decayed to
+ * the time `at`.
+ */
+interface RecentCost {
+  cost: number;
+  count: number;
+  bodyCost: number;
+  bodyBytes: number;
+  at: number;
+}
+
+interface TenantShare extends RecentCost {
   readonly key: string;
+  clients: number;
+  expensiveInFlight: number;
+  waiting: number;
+}
+
+interface ClientShare extends RecentCost {
+  readonly key: string;
+  readonly tenant: TenantShare;
+  inFlight: number;
   readonly waiters: Waiter[];
 }
 
@@ -58,25 +125,37 @@ export class FairAdmission {
   readonly slots: number;
   readonly queueLength: number;
   readonly maxWaitMs: number;
+  readonly expensiveInFlight: number;
+  readonly expensiveRequestMs: number;
+  readonly costWindowMs: number;
   private readonly now: () => number;
   private running = 0;
   private waitingCount = 0;
-  private readonly clients = new Map<string, ClientQueue>();
-  /** Clients with requests waiting, in the order they get the next free slots. */
-  private ring: ClientQueue[] = [];
+  private readonly clients = new Map<string, ClientShare>();
+  private readonly tenants = new Map<string, TenantShare>();
+  /** Clients with requests waiting, in round-robin order (the next among equals first). */
+  private ring: ClientShare[] = [];
   private sweeper: NodeJS.Timeout | undefined = undefined;
+  private nextPrune = 1024;
 
   constructor(options: FairAdmissionOptions) {
     for (const [name, value, min] of [
       ['slots', options.slots, 1],
       ['queueLength', options.queueLength, 0],
       ['maxWaitMs', options.maxWaitMs, 1],
+      ['expensiveInFlight', options.expensiveInFlight ?? 1, 1],
+      ['costWindowMs', options.costWindowMs ?? DEFAULT_COST_WINDOW_MS, 1],
     ] as const) {
       if (!Number.isInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${String(value)}`);
     }
+    const expensiveRequestMs = options.expensiveRequestMs ?? DEFAULT_EXPENSIVE_REQUEST_MS;
+    if (!(expensiveRequestMs > 0)) throw new RangeError(`expensiveRequestMs must be > 0, got ${String(expensiveRequestMs)}`);
     this.slots = options.slots;
     this.queueLength = options.queueLength;
     this.maxWaitMs = options.maxWaitMs;
+    this.expensiveInFlight = options.expensiveInFlight ?? 1;
+    this.expensiveRequestMs = expensiveRequestMs;
+    this.costWindowMs = options.costWindowMs ?? DEFAULT_COST_WINDOW_MS;
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -91,78 +170,229 @@ export class FairAdmission {
   }
 
   /**
-   * Takes a slot for a request of `clientIp`: undefined when one was free (taken now), else a
-   * promise that resolves once the request holds one, or rejects with WafOverloadedError when it is
-   * shed. Every slot taken must be given back with `leave`.
+   * Takes a slot for a request of `clientIp` (of `tenant`, when the caller knows it): the ticket
+   * when one was free (taken now), else a promise of it once the request holds one, which rejects
+   * with WafOverloadedError when the request is shed. Every ticket must be given back with `leave`.
    */
-  enter(clientIp: string): Promise<void> | undefined {
-    // While requests wait every slot is taken (leave hands a freed slot straight to a waiter).
-    if (this.running < this.slots) {
-      this.running++;
-      return undefined;
-    }
-    return this.wait(clientIp);
+  enter(clientIp: string, tenant = '', bodyBytes = 0): AdmissionTicket | Promise<AdmissionTicket> {
+    const now = this.now();
+    const client = this.share(clientKey(clientIp), tenant, now);
+    // With a slot free, whoever waits is capped (dispatch hands a freed slot to any other waiter).
+    if (this.running < this.slots && !this.capped(client, now, bodyBytes)) return this.admit(client, now, bodyBytes);
+    return this.wait(client, now, bodyBytes);
   }
 
-  /** Gives a slot back: to the next waiting request (round robin across clients), else free. */
-  leave(): void {
-    while (this.waitingCount > 0) {
-      const queue = this.ring.shift()!;
-      const waiter = queue.waiters.shift()!;
-      this.waitingCount--;
-      if (queue.waiters.length > 0) this.ring.push(queue);
-      else this.clients.delete(queue.key);
-      if (this.now() - waiter.since > this.maxWaitMs) {
-        waiter.reject(new WafOverloadedError(`WAF engine overloaded: no thread free within ${this.maxWaitMs} ms`));
-        continue;
+  /** Charges `costMs` of engine time to the ticket's client and tenant (one request). */
+  charge(ticket: AdmissionTicket, costMs: number): void {
+    if (!(costMs >= 0)) return;
+    const now = this.now();
+    for (const recent of [ticket.client, ticket.client.tenant]) {
+      this.decay(recent, now);
+      recent.cost += costMs;
+      recent.count += 1;
+      if (ticket.bytes > 0) {
+        recent.bodyCost += costMs;
+        recent.bodyBytes += ticket.bytes;
       }
-      waiter.resolve();
-      return;
     }
+  }
+
+  /** What the ticket's request was reckoned to cost. */
+  estimatedCostMs(ticket: AdmissionTicket): number {
+    return ticket.estimateMs;
+  }
+
+  /**
+   * What a request of `client` with `bytes` of body is reckoned to cost: the client's recent
+   * average; for a client not charged yet, a request with a body at what its tenant's bodies cost
+   * per byte lately (a botnet's fresh addresses are known by their bodies), else a cheap request.
+   */
+  private estimate(client: ClientShare, now: number, bytes: number): number {
+    this.decay(client, now);
+    if (client.count >= 0.5) return client.cost / client.count;
+    const tenant = client.tenant;
+    this.decay(tenant, now);
+    if (bytes > 0 && tenant.bodyBytes >= 1) return Math.max(UNKNOWN_REQUEST_MS, (bytes * tenant.bodyCost) / tenant.bodyBytes);
+    return UNKNOWN_REQUEST_MS;
+  }
+
+  /** Gives a slot back: to the waiting request that should have it next, else free. */
+  leave(ticket: AdmissionTicket): void {
+    const client = ticket.client;
     this.running--;
+    client.inFlight--;
+    if (ticket.expensive) client.tenant.expensiveInFlight--;
+    this.dispatch();
     this.stopSweeping();
   }
 
-  private wait(clientIp: string): Promise<void> {
-    const key = clientKey(clientIp);
-    let queue = this.clients.get(key);
+  /** Recent cost of a client (by its address) in a tenant, for tests and metrics. */
+  recentCostMs(clientIp: string, tenant = ''): number {
+    const client = this.clients.get(shareKey(tenant, clientKey(clientIp)));
+    if (client === undefined) return 0;
+    this.decay(client, this.now());
+    return client.cost;
+  }
+
+  private admit(client: ClientShare, now: number, bytes: number): AdmissionTicket {
+    this.running++;
+    client.inFlight++;
+    const estimateMs = this.estimate(client, now, bytes);
+    const expensive = estimateMs >= this.expensiveRequestMs;
+    if (expensive) client.tenant.expensiveInFlight++;
+    return { client, bytes, estimateMs, expensive };
+  }
+
+  private share(key: string, tenantKey: string, now: number): ClientShare {
+    const id = shareKey(tenantKey, key);
+    let client = this.clients.get(id);
+    if (client !== undefined) return client;
+    if (this.clients.size >= this.nextPrune) this.prune(now);
+    let tenant = this.tenants.get(tenantKey);
+    if (tenant === undefined) {
+      tenant = { key: tenantKey, cost: 0, count: 0, bodyCost: 0, bodyBytes: 0, at: now, clients: 0, expensiveInFlight: 0, waiting: 0 };
+      this.tenants.set(tenantKey, tenant);
+    }
+    tenant.clients++;
+    client = { key: id, tenant, cost: 0, count: 0, bodyCost: 0, bodyBytes: 0, at: now, inFlight: 0, waiters: [] };
+    this.clients.set(id, client);
+    return client;
+  }
+
+  private decay(recent: RecentCost, now: number): void {
+    if (now <= recent.at) return;
+    const factor = Math.exp((recent.at - now) / this.costWindowMs);
+    recent.cost *= factor;
+    recent.count *= factor;
+    recent.bodyCost *= factor;
+    recent.bodyBytes *= factor;
+    recent.at = now;
+  }
+
+  /** An expensive request at its client's cap or its tenant's: it waits even with a slot free. */
+  private capped(client: ClientShare, now: number, bytes: number): boolean {
+    if (client.inFlight < this.expensiveInFlight && client.tenant.expensiveInFlight < this.expensiveInFlight) return false;
+    return this.estimate(client, now, bytes) >= this.expensiveRequestMs;
+  }
+
+  /** Recent cost plus what its waiting requests are reckoned to cost. */
+  private clientWeight(client: ClientShare, now: number, extra = 0): number {
+    const each = this.estimate(client, now, client.waiters[0]?.bytes ?? 0);
+    return client.cost + (client.waiters.length + extra) * Math.max(each, UNKNOWN_REQUEST_MS);
+  }
+
+  private tenantWeight(tenant: TenantShare, now: number, extra: number): number {
+    this.decay(tenant, now);
+    let pending = 0;
+    for (const client of this.ring) if (client.tenant === tenant) pending += this.clientWeight(client, now) - client.cost;
+    return tenant.cost + pending + extra;
+  }
+
+  private wait(client: ClientShare, now: number, bytes: number): Promise<AdmissionTicket> {
     if (this.waitingCount >= this.queueLength) {
-      const biggest = this.biggest();
-      if (biggest === undefined || (queue?.waiters.length ?? 0) >= biggest.waiters.length) {
+      const victim = this.victim(now);
+      const mine = this.clientWeight(client, now, 1);
+      const refuseArriving =
+        victim === undefined ||
+        (victim.tenant === client.tenant
+          ? mine > this.clientWeight(victim, now)
+          : this.tenantWeight(client.tenant, now, mine - this.clientWeight(client, now)) > this.tenantWeight(victim.tenant, now, 0));
+      if (refuseArriving) {
         return Promise.reject(
           new WafOverloadedError(`WAF engine overloaded: ${this.waitingCount} requests waiting, this client's share is taken`),
         );
       }
-      const newest = biggest.waiters.pop()!;
+      const newest = victim.waiters.pop()!;
       this.waitingCount--;
-      if (biggest.waiters.length === 0) this.forget(biggest);
-      newest.reject(new WafOverloadedError('WAF engine overloaded: shed for a client with fewer requests waiting'));
+      victim.tenant.waiting--;
+      if (victim.waiters.length === 0) this.unring(victim);
+      newest.reject(new WafOverloadedError('WAF engine overloaded: shed for a client that costs less'));
     }
-    if (queue === undefined) {
-      queue = { key, waiters: [] };
-      this.clients.set(key, queue);
-      this.ring.push(queue);
-    }
-    const waiters = queue.waiters;
-    const since = this.now();
+    if (client.waiters.length === 0) this.ring.push(client);
+    const waiters = client.waiters;
     this.waitingCount++;
+    client.tenant.waiting++;
     this.startSweeping();
-    return new Promise<void>((resolve, reject) => {
-      waiters.push({ resolve, reject, since });
+    return new Promise<AdmissionTicket>((resolve, reject) => {
+      waiters.push({ resolve, reject, since: now, bytes });
     });
   }
 
-  /** The client with the most requests waiting (the first of them in ring order). */
-  private biggest(): ClientQueue | undefined {
-    let best: ClientQueue | undefined;
-    for (const queue of this.ring) if (best === undefined || queue.waiters.length > best.waiters.length) best = queue;
+  /** The waiting client to shed from: of the tenant that costs the most, the client that costs the most. */
+  private victim(now: number): ClientShare | undefined {
+    let tenant: TenantShare | undefined;
+    let tenantWeight = -1;
+    for (const client of this.ring) {
+      if (client.tenant === tenant) continue;
+      const weight = this.tenantWeight(client.tenant, now, 0);
+      if (weight > tenantWeight) {
+        tenant = client.tenant;
+        tenantWeight = weight;
+      }
+    }
+    let best: ClientShare | undefined;
+    let bestWeight = -1;
+    for (const client of this.ring) {
+      if (client.tenant !== tenant) continue;
+      const weight = this.clientWeight(client, now);
+      if (weight > bestWeight) {
+        best = client;
+        bestWeight = weight;
+      }
+    }
     return best;
   }
 
-  private forget(queue: ClientQueue): void {
-    this.clients.delete(queue.key);
-    const index = this.ring.indexOf(queue);
+  /** Hands free slots to waiting requests: the least costly client first, none that is capped. */
+  private dispatch(): void {
+    while (this.running < this.slots && this.waitingCount > 0) {
+      const now = this.now();
+      let next: ClientShare | undefined;
+      let nextCost = Infinity;
+      for (const client of this.ring) {
+        if (this.capped(client, now, client.waiters[0]!.bytes)) continue;
+        this.decay(client, now);
+        if (client.cost < nextCost) {
+          next = client;
+          nextCost = client.cost;
+        }
+      }
+      if (next === undefined) return;
+      const waiter = next.waiters.shift()!;
+      this.waitingCount--;
+      next.tenant.waiting--;
+      // To the end of the round: among equals, the others go first next time.
+      this.unring(next);
+      if (next.waiters.length > 0) this.ring.push(next);
+      if (now - waiter.since > this.maxWaitMs) {
+        waiter.reject(new WafOverloadedError(`WAF engine overloaded: no thread free within ${this.maxWaitMs} ms`));
+        continue;
+      }
+      waiter.resolve(this.admit(next, now, waiter.bytes));
+    }
+  }
+
+  private unring(client: ClientShare): void {
+    const index = this.ring.indexOf(client);
     if (index >= 0) this.ring.splice(index, 1);
+  }
+
+  /** Forgets the clients and tenants with nothing in flight or waiting and a negligible recent cost. */
+  private prune(now: number): void {
+    for (const client of this.clients.values()) {
+      if (client.inFlight > 0 || client.waiters.length > 0) continue;
+      this.decay(client, now);
+      if (client.cost < NEGLIGIBLE_MS || this.clients.size >= MAX_CLIENTS) this.forget(client, now);
+    }
+    this.nextPrune = Math.max(1024, this.clients.size * 2);
+  }
+
+  private forget(client: ClientShare, now: number): void {
+    this.clients.delete(client.key);
+    const tenant = client.tenant;
+    tenant.clients--;
+    this.decay(tenant, now);
+    if (tenant.clients === 0 && tenant.cost < NEGLIGIBLE_MS) this.tenants.delete(tenant.key);
   }
 
   private startSweeping(): void {
@@ -181,19 +411,18 @@ export class FairAdmission {
   sweep(): void {
     const now = this.now();
     const expired: Waiter[] = [];
-    for (const queue of this.ring) {
-      const waiters = queue.waiters;
+    for (const client of this.ring) {
+      const waiters = client.waiters;
       let n = 0;
       while (n < waiters.length && now - waiters[n]!.since > this.maxWaitMs) n++;
-      if (n > 0) expired.push(...waiters.splice(0, n));
+      if (n > 0) {
+        expired.push(...waiters.splice(0, n));
+        client.tenant.waiting -= n;
+      }
     }
     if (expired.length === 0) return;
     this.waitingCount -= expired.length;
-    this.ring = this.ring.filter((queue) => {
-      if (queue.waiters.length > 0) return true;
-      this.clients.delete(queue.key);
-      return false;
-    });
+    this.ring = this.ring.filter((client) => client.waiters.length > 0);
     this.stopSweeping();
     for (const waiter of expired)
       waiter.reject(new WafOverloadedError(`WAF engine overloaded: no thread free within ${this.maxWaitMs} ms`));
@@ -201,13 +430,17 @@ export class FairAdmission {
 
   /** Sheds every waiting request (the engine is closing). */
   close(error: Error): void {
-    const all = this.ring.flatMap((queue) => queue.waiters);
+    const all = this.ring.flatMap((client) => client.waiters.splice(0));
+    for (const tenant of this.tenants.values()) tenant.waiting = 0;
     this.ring = [];
-    this.clients.clear();
     this.waitingCount = 0;
     this.stopSweeping();
     for (const waiter of all) waiter.reject(error);
   }
+}
+
+function shareKey(tenant: string, client: string): string {
+  return tenant === '' ? client : `${tenant} ${client}`;
 }
 
 /**

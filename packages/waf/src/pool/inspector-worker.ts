@@ -4,7 +4,8 @@
  * then exchanges run as the pool posts them (one message, or a turn's messages as one `batch`),
  * one at a time; results go back batched the same way (batched-messages.ts). Around each
  * inspection the shared watch slots are marked (RunWatch), so that the pool's budget counts the
- * time a request runs, not the time it waited behind others.
+ * time a request runs, not the time it waited behind others. Each reply says how much CPU time
+ * this thread spent on it (`cpuMs`): fair admission charges it to the request's client and tenant.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { batchedMessages } from './batched-messages.ts';
@@ -45,15 +46,21 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
       // already freed: nothing left to end
     }
   };
-  const failure = (id: number, error: unknown): void => {
+  const failure = (id: number, error: unknown, cpuMs: number): void => {
     const e = error as Error & { code?: string };
-    reply({ type: 'failure', id, message: e?.message ?? String(error), name: e?.name ?? 'Error', code: e?.code });
+    reply({ type: 'failure', id, message: e?.message ?? String(error), name: e?.name ?? 'Error', code: e?.code, cpuMs });
+  };
+  /** This thread's CPU time in ms since `start` (a threadCpuUsage reading). */
+  const cpuSince = (start: NodeJS.CpuUsage): number => {
+    const used = process.threadCpuUsage(start);
+    return (used.user + used.system) / 1000;
   };
 
   const handle = (m: ToPoolWorker): void => {
     switch (m.type) {
       case 'request': {
-        watch.begin();
+        watch.begin(m.id);
+        const start = process.threadCpuUsage();
         try {
           const { verdict, open } = inspector.inspectRequest(m.request, m.settings, m.keepOpen);
           let exchange: number | undefined;
@@ -67,9 +74,9 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
             timer.unref();
             exchanges.set(exchange, { open, timer });
           }
-          reply({ type: 'result', id: m.id, verdict, exchange });
+          reply({ type: 'result', id: m.id, verdict, exchange, cpuMs: cpuSince(start) });
         } catch (error) {
-          failure(m.id, error);
+          failure(m.id, error, cpuSince(start));
         } finally {
           watch.end();
         }
@@ -78,14 +85,22 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
       case 'response': {
         const open = release(m.exchange);
         if (open === undefined) {
-          reply({ type: 'result', id: m.id, verdict: { matchedRules: [] } });
+          // Its transaction expired (or was ended): nothing left to inspect the response with.
+          reply({
+            type: 'failure',
+            id: m.id,
+            message: 'the WAF transaction of this exchange expired before its response',
+            name: 'WafUnavailableError',
+            code: 'ERR_WAF_UNAVAILABLE',
+          });
           return;
         }
-        watch.begin();
+        watch.begin(m.id);
+        const start = process.threadCpuUsage();
         try {
-          reply({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response) });
+          reply({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response), cpuMs: cpuSince(start) });
         } catch (error) {
-          failure(m.id, error);
+          failure(m.id, error, cpuSince(start));
         } finally {
           watch.end();
         }

@@ -6,7 +6,7 @@
  *                   { type: 'end', exchange }
  *                   { type: 'batch', messages }                      (batched-messages.ts)
  *   worker -> pool  { type: 'ready', ruleCount } | { type: 'loadError', message }
- *                   { type: 'result', id, verdict, exchange? } | { type: 'failure', id, message, name, code? }
+ *                   { type: 'result', id, verdict, exchange?, cpuMs } | { type: 'failure', id, message, name, code?, cpuMs? }
  *                   { type: 'batch', messages: (result | failure)[] }
  */
 import type { WafEngineSettings, WafEngineVerdict, WafRequest, WafResponse } from '../engine.ts';
@@ -37,9 +37,13 @@ export type ToPoolWorker =
 /** What the pool posts: one message, or those of one turn of its event loop together. */
 export type ToPoolWorkerPost = ToPoolWorker | { type: 'batch'; messages: ToPoolWorker[] };
 
+/**
+ * A thread's answer to one request or response. `cpuMs`: the thread's CPU time for it (user and
+ * system, `process.threadCpuUsage`), what fair admission charges to its client and tenant.
+ */
 export type PoolReply =
-  | { type: 'result'; id: number; verdict: WafEngineVerdict; exchange?: number | undefined }
-  | { type: 'failure'; id: number; message: string; name: string; code?: string | undefined };
+  | { type: 'result'; id: number; verdict: WafEngineVerdict; exchange?: number | undefined; cpuMs?: number | undefined }
+  | { type: 'failure'; id: number; message: string; name: string; code?: string | undefined; cpuMs?: number | undefined };
 
 export type FromPoolWorker =
   | { type: 'ready'; ruleCount: number }

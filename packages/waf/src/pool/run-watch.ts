@@ -1,8 +1,8 @@
 /**
  * What a pool thread is running, shared with the pool (two Int32 slots in a SharedArrayBuffer):
- * how many requests it has started, and whether one is running now. The pool's watchdog sees a
- * request as running away when the same one has been running for longer than the budget; time
- * spent queued behind other requests does not count.
+ * the id of the call it started last (the pool's message id), and whether it is running now. The
+ * pool's watchdog sees a call as running away when the same one has been running for longer than
+ * the budget (time spent queued behind other requests does not count), and knows which call it is.
  */
 export class RunWatch {
   static readonly BYTES = 8;
@@ -10,14 +10,14 @@ export class RunWatch {
   constructor(buffer: SharedArrayBuffer) {
     this.slots = new Int32Array(buffer);
   }
-  begin(): void {
-    Atomics.add(this.slots, 0, 1);
+  begin(id: number): void {
+    Atomics.store(this.slots, 0, id);
     Atomics.store(this.slots, 1, 1);
   }
   end(): void {
     Atomics.store(this.slots, 1, 0);
   }
-  /** The number of the request running now, or -1 when none is. */
+  /** The id of the call running now, or -1 when none is. */
   running(): number {
     return Atomics.load(this.slots, 1) === 1 ? Atomics.load(this.slots, 0) : -1;
   }

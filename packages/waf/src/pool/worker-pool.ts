@@ -5,11 +5,16 @@
  * safe to evaluate from several threads at once), so memory is threads x one rule set whatever the
  * number of proxies. The thread side is inspector-worker.ts.
  *
- * Scheduling: requests are admitted fairly (fair-admission.ts): `inFlightPerWorker` per thread at
- * once, `queueLength` more waiting, shed per client with WafOverloadedError past that or after
- * `maxQueueWaitMs` (the proxy applies its `waf.failMode`) rather than queueing without bound. An
- * admitted request goes to the thread with the fewest requests in flight; an exchange's response
- * goes to the thread that holds its transaction, without a second admission. Messages to a thread
+ * Scheduling: requests are admitted fairly by what they cost (fair-admission.ts): `inFlightPerWorker`
+ * per thread at once, `queueLength` more waiting, shed per tenant and client with
+ * WafOverloadedError past that or after `maxQueueWaitMs` (the proxy applies its `waf.failMode`)
+ * rather than queueing without bound. Each thread reports the CPU time of each request, charged
+ * to its client and its tenant (`WafRequest.tenant`); a request that ran past its budget is
+ * charged at least the budget. The expensive clients of a tenant together have at most half the
+ * threads' worth of requests in flight. An admitted request goes to the thread with the least
+ * work queued, reckoned in what its requests' clients usually cost (so that a cheap request does
+ * not queue behind an expensive one when another thread is free); an exchange's response goes to
+ * the thread that holds its transaction, without a second admission. Messages to a thread
  * go batched per turn of the event loop (batched-messages.ts). Only `limit + 1` bytes of a body
  * are posted (the one byte over tells the engine that the limit was passed).
  *
@@ -28,7 +33,14 @@ import { Worker } from 'node:worker_threads';
 import type { WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest, WafResponse } from '../engine.ts';
 import { WafBudgetExceededError, WafSettingsError, WafUnavailableError } from '../engine.ts';
 import { batchedMessages } from './batched-messages.ts';
-import { DEFAULT_IN_FLIGHT_PER_WORKER, DEFAULT_MAX_QUEUE_WAIT_MS, DEFAULT_QUEUE_PER_WORKER, FairAdmission } from './fair-admission.ts';
+import { isBudgetOverrun } from '../budget-overrun.ts';
+import {
+  type AdmissionTicket,
+  DEFAULT_IN_FLIGHT_PER_WORKER,
+  DEFAULT_MAX_QUEUE_WAIT_MS,
+  DEFAULT_QUEUE_PER_WORKER,
+  FairAdmission,
+} from './fair-admission.ts';
 import type { FromPoolWorker, PoolReply, PoolWorkerData, ToPoolWorker } from './protocol.ts';
 import { RunWatch } from './run-watch.ts';
 
@@ -86,11 +98,17 @@ type Result = { verdict: WafEngineVerdict; exchange?: number | undefined };
 interface Pending {
   resolve(value: Result): void;
   reject(error: Error): void;
+  /** The thread's CPU time for this call, when it said. */
+  cost: ((cpuMs: number) => void) | undefined;
+  /** What the call was reckoned to cost, in this thread's `queuedMs` until it is settled. */
+  readonly estimateMs: number;
 }
 
 class PoolWorker {
   readonly worker: Worker;
   readonly pending = new Map<number, Pending>();
+  /** What the calls pending on this thread are reckoned to cost together (ms). */
+  queuedMs = 0;
   readonly ready: Promise<void>;
   /** Got ready once (a thread that never did is not replaced). */
   wasReady = false;
@@ -156,12 +174,21 @@ class PoolWorker {
     });
   }
 
-  call(message: Call): Promise<Result> {
+  /**
+   * What a request sent now waits for, reckoned in ms: the work queued, and a thread that is still
+   * loading its rule set (a replacement) as if it had a second of work.
+   */
+  workAhead(): number {
+    return this.wasReady ? this.queuedMs : this.queuedMs + 1000;
+  }
+
+  call(message: Call, estimateMs = 0, cost?: (cpuMs: number) => void): Promise<Result> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       // A thread keeps the process alive only while it has work, like a socket with a request.
       if (this.pending.size === 0) this.busy();
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, cost, estimateMs });
+      this.queuedMs += estimateMs;
       this.post({ ...message, id } as ToPoolWorker);
     });
   }
@@ -169,6 +196,7 @@ class PoolWorker {
   failAll(error: Error): void {
     const all = [...this.pending.values()];
     this.pending.clear();
+    this.queuedMs = 0;
     this.idle();
     for (const p of all) p.reject(error);
   }
@@ -177,7 +205,9 @@ class PoolWorker {
     const p = this.pending.get(reply.id);
     if (!p) return;
     this.pending.delete(reply.id);
+    this.queuedMs = this.pending.size === 0 ? 0 : this.queuedMs - p.estimateMs;
     if (this.pending.size === 0) this.idle();
+    if (reply.cpuMs !== undefined) p.cost?.(reply.cpuMs);
     if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
     if (reply.code === 'ERR_WAF_SETTINGS') return p.reject(new WafSettingsError(reply.message));
     if (reply.code === 'ERR_WAF_BUDGET') return p.reject(new WafBudgetExceededError(reply.message));
@@ -210,9 +240,13 @@ class PoolWorker {
     }
     if (request === -1 || now - this.seen.since <= runawayMs) return;
     // One request has run far past any budget: a step the engine cannot interrupt (a runaway
-    // expression, a stuck native call), so the thread goes (and is replaced).
+    // expression, a stuck native call), so the thread goes (and is replaced). Only that request
+    // is a budget overrun (charged to its client, counted against it); the others are lost with it.
     this.terminatedAsRunaway = true;
-    this.failAll(new WafUnavailableError(`WAF request ran away (over ${runawayMs} ms): its thread was replaced`));
+    const runaway = this.pending.get(request);
+    this.pending.delete(request);
+    this.failAll(new WafUnavailableError(`the ${this.engineName} WAF thread was replaced: another request on it could not be interrupted`));
+    runaway?.reject(new WafUnavailableError(`WAF request ran away (over ${runawayMs} ms): its thread was replaced`));
     void this.worker.terminate();
   }
 }
@@ -234,6 +268,8 @@ export class WorkerPool<Options> {
       slots: (options.inFlightPerWorker ?? DEFAULT_IN_FLIGHT_PER_WORKER) * count,
       queueLength: options.queueLength ?? DEFAULT_QUEUE_PER_WORKER * count,
       maxWaitMs: options.maxQueueWaitMs ?? DEFAULT_MAX_QUEUE_WAIT_MS,
+      // Half the threads: the other half stays for everyone else, one thread at least.
+      expensiveInFlight: Math.max(1, Math.floor(count / 2)),
     });
     for (let i = 0; i < count; i++) this.workers.push(this.spawn());
   }
@@ -258,7 +294,11 @@ export class WorkerPool<Options> {
     return {
       requestVerdict: verdict,
       inspectResponse: async (response: WafResponse): Promise<WafEngineVerdict> => {
-        if (done || exchange === undefined) return { matchedRules: [] };
+        // A request the rules interrupted has no response to inspect. Otherwise an exchange has one
+        // response: a second call, or one for a transaction the thread did not keep, has nothing to
+        // inspect it with, and says so (the proxy applies its failMode).
+        if (exchange === undefined && verdict.interrupt !== undefined) return { matchedRules: [] };
+        if (done || exchange === undefined) throw new WafUnavailableError('this WAF exchange has no open transaction');
         done = true;
         if (this.closed) throw new WafUnavailableError('WAF engine closed');
         if (worker.dead) throw new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`);
@@ -296,30 +336,44 @@ export class WorkerPool<Options> {
   /** A request's run once fair admission gave it a place, on the least busy thread. */
   private async admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Result & { worker: PoolWorker }> {
     if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    const waiting = this.admission.enter(request.clientIp);
-    if (waiting !== undefined) await waiting;
+    const entered = this.admission.enter(request.clientIp, request.tenant, request.body?.length ?? 0);
+    const ticket: AdmissionTicket = entered instanceof Promise ? await entered : entered;
+    let charged = false;
+    const charge = (cpuMs: number): void => {
+      charged = true;
+      this.admission.charge(ticket, cpuMs);
+    };
     try {
+      const estimateMs = this.admission.estimatedCostMs(ticket);
       let worker: PoolWorker | undefined;
-      for (const w of this.workers) if (!w.dead && (worker === undefined || w.pending.size < worker.pending.size)) worker = w;
+      for (const w of this.workers) {
+        if (w.dead) continue;
+        if (
+          worker === undefined ||
+          w.workAhead() < worker.workAhead() ||
+          (w.workAhead() === worker.workAhead() && w.pending.size < worker.pending.size)
+        )
+          worker = w;
+      }
       if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
       const body = request.body;
       const sent = body && compactBody(body, this.options.limits.request + 1);
-      const result = await this.run(worker, {
-        type: 'request',
-        request: sent === body ? request : { ...request, body: sent },
-        settings,
-        keepOpen,
-      });
+      const message: Call = { type: 'request', request: sent === body ? request : { ...request, body: sent }, settings, keepOpen };
+      const result = await this.run(worker, message, estimateMs, charge);
       return { ...result, worker };
+    } catch (error) {
+      // A thread ended by the watchdog reports nothing: the request ran at least that long.
+      if (!charged && isBudgetOverrun(error)) charge(this.options.runawayMs ?? this.options.requestBudgetMs ?? 0);
+      throw error;
     } finally {
-      this.admission.leave();
+      this.admission.leave(ticket);
     }
   }
 
-  private async run(worker: PoolWorker, message: Call): Promise<Result> {
+  private async run(worker: PoolWorker, message: Call, estimateMs?: number, cost?: (cpuMs: number) => void): Promise<Result> {
     this.inFlight++;
     try {
-      return await worker.call(message);
+      return await worker.call(message, estimateMs, cost);
     } finally {
       this.inFlight--;
     }

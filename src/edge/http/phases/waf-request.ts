@@ -14,12 +14,19 @@
  * The response side is a phase of its own (waf-response.ts); both take `applyVerdict`,
  * `cannotInspect` and `wafRequestHead` from here.
  *
- * A hook that throws or rejects (its engine overloaded, the request's inspection past its budget,
- * its thread dead, a bug) follows the proxy's
- * `waf.failMode`: CLOSED (default) answers 503 with the page and the support id, OPEN lets the
- * request through uninspected. Either way it is counted (`wafUninspected`) and logged (rate-limited).
+ * A hook that throws or rejects (its engine overloaded, the request past its inspection budget, its
+ * thread dead, a bug) follows the proxy's `waf.failMode`: CLOSED (default) answers 503 with the
+ * page and the support id, OPEN lets the request through uninspected. Either way it is counted
+ * (`wafUninspected`) and logged (rate-limited).
+ *
+ * A client whose requests keep running past the inspection budget is refused early
+ * (waf/budget-offenders.ts): first thing in this phase, before its body is read, 429 with
+ * Retry-After and the page, uninspected; its first refused request of an episode carries the
+ * episode's WAF_EVENT (rule BUDGET_OFFENDER_RULE_ID), the others point at it by support id.
  */
 import type { MatchedRule } from '@tps/model';
+import { isBudgetOverrun } from '@tps/waf';
+import { sourceKey } from '../../net/source-key.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';
@@ -32,11 +39,16 @@ import { refuse as refuseMalformed } from './request-target.ts';
  */
 export const BODY_LIMIT_RULE_ID = 200100;
 
+/** The rule id a WAF_EVENT names for a client refused early for running past the inspection budget again and again. */
+export const BUDGET_OFFENDER_RULE_ID = 200101;
+
 export const wafRequestPhase: RequestPhase = {
   name: 'waf',
   run(ctx: RequestCtx): PhaseOutcome | Promise<PhaseOutcome> {
     const waf = ctx.proxy.deps.waf;
     if (waf === undefined) return undefined;
+    const refused = refuseOffender(ctx);
+    if (refused !== undefined) return refused;
     if (ctx.body === 'stream') return inspectWithBody(ctx, waf);
     return inspect(ctx, waf, null, -1);
   },
@@ -79,6 +91,36 @@ async function inspectWithBody(ctx: RequestCtx, waf: WafHook): Promise<PhaseOutc
   const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, length);
   if (over) ctx.proxy.deps.metrics?.wafBodyOverLimit?.(ctx.proxy.id, 'PROCESS_PARTIAL');
   return inspect(ctx, waf, over ? body.subarray(0, limit) : body, over ? limit : -1);
+}
+
+function offenderKey(ctx: RequestCtx): string {
+  return sourceKey(ctx.clientIp, ctx.proxy.deps.rateLimit?.ipv6Prefix);
+}
+
+/** 429 for a client blocked for its budget overruns; the episode's first refusal carries its WAF_EVENT. */
+function refuseOffender(ctx: RequestCtx): Answer | undefined {
+  const offenders = ctx.proxy.wafOffenders;
+  const block = offenders.blocked(offenderKey(ctx));
+  if (block === undefined) return undefined;
+  block.refused++;
+  if (block.supportId === undefined) {
+    block.supportId = ctx.supportId;
+    const { overruns, windowSeconds, blockSeconds } = offenders.settings;
+    const rule: MatchedRule = {
+      modSecId: BUDGET_OFFENDER_RULE_ID,
+      name: `Client refused for ${blockSeconds} s: ${overruns} requests within ${windowSeconds} s ran past the WAF's inspection budget`,
+      matchedData: ctx.proxy.waf.logMatchedData
+        ? { status: 'ENABLED', value: `${overruns} budget overruns in ${windowSeconds} s` }
+        : { status: 'DISABLED', value: null },
+      matchedVariable: null,
+    };
+    (ctx.wafEvents ??= []).push({ action: 'BLOCKED', rules: [rule] });
+  } else {
+    ctx.supportId = block.supportId;
+  }
+  ctx.proxy.deps.metrics?.wafBudgetOffenderRefused?.(ctx.proxy.id);
+  const retryAfter = Math.max(1, Math.ceil((block.until - Date.now()) / 1000));
+  return pageAnswer(ctx, 'waf', 'rate-limit', { headers: ['retry-after', String(retryAfter)], close: bodyUnread(ctx) });
 }
 
 function isMultipart(ctx: RequestCtx): boolean {
@@ -151,6 +193,13 @@ export function cannotInspect(ctx: RequestCtx, err: unknown, phase: Extract<Phas
   const deps = ctx.proxy.deps;
   ctx.wafUninspected = true;
   deps.metrics?.wafUninspected?.(ctx.proxy.id, side, reason, open ? 'passed' : 'refused');
+  if (reason === 'budget' && side === 'request' && ctx.proxy.wafOffenders.overrun(offenderKey(ctx))) {
+    const { overruns, windowSeconds, blockSeconds } = ctx.proxy.wafOffenders.settings;
+    deps.logger?.warn(
+      { proxyId: ctx.proxy.id, clientIp: ctx.clientIp, overruns, windowSeconds, blockSeconds },
+      "client refused early: its requests keep running past the WAF's inspection budget",
+    );
+  }
   const details = {
     proxyId: ctx.proxy.id,
     supportId: ctx.supportId,
@@ -168,6 +217,7 @@ export function cannotInspect(ctx: RequestCtx, err: unknown, phase: Extract<Phas
 }
 
 function failureReason(err: unknown): WafFailureReason {
+  if (isBudgetOverrun(err)) return 'budget';
   const code = (err as { code?: unknown } | null)?.code;
   if (code === 'ERR_WAF_OVERLOADED') return 'overloaded';
   if (code === 'ERR_WAF_UNAVAILABLE') return 'unavailable';

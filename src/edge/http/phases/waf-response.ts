@@ -9,8 +9,11 @@
  * same limit of decoded bytes (response-decoding.ts); the client gets the origin's bytes unchanged.
  * One the proxy cannot decode is a response it cannot inspect (failMode decides).
  *
- * A hook that throws or rejects follows the proxy's `waf.failMode`, as on the request side
- * (`cannotInspect`): CLOSED replaces the response with 503, OPEN lets it through uninspected.
+ * A hook that throws or rejects, its transaction expired or lost with its thread included, follows
+ * the proxy's `waf.failMode`, as on the request side (`cannotInspect`): CLOSED replaces the
+ * response with 503 and the page, OPEN lets it through uninspected; counted either way. A request
+ * the request side already let through uninspected (OPEN) has no transaction: its response is
+ * not held (it was counted once, with the request).
  */
 import type { RequestCtx } from '../ctx.ts';
 import { headerValue } from '../headers.ts';
@@ -24,7 +27,7 @@ export const wafResponsePhase: ResponsePhase = {
 
   onResponseHead(ctx: RequestCtx, method: string, status: number, headers: string[]): HeldResponse | undefined {
     const waf = ctx.proxy.deps.waf;
-    if (waf?.inspectResponse === undefined) return undefined;
+    if (waf?.inspectResponse === undefined || ctx.wafUninspected) return undefined;
     const limit = waf.responseBodyLimit ?? 0;
     const wantsBody = limit > 0 && method !== 'HEAD' && isTextLike(headerValue(headers, 'content-type'));
     return { status, headers, chunks: [], length: 0, wantsBody, ended: false };

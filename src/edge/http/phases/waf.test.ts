@@ -5,7 +5,8 @@
  * whole after its first part was inspected (PROCESS_PARTIAL, with bodyTruncated), one it read whole
  * sent on with its own length, the response side replacing a response before it is sent, a hook
  * that gives no verdict following the proxy's failMode, and the exchange of a request whose client
- * left ended with it.
+ * left ended with it; a client whose requests keep running past the inspection budget refused early
+ * (429, one WAF_EVENT per episode, counted), and a response whose exchange is gone following failMode.
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -25,8 +26,8 @@ import {
 } from '../../../../test/support/http-servers.ts';
 import net from 'node:net';
 import type { HttpProxyDeps, WafHook, WafRequestInput, WafResponseInput, WafSettings, WafVerdict } from '../types.ts';
-import { BODY_LIMIT_RULE_ID } from './waf-request.ts';
-import { WafOverloadedError, WafUnavailableError } from '@tps/waf';
+import { BODY_LIMIT_RULE_ID, BUDGET_OFFENDER_RULE_ID } from './waf-request.ts';
+import { WafBudgetExceededError, WafOverloadedError, WafUnavailableError } from '@tps/waf';
 
 const RULE = {
   modSecId: 942100,
@@ -289,6 +290,103 @@ describe('waf phase (hook slot)', () => {
       assert.equal(origin.requests, before, 'a request whose client left is not sent on');
     } finally {
       await slow.stop();
+    }
+  });
+
+  it('refuses a client early (429, uninspected, counted, one event per episode) after 3 budget overruns', { timeout: 20_000 }, async () => {
+    const failures: string[] = [];
+    let refusedCount = 0;
+    let inspected = 0;
+    const overrunning = await extraProxy(
+      {},
+      {
+        ...waf,
+        inspectRequest: () => {
+          inspected++;
+          // Both spellings of an overrun: the engine ended the transaction, or the pool's watchdog the thread.
+          return Promise.reject(
+            inspected % 2 === 1 ? new WafBudgetExceededError('budget') : new WafUnavailableError('WAF request exceeded its 250 ms budget'),
+          );
+        },
+      },
+      {
+        metrics: {
+          wafUninspected: (_proxy, side, reason, outcome) => failures.push(`${side} ${reason} ${outcome}`),
+          wafBudgetOffenderRefused: () => refusedCount++,
+        },
+      },
+    );
+    try {
+      const before = origin.requests;
+      for (let i = 0; i < 3; i++) {
+        const res = await request(`${overrunning.url}/slow`, { method: 'POST', body: 'a=1' });
+        assert.equal(res.status, 503, 'an overrun gets failMode CLOSED');
+      }
+      assert.deepEqual(failures, ['request budget refused', 'request budget refused', 'request budget refused']);
+      const refused = await request(`${overrunning.url}/slow`, { method: 'POST', body: 'a=1' });
+      assert.equal(refused.status, 429);
+      assert.equal(refused.headers['retry-after'], '60');
+      const supportId = /Support ID: <code>([0-9a-f]{32})<\/code>/.exec(refused.text)?.[1];
+      assert.ok(supportId);
+      const again = await request(`${overrunning.url}/other`);
+      assert.equal(again.status, 429);
+      assert.equal(/Support ID: <code>([0-9a-f]{32})<\/code>/.exec(again.text)?.[1], supportId, 'the episode has one support id');
+      assert.equal(inspected, 3, 'refused without being inspected');
+      assert.equal(origin.requests, before);
+      assert.equal(refusedCount, 2);
+      await new Promise((r) => setTimeout(r, 50));
+      const events = overrunning.deps.insight.events.filter(
+        (e): e is WafEvent => e.type === 'WAF_EVENT' && e.rules.some((rule) => rule.modSecId === BUDGET_OFFENDER_RULE_ID),
+      );
+      assert.equal(events.length, 1, 'one event per episode');
+      assert.equal(events[0]!.supportId, supportId);
+      assert.equal(events[0]!.action, 'BLOCKED');
+      assert.equal(events[0]!.request.statusCode, 429);
+    } finally {
+      await overrunning.stop();
+    }
+  });
+
+  it('never refuses early when the operator sets 0 overruns', { timeout: 20_000 }, async () => {
+    const overrunning = await extraProxy(
+      {},
+      { ...waf, inspectRequest: () => Promise.reject(new WafBudgetExceededError('budget')) },
+      { wafBudgetOffenders: { overruns: 0 } },
+    );
+    try {
+      for (let i = 0; i < 5; i++) assert.equal((await request(`${overrunning.url}/slow`)).status, 503);
+    } finally {
+      await overrunning.stop();
+    }
+  });
+
+  it('applies failMode to a response whose exchange is gone: CLOSED replaces it, OPEN sends it on; counted', {
+    timeout: 20_000,
+  }, async () => {
+    for (const failMode of ['CLOSED', 'OPEN'] as const) {
+      const failures: string[] = [];
+      const lost = await extraProxy(
+        { failMode },
+        {
+          ...waf,
+          inspectResponse: () => Promise.reject(new WafUnavailableError('the WAF transaction of this request ended before its response')),
+        },
+        { metrics: { wafUninspected: (_proxy, side, reason, outcome) => failures.push(`${side} ${reason} ${outcome}`) } },
+      );
+      try {
+        const res = await request(`${lost.url}/fine`);
+        if (failMode === 'CLOSED') {
+          assert.equal(res.status, 503);
+          assert.doesNotMatch(res.text, /"url"/, 'nothing of the origin response went out');
+          assert.deepEqual(failures, ['response unavailable refused']);
+        } else {
+          assert.equal(res.status, 200);
+          assert.match(res.text, /"url":"\/fine"/);
+          assert.deepEqual(failures, ['response unavailable passed']);
+        }
+      } finally {
+        await lost.stop();
+      }
     }
   });
 

@@ -136,9 +136,30 @@ describe('WAF hook', () => {
       },
     };
     const hook = createWafHook(engine, { exchangeTtlMs: 5 });
-    await hook.inspectRequest(input('q=benign'));
+    const request = input('q=benign');
+    await hook.inspectRequest(request);
     await new Promise((resolve) => setTimeout(resolve, 30));
     assert.equal(hook.openExchanges, 0);
     assert.equal(hook.exchangeCounts.expired, 1);
+    // Its response has nothing left to be inspected with: the hook says so (the proxy applies failMode).
+    await assert.rejects(
+      Promise.resolve(hook.inspectResponse({ request, statusCode: 200, headers: [], body: null, bodyTruncated: false })),
+      (error: Error & { code?: string }) => error.code === 'ERR_WAF_UNAVAILABLE',
+    );
+  });
+
+  it("names the proxy's tenant in the engine's request (fair shares per tenant)", async () => {
+    const seen: WafRequest[] = [];
+    await createWafHook(fakeEngine(seen)).inspectRequest(input('q=1'));
+    assert.equal(seen[0]!.tenant, 't');
+  });
+
+  it('lets a response through when its engine keeps no exchanges (it inspects no response)', async () => {
+    const hook = createWafHook(fakeEngine([]));
+    const request = input('q=1');
+    await hook.inspectRequest(request);
+    assert.deepEqual(await hook.inspectResponse({ request, statusCode: 200, headers: [], body: null, bodyTruncated: false }), {
+      action: 'continue',
+    });
   });
 });

@@ -13,11 +13,16 @@
  *   by the block page before any byte reaches the client. An exchange lives as long as its request:
  *   the response side ends it, and so does the end of a request that never got that far
  *   (`endExchange`: client gone, origin failed, our own page, upgrade). The TTL only catches what
- *   those would miss; `exchangeCounts` says how each one ended.
+ *   those would miss; `exchangeCounts` says how each one ended. A response whose exchange is gone
+ *   (ended by the TTL, or lost with its thread) cannot be inspected: the hook rejects, and the
+ *   proxy applies its `waf.failMode` as for a request.
+ * - Each request names its proxy's tenant (`WafRequest.tenant`): the engine's threads are shared
+ *   fairly between tenants as well as between clients.
  * - Body limits are the proxy's (phases/waf-request.ts): the options here are the defaults of proxies
  *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
+import { WafUnavailableError } from '@tps/waf';
 import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../types.ts';
 import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
@@ -151,7 +156,11 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
 
     async inspectResponse(input: WafResponseInput): Promise<WafVerdict> {
       const open = exchanges.get(input.request.supportId);
-      if (!open) return { action: 'continue' };
+      if (!open) {
+        // An engine without exchanges inspects no response; with them, this one's is gone.
+        if (!engine.beginExchange) return { action: 'continue' };
+        throw new WafUnavailableError('the WAF transaction of this request ended before its response');
+      }
       try {
         const verdict = await open.exchange.inspectResponse({
           status: input.statusCode,
@@ -201,6 +210,7 @@ function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest 
     headers,
     ...(body && { body }),
     id: head.supportId,
+    tenant: head.tenantId,
   };
 }
 
