@@ -122,12 +122,12 @@ export interface OpenCompiledTransaction {
 export class CompiledInspector {
   readonly ruleSet: CompiledRuleSet;
   private readonly limits: { request: number; response: number };
-  /** Wall time one inspection (request side, or response side) may run before it ends; 0: none. */
+  /** Thread CPU time one inspection (request side, or response side) may use before it ends; 0: none. */
   private budgetMs: number;
 
   /**
    * `budgetMs`: each inspection's budget, measured from its own start (never its wait in a queue);
-   * past it the transaction ends with WafBudgetExceededError (rule-loop.ts Transaction.deadline).
+   * past it the transaction ends with WafBudgetExceededError (TransactionCollections.startBudget).
    */
   constructor(ruleSet: CompiledRuleSet, limits: { request: number; response: number }, budgetMs = 0) {
     this.ruleSet = ruleSet;
@@ -162,8 +162,7 @@ export class CompiledInspector {
 
   private startClock(tx: Transaction): void {
     if (this.budgetMs === 0) return;
-    tx.budgetMs = this.budgetMs;
-    tx.deadline = performance.now() + this.budgetMs;
+    tx.startBudget(this.budgetMs);
   }
 
   static load(options: CompiledRulesOptions = {}): CompiledInspector {

@@ -35,6 +35,17 @@ function canRunLinear(source: string, flags: string): boolean {
   }
 }
 
+/**
+ * From this many characters on, a pattern the linear engine can take runs on it from the start.
+ * The fallback only switches after `--regexp-backtracks-before-fallback` backtracks of one match
+ * attempt, and an unanchored search makes an attempt per start position: a long value with many
+ * near-misses (941160's `[\x22\x27](?:[^]*[\x09-\x0d\x20\x2f])?(?:on...)` on a value full of
+ * quotes) then costs seconds, each attempt a single step the inspection budget cannot interrupt,
+ * where the linear engine takes milliseconds. Below this length the backtracking engine's compiled
+ * code is faster, and its worst case small.
+ */
+const LINEAR_FROM_LENGTH = 4096;
+
 export class CompiledRegex {
   readonly pattern: string;
   readonly translated: TranslatedRegex;
@@ -48,6 +59,8 @@ export class CompiledRegex {
   readonly linear: boolean;
   /** True when it can also for subjects with "\r\n" line ends. */
   readonly linearNl: boolean;
+  /** The patterns compiled for the linear engine alone (pickLinear). */
+  private linearCopies: { re: RegExp | undefined; reM: RegExp | undefined; reNl: RegExp | undefined } | undefined;
 
   constructor(pattern: string, caseless = false) {
     this.pattern = pattern;
@@ -62,8 +75,26 @@ export class CompiledRegex {
   }
 
   private pick(subject: string): RegExp {
+    if (subject.length >= LINEAR_FROM_LENGTH && this.linear) return this.pickLinear(subject) ?? this.pickBacktracking(subject);
+    return this.pickBacktracking(subject);
+  }
+
+  private pickBacktracking(subject: string): RegExp {
     if (this.reNl === this.re || subject.indexOf('\n') < 0) return this.re;
     return subject.indexOf('\r') < 0 ? this.reM : this.reNl;
+  }
+
+  /**
+   * The linear engine's copy for a long subject, or undefined when it cannot take this one. Made on
+   * first use: most patterns never see a long subject.
+   */
+  private pickLinear(subject: string): RegExp | undefined {
+    const linear = (this.linearCopies ??= { re: undefined, reM: undefined, reNl: undefined });
+    const t = this.translated;
+    if (this.reNl === this.re || subject.indexOf('\n') < 0) return (linear.re ??= new RegExp(t.source, 'l'));
+    if (subject.indexOf('\r') < 0) return (linear.reM ??= new RegExp(t.sourceM, 'lm'));
+    if (!this.linearNl) return undefined;
+    return (linear.reNl ??= new RegExp(t.sourceNl, 'l'));
   }
 
   test(subject: string): boolean {
