@@ -263,6 +263,28 @@ describe('origin client', () => {
     assert.equal((await send(c, 'GET', '/', { pauseFirstChunkMs: 50 })).body, 'first+rest');
   });
 
+  it('hands on body chunks the handler may keep after later reads, and a head split across reads', T, async () => {
+    // Plain TCP connections read into one shared buffer: a kept chunk must not change under the handler.
+    const { c } = await setup(async (socket) => {
+      for (const part of ['HTTP/1.1 200 OK\r\nContent-', 'Length: 12\r\n\r\naaaa', 'bbbb', 'cccc']) {
+        socket.write(part);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    });
+    const kept = await new Promise<Buffer[]>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      c.request('GET', '/', ['host', 'origin.test'], undefined, {
+        onConnect() {},
+        onHeaders: () => true,
+        onData: (chunk) => chunks.push(chunk) > 0,
+        onComplete: () => resolve(chunks),
+        onError: reject,
+      });
+    });
+    assert.equal(Buffer.concat(kept).toString('latin1'), 'aaaabbbbcccc');
+    assert.ok(kept.length >= 2, `${kept.length} chunks`);
+  });
+
   it('queues requests over maxConnections and serves them on the freed connection', T, async () => {
     const { origin, c } = await setup(
       (socket, _head, index) => void setTimeout(() => socket.write(`HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n${index}`), 20),
