@@ -29,15 +29,20 @@
  *   node bench/hostile/run.ts
  *   BENCH_SECONDS=10 BENCH_MULTIPLIERS=1,4,10 BENCH_WORKERS=2 node bench/hostile/run.ts
  *   BENCH_WAF_CAPACITY=512 ...   (the WAF's capacity in requests, when the build sizes its queue otherwise)
- *   BENCH_SCENARIOS=baseline,flood,slowloris,rapid-reset,expensive ...   (a subset)
+ *   BENCH_SCENARIOS=baseline,flood,slowloris,rapid-reset,expensive,distributed ...   (a subset)
+ *
+ * `distributed`, the distributed application-layer flood (1,000 sources, each under the per-source
+ * limit), runs last as distributed-flood.ts, with a `tps serve` of its own (its header says what it prints).
  *
  * Loopback addresses: 127.0.4.1 front end, 127.0.4.2 origin, 127.0.4.3 benign client, attackers
  * from 127.0.5.0/24 and 127.0.6.0/24.
  */
+import { spawn } from 'node:child_process';
 import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import os from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { startTps, createTenant, type Tps } from '../../test/support/tps.ts';
 import { TenantApi } from '../../test/support/api-client.ts';
 import { TestCa } from '../../test/support/pki.ts';
@@ -57,7 +62,7 @@ const WAF_CAPACITY = Number(
 );
 const MULTIPLIERS = (process.env.BENCH_MULTIPLIERS ?? '1,4,10').split(',').map(Number);
 const SLOWLORIS = Number(process.env.BENCH_SLOWLORIS ?? 2_000);
-const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'baseline,flood,slowloris,rapid-reset,expensive').split(','));
+const SCENARIOS = new Set((process.env.BENCH_SCENARIOS ?? 'baseline,flood,slowloris,rapid-reset,expensive,distributed').split(','));
 const EXPENSIVE_RATES = (process.env.BENCH_EXPENSIVE_RATES ?? '1,5,20').split(',').map(Number);
 const BENIGN_CLIENTS = Number(process.env.BENCH_BENIGN_CLIENTS ?? 8);
 const FRONTEND = '127.0.4.1';
@@ -519,6 +524,13 @@ async function main(): Promise<void> {
     );
   }
   console.log(`\norigin requests in all: ${originRequests}`);
+  if (SCENARIOS.has('distributed')) {
+    console.log('\ndistributed application-layer flood (bench/hostile/distributed-flood.ts):\n');
+    // Its own service and sources: run after this one stopped, in a process of its own.
+    const child = spawn(process.execPath, [fileURLToPath(new URL('./distributed-flood.ts', import.meta.url))], { stdio: 'inherit' });
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    if (code !== 0) throw new Error(`distributed-flood.ts exited with ${code}`);
+  }
 }
 
 await main();
