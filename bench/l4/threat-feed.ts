@@ -7,7 +7,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { parseFeed } from '../../src/edge/l4/threat-feed.ts';
-import { IpSet } from '../../src/edge/net/ip-set.ts';
+import { IpSet } from '../../src/net/ip-set.ts';
 import { xorshift } from '../../test/support/random.ts';
 
 const entries = Number(process.argv[2] ?? 500_000);

@@ -15,8 +15,8 @@ import acme from 'acme-client';
 import * as x509 from '@peculiar/x509';
 import { openStore, type Store } from '../store/index.ts';
 import { AcmeChallengeResponder, ACME_IDENTIFIER_OID, tlsAlpnCertificate } from './acme-challenges.ts';
-import { ACME_TLS_ALPN_PROTOCOL, createAcmeTlsAlpnServer, isAcmeTlsAlpn } from './acme-tls-alpn.ts';
-import { readClientHello, type ClientHelloInfo } from '../edge/net/client-hello.ts';
+import { ACME_TLS_ALPN_PROTOCOL, createAcmeTlsAlpnServer, isAcmeTlsAlpn } from '../edge/http/tls-alpn-acme.ts';
+import { readClientHello, type ClientHelloInfo } from '../net/client-hello.ts';
 import { TestCa } from '../../test/support/pki.ts';
 
 const inOneHour = () => new Date(Date.now() + 3600_000).toISOString();

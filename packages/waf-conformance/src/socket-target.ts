@@ -16,9 +16,9 @@ import type { WafEngine, WafEngineSettings, WafEngineVerdict, WafExchange, WafRe
 import { createWafHook } from '../../../src/edge/http/waf/waf-hook.ts';
 import { HttpProxy } from '../../../src/edge/http/http-proxy.ts';
 import { loadGeoLookup } from '../../../src/edge/geo/geo-lookup.ts';
-import { OriginGuard } from '../../../src/edge/net/origin-guard.ts';
-import { OriginPolicy } from '../../../src/edge/net/origin-policy.ts';
-import { createOriginResolver } from '../../../src/edge/net/origin-resolver.ts';
+import { OriginGuard } from '../../../src/net/origin-guard.ts';
+import { OriginPolicy } from '../../../src/net/origin-policy.ts';
+import { createOriginResolver } from '../../../src/net/origin-resolver.ts';
 import type { HttpProxyAttributes } from '@tps/model';
 import {
   CRS_REGRESSION_SETTINGS,

@@ -6,7 +6,7 @@
 import type { L4ProxyAttributes } from '@tps/model';
 import type { ResolvedHttpProxy } from '../http/types.ts';
 import type { InsightEvent } from '@tps/model';
-import type { SharedIpSet } from '../net/ip-set.ts';
+import type { SharedIpSet } from '../../net/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { HistogramIncrement } from './histograms.ts';
 import type { SourceRefusals } from '../kernel-blocking/types.ts';

@@ -16,7 +16,7 @@ import { createMetrics, type Metrics } from '../../metrics.ts';
 import { freePort } from '../../../test/support/ports.ts';
 import { EdgeSupervisor } from './supervisor.ts';
 import { ThreatFeedHost, type ThreatFeedSet } from './threat-feed-host.ts';
-import { IpSet } from '../net/ip-set.ts';
+import { IpSet } from '../../net/ip-set.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '@tps/model';

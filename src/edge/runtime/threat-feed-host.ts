@@ -17,7 +17,7 @@
  * stay in use until its first refresh gives a new one.
  */
 import { Worker } from 'node:worker_threads';
-import type { SharedIpSet } from '../net/ip-set.ts';
+import type { SharedIpSet } from '../../net/ip-set.ts';
 import { sourceLabel, type ThreatFeedReport } from '../l4/threat-feed.ts';
 import type { EdgeLogger } from './types.ts';
 

@@ -9,7 +9,7 @@
  */
 import { SharedTable } from './shared-table.ts';
 import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
-import { sourceKey as defaultSourceKey } from '../net/source-key.ts';
+import { sourceKey as defaultSourceKey } from '../../net/source-key.ts';
 import { WINDOW_PAIR_WORDS, countEvent, estimate } from './sliding-window.ts';
 
 /** Payload of a slot: open connections, then the new connections' window pair. */

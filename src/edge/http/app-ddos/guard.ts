@@ -8,7 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { AppDdosSettings, DistributedAttackEvent, RequestSummary } from '@tps/model';
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../../../net/source-key.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { requestSummary } from '../insight-events.ts';
 import { pageAnswer } from '../phases/respond.ts';

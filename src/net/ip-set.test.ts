@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { MessageChannel } from 'node:worker_threads';
 import { IpSet, parseIpInto, parsePrefixInto, type SharedIpSet } from './ip-set.ts';
-import { xorshift } from '../../../test/support/random.ts';
+import { xorshift } from '../../test/support/random.ts';
 
 function words(ip: string): number[] | undefined {
   const out = new Uint32Array(4);

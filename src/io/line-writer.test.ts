@@ -5,10 +5,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { LineWriter } from './line-writer.ts';
-import { AccessLog } from './access-log.ts';
-import type { AccessLogEntry } from '../http/types.ts';
+import { AccessLog } from '../edge/access-log/access-log.ts';
+import type { AccessLogEntry } from '../edge/http/types.ts';
 import { Random } from '@tps/waf/test-support/random';
-import { appendHttpLine } from './http-line.ts';
+import { appendHttpLine } from '../edge/access-log/http-line.ts';
 
 const tempFile = () => path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'tps-lines-')), 'sub', 'access.log');
 
@@ -190,7 +190,7 @@ describe('access-log lines formatted in place', () => {
       } else {
         // Standard output is a pipe here: chunks of PIPE_BUF, long lines alone.
         const script = `import { LineWriter } from ${JSON.stringify(new URL('./line-writer.ts', import.meta.url).href)};
-          import { appendHttpLine } from ${JSON.stringify(new URL('./http-line.ts', import.meta.url).href)};
+          import { appendHttpLine } from ${JSON.stringify(new URL('../edge/access-log/http-line.ts', import.meta.url).href)};
           import fs from 'node:fs';
           const entries = JSON.parse(fs.readFileSync(0, 'utf8'));
           const writer = new LineWriter('stdout', { maxBufferedBytes: 1 << 26 });
