@@ -19,7 +19,7 @@ import { readClientHello } from '../../net/client-hello.ts';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { acceptProxyHeaders, proxiedAddressesOf } from '../../net/proxy-header.ts';
-import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../l4/flood-limits.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../limits/flood-limits.ts';
 import { unmapIpv4 } from '../../net/ip.ts';
 import { sourceKey } from '../../net/source-key.ts';
 import { EarlyRefusals } from './early-refusal.ts';

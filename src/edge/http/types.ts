@@ -7,7 +7,7 @@
 import type { HttpProxyAttributes } from '@tps/model';
 import type { InsightSink, MatchedRule } from '@tps/model';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
-import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
+import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../limits/flood-limits.ts';
 import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import type { ClientAddressPolicy } from '../../net/client-address.ts';
 import type { OriginGuard } from '../../net/origin-guard.ts';
@@ -15,7 +15,7 @@ import type { Http2Refusal } from './http2-guard.ts';
 import type { TargetRefusal } from './request-target.ts';
 import type { HttpLimits } from './limits.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
-import type { RateLimitStore } from './rate-limit/store.ts';
+import type { RateLimitStore } from '../limits/rate-store.ts';
 import type { AppDdosDeps } from './app-ddos/types.ts';
 
 /** What the runtime resolves from the store for one httpProxy configuration. */

@@ -27,7 +27,7 @@ import type { ClientAddressPolicy } from '../../net/client-address.ts';
 import { headerReadOptions, readProxyHeader } from '../../net/proxy-header.ts';
 import { HostPool, type DeliveryMethod } from '../balance/index.ts';
 import type { OriginGuard, ScopedOriginGuard } from '../../net/origin-guard.ts';
-import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from './flood-limits.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../limits/flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
 import { unmapIpv4 } from '../../net/ip.ts';
 import { refusalAnsweredBy, roundMs } from './access-log.ts';

@@ -4,7 +4,7 @@
  * A UDP session counts as a connection.
  *
  * The new-connection rate is the edge's sliding-window estimate over one second
- * (src/edge/shared-counters/sliding-window.ts, Pingora's rate.rs). Only admitted connections
+ * (src/edge/limits/sliding-window.ts, Pingora's rate.rs). Only admitted connections
  * count, so the cap reads "at most N new connections per second from one source reach the origin",
  * and a source that stops flooding is admitted again within a second.
  *
@@ -14,7 +14,7 @@
  * An evicted source loses only its rate history, which after a second of silence is zero anyway.
  */
 import { sourceKey } from '../../net/source-key.ts';
-import { WINDOW_PAIR_WORDS, countEvent, estimate } from '../shared-counters/sliding-window.ts';
+import { WINDOW_PAIR_WORDS, countEvent, estimate } from './sliding-window.ts';
 
 export interface FloodLimitSettings {
   maxConnectionsPerSource: number;

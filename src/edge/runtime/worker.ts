@@ -17,7 +17,7 @@ import type { InsightSink } from '@tps/model';
 import { InsightSampler } from '../../insight/sampler.ts';
 import { SharedTable } from '../shared-counters/shared-table.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
-import type { FloodLimitSettings } from '../l4/flood-limits.ts';
+import type { FloodLimitSettings } from '../limits/flood-limits.ts';
 import { sourceKey } from '../../net/source-key.ts';
 import { SharedRateLimitStore } from '../shared-counters/shared-rate-store.ts';
 import { SharedFloodLimiter } from '../shared-counters/shared-flood-limiter.ts';

@@ -13,7 +13,7 @@
  * requests, blocked until) are sent to `onEpisodeUpdate` at most once per `updateIntervalMs`.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { MemoryRateLimitStore, type RateHit, type RateLimitStore } from './store.ts';
+import { MemoryRateLimitStore, type RateHit, type RateLimitStore } from '../../limits/rate-store.ts';
 
 export interface RateLimitPolicy {
   thresholds: readonly { requests: number; periodSeconds: number }[];
