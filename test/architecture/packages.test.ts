@@ -35,7 +35,7 @@ function packageOf(file: string): string | undefined {
   return path.startsWith('..') ? undefined : path.split('/')[0];
 }
 
-/** The package a bare specifier names: `@tps/waf` of `@tps/waf/test-support/random`. */
+/** The package a bare specifier names: `@tps/model` of `@tps/model/some/path`. */
 const packageName = (specifier: string): string => specifier.split('/').slice(0, 2).join('/');
 const isBuiltin = (specifier: string): boolean => specifier.startsWith('node:') || builtins.has(specifier);
 const where = (file: string): string => relative(REPOSITORY, file);
@@ -87,6 +87,8 @@ test('packages: one reaches another by its name, and only one its package.json l
     const own = packageOf(file)!;
     const manifest = manifests.get(own)!;
     const declared = new Set([...Object.keys(manifest.dependencies ?? {}), ...Object.keys(manifest.optionalDependencies ?? {})]);
+    // a package's tests may also use its test tools (the seeded generator of @tps/waf-conformance)
+    if (file.endsWith('.test.ts')) for (const tool of Object.keys(manifest.devDependencies ?? {})) declared.add(tool);
     for (const i of imports) {
       if (i.specifier.startsWith('.')) {
         const target = i.target !== undefined ? packageOf(i.target) : undefined;

@@ -19,4 +19,5 @@ export {
   logLine,
 } from './target.ts';
 export type { ConformanceTarget, EngineName, StageDestination, StageOutcome } from './target.ts';
+export { Random, uint32s } from './random.ts';
 export { givenSuite, skipWithoutSuite, SUITE_VARIABLE } from './suite.ts';

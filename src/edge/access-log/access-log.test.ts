@@ -11,7 +11,7 @@ import { execFileSync } from 'node:child_process';
 import { LineWriter } from '../../io/line-writer.ts';
 import { AccessLog } from './access-log.ts';
 import type { AccessLogEntry } from '../http/types.ts';
-import { Random } from '@tps/waf/test-support/random';
+import { Random } from '@tps/waf-conformance';
 import { appendHttpLine } from './http-line.ts';
 
 const tempFile = () => path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'tps-lines-')), 'sub', 'access.log');

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import { addonString, readGolden } from '../golden.ts';
 import type { TransformationVectors } from '../golden.ts';
-import { Random } from '../test-support/random.ts';
+import { Random } from '@tps/waf-conformance';
 import {
   base64Decode,
   CHANGES_ON,
