@@ -20,4 +20,14 @@ export {
 } from './target.ts';
 export type { ConformanceTarget, EngineName, StageDestination, StageOutcome } from './target.ts';
 export { Random, uint32s } from './random.ts';
+export {
+  addonString,
+  decodeRequest,
+  encodeRequest,
+  GOLDEN_DIR,
+  readGolden,
+  ruleCaseLines,
+  SMALL_RULE_SET_PREAMBLE,
+} from './golden/vectors.ts';
+export type { CrsVector, CrsVectors, GoldenRequest, GoldenSource, RuleCaseVectors, TransformationVectors } from './golden/vectors.ts';
 export { givenSuite, skipWithoutSuite, SUITE_VARIABLE } from './suite.ts';
