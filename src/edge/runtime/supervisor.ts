@@ -34,7 +34,7 @@ import type { OriginPolicySettings } from '../../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
 import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
-import type { EdgeLogger } from './types.ts';
+import type { EdgeLogger, StartThread } from './types.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
 import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
@@ -75,6 +75,8 @@ export const NO_THREAT_FEED_DETAIL =
  * least recently used source is recycled; the proxy's total stays exact.
  */
 const FLOOD_SLOTS_PER_PROXY = 8_192;
+
+const newWorker: StartThread = (script, options) => new Worker(script, options);
 
 export interface EdgeOptions {
   store: Store;
@@ -133,6 +135,8 @@ export interface EdgeOptions {
   acmeChallenge?: (token: string, host: string, tenantId: string) => Promise<string | undefined>;
   /** The TLS-ALPN-01 challenge certificate of a name, when `tenantId` (the proxy's tenant) has an order pending for it. */
   acmeTlsAlpn?: (servername: string, tenantId: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
+  /** Starts the proxy worker threads and the threat-feed thread; default `new Worker`. */
+  startThread?: StartThread;
   /** Where insight events are written (the insight writer thread); default: the store, from this thread. */
   insightWrites?: InsightWrites;
   /** WAF events kept whole per proxy, source, matched rule set and minute (TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE). */
@@ -233,6 +237,7 @@ export class EdgeSupervisor {
         sources: options.threatFeeds ?? [],
         refreshIntervalMs: options.threatFeedRefreshMs ?? 3_600_000,
         logger: options.logger,
+        startThread: options.startThread ?? newWorker,
         // Shared memory: every worker looks up in the same set, nothing is copied.
         onSet: ({ set, generation }) => {
           for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'threat-feed', set, generation } satisfies ToWorker);
@@ -503,14 +508,6 @@ export class EdgeSupervisor {
     return this.#slots.filter((slot) => slot.worker && generation !== undefined && slot.threatFeedGeneration === generation).length;
   }
 
-  /**
-   * Kills one worker (for tests of the restart): the others keep serving. Resolves once its thread
-   * is gone; connections it had accepted by then die with it, as in a real crash.
-   */
-  async crashWorkerForTest(index: number): Promise<void> {
-    await this.#slots[index]?.worker?.terminate();
-  }
-
   #spawn(slot: WorkerSlot): void {
     const o = this.#options;
     const settings: WorkerSettings = {
@@ -549,7 +546,10 @@ export class EdgeSupervisor {
       // Signs challenges and clearance cookies: the same on every node that shares the master key.
       appDdos: { settings: o.appDdos ?? {}, secret: o.secrets.derive('app-ddos clearance') },
     };
-    const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
+    const worker = (o.startThread ?? newWorker)(new URL('./worker.ts', import.meta.url), {
+      workerData: settings,
+      name: `tps-edge-${slot.index}`,
+    });
     slot.worker = worker;
     this.#workersChangedAt = Date.now();
     slot.reports.clear();
