@@ -24,7 +24,8 @@ import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
-import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
+import type { ConfigEntry, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
+import { EDGE_COUNTERS, EDGE_HISTOGRAMS, type EdgeCounterName, type EdgeHistogramName } from './metric-catalogue.ts';
 import { DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
 import type { WafInputLimits } from '@tps/waf';
 import type { BudgetOffenderSettings } from '../http/types.ts';
@@ -36,7 +37,7 @@ import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
 import type { EdgeLogger, StartThread } from './types.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
-import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
+import { MergedHistogram } from './histograms.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
 import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
@@ -245,105 +246,14 @@ export class EdgeSupervisor {
       });
     }
     this.#counters = new Map(
-      (
-        [
-          ['tps_edge_connections_total', 'Layer 4 connections (TCP) or sessions (UDP) admitted.', ['proxy', 'protocol']],
-          [
-            'tps_edge_refused_total',
-            'Connections, HTTP/2 sessions, requests or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse, a malformed or ambiguous request).',
-            ['proxy', 'protocol', 'reason'],
-          ],
-          [
-            'tps_edge_app_ddos_requests_total',
-            'Requests the application-layer DDoS protection acted on, by outcome: challenged (challenge page served), solved, failed (a wrong or expired solution), cleared (a valid clearance let through), exempt, blocked (a source that kept ignoring the challenge), shed (over appDdos.originRateLimit).',
-            ['proxy', 'outcome'],
-          ],
-          [
-            'tps_edge_app_ddos_attacks_total',
-            'Application-layer attacks on a proxy detected (event="started") and ended (event="ended", its APP_DDOS_ATTACK event recorded) on this node; started minus ended is the attacks under way.',
-            ['proxy', 'event'],
-          ],
-          [
-            'tps_edge_dropped_total',
-            'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
-            ['proxy', 'protocol', 'reason'],
-          ],
-          [
-            'tps_edge_udp_sessions_evicted_total',
-            'UDP sessions whose client had not shown it receives, ended to make room for a new session (the oldest first).',
-            ['proxy'],
-          ],
-          ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
-          ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
-          [
-            'tps_edge_origin_refused_total',
-            'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.',
-            ['proxy', 'reason'],
-          ],
-          [
-            'tps_edge_http_requests_total',
-            'HTTP requests by who answered (origin, waf, rate-limit, geo, acme, error; none: the client left first) and status class (2xx...; none).',
-            ['proxy', 'answered_by', 'status_class'],
-          ],
-          [
-            'tps_edge_waf_rule_matches_total',
-            'WAF rule matches by rule id (requests and responses; a rule counted once per verdict), whether or not the request was blocked.',
-            ['rule'],
-          ],
-          [
-            'tps_edge_waf_audit_log_lines_total',
-            'WAF audit-log records (TPS_WAF_AUDIT_LOG) by outcome: written, dropped (the buffer was full or the file failed).',
-            ['outcome'],
-          ],
-          [
-            'tps_edge_access_log_lines_total',
-            'Access-log lines by outcome: written, dropped (the buffer was full: the disk could not keep up; or a write failed), sampled (left out, TPS_ACCESS_LOG_SAMPLE).',
-            ['outcome'],
-          ],
-          [
-            'tps_insight_sampled_requests_total',
-            'WAF requests counted into a sampled event (their number is in its requestCount) instead of stored as events of their own.',
-            [],
-          ],
-          [
-            'tps_insight_overflow_requests_total',
-            "WAF requests counted into a proxy-wide sampled event because the sampler's groups (source, rule set) were full: their source and rules are not kept.",
-            [],
-          ],
-          [
-            'tps_insight_dropped_requests_total',
-            'WAF requests neither stored nor counted: the sampler had no room at all (a long store outage).',
-            [],
-          ],
-          [
-            'tps_edge_waf_uninspected_total',
-            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
-            ['proxy', 'side', 'reason', 'outcome'],
-          ],
-          [
-            'tps_edge_waf_budget_offender_refused_total',
-            "Requests refused early (429, not inspected) because their client's requests kept running past the WAF's inspection budget (TPS_WAF_OFFENDER_*).",
-            ['proxy'],
-          ],
-          [
-            'tps_edge_waf_thread_restarts_total',
-            'WAF engine threads replaced, by cause: runaway (a request ran past the watchdog bound, a step the engine could not interrupt; every request the thread held failed) or crash (the thread died). A request past its budget ends alone and is no restart: see tps_edge_waf_uninspected_total{reason="budget"}.',
-            ['cause'],
-          ],
-          [
-            'tps_edge_waf_body_over_limit_total',
-            'Request bodies longer than the WAF inspects, by what was done: REJECT (413) or PROCESS_PARTIAL (first part inspected, the rest passed).',
-            ['proxy', 'action'],
-          ],
-          [
-            'tps_edge_waf_exchanges_total',
-            'WAF exchanges (a request kept for its response) opened, and ended: inspected (response side), abandoned (request over first), expired (TTL: a leak).',
-            ['event'],
-          ],
-        ] as const
-      ).map(([name, help, labelNames]) => [
+      (Object.keys(EDGE_COUNTERS) as EdgeCounterName[]).map((name) => [
         name,
-        new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] }),
+        new Counter({
+          name,
+          help: EDGE_COUNTERS[name].help,
+          labelNames: [...EDGE_COUNTERS[name].labelNames],
+          registers: [options.metrics.registry],
+        }),
       ]),
     );
     this.#histograms = new Map(
