@@ -4,7 +4,10 @@
  *   nothing from the data plane (src/edge): what both use lives below them (src/net, src/io,
  *   packages/model);
  * - src/edge/limits (the sliding windows, the flood caps, the counter-store interface) is below
- *   http, l4 and shared-counters, which import it; it imports none of them.
+ *   http, l4 and shared-counters, which import it; it imports none of them;
+ * - the HTTP phases (src/edge/http/phases) import nothing of the upstream: the pipeline
+ *   (src/edge/http/pipeline.ts) runs the request phases, then the upstream, which runs the
+ *   response phase.
  * Tests count: a test beside a module imports what the module may.
  */
 import assert from 'node:assert/strict';
@@ -41,4 +44,9 @@ test('src/edge/limits imports nothing from http, l4, shared-counters or runtime,
   assert.deepEqual(importsInto(limits, ['src/edge/http', 'src/edge/l4', 'src/edge/shared-counters', 'src/edge/runtime']), []);
   for (const user of ['src/edge/http', 'src/edge/l4', 'src/edge/shared-counters'])
     assert.ok(importsInto([user], limits).length > 0, `${user} imports src/edge/limits`);
+});
+
+test('the HTTP phases import nothing from the upstream (the pipeline runs both)', () => {
+  assert.deepEqual(importsInto(['src/edge/http/phases'], ['src/edge/http/upstream']), []);
+  assert.ok(importsInto(['src/edge/http/upstream'], ['src/edge/http/phases']).length > 0, 'the upstream runs the response phase');
 });

@@ -28,7 +28,7 @@ import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { recordEpisodeUpdate } from './insight-events.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
 import { loggingPhase } from './phases/logging.ts';
-import { runRequestPhases } from './phases/index.ts';
+import { runRequestPhases } from './pipeline.ts';
 import type { RateEpisode } from './rate-limit/limiter.ts';
 import { ProxySnapshot } from './snapshot.ts';
 import { frontendTlsSettingsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
