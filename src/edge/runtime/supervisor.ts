@@ -14,7 +14,7 @@
 import { Worker } from 'node:worker_threads';
 import { X509Certificate } from 'node:crypto';
 import os from 'node:os';
-import { Counter, Gauge, Histogram } from 'prom-client';
+import { Counter, Gauge } from 'prom-client';
 import type { Store } from '../../store/index.ts';
 import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
@@ -38,6 +38,7 @@ import { ThreatFeedHost } from './threat-feed-host.ts';
 import type { EdgeLogger, StartThread } from './types.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
 import { MergedHistogram } from './histograms.ts';
+import { ApplyTracking } from './apply-tracking.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
 import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
@@ -193,12 +194,10 @@ export class EdgeSupervisor {
   readonly #threatFeed: ThreatFeedHost | undefined;
   /** The workers' latency histograms, merged. */
   readonly #histograms: Map<EdgeHistogramName, MergedHistogram>;
-  /** Per configuration: the version the workers should serve, since when (ms), and whether all of them have applied it. */
-  #applying = new Map<string, { version: string; since: number; applied: boolean }>();
-  #lastReloadAt = 0;
   /** When a worker last exited or was started: its configurations get the grace again (the others serve meanwhile). */
   #workersChangedAt = 0;
-  readonly #applySeconds: Histogram<string>;
+  /** Per configuration: the version the workers should serve, since when, and whether all of them have applied it. */
+  readonly #apply: ApplyTracking;
   /** Not-after (ms) of certificates by PEM, for the expiry gauge (only those in use are kept). */
   #notAfter = new Map<string, number>();
   /** Sources still sending while blocked, dropped by the kernel (kernel-blocking/). */
@@ -274,33 +273,10 @@ export class EdgeSupervisor {
       logger: options.logger,
       registry: options.metrics.registry,
     });
-    this.#applySeconds = new Histogram({
-      name: 'tps_edge_config_apply_seconds',
-      help: 'Configuration changes, from the change in the store (its updatedAt) to every worker of this node serving it (or reporting it cannot).',
-      buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-      registers,
-    });
-    const applying = this.#applying;
-    new Gauge({
-      name: 'tps_edge_config_apply_lag_seconds',
-      help: 'Age of the oldest configuration change this node has not applied in every worker yet (0: all applied).',
-      registers,
-      collect() {
-        const now = Date.now();
-        let oldest = now;
-        for (const state of applying.values()) if (!state.applied && state.since < oldest) oldest = state.since;
-        this.set((now - oldest) / 1000);
-      },
-    });
-    new Gauge({
-      name: 'tps_edge_configs_pending_apply',
-      help: 'Configurations whose current version is not applied by every worker of this node yet.',
-      registers,
-      collect() {
-        let pending = 0;
-        for (const state of applying.values()) if (!state.applied) pending++;
-        this.set(pending);
-      },
+    this.#apply = new ApplyTracking({
+      registry: options.metrics.registry,
+      appliedByAll: (id, version) => this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(id)?.version === version),
+      pollMs: POLL_MS,
     });
     const certificates = () => this.#certificateExpiry();
     new Gauge({
@@ -488,7 +464,7 @@ export class EdgeSupervisor {
       case 'status':
         slot.reports.set(message.id, { version: message.version, state: message.state, detail: message.detail });
         this.#publish(message.id);
-        this.#noteApplied(message.id);
+        this.#apply.noteApplied(message.id);
         break;
       case 'removed':
         slot.reports.delete(message.id);
@@ -591,7 +567,7 @@ export class EdgeSupervisor {
     this.#storeRevision = revision;
     this.#entries = entries;
     this.#revisions = revisions;
-    this.#trackApplying(entries, records);
+    this.#apply.track(entries, records);
     this.#counterTables.retainOnly(new Set(entries.map((entry) => entry.config.id)));
     for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
     for (const [id, status] of unresolved) this.#report(id, status);
@@ -662,7 +638,7 @@ export class EdgeSupervisor {
       let problem: EdgeHealth['notServed'][number] | undefined;
       if (failure !== undefined) problem = { id, state: 'ERROR', detail: failure.detail ?? 'cannot be served' };
       else if (!reports.every((report) => report?.version === entry.version && report.state === 'ACTIVE')) {
-        const since = Math.max(this.#applying.get(id)?.since ?? now, this.#workersChangedAt);
+        const since = Math.max(this.#apply.since(id) ?? now, this.#workersChangedAt);
         if (now - since > APPLY_GRACE_MS) {
           const serving = reports.filter((report) => report?.version === entry.version).length;
           problem = {
@@ -723,40 +699,6 @@ export class EdgeSupervisor {
     const config = entry.config;
     if (config.type !== 'l4Proxy' || this.#threatFeed !== undefined) return null;
     return config.attributes.threatIntelligence?.enabled === false ? null : NO_THREAT_FEED_DETAIL;
-  }
-
-  /**
-   * Notes when each configuration's current version appeared: its change in the store (updatedAt)
-   * when that happened since the previous reload, else now (a certificate renewed, the node
-   * starting, a version that changed without the configuration's own row).
-   */
-  #trackApplying(entries: ConfigEntry[], records: readonly { id: string; updatedAt: string }[]): void {
-    const now = Date.now();
-    const updatedAt = new Map(records.map((record) => [record.id, Date.parse(record.updatedAt)]));
-    const next = new Map<string, { version: string; since: number; applied: boolean }>();
-    for (const entry of entries) {
-      const id = entry.config.id;
-      const previous = this.#applying.get(id);
-      if (previous !== undefined && previous.version === entry.version) {
-        next.set(id, previous);
-        continue;
-      }
-      const changed = updatedAt.get(id) ?? now;
-      const since = this.#lastReloadAt > 0 && changed > this.#lastReloadAt - POLL_MS && changed <= now ? changed : now;
-      next.set(id, { version: entry.version, since, applied: false });
-    }
-    this.#applying = next;
-    this.#lastReloadAt = now;
-    for (const entry of entries) this.#noteApplied(entry.config.id);
-  }
-
-  /** Once every worker has applied (or failed) a configuration's current version: the apply time is observed. */
-  #noteApplied(id: string): void {
-    const state = this.#applying.get(id);
-    if (state === undefined || state.applied) return;
-    if (!this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(id)?.version === state.version)) return;
-    state.applied = true;
-    this.#applySeconds.observe(Math.max(0, Date.now() - state.since) / 1000);
   }
 
   /** The certificates this node's proxies present, with their not-after times (parsed once per PEM). */
