@@ -36,9 +36,10 @@ import type { WorkerSettings } from './worker.ts';
 import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
 import type { EdgeLogger, StartThread } from './types.ts';
-import { sourceLabel } from '../l4/threat-feed.ts';
 import { MergedHistogram } from './histograms.ts';
 import { ApplyTracking } from './apply-tracking.ts';
+import { edgeHealth, type EdgeHealth, type WorkerReport } from './health.ts';
+import { sourceLabel } from '../l4/threat-feed.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
 import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
@@ -49,25 +50,6 @@ const HEARTBEAT_MS = 5_000;
 const INSIGHT_FLUSH_MS = 200;
 const RESTART_DELAY_MS = 200;
 const EPISODE_MEMORY_MS = 10 * 60_000;
-/** A configuration its workers have not all applied for this long makes the node unhealthy (/healthz). */
-const APPLY_GRACE_MS = 10_000;
-/** Configurations named in a health report at most (the count is always whole). */
-const HEALTH_LIST_LIMIT = 50;
-
-/** What `/healthz` says about the edge (EdgeSupervisor.health). */
-export interface EdgeHealth {
-  /** false: some configuration this node should serve is not served by every worker. */
-  ok: boolean;
-  /** Configurations this node serves (handed to its workers). */
-  configurations: number;
-  /** Those not served: a worker reports an error, or has not applied them within the grace. */
-  notServed: { id: string; state: 'ERROR' | 'APPLYING'; detail: string }[];
-  /** How many are not served (the list stops at HEALTH_LIST_LIMIT). */
-  notServedCount: number;
-  /** What works but not as configured: a threat feed enabled without a source, feeds failing. */
-  warnings: { code: string; detail: string; configurations?: string[] }[];
-}
-
 /** The status detail of an l4Proxy whose threat intelligence is on while the node has no threat feed. */
 export const NO_THREAT_FEED_DETAIL =
   'threatIntelligence is enabled but this edge node has no threat feed (TPS_THREAT_FEEDS is empty): no source is refused';
@@ -157,7 +139,7 @@ interface WorkerSlot {
   index: number;
   worker: Worker | undefined;
   /** What this worker reported last, per configuration id. */
-  reports: Map<string, { version: string; state: 'ACTIVE' | 'ERROR'; detail: string | null }>;
+  reports: Map<string, WorkerReport>;
   /** Generation of the threat-feed set this worker says it uses. */
   threatFeedGeneration?: number;
 }
@@ -629,51 +611,17 @@ export class EdgeSupervisor {
    * workers were handed is served by all of them, or which are not and why; and warnings.
    */
   health(now = Date.now()): EdgeHealth {
-    const notServed: EdgeHealth['notServed'] = [];
-    let notServedCount = 0;
-    for (const entry of this.#entries) {
-      const id = entry.config.id;
-      const reports = this.#slots.map((slot) => (slot.worker === undefined ? undefined : slot.reports.get(id)));
-      const failure = reports.find((report) => report?.version === entry.version && report.state === 'ERROR');
-      let problem: EdgeHealth['notServed'][number] | undefined;
-      if (failure !== undefined) problem = { id, state: 'ERROR', detail: failure.detail ?? 'cannot be served' };
-      else if (!reports.every((report) => report?.version === entry.version && report.state === 'ACTIVE')) {
-        const since = Math.max(this.#apply.since(id) ?? now, this.#workersChangedAt);
-        if (now - since > APPLY_GRACE_MS) {
-          const serving = reports.filter((report) => report?.version === entry.version).length;
-          problem = {
-            id,
-            state: 'APPLYING',
-            detail: `served by ${serving} of ${this.#slots.length} workers for ${Math.round((now - since) / 1000)} s`,
-          };
-        }
-      }
-      if (problem === undefined) continue;
-      notServedCount++;
-      if (notServed.length < HEALTH_LIST_LIMIT) notServed.push(problem);
-    }
-    const warnings: EdgeHealth['warnings'] = [];
-    const withoutFeed = this.#entries.filter((entry) => this.#activeNotice(entry) !== null).map((entry) => entry.config.id);
-    if (withoutFeed.length > 0) {
-      warnings.push({
-        code: 'NO_THREAT_FEED',
-        detail: `${withoutFeed.length} layer 4 proxies have threatIntelligence enabled, but TPS_THREAT_FEEDS is empty on this node: no source is refused`,
-        configurations: withoutFeed.slice(0, HEALTH_LIST_LIMIT),
-      });
-    }
-    const report = this.#threatFeed?.report;
-    if (this.#threatFeed !== undefined) {
-      const failing = (report?.sources ?? []).filter((source) => !source.ok).map((source) => sourceLabel(source.source));
-      if (report === undefined) warnings.push({ code: 'THREAT_FEED_NOT_LOADED', detail: 'the threat feeds have not been read yet' });
-      else if (failing.length > 0)
-        warnings.push({
-          code: 'THREAT_FEED_SOURCE_FAILING',
-          detail: `threat-feed sources failing (their last good entries stay in use): ${failing.join(', ')}`,
-        });
-    }
-    const kernelWarning = this.#kernelBlocking.warning;
-    if (kernelWarning !== undefined) warnings.push(kernelWarning);
-    return { ok: notServedCount === 0, configurations: this.#entries.length, notServed, notServedCount, warnings };
+    return edgeHealth(
+      {
+        entries: this.#entries,
+        workerReports: this.#slots.map((slot) => (slot.worker === undefined ? undefined : slot.reports)),
+        applyingSince: (id) => Math.max(this.#apply.since(id) ?? now, this.#workersChangedAt),
+        withoutFeed: this.#entries.filter((entry) => this.#activeNotice(entry) !== null).map((entry) => entry.config.id),
+        threatFeed: this.#threatFeed && { report: this.#threatFeed.report },
+        kernelWarning: this.#kernelBlocking.warning,
+      },
+      now,
+    );
   }
 
   /** Where a proxy's escalated sources are dropped: its front end, protocols and rate limit. */
