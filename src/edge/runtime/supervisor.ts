@@ -38,7 +38,8 @@ import { ThreatFeedHost } from './threat-feed-host.ts';
 import type { EdgeLogger, StartThread } from './types.ts';
 import { MergedHistogram } from './histograms.ts';
 import { ApplyTracking } from './apply-tracking.ts';
-import { edgeHealth, type EdgeHealth, type WorkerReport } from './health.ts';
+import { EdgeWorkers, type WorkerSlot } from './workers.ts';
+import { edgeHealth, type EdgeHealth } from './health.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
@@ -48,7 +49,6 @@ import type { KernelBlockingMode } from '../kernel-blocking/types.ts';
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
 const INSIGHT_FLUSH_MS = 200;
-const RESTART_DELAY_MS = 200;
 const EPISODE_MEMORY_MS = 10 * 60_000;
 /** The status detail of an l4Proxy whose threat intelligence is on while the node has no threat feed. */
 export const NO_THREAT_FEED_DETAIL =
@@ -135,15 +135,6 @@ export interface EdgeOptions {
   kernelBlocking?: { mode: KernelBlockingMode; escalationFactor?: number };
 }
 
-interface WorkerSlot {
-  index: number;
-  worker: Worker | undefined;
-  /** What this worker reported last, per configuration id. */
-  reports: Map<string, WorkerReport>;
-  /** Generation of the threat-feed set this worker says it uses. */
-  threatFeedGeneration?: number;
-}
-
 interface Published {
   revision: number;
   state: 'ACTIVE' | 'PROVISIONING' | 'ERROR';
@@ -153,7 +144,7 @@ interface Published {
 export class EdgeSupervisor {
   readonly #options: EdgeOptions;
   readonly #resolver: ConfigResolver;
-  readonly #slots: WorkerSlot[];
+  readonly #workers: EdgeWorkers;
   readonly #counters: Map<EdgeCounterName, Counter<string>>;
   readonly #counterTables: ProxyCounterTableSet;
   /** The node's budget of edge connections in shared memory, handed to every worker; absent: none. */
@@ -189,11 +180,24 @@ export class EdgeSupervisor {
     this.#options = options;
     this.#resolver = new ConfigResolver(options.store, options.secrets, options.crls);
     const workers = options.workers ?? Math.max(1, os.availableParallelism());
+    this.#workers = new EdgeWorkers({
+      count: workers,
+      startThread: options.startThread ?? newWorker,
+      logger: options.logger,
+      settingsFor: (index) => this.#workerSettings(index),
+      onMessage: (slot, message) => this.#onMessage(slot, message),
+      // Its connections died with it; their places go back before a new worker takes the slot.
+      onExit: (slot) => {
+        if (this.#connectionBudget !== undefined) NodeConnectionBudget.reclaim(this.#connectionBudget, slot.index);
+      },
+      onChange: () => {
+        this.#workersChangedAt = Date.now();
+      },
+    });
     this.#counterTables = new ProxyCounterTableSet({
       floodSlots: FLOOD_SLOTS_PER_PROXY,
       ...(options.rateLimitClientsPerProxy !== undefined && { rateSlots: options.rateLimitClientsPerProxy }),
     });
-    this.#slots = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, reports: new Map() }));
     const budget = options.maxConnections === undefined ? undefined : NodeConnectionBudget.allocate(options.maxConnections, workers);
     this.#connectionBudget = budget;
     if (budget !== undefined) {
@@ -222,7 +226,7 @@ export class EdgeSupervisor {
         startThread: options.startThread ?? newWorker,
         // Shared memory: every worker looks up in the same set, nothing is copied.
         onSet: ({ set, generation }) => {
-          for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'threat-feed', set, generation } satisfies ToWorker);
+          this.#workers.postAll({ kind: 'threat-feed', set, generation });
         },
       });
     }
@@ -257,7 +261,8 @@ export class EdgeSupervisor {
     });
     this.#apply = new ApplyTracking({
       registry: options.metrics.registry,
-      appliedByAll: (id, version) => this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(id)?.version === version),
+      appliedByAll: (id, version) =>
+        this.#workers.slots.every((slot) => slot.worker !== undefined && slot.reports.get(id)?.version === version),
       pollMs: POLL_MS,
     });
     const certificates = () => this.#certificateExpiry();
@@ -312,7 +317,7 @@ export class EdgeSupervisor {
     // Before the workers: they report refusals only when kernel blocking is on.
     await this.#kernelBlocking.start();
     this.#threatFeed?.start();
-    for (const slot of this.#slots) this.#spawn(slot);
+    this.#workers.start();
     this.#timers.push(
       setInterval(() => void this.#poll(), POLL_MS),
       setInterval(() => void this.#heartbeat(), HEARTBEAT_MS),
@@ -324,17 +329,7 @@ export class EdgeSupervisor {
     this.#stopping = true;
     for (const timer of this.#timers) clearInterval(timer);
     await this.#threatFeed?.stop();
-    await Promise.all(
-      this.#slots.map(async (slot) => {
-        const worker = slot.worker;
-        if (!worker) return;
-        const exited = new Promise((resolve) => worker.once('exit', resolve));
-        worker.postMessage({ kind: 'stop' } satisfies ToWorker);
-        const timeout = setTimeout(() => void worker.terminate(), 5_000);
-        await exited;
-        clearTimeout(timeout);
-      }),
-    );
+    await this.#workers.stop();
     await this.#kernelBlocking.stop();
     await this.#insight.drain();
     await this.#options.eventSinks?.close();
@@ -351,7 +346,7 @@ export class EdgeSupervisor {
     const deadline = Date.now() + timeoutMs;
     const applied = () =>
       this.#entries.every((entry) =>
-        this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version),
+        this.#workers.slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version),
       );
     while (!applied()) {
       if (Date.now() > deadline || this.#stopping) return false;
@@ -364,7 +359,7 @@ export class EdgeSupervisor {
   servingWorkers(configId: string): number {
     const entry = this.#entries.find((candidate) => candidate.config.id === configId);
     if (!entry) return 0;
-    return this.#slots.filter((slot) => {
+    return this.#workers.slots.filter((slot) => {
       const report = slot.reports.get(configId);
       return slot.worker && report?.version === entry.version && report.state === 'ACTIVE';
     }).length;
@@ -373,13 +368,14 @@ export class EdgeSupervisor {
   /** How many workers look up in the node's current threat-feed set (all of them, once it has reached them). */
   threatFeedWorkers(): number {
     const generation = this.#threatFeed?.current?.generation;
-    return this.#slots.filter((slot) => slot.worker && generation !== undefined && slot.threatFeedGeneration === generation).length;
+    return this.#workers.slots.filter((slot) => slot.worker && generation !== undefined && slot.threatFeedGeneration === generation).length;
   }
 
-  #spawn(slot: WorkerSlot): void {
+  /** The settings of the worker started in slot `index`. */
+  #workerSettings(index: number): WorkerSettings {
     const o = this.#options;
-    const settings: WorkerSettings = {
-      index: slot.index,
+    return {
+      index,
       logLevel: o.logLevel ?? 'info',
       nodeId: o.nodeId,
       ipv6SourcePrefix: o.ipv6SourcePrefix ?? 64,
@@ -414,28 +410,6 @@ export class EdgeSupervisor {
       // Signs challenges and clearance cookies: the same on every node that shares the master key.
       appDdos: { settings: o.appDdos ?? {}, secret: o.secrets.derive('app-ddos clearance') },
     };
-    const worker = (o.startThread ?? newWorker)(new URL('./worker.ts', import.meta.url), {
-      workerData: settings,
-      name: `tps-edge-${slot.index}`,
-    });
-    slot.worker = worker;
-    this.#workersChangedAt = Date.now();
-    slot.reports.clear();
-    delete slot.threatFeedGeneration;
-    worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
-    worker.on('error', (error) => o.logger.error({ err: error, worker: slot.index }, 'edge worker failed'));
-    worker.on('exit', (code) => {
-      if (slot.worker !== worker) return;
-      slot.worker = undefined;
-      // Its connections died with it; their places go back before a new worker takes the slot.
-      if (this.#connectionBudget !== undefined) NodeConnectionBudget.reclaim(this.#connectionBudget, slot.index);
-      this.#workersChangedAt = Date.now();
-      if (this.#stopping) return;
-      o.logger.warn({ worker: slot.index, code }, 'edge worker exited; starting it again');
-      setTimeout(() => {
-        if (!this.#stopping) this.#spawn(slot);
-      }, RESTART_DELAY_MS).unref();
-    });
   }
 
   #onMessage(slot: WorkerSlot, message: FromWorker): void {
@@ -487,8 +461,7 @@ export class EdgeSupervisor {
         if (escalated.length === 0) break;
         // Once the kernel drops them (not before: a client reset earlier would just connect again).
         void this.#kernelBlocking.settled().then(() => {
-          for (const { proxyId, source } of escalated)
-            for (const other of this.#slots) other.worker?.postMessage({ kind: 'kernel-blocked', proxyId, source } satisfies ToWorker);
+          for (const { proxyId, source } of escalated) this.#workers.postAll({ kind: 'kernel-blocked', proxyId, source });
         });
         break;
       }
@@ -551,7 +524,7 @@ export class EdgeSupervisor {
     this.#revisions = revisions;
     this.#apply.track(entries, records);
     this.#counterTables.retainOnly(new Set(entries.map((entry) => entry.config.id)));
-    for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
+    this.#workers.postAll({ kind: 'apply', entries });
     for (const [id, status] of unresolved) this.#report(id, status);
     for (const id of this.#published.keys()) {
       if (revisions.has(id)) continue;
@@ -570,11 +543,11 @@ export class EdgeSupervisor {
     const entry = this.#entries.find((candidate) => candidate.config.id === id);
     const revision = this.#revisions.get(id);
     if (!entry || revision === undefined) return;
-    const reports = this.#slots.map((slot) => slot.reports.get(id));
+    const reports = this.#workers.slots.map((slot) => slot.reports.get(id));
     const current = reports.filter((report) => report?.version === entry.version);
     const failure = current.find((report) => report?.state === 'ERROR');
     if (failure) this.#report(id, { revision, state: 'ERROR', detail: failure.detail });
-    else if (current.length === this.#slots.length) {
+    else if (current.length === this.#workers.slots.length) {
       // Served everywhere. While that is the interim configuration, or while part of it fails
       // closed (ConfigEntry.degraded), the status says so and why.
       if (entry.interim) this.#report(id, { revision, ...entry.interim });
@@ -614,7 +587,7 @@ export class EdgeSupervisor {
     return edgeHealth(
       {
         entries: this.#entries,
-        workerReports: this.#slots.map((slot) => (slot.worker === undefined ? undefined : slot.reports)),
+        workerReports: this.#workers.slots.map((slot) => (slot.worker === undefined ? undefined : slot.reports)),
         applyingSince: (id) => Math.max(this.#apply.since(id) ?? now, this.#workersChangedAt),
         withoutFeed: this.#entries.filter((entry) => this.#activeNotice(entry) !== null).map((entry) => entry.config.id),
         threatFeed: this.#threatFeed && { report: this.#threatFeed.report },
