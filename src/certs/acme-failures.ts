@@ -142,3 +142,13 @@ export function classify(error: unknown, context: CallContext, step: string): Ac
   // No error response: acme-client gave up polling, or something unexpected happened locally.
   return new AcmeFailure('transient', `${step}: ${message}`);
 }
+
+/** Runs one acme-client call in `context`; its failure becomes an AcmeFailure naming `step`. */
+export async function callCa<T>(context: CallContext, step: string, call: () => Promise<T>): Promise<T> {
+  context.last = undefined;
+  try {
+    return await call();
+  } catch (error) {
+    throw classify(error, context, step);
+  }
+}

@@ -31,10 +31,11 @@ import type { CertificateRecord } from '../store/certificates.ts';
 import type { AcmeOrderLimits } from '../store/acme-order-checks.ts';
 import type { AcmeChallengeType } from '../store/acme-challenges.ts';
 import type { HttpProxyAttributes } from '@tps/model';
-import { acmeAccountKeyBinding, certificateKeyBinding, type SecretBox } from './secret-box.ts';
+import { certificateKeyBinding, type SecretBox } from './secret-box.ts';
 import { certificateFacts, pemBlocks } from './x509.ts';
 import { normalizeDomain } from './acme-challenges.ts';
-import { AcmeFailure, callContext, classify, installAdapter, type CallContext, type ProblemNote } from './acme-failures.ts';
+import { AcmeFailure, callCa, callContext, classify, installAdapter, type CallContext, type ProblemNote } from './acme-failures.ts';
+import { AcmeAccounts, type AccountInUse } from './acme-accounts.ts';
 
 export { AcmeFailure };
 
@@ -86,20 +87,14 @@ export interface AcmeServiceOptions {
   httpChallengePort?: number;
 }
 
-interface AccountInUse {
-  url: string;
-  keyPem: string;
-}
-
 export class AcmeService {
   readonly #o: Required<Omit<AcmeServiceOptions, 'email' | 'caBundlePem' | 'registry' | 'logger'>> &
     Pick<AcmeServiceOptions, 'email' | 'logger'>;
   readonly #agent: https.Agent | undefined;
   readonly #owner: string;
   readonly #running = new Map<string, Promise<void>>();
-  /** Accounts in use by tenant id (one per tenant that ordered; tenants are few and operator-made). */
-  readonly #accounts = new Map<string, AccountInUse>();
-  readonly #accountsLoading = new Map<string, Promise<AccountInUse>>();
+  /** The tenants' ACME accounts at the directory. */
+  readonly #accounts: AcmeAccounts;
   #timer: NodeJS.Timeout | undefined;
   #scanning: Promise<void> | undefined;
   #rescan = false;
@@ -134,6 +129,15 @@ export class AcmeService {
       ? new https.Agent({ ca: [...tls.rootCertificates, ...pemBlocks(options.caBundlePem)], keepAlive: true, maxSockets: 8 })
       : undefined;
     this.#owner = `${this.#o.nodeId}:${crypto.randomUUID()}`;
+    this.#accounts = new AcmeAccounts({
+      store: options.store,
+      secrets: options.secrets,
+      directoryUrl: options.directoryUrl,
+      email: options.email,
+      logger: options.logger,
+      context: () => this.#context(),
+      client: (account) => this.#client(account),
+    });
     this.#counters = options.registry && {
       orders: new Counter({
         name: 'tps_acme_orders_total',
@@ -353,7 +357,7 @@ export class AcmeService {
   async #attemptWithAccount(record: CertificateRecord) {
     this.#precheck(record);
     const { tenantId } = record;
-    const account = await this.#ensureAccount(tenantId);
+    const account = await this.#accounts.get(tenantId);
     try {
       return await this.#order(record, account);
     } catch (error) {
@@ -363,9 +367,8 @@ export class AcmeService {
         { tenantId, accountUrl: account.url, detail: error.message },
         'acme: the CA refused the account; registering a new one',
       );
-      await this.#o.store.acmeAccounts.forget(this.#o.directoryUrl, tenantId, account.url);
-      if (this.#accounts.get(tenantId)?.url === account.url) this.#accounts.delete(tenantId);
-      const fresh = await this.#ensureAccount(tenantId);
+      await this.#accounts.forget(tenantId, account);
+      const fresh = await this.#accounts.get(tenantId);
       try {
         return await this.#order(record, fresh);
       } catch (again) {
@@ -393,13 +396,8 @@ export class AcmeService {
   }
 
   /** Runs one acme-client call; its failure becomes an AcmeFailure naming `step`. */
-  async #call<T>(context: CallContext, step: string, call: () => Promise<T>): Promise<T> {
-    context.last = undefined;
-    try {
-      return await call();
-    } catch (error) {
-      throw classify(error, context, step);
-    }
+  #call<T>(context: CallContext, step: string, call: () => Promise<T>): Promise<T> {
+    return callCa(context, step, call);
   }
 
   #client(account: { url?: string; keyPem: string }): acme.Client {
@@ -411,74 +409,6 @@ export class AcmeService {
       backoffMin: this.#o.pollMinMs,
       backoffMax: this.#o.pollMaxMs,
     });
-  }
-
-  /** The tenant's stored account at this directory, registered first if there is none. */
-  #ensureAccount(tenantId: string): Promise<AccountInUse> {
-    const known = this.#accounts.get(tenantId);
-    if (known) return Promise.resolve(known);
-    const loading = this.#accountsLoading.get(tenantId);
-    if (loading) return loading;
-    const load = (async () => {
-      try {
-        const { store, secrets, directoryUrl, email } = this.#o;
-        const contact = email ? [`mailto:${email}`] : [];
-        const stored = await store.acmeAccounts.get(directoryUrl, tenantId);
-        if (stored) {
-          const account = {
-            url: stored.accountUrl,
-            keyPem: secrets.open(stored.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)),
-          };
-          let alive = true;
-          if ((stored.email ?? null) !== (email ?? null)) {
-            const context = this.#context();
-            try {
-              await callContext.run(context, () =>
-                this.#call(context, 'updating the account contact', () => this.#client(account).updateAccount({ contact })),
-              );
-              await store.acmeAccounts.updateEmail(directoryUrl, tenantId, email ?? null);
-            } catch (error) {
-              if (!(error instanceof AcmeFailure) || error.kind !== 'account') throw error;
-              // Dead already: register a new account below.
-              this.#o.logger?.warn(
-                { tenantId, accountUrl: account.url, detail: error.message },
-                'acme: the CA refused the account; registering a new one',
-              );
-              await store.acmeAccounts.forget(directoryUrl, tenantId, account.url);
-              alive = false;
-            }
-          }
-          if (alive) {
-            this.#accounts.set(tenantId, account);
-            return account;
-          }
-        }
-        const keyPem = (await acme.crypto.createPrivateEcdsaKey('P-256')).toString();
-        const client = this.#client({ keyPem });
-        const context = this.#context();
-        await callContext.run(context, () =>
-          this.#call(context, 'registering the ACME account', () => client.createAccount({ termsOfServiceAgreed: true, contact })),
-        );
-        const kept = await store.acmeAccounts.add({
-          directoryUrl,
-          tenantId,
-          email: email ?? null,
-          accountUrl: client.getAccountUrl(),
-          sealedPrivateKey: secrets.seal(keyPem, acmeAccountKeyBinding(directoryUrl, tenantId)),
-        });
-        this.#o.logger?.info({ directoryUrl, tenantId, accountUrl: kept.accountUrl }, 'acme: account registered');
-        const account = {
-          url: kept.accountUrl,
-          keyPem: secrets.open(kept.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)),
-        };
-        this.#accounts.set(tenantId, account);
-        return account;
-      } finally {
-        this.#accountsLoading.delete(tenantId);
-      }
-    })();
-    this.#accountsLoading.set(tenantId, load);
-    return load;
   }
 
   /**
