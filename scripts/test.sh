@@ -14,7 +14,7 @@ CRS_SUITE="$TPS_ROOT/../shared/crs-regression-v3.3.4"
 if [ -d "$CRS_SUITE" ]; then
   export TPS_CRS_REGRESSION_SUITE="$CRS_SUITE"
   for engine in compiled modsecurity; do
-    report="$(node packages/waf-conformance/src/run.ts "$CRS_SUITE" --target socket --engine "$engine" --quiet --min-passed 2345)" || { echo "$report"; exit 1; }
+    report="$(node test/waf-conformance/run.ts "$CRS_SUITE" --target socket --engine "$engine" --quiet --min-passed 2345)" || { echo "$report"; exit 1; }
     echo "$report" | sed -n '1,2p'
   done
 fi

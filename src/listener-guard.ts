@@ -14,8 +14,8 @@
 import type http from 'node:http';
 import type net from 'node:net';
 import type { Counter, Gauge } from 'prom-client';
-import { sourceKey } from './edge/net/source-key.ts';
-import { unmapIpv4 } from './edge/net/ip.ts';
+import { sourceKey } from './net/source-key.ts';
+import { unmapIpv4 } from './net/ip.ts';
 
 export type ListenerName = 'api' | 'metrics';
 export type ListenerRefusalStage = 'accept' | 'head' | 'body' | 'idle';

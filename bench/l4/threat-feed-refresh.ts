@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ThreatFeed } from '../../src/edge/l4/threat-feed.ts';
 import { ThreatFeedHost, type ThreatFeedSet } from '../../src/edge/runtime/threat-feed-host.ts';
-import { xorshift } from '../../test/support/random.ts';
+import { uint32s } from '@tps/waf-conformance';
 
 type Role = { role: 'worker-builds'; file: string } | { role: 'worker-adopts' };
 
@@ -78,7 +78,7 @@ if (!isMainThread) {
   const dir = mkdtempSync(join(tmpdir(), 'tps-feed-bench-'));
   const file = join(dir, 'feed.netset');
   const lines: string[] = [];
-  const random = xorshift(0x2545f491);
+  const random = uint32s(0x2545f491);
   for (let i = 0; i < entries; i++) {
     if (i % 10 === 9) lines.push(`2001:db8:${(random() & 0xffff).toString(16)}:${(random() & 0xffff).toString(16)}::/64`);
     else

@@ -7,13 +7,13 @@
  */
 import { performance } from 'node:perf_hooks';
 import { parseFeed } from '../../src/edge/l4/threat-feed.ts';
-import { IpSet } from '../../src/edge/net/ip-set.ts';
-import { xorshift } from '../../test/support/random.ts';
+import { IpSet } from '../../src/net/ip-set.ts';
+import { uint32s } from '@tps/waf-conformance';
 
 const entries = Number(process.argv[2] ?? 500_000);
 const probeCount = 1_000_000;
 
-const random = xorshift(0x2545f491);
+const random = uint32s(0x2545f491);
 const ipv4 = (ip: number) => `${ip >>> 24}.${(ip >>> 16) & 255}.${(ip >>> 8) & 255}.${ip & 255}`;
 const hex = () => (random() & 0xffff).toString(16);
 

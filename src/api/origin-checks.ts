@@ -1,5 +1,5 @@
 /**
- * The origin policy at the API (src/edge/net/origin-policy.ts): a literal address a tenant gives as
+ * The origin policy at the API (src/net/origin-policy.ts): a literal address a tenant gives as
  * an origin or in a crlUrl is refused when it is stored, 422 ORIGIN_NOT_ALLOWED pointing at it. Names
  * are not resolved here (an answer now says nothing about the answer at connect time, and resolving
  * would tell a tenant what internal names resolve to): the edge and the CRL fetcher check the
@@ -11,7 +11,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError, errorObject, type JsonApiErrorObject } from './jsonapi.ts';
-import { literalAddress, type OriginPolicy, type OriginVerdict } from '../edge/net/origin-policy.ts';
+import { literalAddress, type OriginPolicy, type OriginVerdict } from '../net/origin-policy.ts';
 
 /** What a tenant is told about any refused origin address (the pointer says which one). */
 export const ORIGIN_REFUSED_DETAIL =

@@ -11,7 +11,7 @@ import type { Metrics } from '../metrics.ts';
 import type { Scope } from '../store/service-accounts.ts';
 import type { SecretBox } from '../certs/secret-box.ts';
 import type { AcmeService } from '../certs/acme.ts';
-import type { OriginPolicy } from '../edge/net/origin-policy.ts';
+import type { OriginPolicy } from '../net/origin-policy.ts';
 
 /** The addresses the service is known by; filled in once the listener's port is known. */
 export interface PublicUrls {

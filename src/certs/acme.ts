@@ -21,10 +21,8 @@
  *   (the certificate in use stays served), and every failed renewal is logged as an error, counted
  *   in `tps_acme_renewal_failures_total` and shown in statusDetail.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import crypto, { X509Certificate } from 'node:crypto';
 import https from 'node:https';
-import { createRequire } from 'node:module';
 import tls from 'node:tls';
 import acme from 'acme-client';
 import { Counter, type Registry } from 'prom-client';
@@ -33,9 +31,13 @@ import type { CertificateRecord } from '../store/certificates.ts';
 import type { AcmeOrderLimits } from '../store/acme-order-checks.ts';
 import type { AcmeChallengeType } from '../store/acme-challenges.ts';
 import type { HttpProxyAttributes } from '@tps/model';
-import { acmeAccountKeyBinding, certificateKeyBinding, type SecretBox } from './secret-box.ts';
+import { certificateKeyBinding, type SecretBox } from './secret-box.ts';
 import { certificateFacts, pemBlocks } from './x509.ts';
 import { normalizeDomain } from './acme-challenges.ts';
+import { AcmeFailure, callCa, callContext, classify, installAdapter, type CallContext, type ProblemNote } from './acme-failures.ts';
+import { AcmeAccounts, type AccountInUse } from './acme-accounts.ts';
+
+export { AcmeFailure };
 
 export const LETS_ENCRYPT_DIRECTORY_URL = 'https://acme-v02.api.letsencrypt.org/directory';
 
@@ -85,155 +87,14 @@ export interface AcmeServiceOptions {
   httpChallengePort?: number;
 }
 
-/** Why an attempt failed, as the CA (or the network) said. */
-export class AcmeFailure extends Error {
-  /** final: ordering again will not help; transient: retry later; account: the account is dead. */
-  readonly kind: 'final' | 'transient' | 'account';
-  readonly retryAfterMs: number | undefined;
-  constructor(kind: 'final' | 'transient' | 'account', detail: string, retryAfterMs?: number) {
-    super(detail);
-    this.kind = kind;
-    this.retryAfterMs = retryAfterMs;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// acme-client's HTTP layer. Its axios instance retries 429 and 5xx in-process, sleeping as long as
-// Retry-After says (hours, for a rate limit), and its errors keep only the problem's detail. So:
-// no in-process retries (our backoff, with the record showing why, does that), and an adapter
-// that notes each response's problem document in the context of the attempt that sent it.
-
-interface ProblemNote {
-  status?: number;
-  type?: string;
-  detail?: string;
-  retryAfterMs?: number;
-  network?: string;
-}
-
-interface CallContext {
-  agent: https.Agent | undefined;
-  timeoutMs: number;
-  last: ProblemNote | undefined;
-}
-
-const callContext = new AsyncLocalStorage<CallContext>();
-
-interface AxiosLikeConfig {
-  httpsAgent?: unknown;
-  timeout?: number;
-}
-interface AxiosLikeResponse {
-  status: number;
-  headers: Record<string, string | undefined>;
-  data: unknown;
-}
-type Adapter = (config: AxiosLikeConfig) => Promise<AxiosLikeResponse>;
-
-function retryAfterMs(header: string | undefined): number | undefined {
-  if (!header) return undefined;
-  const seconds = Number(header);
-  if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
-  const date = Date.parse(header);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
-}
-
-function noteResponse(context: CallContext | undefined, response: AxiosLikeResponse): void {
-  if (!context) return;
-  // The adapter's response is not parsed yet (axios transforms it afterwards): JSON text, usually.
-  let data = response.data;
-  if (typeof data === 'string' || Buffer.isBuffer(data)) {
-    try {
-      data = JSON.parse(data.toString());
-    } catch {
-      data = undefined;
-    }
-  }
-  const body = (typeof data === 'object' && data !== null ? data : {}) as { type?: unknown; detail?: unknown };
-  context.last =
-    response.status >= 400
-      ? {
-          status: response.status,
-          ...(typeof body.type === 'string' && { type: body.type }),
-          ...(typeof body.detail === 'string' && { detail: body.detail }),
-          ...(retryAfterMs(response.headers['retry-after']) !== undefined && {
-            retryAfterMs: retryAfterMs(response.headers['retry-after'])!,
-          }),
-        }
-      : { status: response.status };
-}
-
-let adapterInstalled = false;
-function installAdapter(): void {
-  if (adapterInstalled) return;
-  adapterInstalled = true;
-  // The axios module acme-client itself loaded, for its HTTP adapter.
-  const axiosOfAcme = createRequire(createRequire(import.meta.url).resolve('acme-client'))('axios') as {
-    getAdapter(name: string): Adapter;
-  };
-  const httpAdapter = axiosOfAcme.getAdapter('http');
-  const instance = acme.axios as unknown as { defaults: { adapter: unknown; acmeSettings: { retryMaxAttempts: number } } };
-  instance.defaults.acmeSettings.retryMaxAttempts = 0;
-  instance.defaults.adapter = async (config: AxiosLikeConfig) => {
-    const context = callContext.getStore();
-    if (context?.agent) config.httpsAgent = context.agent;
-    if (!config.timeout) config.timeout = context?.timeoutMs ?? 30_000;
-    try {
-      const response = await httpAdapter(config);
-      noteResponse(context, response);
-      return response;
-    } catch (error) {
-      const response = (error as { response?: AxiosLikeResponse }).response;
-      if (response) noteResponse(context, response);
-      else if (context) context.last = { network: (error as Error).message || String((error as { code?: string }).code ?? error) };
-      throw error;
-    }
-  };
-}
-
-const PROBLEM = 'urn:ietf:params:acme:error:';
-
-/** Turns what acme-client threw into an AcmeFailure, from the last response of the attempt. */
-function classify(error: unknown, context: CallContext, step: string): AcmeFailure {
-  if (error instanceof AcmeFailure) return error;
-  const last = context.last;
-  const message = (error as Error)?.message ?? String(error);
-  if (last?.network !== undefined) return new AcmeFailure('transient', `cannot reach the ACME CA (${step}): ${last.network}`);
-  if (last?.status !== undefined && last.status >= 400) {
-    const type = last.type ?? '';
-    const detail = `${step}: the CA answered ${last.status}${type ? ` ${type}` : ''}: ${last.detail ?? message}`;
-    if (type === `${PROBLEM}rateLimited` || last.status === 429) return new AcmeFailure('transient', detail, last.retryAfterMs);
-    if (
-      type === `${PROBLEM}accountDoesNotExist` ||
-      (type === `${PROBLEM}unauthorized` && /deactivated|revoked|does not exist/i.test(last.detail ?? ''))
-    ) {
-      return new AcmeFailure('account', detail);
-    }
-    if (last.status >= 500 || type === `${PROBLEM}serverInternal` || type === `${PROBLEM}badNonce`) {
-      return new AcmeFailure('transient', detail, last.retryAfterMs);
-    }
-    return new AcmeFailure('final', detail);
-  }
-  // No error response: acme-client gave up polling, or something unexpected happened locally.
-  return new AcmeFailure('transient', `${step}: ${message}`);
-}
-
-// ---------------------------------------------------------------------------------------------
-
-interface AccountInUse {
-  url: string;
-  keyPem: string;
-}
-
 export class AcmeService {
   readonly #o: Required<Omit<AcmeServiceOptions, 'email' | 'caBundlePem' | 'registry' | 'logger'>> &
     Pick<AcmeServiceOptions, 'email' | 'logger'>;
   readonly #agent: https.Agent | undefined;
   readonly #owner: string;
   readonly #running = new Map<string, Promise<void>>();
-  /** Accounts in use by tenant id (one per tenant that ordered; tenants are few and operator-made). */
-  readonly #accounts = new Map<string, AccountInUse>();
-  readonly #accountsLoading = new Map<string, Promise<AccountInUse>>();
+  /** The tenants' ACME accounts at the directory. */
+  readonly #accounts: AcmeAccounts;
   #timer: NodeJS.Timeout | undefined;
   #scanning: Promise<void> | undefined;
   #rescan = false;
@@ -268,6 +129,15 @@ export class AcmeService {
       ? new https.Agent({ ca: [...tls.rootCertificates, ...pemBlocks(options.caBundlePem)], keepAlive: true, maxSockets: 8 })
       : undefined;
     this.#owner = `${this.#o.nodeId}:${crypto.randomUUID()}`;
+    this.#accounts = new AcmeAccounts({
+      store: options.store,
+      secrets: options.secrets,
+      directoryUrl: options.directoryUrl,
+      email: options.email,
+      logger: options.logger,
+      context: () => this.#context(),
+      client: (account) => this.#client(account),
+    });
     this.#counters = options.registry && {
       orders: new Counter({
         name: 'tps_acme_orders_total',
@@ -487,7 +357,7 @@ export class AcmeService {
   async #attemptWithAccount(record: CertificateRecord) {
     this.#precheck(record);
     const { tenantId } = record;
-    const account = await this.#ensureAccount(tenantId);
+    const account = await this.#accounts.get(tenantId);
     try {
       return await this.#order(record, account);
     } catch (error) {
@@ -497,9 +367,8 @@ export class AcmeService {
         { tenantId, accountUrl: account.url, detail: error.message },
         'acme: the CA refused the account; registering a new one',
       );
-      await this.#o.store.acmeAccounts.forget(this.#o.directoryUrl, tenantId, account.url);
-      if (this.#accounts.get(tenantId)?.url === account.url) this.#accounts.delete(tenantId);
-      const fresh = await this.#ensureAccount(tenantId);
+      await this.#accounts.forget(tenantId, account);
+      const fresh = await this.#accounts.get(tenantId);
       try {
         return await this.#order(record, fresh);
       } catch (again) {
@@ -527,13 +396,8 @@ export class AcmeService {
   }
 
   /** Runs one acme-client call; its failure becomes an AcmeFailure naming `step`. */
-  async #call<T>(context: CallContext, step: string, call: () => Promise<T>): Promise<T> {
-    context.last = undefined;
-    try {
-      return await call();
-    } catch (error) {
-      throw classify(error, context, step);
-    }
+  #call<T>(context: CallContext, step: string, call: () => Promise<T>): Promise<T> {
+    return callCa(context, step, call);
   }
 
   #client(account: { url?: string; keyPem: string }): acme.Client {
@@ -545,74 +409,6 @@ export class AcmeService {
       backoffMin: this.#o.pollMinMs,
       backoffMax: this.#o.pollMaxMs,
     });
-  }
-
-  /** The tenant's stored account at this directory, registered first if there is none. */
-  #ensureAccount(tenantId: string): Promise<AccountInUse> {
-    const known = this.#accounts.get(tenantId);
-    if (known) return Promise.resolve(known);
-    const loading = this.#accountsLoading.get(tenantId);
-    if (loading) return loading;
-    const load = (async () => {
-      try {
-        const { store, secrets, directoryUrl, email } = this.#o;
-        const contact = email ? [`mailto:${email}`] : [];
-        const stored = await store.acmeAccounts.get(directoryUrl, tenantId);
-        if (stored) {
-          const account = {
-            url: stored.accountUrl,
-            keyPem: secrets.open(stored.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)),
-          };
-          let alive = true;
-          if ((stored.email ?? null) !== (email ?? null)) {
-            const context = this.#context();
-            try {
-              await callContext.run(context, () =>
-                this.#call(context, 'updating the account contact', () => this.#client(account).updateAccount({ contact })),
-              );
-              await store.acmeAccounts.updateEmail(directoryUrl, tenantId, email ?? null);
-            } catch (error) {
-              if (!(error instanceof AcmeFailure) || error.kind !== 'account') throw error;
-              // Dead already: register a new account below.
-              this.#o.logger?.warn(
-                { tenantId, accountUrl: account.url, detail: error.message },
-                'acme: the CA refused the account; registering a new one',
-              );
-              await store.acmeAccounts.forget(directoryUrl, tenantId, account.url);
-              alive = false;
-            }
-          }
-          if (alive) {
-            this.#accounts.set(tenantId, account);
-            return account;
-          }
-        }
-        const keyPem = (await acme.crypto.createPrivateEcdsaKey('P-256')).toString();
-        const client = this.#client({ keyPem });
-        const context = this.#context();
-        await callContext.run(context, () =>
-          this.#call(context, 'registering the ACME account', () => client.createAccount({ termsOfServiceAgreed: true, contact })),
-        );
-        const kept = await store.acmeAccounts.add({
-          directoryUrl,
-          tenantId,
-          email: email ?? null,
-          accountUrl: client.getAccountUrl(),
-          sealedPrivateKey: secrets.seal(keyPem, acmeAccountKeyBinding(directoryUrl, tenantId)),
-        });
-        this.#o.logger?.info({ directoryUrl, tenantId, accountUrl: kept.accountUrl }, 'acme: account registered');
-        const account = {
-          url: kept.accountUrl,
-          keyPem: secrets.open(kept.sealedPrivateKey, acmeAccountKeyBinding(directoryUrl, tenantId)),
-        };
-        this.#accounts.set(tenantId, account);
-        return account;
-      } finally {
-        this.#accountsLoading.delete(tenantId);
-      }
-    })();
-    this.#accountsLoading.set(tenantId, load);
-    return load;
   }
 
   /**

@@ -8,7 +8,7 @@
  *
  * A `crlUrl` is the tenant's, so fetching it is connecting on a tenant's behalf:
  * - every connection (the first and each redirect's) goes through the origin policy
- *   (src/edge/net/origin-guard.ts); a refused address is never connected to;
+ *   (src/net/origin-guard.ts); a refused address is never connected to;
  * - the tenant sees one generic error for every failed fetch (refused, unreachable, timed out, an
  *   HTTP status, too large, an answer that is no CRL), so a `crlUrl` cannot be used to probe what
  *   answers where; the reason goes to the operator's log and to `tps_crl_fetch_failures_total`.
@@ -30,7 +30,7 @@ import { Agent, request, type Dispatcher } from 'undici';
 import { Counter, type Registry } from 'prom-client';
 import type { Store } from '../store/index.ts';
 import type { CrlStatus } from '@tps/model';
-import { isOriginRefused, type OriginGuard, type ScopedOriginGuard } from '../edge/net/origin-guard.ts';
+import { isOriginRefused, type OriginGuard, type ScopedOriginGuard } from '../net/origin-guard.ts';
 import { CrlError } from './crl-verify.ts';
 import { CrlVerifier } from './crl-verifier.ts';
 import { TenantLanes } from './tenant-lanes.ts';

@@ -10,14 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import {
-  SecretBox,
-  SealedSecretError,
-  acmeAccountKeyBinding,
-  certificateKeyBinding,
-  sealLegacyForTest,
-  signingKeyBinding,
-} from './secret-box.ts';
+import { SecretBox, SealedSecretError, acmeAccountKeyBinding, certificateKeyBinding, signingKeyBinding } from './secret-box.ts';
 import { upgradeSealedSecrets } from './upgrade-sealed-secrets.ts';
 import { openStore, type Store } from '../store/index.ts';
 import { CertificateRepository } from '../store/certificates.ts';
@@ -31,6 +24,17 @@ const FACTS = {
   notAfter: '2099-01-01T00:00:00.000Z',
   fingerprint: 'AA:BB',
 };
+
+/**
+ * A value in the unbound v1 format older releases wrote (`v1:iv:tag:body`, base64, AES-256-GCM with
+ * a 12-byte IV and no associated data): written here, as the product no longer writes it.
+ */
+function sealLegacy(key: Buffer, plaintext: string): string {
+  const iv = crypto.randomBytes(12);
+  const cipher = crypto.createCipheriv('aes-256-gcm', key, iv);
+  const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
+  return ['v1', iv.toString('base64'), cipher.getAuthTag().toString('base64'), body.toString('base64')].join(':');
+}
 
 describe('secret box', () => {
   const key = crypto.randomBytes(32);
@@ -76,7 +80,7 @@ describe('secret box', () => {
   });
 
   it('does not open an unbound (v1) value directly, but upgrades it for its row', () => {
-    const legacy = sealLegacyForTest(key, KEY_PEM);
+    const legacy = sealLegacy(key, KEY_PEM);
     assert.ok(SecretBox.isLegacy(legacy));
     assert.throws(() => box.open(legacy, certificateKeyBinding(row)), SealedSecretError);
     const upgraded = box.upgrade(legacy, certificateKeyBinding(row));
@@ -129,10 +133,10 @@ describe('sealed keys in the store', () => {
   it('upgrades every v1 value at start, row by row, and leaves one that does not open as it was', async () => {
     const tenant = await store.tenants.create('legacy');
     const certificate = await customerCertificate(tenant.id);
-    const legacyCertificate = sealLegacyForTest(key, 'certificate key');
-    const legacySigning = sealLegacyForTest(key, 'signing key');
-    const legacyAccount = sealLegacyForTest(key, 'account key');
-    const foreign = sealLegacyForTest(crypto.randomBytes(32), 'sealed under another master key');
+    const legacyCertificate = sealLegacy(key, 'certificate key');
+    const legacySigning = sealLegacy(key, 'signing key');
+    const legacyAccount = sealLegacy(key, 'account key');
+    const foreign = sealLegacy(crypto.randomBytes(32), 'sealed under another master key');
     await store.db.run('UPDATE certificates SET private_key = ? WHERE id = ?', [legacyCertificate, certificate.id]);
     await store.signingKeys.insertFirst({
       kid: 'kid-1',

@@ -141,11 +141,3 @@ export class SecretBox {
     }
   }
 }
-
-/** A value in the unbound v1 format: for tests of the upgrade. */
-export function sealLegacyForTest(key: Buffer, plaintext: string): string {
-  const iv = crypto.randomBytes(IV_BYTES);
-  const cipher = crypto.createCipheriv('aes-256-gcm', key, iv);
-  const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
-  return [LEGACY_VERSION, iv.toString('base64'), cipher.getAuthTag().toString('base64'), body.toString('base64')].join(':');
-}

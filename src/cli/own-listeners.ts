@@ -1,6 +1,6 @@
 /**
  * The service's own addresses, which the origin policy refuses whatever TPS_ORIGIN_ALLOWED_NETWORKS
- * says (src/edge/net/origin-policy.ts): a tenant must never make the edge or the CRL fetcher connect
+ * says (src/net/origin-policy.ts): a tenant must never make the edge or the CRL fetcher connect
  * to the service itself or to its store.
  *
  * - Front-end IPs, at any port: other tenants' proxies listen there.
@@ -14,7 +14,7 @@
 import dns from 'node:dns';
 import net from 'node:net';
 import { SettingsError, SETTINGS_ENV, type Settings } from '../config/settings.ts';
-import type { OriginPolicySettings } from '../edge/net/origin-policy.ts';
+import type { OriginPolicySettings } from '../net/origin-policy.ts';
 
 /** The hosts PostgreSQL is reached at, as node-postgres reads the URL (PGHOST, then localhost, when none is given). */
 export function databaseHosts(databaseUrl: string, env: NodeJS.ProcessEnv = process.env): string[] {

@@ -22,9 +22,9 @@ import { startMetricsListener, type MetricsListener } from '../metrics-listener.
 import { EdgeSupervisor } from '../edge/runtime/supervisor.ts';
 import type { EdgeLogger } from '../edge/runtime/types.ts';
 import { AcmeChallengeResponder } from '../certs/acme-challenges.ts';
-import { OriginPolicy, type OriginPolicySettings } from '../edge/net/origin-policy.ts';
-import { OriginGuard } from '../edge/net/origin-guard.ts';
-import { createOriginResolver } from '../edge/net/origin-resolver.ts';
+import { OriginPolicy, type OriginPolicySettings } from '../net/origin-policy.ts';
+import { OriginGuard } from '../net/origin-guard.ts';
+import { createOriginResolver } from '../net/origin-resolver.ts';
 import { originPolicySettings, ownHosts } from './own-listeners.ts';
 import { InsightWriter } from '../store/insight-writer.ts';
 import { EventSinks } from '../insight/sinks/event-sinks.ts';

@@ -6,10 +6,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
-import { invalidCidrs } from '../edge/net/client-address.ts';
-import { normalizeIp } from '../edge/net/ip.ts';
+import { invalidCidrs } from '../net/client-address.ts';
+import { normalizeIp } from '../net/ip.ts';
 import { DEFAULT_QUOTAS } from '../store/quotas.ts';
-import { invalidResolverServers } from '../edge/net/origin-resolver.ts';
+import { invalidResolverServers } from '../net/origin-resolver.ts';
 import { parseSinkAddresses, SinkAddressError, type SinkAddress } from '../insight/sinks/sink-address.ts';
 
 export interface Settings {
@@ -74,7 +74,7 @@ export interface Settings {
   crlFetchesPerTenant: number;
   /**
    * Special-purpose networks (loopback, private, ...) opened for origins and CRL fetches; the
-   * service's own listeners stay refused whatever this says (src/edge/net/origin-policy.ts).
+   * service's own listeners stay refused whatever this says (src/net/origin-policy.ts).
    */
   originAllowedNetworks: string[];
   /** DNS servers (`ip`, `ip:port`, `[ipv6]:port`) that resolve origin names; empty = the system resolver. */

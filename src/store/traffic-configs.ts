@@ -5,7 +5,7 @@ import { ConflictError, type ConflictCode } from './errors.ts';
 import { bumpRevision } from './revision.ts';
 import { DEFAULT_QUOTAS, countRows, enforceQuota, type TenantQuotas } from './quotas.ts';
 import { HTTP_PROXY, type ProxyType, type TrafficConfigAttributes, type HttpProxyAttributes, type L4ProxyAttributes } from '@tps/model';
-import { canonicalIp } from '../edge/net/ip.ts';
+import { canonicalIp } from '../net/ip.ts';
 
 /** Attributes as stored: what the client sent, with defaults applied, without read-only fields. */
 export type StoredAttributes = Omit<TrafficConfigAttributes, 'status' | 'statusDetail' | 'createdAt' | 'updatedAt'>;

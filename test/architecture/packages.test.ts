@@ -1,6 +1,7 @@
 /**
  * The rules of packages/ (DESIGN.md's layout), checked on the import graph (import-graph.ts):
  * - no import circle among the packages' modules, type-only imports included;
+ * - no package imports from src/;
  * - @tps/waf imports nothing from src/, native code or another package but @tps/libinjection;
  * - @tps/libinjection imports nothing but Node's own modules;
  * - a package reaches another by its name (never by a path into it), and only one its
@@ -34,7 +35,7 @@ function packageOf(file: string): string | undefined {
   return path.startsWith('..') ? undefined : path.split('/')[0];
 }
 
-/** The package a bare specifier names: `@tps/waf` of `@tps/waf/test-support/random`. */
+/** The package a bare specifier names: `@tps/model` of `@tps/model/some/path`. */
 const packageName = (specifier: string): string => specifier.split('/').slice(0, 2).join('/');
 const isBuiltin = (specifier: string): boolean => specifier.startsWith('node:') || builtins.has(specifier);
 const where = (file: string): string => relative(REPOSITORY, file);
@@ -60,6 +61,13 @@ test('packages: @tps/waf imports nothing from src/, native/ or another package b
   assert.deepEqual(wrong, []);
 });
 
+test('packages: none imports from src/ (the product is built on them, never the other way)', () => {
+  const wrong = [...graph].flatMap(([file, imports]) =>
+    imports.filter((i) => i.target !== undefined && where(i.target).startsWith('src/')).map((i) => `${where(file)}: ${i.specifier}`),
+  );
+  assert.deepEqual(wrong, []);
+});
+
 test('packages: @tps/libinjection imports nothing but Node and its own modules', () => {
   const wrong: string[] = [];
   for (const [file, imports] of graph) {
@@ -79,12 +87,12 @@ test('packages: one reaches another by its name, and only one its package.json l
     const own = packageOf(file)!;
     const manifest = manifests.get(own)!;
     const declared = new Set([...Object.keys(manifest.dependencies ?? {}), ...Object.keys(manifest.optionalDependencies ?? {})]);
+    // a package's tests may also use its test tools (the seeded generator of @tps/waf-conformance)
+    if (file.endsWith('.test.ts')) for (const tool of Object.keys(manifest.devDependencies ?? {})) declared.add(tool);
     for (const i of imports) {
       if (i.specifier.startsWith('.')) {
         const target = i.target !== undefined ? packageOf(i.target) : undefined;
-        // the conformance harness drives the product itself (its proxy, in socket-target.ts) by path
-        const product = own === 'waf-conformance' && i.target !== undefined && relative(REPOSITORY, i.target).startsWith('src/');
-        if (target !== own && !product) wrong.push(`${where(file)}: ${i.specifier} goes into another package by path`);
+        if (target !== own) wrong.push(`${where(file)}: ${i.specifier} goes into another package by path`);
       } else if (i.specifier.startsWith('@tps/') && !declared.has(packageName(i.specifier))) {
         wrong.push(`${where(file)}: ${i.specifier} is not in ${own}/package.json`);
       }

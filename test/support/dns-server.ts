@@ -7,7 +7,7 @@
  */
 import dgram from 'node:dgram';
 import net from 'node:net';
-import { parseIpInto } from '../../src/edge/net/ip-set.ts';
+import { parseIpInto } from '../../src/net/ip-set.ts';
 
 export interface TestDns {
   /** `ip:port`, as TPS_ORIGIN_RESOLVER takes it. */

@@ -2,9 +2,9 @@
  * For in-process tests, tools and benchmarks whose origins run on loopback: an origin guard that
  * allows every address. The product has no such default; whoever uses this says so explicitly.
  */
-import { OriginGuard, type OriginRefusal } from '../../src/edge/net/origin-guard.ts';
-import { OriginPolicy, type OriginPolicySettings } from '../../src/edge/net/origin-policy.ts';
-import { createOriginResolver, type OriginResolver } from '../../src/edge/net/origin-resolver.ts';
+import { OriginGuard, type OriginRefusal } from '../../src/net/origin-guard.ts';
+import { OriginPolicy, type OriginPolicySettings } from '../../src/net/origin-policy.ts';
+import { createOriginResolver, type OriginResolver } from '../../src/net/origin-resolver.ts';
 
 /** Every IPv4 and IPv6 network: nothing is refused unless listed as the service's own. */
 export const EVERY_NETWORK: readonly string[] = ['0.0.0.0/0', '::/0'];

@@ -1,8 +1,8 @@
 /**
- * CLI: run the CRS regression tests (FTW YAML) against a WAF engine, in process or through the
- * proxy.
+ * CLI: run the CRS regression tests (FTW YAML) against a WAF engine, in process (this file) or
+ * through the proxy (test/waf-conformance/run.ts, which adds the socket target to the same CLI).
  *
- *   node packages/waf-conformance/src/run.ts FOLDER-OR-FILE [--engine compiled|modsecurity] [--target in-process|socket]
+ *   node packages/waf-conformance/src/run.ts FOLDER-OR-FILE [--engine compiled|modsecurity] [--target in-process]
  *        [--workers N] [--json FILE] [--quiet] [--min-passed N]
  *
  * FOLDER-OR-FILE: the suite (e.g. ../shared/crs-regression-v3.3.4). --engine: ours (`compiled`, the
@@ -17,12 +17,23 @@ import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { loadFtwTests } from './ftw.ts';
 import { formatReport, runSuite } from './runner.ts';
-import { SocketTarget } from './socket-target.ts';
 import { ENGINE_NAMES, InProcessTarget } from './target.ts';
-import type { EngineName } from './target.ts';
+import type { ConformanceTarget, EngineName } from './target.ts';
 
-async function main(): Promise<number> {
+/** A target the CLI can run the suite against (`--target NAME`). */
+export interface TargetFactory {
+  start(options: { engine: EngineName; workers: number }): Promise<ConformanceTarget>;
+  /** Stages sent one at a time (a target that tells stages apart by time), not workers * 2 at once. */
+  readonly oneStageAtATime?: boolean;
+}
+
+const IN_PROCESS: TargetFactory = { start: ({ engine, workers }) => InProcessTarget.crsRegression(engine, { workers }) };
+
+/** The CLI over `args`, with the in-process target and the caller's `targets`; the exit code. */
+export async function conformanceCli(args: readonly string[], targets: Readonly<Record<string, TargetFactory>> = {}): Promise<number> {
+  const factories: Record<string, TargetFactory> = { 'in-process': IN_PROCESS, ...targets };
   const { values, positionals } = parseArgs({
+    args: [...args],
     allowPositionals: true,
     options: {
       workers: { type: 'string' },
@@ -54,17 +65,16 @@ async function main(): Promise<number> {
     process.stderr.write(`waf-conformance: --engine must be ${ENGINE_NAMES.join(' or ')}\n`);
     return 2;
   }
-  if (values.target !== 'in-process' && values.target !== 'socket') {
-    process.stderr.write(`waf-conformance: --target must be in-process or socket\n`);
+  const factory = factories[values.target];
+  if (factory === undefined) {
+    process.stderr.write(`waf-conformance: --target must be ${Object.keys(factories).join(' or ')}\n`);
     return 2;
   }
-  // The socket target goes through our HTTP proxy (its parser and pipeline), one stage at a time.
-  const socket = values.target === 'socket';
-  const target = socket ? await SocketTarget.start({ engine, workers }) : await InProcessTarget.crsRegression(engine, { workers });
+  const target = await factory.start({ engine, workers });
   try {
     let done = 0;
     const summary = await runSuite(tests, target, {
-      concurrency: socket ? 1 : workers * 2,
+      concurrency: factory.oneStageAtATime === true ? 1 : workers * 2,
       onResult: () => {
         done++;
         if (!values.quiet && process.stderr.isTTY && done % 100 === 0) process.stderr.write(`\r${done}/${tests.length}`);
@@ -101,7 +111,7 @@ async function main(): Promise<number> {
 }
 
 if (import.meta.main)
-  void main().then(
+  void conformanceCli(process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code;
     },

@@ -1,9 +1,9 @@
 /**
  * Where the conformance runner sends a stage's request bytes, and what it learns back.
  *
- * InProcessTarget parses the bytes (raw-http.ts) and asks a WafEngine directly; SocketTarget
- * (socket-target.ts) writes them to a running proxy. The judge (runner.ts) only sees a
- * StageOutcome, so both targets are judged alike. Both run the engine they are told: ours
+ * InProcessTarget parses the bytes (raw-http.ts) and asks a WafEngine directly; the product's
+ * SocketTarget (test/waf-conformance/socket-target.ts) writes them to a running proxy. The judge
+ * (runner.ts) only sees a StageOutcome, so both targets are judged alike. Both run the engine they are told: ours
  * (`compiled`, the product's default) or ModSecurity.
  */
 import { createCompiledEngine } from '@tps/waf';

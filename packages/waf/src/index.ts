@@ -55,5 +55,3 @@ export {
   FairAdmission,
 } from './pool/fair-admission.ts';
 export { TRANSFORMATIONS } from './transformations/index.ts';
-export { addonString, decodeRequest, encodeRequest, GOLDEN_DIR, readGolden, ruleCaseLines, SMALL_RULE_SET_PREAMBLE } from './golden.ts';
-export type { CrsVector, CrsVectors, GoldenRequest, GoldenSource, RuleCaseVectors, TransformationVectors } from './golden.ts';

@@ -8,7 +8,7 @@ import { Type } from '@sinclair/typebox';
 import { Uuid } from '@tps/model';
 import type { RoutePlugin } from '../types.ts';
 import { JSONAPI_MEDIA_TYPE, notFound } from '../jsonapi.ts';
-import { canonicalIp } from '../../edge/net/ip.ts';
+import { canonicalIp } from '../../net/ip.ts';
 
 const IpResource = Type.Object({
   type: Type.Literal('ip'),

@@ -29,7 +29,7 @@ import type { ApiDeps, RoutePlugin } from '../types.ts';
 import { ApiError, errorObject } from '../jsonapi.ts';
 import { ConcurrencyGate, GateFullError } from '../concurrency-gate.ts';
 import { toEventResource } from '../insight-event-resource.ts';
-import { sourceKey } from '../../edge/net/source-key.ts';
+import { sourceKey } from '../../net/source-key.ts';
 import type { Principal } from '../../auth/token-issuer.ts';
 import { SCOPES, type Scope } from '../../store/service-accounts.ts';
 import type { PortalSession } from '../../store/portal-users.ts';

@@ -12,7 +12,7 @@ import type { ApiErrorCode } from '../error-catalogue.ts';
 import { validateBody } from '../schemas/validator.ts';
 import type { StoredAttributes, TrafficConfigRecord } from '../../store/traffic-configs.ts';
 import type { ServedStatus } from '../../store/edge-status.ts';
-import { canonicalIp } from '../../edge/net/ip.ts';
+import { canonicalIp } from '../../net/ip.ts';
 import { originError, originPolicyOf } from '../origin-checks.ts';
 
 const BASE = '/api/v2/traffic-mgmt/traffic-configs';

@@ -18,7 +18,7 @@ import { validateBody } from '../../api/schemas/validator.ts';
 import { ApiError } from '../../api/jsonapi.ts';
 import { TrafficConfigDocument, HTTP_PROXY, type ProxyType } from '@tps/model';
 import net from 'node:net';
-import { canonicalIp } from '../../edge/net/ip.ts';
+import { canonicalIp } from '../../net/ip.ts';
 import { pointerSegments, detailWithoutPointer } from './file.ts';
 import type {
   AttributeChange,

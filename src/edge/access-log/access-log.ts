@@ -13,7 +13,7 @@
 import type { AccessLogEntry } from '../http/types.ts';
 import type { L4AccessLogEntry } from '../l4/types.ts';
 import { appendHttpLine } from './http-line.ts';
-import { LineWriter, type LineWriterOptions } from './line-writer.ts';
+import { LineWriter, type LineWriterOptions } from '../../io/line-writer.ts';
 
 /**
  * Request lines are formatted a batch at a time, at the end of the event loop's turn or every this

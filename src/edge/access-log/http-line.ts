@@ -5,7 +5,7 @@
  * string of the line; line-writer.test.ts compares it with `JSON.stringify` on random entries.
  */
 import type { AccessLogEntry } from '../http/types.ts';
-import type { LineWriter } from './line-writer.ts';
+import type { LineWriter } from '../../io/line-writer.ts';
 
 export function appendHttpLine(out: LineWriter, entry: AccessLogEntry): void {
   appendStringField(out, '{"type":', entry.type);

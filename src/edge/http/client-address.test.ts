@@ -2,7 +2,7 @@
  * The client address behind load balancers, over real sockets on loopback: X-Forwarded-For and
  * PROXY protocol (v1, v2, before TLS) from a trusted peer name the client for every phase (geo
  * fencing, rate limiting, WAF, events, access log, the origin's headers); from anyone else they
- * change nothing. See src/edge/net/client-address.ts.
+ * change nothing. See src/net/client-address.ts.
  */
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';
@@ -10,9 +10,9 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { after, before, describe, it } from 'node:test';
 import type { AppDdosAttackEvent, WafEvent } from '@tps/model';
-import { ClientAddressPolicy } from '../net/client-address.ts';
-import type { ClientAddressSettings } from '../net/types.ts';
-import { encodeProxyV1, encodeProxyV2 } from '../net/proxy-protocol.ts';
+import { ClientAddressPolicy } from '../../net/client-address.ts';
+import type { ClientAddressSettings } from '../../net/types.ts';
+import { encodeProxyV1, encodeProxyV2 } from '../../net/proxy-protocol.ts';
 import { HttpProxy } from './http-proxy.ts';
 import type { AccessLogEntry, HttpProxyDeps, WafHook, WafRequestInput } from './types.ts';
 import { request } from '../../../test/support/http-client.ts';

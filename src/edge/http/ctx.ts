@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
-import type { ClientAddressSource } from '../net/types.ts';
+import type { ClientAddressSource } from '../../net/types.ts';
 import type { ProxySnapshot } from './snapshot.ts';
 import type { PhaseName, WafEventDraft } from './types.ts';
 
@@ -74,7 +74,7 @@ export class RequestCtx {
   /** The client: the socket peer, or what a trusted load balancer said (`clientAddressSource`). */
   clientIp = '';
   clientPort = 0;
-  /** Where `clientIp` came from (see src/edge/net/client-address.ts). */
+  /** Where `clientIp` came from (see src/net/client-address.ts). */
   clientAddressSource: ClientAddressSource = 'socket';
   /** Resolved from X-Forwarded-For: the entries left of the client, passed on to the origin before it. */
   forwardedForBefore: string | undefined = undefined;

@@ -10,7 +10,7 @@ import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { AppDdosAttackEvent } from '@tps/model';
 import { HttpProxy } from './http-proxy.ts';
-import { ClientAddressPolicy } from '../net/client-address.ts';
+import { ClientAddressPolicy } from '../../net/client-address.ts';
 import { request } from '../../../test/support/http-client.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../test/support/http-servers.ts';
 import { TestCa } from '../../../test/support/pki.ts';

@@ -7,7 +7,7 @@
  *   Expect is dropped too (Node already answered 100-continue to the client).
  * - X-Forwarded-For: the client's own value, if any, with the client address appended (the origin must
  *   trust only the last entry, ours). The client address is the socket peer, or the one resolved from
- *   a trusted load balancer (src/edge/net/client-address.ts); when that came from X-Forwarded-For,
+ *   a trusted load balancer (src/net/client-address.ts); when that came from X-Forwarded-For,
  *   the entries right of the client (the trusted hops) are dropped, so the last entry is the client.
  *   X-Real-IP is the client address alone. X-Forwarded-Proto and X-Forwarded-Host are replaced by ours.
  * - X-Request-Id: the client's when it sent a sane one, else our support id.

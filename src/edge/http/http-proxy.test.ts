@@ -404,8 +404,8 @@ describe('HTTP proxy, plain HTTP/1.1', () => {
     'counts the clients of a trusted load balancer by its PROXY header, and its own header-less connections towards the total only',
     T,
     async () => {
-      const { ClientAddressPolicy } = await import('../net/client-address.ts');
-      const { encodeProxyV1 } = await import('../net/proxy-protocol.ts');
+      const { ClientAddressPolicy } = await import('../../net/client-address.ts');
+      const { encodeProxyV1 } = await import('../../net/proxy-protocol.ts');
       const capPort = await freePort(FRONT_IP);
       const capped = new HttpProxy(
         resolvedProxy(capPort, [origin], { attributes: { connectionLimits: { maxConnectionsPerSource: 1, maxConnections: 100 } } }),

@@ -7,15 +7,15 @@
 import type { HttpProxyAttributes } from '@tps/model';
 import type { InsightSink, MatchedRule } from '@tps/model';
 import type { GeoLookup } from '../geo/geo-lookup.ts';
-import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
+import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../limits/flood-limits.ts';
 import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
-import type { ClientAddressPolicy } from '../net/client-address.ts';
-import type { OriginGuard } from '../net/origin-guard.ts';
+import type { ClientAddressPolicy } from '../../net/client-address.ts';
+import type { OriginGuard } from '../../net/origin-guard.ts';
 import type { Http2Refusal } from './http2-guard.ts';
 import type { TargetRefusal } from './request-target.ts';
 import type { HttpLimits } from './limits.ts';
 import type { RateLimitPolicy } from './rate-limit/limiter.ts';
-import type { RateLimitStore } from './rate-limit/store.ts';
+import type { RateLimitStore } from '../limits/rate-store.ts';
 import type { AppDdosDeps } from './app-ddos/types.ts';
 
 /** What the runtime resolves from the store for one httpProxy configuration. */
@@ -90,7 +90,7 @@ export interface HttpProxyDeps {
     updateIntervalMs?: number;
     /** A shared counter store (Redis) instead of process memory. */
     createStore?: (policy: RateLimitPolicy, proxyId: string) => RateLimitStore;
-    /** IPv6 clients are counted per prefix of this length (src/edge/net/source-key.ts). Default 64. */
+    /** IPv6 clients are counted per prefix of this length (src/net/source-key.ts). Default 64. */
     ipv6Prefix?: number;
   };
   /**

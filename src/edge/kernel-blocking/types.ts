@@ -26,7 +26,7 @@ export interface KernelBlockElement {
  */
 export interface SourceRefusals {
   proxyId: string;
-  /** The source key (src/edge/net/source-key.ts): an IPv4 address or an IPv6 prefix. */
+  /** The source key (src/net/source-key.ts): an IPv4 address or an IPv6 prefix. */
   source: string;
   reason: KernelBlockReason;
   /** Refusals since the last report. */

@@ -10,10 +10,10 @@ import { createServer, type Socket } from 'node:net';
 import { createSocket } from 'node:dgram';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ClientAddressPolicy } from '../net/client-address.ts';
+import { ClientAddressPolicy } from '../../net/client-address.ts';
 import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
 import { permissiveOriginGuard, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
-import { encodeProxyV1, encodeProxyV2 } from '../net/proxy-protocol.ts';
+import { encodeProxyV1, encodeProxyV2 } from '../../net/proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
 import type { L4AccessLogEntry } from './types.ts';
 import {

@@ -23,13 +23,13 @@
  */
 import type { Server, Socket } from 'node:net';
 import type { L4ProxyAttributes } from '@tps/model';
-import type { ClientAddressPolicy } from '../net/client-address.ts';
-import { headerReadOptions, readProxyHeader } from '../net/proxy-header.ts';
+import type { ClientAddressPolicy } from '../../net/client-address.ts';
+import { headerReadOptions, readProxyHeader } from '../../net/proxy-header.ts';
 import { HostPool, type DeliveryMethod } from '../balance/index.ts';
-import type { OriginGuard, ScopedOriginGuard } from '../net/origin-guard.ts';
-import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from './flood-limits.ts';
+import type { OriginGuard, ScopedOriginGuard } from '../../net/origin-guard.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../limits/flood-limits.ts';
 import type { ThreatFeed } from './threat-feed.ts';
-import { unmapIpv4 } from '../net/ip.ts';
+import { unmapIpv4 } from '../../net/ip.ts';
 import { refusalAnsweredBy, roundMs } from './access-log.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute } from './tcp.ts';
 import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute } from './udp.ts';

@@ -28,8 +28,8 @@
  */
 import { createServer, Socket, type Server } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
-import type { ScopedOriginGuard } from '../net/origin-guard.ts';
-import { encodeProxyHeader, type ProxyProtocolVersion } from '../net/proxy-protocol.ts';
+import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
+import { encodeProxyHeader, type ProxyProtocolVersion } from '../../net/proxy-protocol.ts';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 5 * 60 * 1000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;

@@ -20,7 +20,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
-import { IpSet, parsePrefixInto, type SharedIpSet } from '../net/ip-set.ts';
+import { IpSet, parsePrefixInto, type SharedIpSet } from '../../net/ip-set.ts';
 
 export const DEFAULT_REFRESH_INTERVAL_MS = 60 * 60 * 1000; // Spamhaus asks for no more than hourly
 export const DEFAULT_FETCH_TIMEOUT_MS = 30_000;

@@ -3,7 +3,7 @@
  * access-log lines). Types only.
  */
 import type { BackendHost } from '../balance/index.ts';
-import type { FloodRefusal } from './flood-limits.ts';
+import type { FloodRefusal } from '../limits/flood-limits.ts';
 import type { TcpTunnelResult } from './tcp.ts';
 import type { UdpSessionResult } from './udp.ts';
 

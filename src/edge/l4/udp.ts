@@ -50,8 +50,8 @@
 import { createSocket, type Socket as DatagramSocket, type RemoteInfo, type SocketOptions } from 'node:dgram';
 import { isIPv6 } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
-import { isOriginRefused, type ScopedOriginGuard } from '../net/origin-guard.ts';
-import { encodeProxyV2 } from '../net/proxy-protocol.ts';
+import { isOriginRefused, type ScopedOriginGuard } from '../../net/origin-guard.ts';
+import { encodeProxyV2 } from '../../net/proxy-protocol.ts';
 
 export const DEFAULT_UDP_SESSION_IDLE_MS = 30_000;
 export const DEFAULT_MAX_UDP_SESSIONS = 10_000;

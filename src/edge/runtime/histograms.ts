@@ -6,34 +6,7 @@
  * (`MergedHistogram`), served as any prom-client metric.
  */
 import type { Metric, Registry } from 'prom-client';
-
-/** The histograms the workers observe, in seconds (Prometheus base units). */
-export type EdgeHistogramName =
-  | 'tps_edge_http_request_duration_seconds'
-  | 'tps_edge_origin_response_seconds'
-  | 'tps_edge_l4_connection_duration_seconds';
-
-/** Upper bounds of the buckets (seconds); the +Inf bucket is implicit. */
-const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const;
-const CONNECTION_BUCKETS = [0.01, 0.1, 1, 10, 60, 300, 1800, 3600] as const;
-
-export const EDGE_HISTOGRAMS: Record<EdgeHistogramName, { help: string; labelNames: readonly string[]; buckets: readonly number[] }> = {
-  tps_edge_http_request_duration_seconds: {
-    help: 'HTTP requests, from the parsed request head to the end of the response (or the client leaving), whoever answered.',
-    labelNames: ['proxy'],
-    buckets: LATENCY_BUCKETS,
-  },
-  tps_edge_origin_response_seconds: {
-    help: "HTTP requests sent to an origin: from the first connection attempt to the origin's response head (retries on other hosts included).",
-    labelNames: ['proxy'],
-    buckets: LATENCY_BUCKETS,
-  },
-  tps_edge_l4_connection_duration_seconds: {
-    help: 'Layer 4 connections (TCP) and sessions (UDP) admitted, from accept to close.',
-    labelNames: ['proxy', 'protocol'],
-    buckets: CONNECTION_BUCKETS,
-  },
-};
+import { EDGE_HISTOGRAMS, type EdgeHistogramName } from './metric-catalogue.ts';
 
 /** Observations of one histogram and label set, since the last flush. `buckets[i]` counts values <= bounds[i]; the last entry is +Inf. */
 export interface HistogramIncrement {

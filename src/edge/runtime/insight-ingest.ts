@@ -8,6 +8,7 @@
  * episode updates change their event in place while it waits, else follow it to the store.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { EdgeCounterName } from './metric-catalogue.ts';
 import type { AppDdosAttackEvent, InsightEvent } from '@tps/model';
 import { InsightSampler, type SamplerOutcome } from '../../insight/sampler.ts';
 import { InsightWriteError, type InsightWrites } from '../../store/insight-writer.ts';
@@ -21,11 +22,8 @@ const LOG_EVERY_MS = 10_000;
 
 export type EpisodeCounts = EpisodeUpdate['update'];
 
-/** The insight counters the workers report too (messages.ts, EdgeCounterName). */
-export type InsightCounterName =
-  | 'tps_insight_sampled_requests_total'
-  | 'tps_insight_overflow_requests_total'
-  | 'tps_insight_dropped_requests_total';
+/** The insight counters the workers report too (metric-catalogue.ts). */
+export type InsightCounterName = Extract<EdgeCounterName, `tps_insight_${string}`>;
 
 export interface InsightIngestOptions {
   writes: InsightWrites;

@@ -6,9 +6,10 @@
 import type { L4ProxyAttributes } from '@tps/model';
 import type { ResolvedHttpProxy } from '../http/types.ts';
 import type { InsightEvent } from '@tps/model';
-import type { SharedIpSet } from '../net/ip-set.ts';
+import type { SharedIpSet } from '../../net/ip-set.ts';
 import type { ProxyCounterTables } from '../shared-counters/proxy-tables.ts';
 import type { HistogramIncrement } from './histograms.ts';
+import type { EdgeCounterName } from './metric-catalogue.ts';
 import type { SourceRefusals } from '../kernel-blocking/types.ts';
 
 export type ResolvedConfig =
@@ -70,29 +71,6 @@ export interface CounterIncrement {
   labels: Record<string, string>;
   value: number;
 }
-
-export type EdgeCounterName =
-  | 'tps_edge_connections_total'
-  | 'tps_edge_refused_total'
-  | 'tps_edge_bytes_total'
-  | 'tps_edge_origin_failures_total'
-  | 'tps_edge_origin_refused_total'
-  | 'tps_edge_http_requests_total'
-  | 'tps_edge_dropped_total'
-  | 'tps_edge_udp_sessions_evicted_total'
-  | 'tps_insight_sampled_requests_total'
-  | 'tps_insight_overflow_requests_total'
-  | 'tps_insight_dropped_requests_total'
-  | 'tps_edge_waf_uninspected_total'
-  | 'tps_edge_waf_body_over_limit_total'
-  | 'tps_edge_waf_budget_offender_refused_total'
-  | 'tps_edge_waf_thread_restarts_total'
-  | 'tps_edge_waf_exchanges_total'
-  | 'tps_edge_waf_rule_matches_total'
-  | 'tps_edge_access_log_lines_total'
-  | 'tps_edge_waf_audit_log_lines_total'
-  | 'tps_edge_app_ddos_requests_total'
-  | 'tps_edge_app_ddos_attacks_total';
 
 /** Body bytes the WAF inspects (operator settings): the proxies' defaults, multipart/form-data uploads, responses. */
 export interface WafBodyLimits {

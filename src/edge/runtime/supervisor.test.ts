@@ -17,7 +17,10 @@ import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '@tps/model';
 import { PERMISSIVE_ORIGIN_POLICY } from '../../../test/support/origin-guard.ts';
+import { ThreadKeeper } from '../../../test/support/threads.ts';
 
+/** The edge's threads, to end one as a crash would. */
+const threads = new ThreadKeeper();
 const FRONTEND = '127.0.0.41';
 
 async function echoOrigin(): Promise<net.Server> {
@@ -49,6 +52,7 @@ describe('edge supervisor', () => {
       workers: 2,
       // Test origins are on loopback, which the product's origin policy refuses by default.
       origins: { policy: PERMISSIVE_ORIGIN_POLICY, resolverServers: [] },
+      startThread: threads.start,
     });
     await edge.start();
   });
@@ -79,7 +83,7 @@ describe('edge supervisor', () => {
     assert.equal(edge.servingWorkers(config.id), 2);
     assert.equal(await roundTrip({ host: FRONTEND, port }, 'before'), 'before');
 
-    await edge.crashWorkerForTest(0);
+    await threads.crash('tps-edge-0');
     // The other worker holds the port too: every connection until the restart is still served.
     // (Connections the crashed worker had accepted die with it; with net.ipv4.tcp_migrate_req=1 the
     // kernel hands those still in its accept queue to the other listener.)

@@ -14,7 +14,7 @@
 import { Worker } from 'node:worker_threads';
 import { X509Certificate } from 'node:crypto';
 import os from 'node:os';
-import { Counter, Gauge, Histogram } from 'prom-client';
+import { Counter, Gauge } from 'prom-client';
 import type { Store } from '../../store/index.ts';
 import type { SecretBox } from '../../certs/secret-box.ts';
 import type { Metrics } from '../../metrics.ts';
@@ -24,19 +24,23 @@ import { ConfigResolver, type CrlSource } from './resolve.ts';
 import { arbitrateBindings } from './binding-arbiter.ts';
 import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
-import type { ConfigEntry, EdgeCounterName, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
+import type { ConfigEntry, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
+import { EDGE_COUNTERS, EDGE_HISTOGRAMS, type EdgeCounterName, type EdgeHistogramName } from './metric-catalogue.ts';
 import { DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
 import type { WafInputLimits } from '@tps/waf';
 import type { BudgetOffenderSettings } from '../http/types.ts';
 import { DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
-import type { ClientAddressSettings } from '../net/types.ts';
-import type { OriginPolicySettings } from '../net/origin-policy.ts';
+import type { ClientAddressSettings } from '../../net/types.ts';
+import type { OriginPolicySettings } from '../../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';
 import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
 import { ThreatFeedHost } from './threat-feed-host.ts';
-import type { EdgeLogger } from './types.ts';
+import type { EdgeLogger, StartThread } from './types.ts';
+import { MergedHistogram } from './histograms.ts';
+import { ApplyTracking } from './apply-tracking.ts';
+import { EdgeWorkers, type WorkerSlot } from './workers.ts';
+import { edgeHealth, type EdgeHealth } from './health.ts';
 import { sourceLabel } from '../l4/threat-feed.ts';
-import { EDGE_HISTOGRAMS, MergedHistogram, type EdgeHistogramName } from './histograms.ts';
 import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
 import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
@@ -45,27 +49,7 @@ import type { KernelBlockingMode } from '../kernel-blocking/types.ts';
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
 const INSIGHT_FLUSH_MS = 200;
-const RESTART_DELAY_MS = 200;
 const EPISODE_MEMORY_MS = 10 * 60_000;
-/** A configuration its workers have not all applied for this long makes the node unhealthy (/healthz). */
-const APPLY_GRACE_MS = 10_000;
-/** Configurations named in a health report at most (the count is always whole). */
-const HEALTH_LIST_LIMIT = 50;
-
-/** What `/healthz` says about the edge (EdgeSupervisor.health). */
-export interface EdgeHealth {
-  /** false: some configuration this node should serve is not served by every worker. */
-  ok: boolean;
-  /** Configurations this node serves (handed to its workers). */
-  configurations: number;
-  /** Those not served: a worker reports an error, or has not applied them within the grace. */
-  notServed: { id: string; state: 'ERROR' | 'APPLYING'; detail: string }[];
-  /** How many are not served (the list stops at HEALTH_LIST_LIMIT). */
-  notServedCount: number;
-  /** What works but not as configured: a threat feed enabled without a source, feeds failing. */
-  warnings: { code: string; detail: string; configurations?: string[] }[];
-}
-
 /** The status detail of an l4Proxy whose threat intelligence is on while the node has no threat feed. */
 export const NO_THREAT_FEED_DETAIL =
   'threatIntelligence is enabled but this edge node has no threat feed (TPS_THREAT_FEEDS is empty): no source is refused';
@@ -75,6 +59,8 @@ export const NO_THREAT_FEED_DETAIL =
  * least recently used source is recycled; the proxy's total stays exact.
  */
 const FLOOD_SLOTS_PER_PROXY = 8_192;
+
+const newWorker: StartThread = (script, options) => new Worker(script, options);
 
 export interface EdgeOptions {
   store: Store;
@@ -133,6 +119,8 @@ export interface EdgeOptions {
   acmeChallenge?: (token: string, host: string, tenantId: string) => Promise<string | undefined>;
   /** The TLS-ALPN-01 challenge certificate of a name, when `tenantId` (the proxy's tenant) has an order pending for it. */
   acmeTlsAlpn?: (servername: string, tenantId: string) => Promise<{ certPem: string; keyPem: string } | undefined>;
+  /** Starts the proxy worker threads and the threat-feed thread; default `new Worker`. */
+  startThread?: StartThread;
   /** Where insight events are written (the insight writer thread); default: the store, from this thread. */
   insightWrites?: InsightWrites;
   /** WAF events kept whole per proxy, source, matched rule set and minute (TPS_INSIGHT_WHOLE_EVENTS_PER_MINUTE). */
@@ -147,15 +135,6 @@ export interface EdgeOptions {
   kernelBlocking?: { mode: KernelBlockingMode; escalationFactor?: number };
 }
 
-interface WorkerSlot {
-  index: number;
-  worker: Worker | undefined;
-  /** What this worker reported last, per configuration id. */
-  reports: Map<string, { version: string; state: 'ACTIVE' | 'ERROR'; detail: string | null }>;
-  /** Generation of the threat-feed set this worker says it uses. */
-  threatFeedGeneration?: number;
-}
-
 interface Published {
   revision: number;
   state: 'ACTIVE' | 'PROVISIONING' | 'ERROR';
@@ -165,7 +144,7 @@ interface Published {
 export class EdgeSupervisor {
   readonly #options: EdgeOptions;
   readonly #resolver: ConfigResolver;
-  readonly #slots: WorkerSlot[];
+  readonly #workers: EdgeWorkers;
   readonly #counters: Map<EdgeCounterName, Counter<string>>;
   readonly #counterTables: ProxyCounterTableSet;
   /** The node's budget of edge connections in shared memory, handed to every worker; absent: none. */
@@ -188,12 +167,10 @@ export class EdgeSupervisor {
   readonly #threatFeed: ThreatFeedHost | undefined;
   /** The workers' latency histograms, merged. */
   readonly #histograms: Map<EdgeHistogramName, MergedHistogram>;
-  /** Per configuration: the version the workers should serve, since when (ms), and whether all of them have applied it. */
-  #applying = new Map<string, { version: string; since: number; applied: boolean }>();
-  #lastReloadAt = 0;
   /** When a worker last exited or was started: its configurations get the grace again (the others serve meanwhile). */
   #workersChangedAt = 0;
-  readonly #applySeconds: Histogram<string>;
+  /** Per configuration: the version the workers should serve, since when, and whether all of them have applied it. */
+  readonly #apply: ApplyTracking;
   /** Not-after (ms) of certificates by PEM, for the expiry gauge (only those in use are kept). */
   #notAfter = new Map<string, number>();
   /** Sources still sending while blocked, dropped by the kernel (kernel-blocking/). */
@@ -203,11 +180,24 @@ export class EdgeSupervisor {
     this.#options = options;
     this.#resolver = new ConfigResolver(options.store, options.secrets, options.crls);
     const workers = options.workers ?? Math.max(1, os.availableParallelism());
+    this.#workers = new EdgeWorkers({
+      count: workers,
+      startThread: options.startThread ?? newWorker,
+      logger: options.logger,
+      settingsFor: (index) => this.#workerSettings(index),
+      onMessage: (slot, message) => this.#onMessage(slot, message),
+      // Its connections died with it; their places go back before a new worker takes the slot.
+      onExit: (slot) => {
+        if (this.#connectionBudget !== undefined) NodeConnectionBudget.reclaim(this.#connectionBudget, slot.index);
+      },
+      onChange: () => {
+        this.#workersChangedAt = Date.now();
+      },
+    });
     this.#counterTables = new ProxyCounterTableSet({
       floodSlots: FLOOD_SLOTS_PER_PROXY,
       ...(options.rateLimitClientsPerProxy !== undefined && { rateSlots: options.rateLimitClientsPerProxy }),
     });
-    this.#slots = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, reports: new Map() }));
     const budget = options.maxConnections === undefined ? undefined : NodeConnectionBudget.allocate(options.maxConnections, workers);
     this.#connectionBudget = budget;
     if (budget !== undefined) {
@@ -233,112 +223,22 @@ export class EdgeSupervisor {
         sources: options.threatFeeds ?? [],
         refreshIntervalMs: options.threatFeedRefreshMs ?? 3_600_000,
         logger: options.logger,
+        startThread: options.startThread ?? newWorker,
         // Shared memory: every worker looks up in the same set, nothing is copied.
         onSet: ({ set, generation }) => {
-          for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'threat-feed', set, generation } satisfies ToWorker);
+          this.#workers.postAll({ kind: 'threat-feed', set, generation });
         },
       });
     }
     this.#counters = new Map(
-      (
-        [
-          ['tps_edge_connections_total', 'Layer 4 connections (TCP) or sessions (UDP) admitted.', ['proxy', 'protocol']],
-          [
-            'tps_edge_refused_total',
-            'Connections, HTTP/2 sessions, requests or datagrams refused or ended before reaching an origin, by reason (a cap, a deadline, abuse, a malformed or ambiguous request).',
-            ['proxy', 'protocol', 'reason'],
-          ],
-          [
-            'tps_edge_app_ddos_requests_total',
-            'Requests the application-layer DDoS protection acted on, by outcome: challenged (challenge page served), solved, failed (a wrong or expired solution), cleared (a valid clearance let through), exempt, blocked (a source that kept ignoring the challenge), shed (over appDdos.originRateLimit).',
-            ['proxy', 'outcome'],
-          ],
-          [
-            'tps_edge_app_ddos_attacks_total',
-            'Application-layer attacks on a proxy detected (event="started") and ended (event="ended", its APP_DDOS_ATTACK event recorded) on this node; started minus ended is the attacks under way.',
-            ['proxy', 'event'],
-          ],
-          [
-            'tps_edge_dropped_total',
-            'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
-            ['proxy', 'protocol', 'reason'],
-          ],
-          [
-            'tps_edge_udp_sessions_evicted_total',
-            'UDP sessions whose client had not shown it receives, ended to make room for a new session (the oldest first).',
-            ['proxy'],
-          ],
-          ['tps_edge_bytes_total', 'Layer 4 payload bytes, by direction.', ['proxy', 'protocol', 'direction']],
-          ['tps_edge_origin_failures_total', 'Connects to an origin host that failed.', ['proxy', 'protocol']],
-          [
-            'tps_edge_origin_refused_total',
-            'Connections to an origin the origin policy refused (the address, or every address of the name), by class of address.',
-            ['proxy', 'reason'],
-          ],
-          [
-            'tps_edge_http_requests_total',
-            'HTTP requests by who answered (origin, waf, rate-limit, geo, acme, error; none: the client left first) and status class (2xx...; none).',
-            ['proxy', 'answered_by', 'status_class'],
-          ],
-          [
-            'tps_edge_waf_rule_matches_total',
-            'WAF rule matches by rule id (requests and responses; a rule counted once per verdict), whether or not the request was blocked.',
-            ['rule'],
-          ],
-          [
-            'tps_edge_waf_audit_log_lines_total',
-            'WAF audit-log records (TPS_WAF_AUDIT_LOG) by outcome: written, dropped (the buffer was full or the file failed).',
-            ['outcome'],
-          ],
-          [
-            'tps_edge_access_log_lines_total',
-            'Access-log lines by outcome: written, dropped (the buffer was full: the disk could not keep up; or a write failed), sampled (left out, TPS_ACCESS_LOG_SAMPLE).',
-            ['outcome'],
-          ],
-          [
-            'tps_insight_sampled_requests_total',
-            'WAF requests counted into a sampled event (their number is in its requestCount) instead of stored as events of their own.',
-            [],
-          ],
-          [
-            'tps_insight_overflow_requests_total',
-            "WAF requests counted into a proxy-wide sampled event because the sampler's groups (source, rule set) were full: their source and rules are not kept.",
-            [],
-          ],
-          [
-            'tps_insight_dropped_requests_total',
-            'WAF requests neither stored nor counted: the sampler had no room at all (a long store outage).',
-            [],
-          ],
-          [
-            'tps_edge_waf_uninspected_total',
-            "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
-            ['proxy', 'side', 'reason', 'outcome'],
-          ],
-          [
-            'tps_edge_waf_budget_offender_refused_total',
-            "Requests refused early (429, not inspected) because their client's requests kept running past the WAF's inspection budget (TPS_WAF_OFFENDER_*).",
-            ['proxy'],
-          ],
-          [
-            'tps_edge_waf_thread_restarts_total',
-            'WAF engine threads replaced, by cause: runaway (a request ran past the watchdog bound, a step the engine could not interrupt; every request the thread held failed) or crash (the thread died). A request past its budget ends alone and is no restart: see tps_edge_waf_uninspected_total{reason="budget"}.',
-            ['cause'],
-          ],
-          [
-            'tps_edge_waf_body_over_limit_total',
-            'Request bodies longer than the WAF inspects, by what was done: REJECT (413) or PROCESS_PARTIAL (first part inspected, the rest passed).',
-            ['proxy', 'action'],
-          ],
-          [
-            'tps_edge_waf_exchanges_total',
-            'WAF exchanges (a request kept for its response) opened, and ended: inspected (response side), abandoned (request over first), expired (TTL: a leak).',
-            ['event'],
-          ],
-        ] as const
-      ).map(([name, help, labelNames]) => [
+      (Object.keys(EDGE_COUNTERS) as EdgeCounterName[]).map((name) => [
         name,
-        new Counter({ name, help, labelNames: [...labelNames], registers: [options.metrics.registry] }),
+        new Counter({
+          name,
+          help: EDGE_COUNTERS[name].help,
+          labelNames: [...EDGE_COUNTERS[name].labelNames],
+          registers: [options.metrics.registry],
+        }),
       ]),
     );
     this.#histograms = new Map(
@@ -359,33 +259,11 @@ export class EdgeSupervisor {
       logger: options.logger,
       registry: options.metrics.registry,
     });
-    this.#applySeconds = new Histogram({
-      name: 'tps_edge_config_apply_seconds',
-      help: 'Configuration changes, from the change in the store (its updatedAt) to every worker of this node serving it (or reporting it cannot).',
-      buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-      registers,
-    });
-    const applying = this.#applying;
-    new Gauge({
-      name: 'tps_edge_config_apply_lag_seconds',
-      help: 'Age of the oldest configuration change this node has not applied in every worker yet (0: all applied).',
-      registers,
-      collect() {
-        const now = Date.now();
-        let oldest = now;
-        for (const state of applying.values()) if (!state.applied && state.since < oldest) oldest = state.since;
-        this.set((now - oldest) / 1000);
-      },
-    });
-    new Gauge({
-      name: 'tps_edge_configs_pending_apply',
-      help: 'Configurations whose current version is not applied by every worker of this node yet.',
-      registers,
-      collect() {
-        let pending = 0;
-        for (const state of applying.values()) if (!state.applied) pending++;
-        this.set(pending);
-      },
+    this.#apply = new ApplyTracking({
+      registry: options.metrics.registry,
+      appliedByAll: (id, version) =>
+        this.#workers.slots.every((slot) => slot.worker !== undefined && slot.reports.get(id)?.version === version),
+      pollMs: POLL_MS,
     });
     const certificates = () => this.#certificateExpiry();
     new Gauge({
@@ -439,7 +317,7 @@ export class EdgeSupervisor {
     // Before the workers: they report refusals only when kernel blocking is on.
     await this.#kernelBlocking.start();
     this.#threatFeed?.start();
-    for (const slot of this.#slots) this.#spawn(slot);
+    this.#workers.start();
     this.#timers.push(
       setInterval(() => void this.#poll(), POLL_MS),
       setInterval(() => void this.#heartbeat(), HEARTBEAT_MS),
@@ -451,17 +329,7 @@ export class EdgeSupervisor {
     this.#stopping = true;
     for (const timer of this.#timers) clearInterval(timer);
     await this.#threatFeed?.stop();
-    await Promise.all(
-      this.#slots.map(async (slot) => {
-        const worker = slot.worker;
-        if (!worker) return;
-        const exited = new Promise((resolve) => worker.once('exit', resolve));
-        worker.postMessage({ kind: 'stop' } satisfies ToWorker);
-        const timeout = setTimeout(() => void worker.terminate(), 5_000);
-        await exited;
-        clearTimeout(timeout);
-      }),
-    );
+    await this.#workers.stop();
     await this.#kernelBlocking.stop();
     await this.#insight.drain();
     await this.#options.eventSinks?.close();
@@ -478,7 +346,7 @@ export class EdgeSupervisor {
     const deadline = Date.now() + timeoutMs;
     const applied = () =>
       this.#entries.every((entry) =>
-        this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version),
+        this.#workers.slots.every((slot) => slot.worker !== undefined && slot.reports.get(entry.config.id)?.version === entry.version),
       );
     while (!applied()) {
       if (Date.now() > deadline || this.#stopping) return false;
@@ -491,7 +359,7 @@ export class EdgeSupervisor {
   servingWorkers(configId: string): number {
     const entry = this.#entries.find((candidate) => candidate.config.id === configId);
     if (!entry) return 0;
-    return this.#slots.filter((slot) => {
+    return this.#workers.slots.filter((slot) => {
       const report = slot.reports.get(configId);
       return slot.worker && report?.version === entry.version && report.state === 'ACTIVE';
     }).length;
@@ -500,21 +368,14 @@ export class EdgeSupervisor {
   /** How many workers look up in the node's current threat-feed set (all of them, once it has reached them). */
   threatFeedWorkers(): number {
     const generation = this.#threatFeed?.current?.generation;
-    return this.#slots.filter((slot) => slot.worker && generation !== undefined && slot.threatFeedGeneration === generation).length;
+    return this.#workers.slots.filter((slot) => slot.worker && generation !== undefined && slot.threatFeedGeneration === generation).length;
   }
 
-  /**
-   * Kills one worker (for tests of the restart): the others keep serving. Resolves once its thread
-   * is gone; connections it had accepted by then die with it, as in a real crash.
-   */
-  async crashWorkerForTest(index: number): Promise<void> {
-    await this.#slots[index]?.worker?.terminate();
-  }
-
-  #spawn(slot: WorkerSlot): void {
+  /** The settings of the worker started in slot `index`. */
+  #workerSettings(index: number): WorkerSettings {
     const o = this.#options;
-    const settings: WorkerSettings = {
-      index: slot.index,
+    return {
+      index,
       logLevel: o.logLevel ?? 'info',
       nodeId: o.nodeId,
       ipv6SourcePrefix: o.ipv6SourcePrefix ?? 64,
@@ -549,25 +410,6 @@ export class EdgeSupervisor {
       // Signs challenges and clearance cookies: the same on every node that shares the master key.
       appDdos: { settings: o.appDdos ?? {}, secret: o.secrets.derive('app-ddos clearance') },
     };
-    const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: settings, name: `tps-edge-${slot.index}` });
-    slot.worker = worker;
-    this.#workersChangedAt = Date.now();
-    slot.reports.clear();
-    delete slot.threatFeedGeneration;
-    worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
-    worker.on('error', (error) => o.logger.error({ err: error, worker: slot.index }, 'edge worker failed'));
-    worker.on('exit', (code) => {
-      if (slot.worker !== worker) return;
-      slot.worker = undefined;
-      // Its connections died with it; their places go back before a new worker takes the slot.
-      if (this.#connectionBudget !== undefined) NodeConnectionBudget.reclaim(this.#connectionBudget, slot.index);
-      this.#workersChangedAt = Date.now();
-      if (this.#stopping) return;
-      o.logger.warn({ worker: slot.index, code }, 'edge worker exited; starting it again');
-      setTimeout(() => {
-        if (!this.#stopping) this.#spawn(slot);
-      }, RESTART_DELAY_MS).unref();
-    });
   }
 
   #onMessage(slot: WorkerSlot, message: FromWorker): void {
@@ -578,7 +420,7 @@ export class EdgeSupervisor {
       case 'status':
         slot.reports.set(message.id, { version: message.version, state: message.state, detail: message.detail });
         this.#publish(message.id);
-        this.#noteApplied(message.id);
+        this.#apply.noteApplied(message.id);
         break;
       case 'removed':
         slot.reports.delete(message.id);
@@ -619,8 +461,7 @@ export class EdgeSupervisor {
         if (escalated.length === 0) break;
         // Once the kernel drops them (not before: a client reset earlier would just connect again).
         void this.#kernelBlocking.settled().then(() => {
-          for (const { proxyId, source } of escalated)
-            for (const other of this.#slots) other.worker?.postMessage({ kind: 'kernel-blocked', proxyId, source } satisfies ToWorker);
+          for (const { proxyId, source } of escalated) this.#workers.postAll({ kind: 'kernel-blocked', proxyId, source });
         });
         break;
       }
@@ -681,9 +522,9 @@ export class EdgeSupervisor {
     this.#storeRevision = revision;
     this.#entries = entries;
     this.#revisions = revisions;
-    this.#trackApplying(entries, records);
+    this.#apply.track(entries, records);
     this.#counterTables.retainOnly(new Set(entries.map((entry) => entry.config.id)));
-    for (const slot of this.#slots) slot.worker?.postMessage({ kind: 'apply', entries } satisfies ToWorker);
+    this.#workers.postAll({ kind: 'apply', entries });
     for (const [id, status] of unresolved) this.#report(id, status);
     for (const id of this.#published.keys()) {
       if (revisions.has(id)) continue;
@@ -702,11 +543,11 @@ export class EdgeSupervisor {
     const entry = this.#entries.find((candidate) => candidate.config.id === id);
     const revision = this.#revisions.get(id);
     if (!entry || revision === undefined) return;
-    const reports = this.#slots.map((slot) => slot.reports.get(id));
+    const reports = this.#workers.slots.map((slot) => slot.reports.get(id));
     const current = reports.filter((report) => report?.version === entry.version);
     const failure = current.find((report) => report?.state === 'ERROR');
     if (failure) this.#report(id, { revision, state: 'ERROR', detail: failure.detail });
-    else if (current.length === this.#slots.length) {
+    else if (current.length === this.#workers.slots.length) {
       // Served everywhere. While that is the interim configuration, or while part of it fails
       // closed (ConfigEntry.degraded), the status says so and why.
       if (entry.interim) this.#report(id, { revision, ...entry.interim });
@@ -743,51 +584,17 @@ export class EdgeSupervisor {
    * workers were handed is served by all of them, or which are not and why; and warnings.
    */
   health(now = Date.now()): EdgeHealth {
-    const notServed: EdgeHealth['notServed'] = [];
-    let notServedCount = 0;
-    for (const entry of this.#entries) {
-      const id = entry.config.id;
-      const reports = this.#slots.map((slot) => (slot.worker === undefined ? undefined : slot.reports.get(id)));
-      const failure = reports.find((report) => report?.version === entry.version && report.state === 'ERROR');
-      let problem: EdgeHealth['notServed'][number] | undefined;
-      if (failure !== undefined) problem = { id, state: 'ERROR', detail: failure.detail ?? 'cannot be served' };
-      else if (!reports.every((report) => report?.version === entry.version && report.state === 'ACTIVE')) {
-        const since = Math.max(this.#applying.get(id)?.since ?? now, this.#workersChangedAt);
-        if (now - since > APPLY_GRACE_MS) {
-          const serving = reports.filter((report) => report?.version === entry.version).length;
-          problem = {
-            id,
-            state: 'APPLYING',
-            detail: `served by ${serving} of ${this.#slots.length} workers for ${Math.round((now - since) / 1000)} s`,
-          };
-        }
-      }
-      if (problem === undefined) continue;
-      notServedCount++;
-      if (notServed.length < HEALTH_LIST_LIMIT) notServed.push(problem);
-    }
-    const warnings: EdgeHealth['warnings'] = [];
-    const withoutFeed = this.#entries.filter((entry) => this.#activeNotice(entry) !== null).map((entry) => entry.config.id);
-    if (withoutFeed.length > 0) {
-      warnings.push({
-        code: 'NO_THREAT_FEED',
-        detail: `${withoutFeed.length} layer 4 proxies have threatIntelligence enabled, but TPS_THREAT_FEEDS is empty on this node: no source is refused`,
-        configurations: withoutFeed.slice(0, HEALTH_LIST_LIMIT),
-      });
-    }
-    const report = this.#threatFeed?.report;
-    if (this.#threatFeed !== undefined) {
-      const failing = (report?.sources ?? []).filter((source) => !source.ok).map((source) => sourceLabel(source.source));
-      if (report === undefined) warnings.push({ code: 'THREAT_FEED_NOT_LOADED', detail: 'the threat feeds have not been read yet' });
-      else if (failing.length > 0)
-        warnings.push({
-          code: 'THREAT_FEED_SOURCE_FAILING',
-          detail: `threat-feed sources failing (their last good entries stay in use): ${failing.join(', ')}`,
-        });
-    }
-    const kernelWarning = this.#kernelBlocking.warning;
-    if (kernelWarning !== undefined) warnings.push(kernelWarning);
-    return { ok: notServedCount === 0, configurations: this.#entries.length, notServed, notServedCount, warnings };
+    return edgeHealth(
+      {
+        entries: this.#entries,
+        workerReports: this.#workers.slots.map((slot) => (slot.worker === undefined ? undefined : slot.reports)),
+        applyingSince: (id) => Math.max(this.#apply.since(id) ?? now, this.#workersChangedAt),
+        withoutFeed: this.#entries.filter((entry) => this.#activeNotice(entry) !== null).map((entry) => entry.config.id),
+        threatFeed: this.#threatFeed && { report: this.#threatFeed.report },
+        kernelWarning: this.#kernelBlocking.warning,
+      },
+      now,
+    );
   }
 
   /** Where a proxy's escalated sources are dropped: its front end, protocols and rate limit. */
@@ -813,40 +620,6 @@ export class EdgeSupervisor {
     const config = entry.config;
     if (config.type !== 'l4Proxy' || this.#threatFeed !== undefined) return null;
     return config.attributes.threatIntelligence?.enabled === false ? null : NO_THREAT_FEED_DETAIL;
-  }
-
-  /**
-   * Notes when each configuration's current version appeared: its change in the store (updatedAt)
-   * when that happened since the previous reload, else now (a certificate renewed, the node
-   * starting, a version that changed without the configuration's own row).
-   */
-  #trackApplying(entries: ConfigEntry[], records: readonly { id: string; updatedAt: string }[]): void {
-    const now = Date.now();
-    const updatedAt = new Map(records.map((record) => [record.id, Date.parse(record.updatedAt)]));
-    const next = new Map<string, { version: string; since: number; applied: boolean }>();
-    for (const entry of entries) {
-      const id = entry.config.id;
-      const previous = this.#applying.get(id);
-      if (previous !== undefined && previous.version === entry.version) {
-        next.set(id, previous);
-        continue;
-      }
-      const changed = updatedAt.get(id) ?? now;
-      const since = this.#lastReloadAt > 0 && changed > this.#lastReloadAt - POLL_MS && changed <= now ? changed : now;
-      next.set(id, { version: entry.version, since, applied: false });
-    }
-    this.#applying = next;
-    this.#lastReloadAt = now;
-    for (const entry of entries) this.#noteApplied(entry.config.id);
-  }
-
-  /** Once every worker has applied (or failed) a configuration's current version: the apply time is observed. */
-  #noteApplied(id: string): void {
-    const state = this.#applying.get(id);
-    if (state === undefined || state.applied) return;
-    if (!this.#slots.every((slot) => slot.worker !== undefined && slot.reports.get(id)?.version === state.version)) return;
-    state.applied = true;
-    this.#applySeconds.observe(Math.max(0, Date.now() - state.since) / 1000);
   }
 
   /** The certificates this node's proxies present, with their not-after times (parsed once per PEM). */

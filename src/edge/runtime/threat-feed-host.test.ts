@@ -16,12 +16,15 @@ import { createMetrics, type Metrics } from '../../metrics.ts';
 import { freePort } from '../../../test/support/ports.ts';
 import { EdgeSupervisor } from './supervisor.ts';
 import { ThreatFeedHost, type ThreatFeedSet } from './threat-feed-host.ts';
-import { IpSet } from '../net/ip-set.ts';
+import { IpSet } from '../../net/ip-set.ts';
 import { roundTrip } from '../../../test/support/round-trip.ts';
 import { waitFor } from '../../../test/support/wait.ts';
 import type { L4ProxyAttributes } from '@tps/model';
 import { PERMISSIVE_ORIGIN_POLICY } from '../../../test/support/origin-guard.ts';
+import { ThreadKeeper } from '../../../test/support/threads.ts';
 
+/** The edge's threads, to end one as a crash would. */
+const threads = new ThreadKeeper();
 const FRONTEND = '127.0.0.71';
 const ORIGIN = '127.0.0.72';
 const FIRST_LISTED = '127.0.0.73';
@@ -82,6 +85,7 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
       threatFeedRefreshMs: 100,
       // Test origins are on loopback, which the product's origin policy refuses by default.
       origins: { policy: PERMISSIVE_ORIGIN_POLICY, resolverServers: [] },
+      startThread: threads.start,
     });
     await edge.start();
     const tenant = await store.tenants.create('t');
@@ -131,7 +135,7 @@ describe('edge node threat feed', { timeout: 60_000 }, () => {
 
   it('gives a worker started again after a crash the current set', async () => {
     await waitFor('both workers to use the feed set', async () => edge.threatFeedWorkers() === 2);
-    await edge.crashWorkerForTest(0);
+    await threads.crash('tps-edge-0');
     // Gone (its slot empty until it is started again, 200 ms later at the earliest), then back.
     await waitFor('the crash to be seen', async () => edge.servingWorkers(configId) < 2, { intervalMs: 5 });
     await waitFor('the restarted worker to serve', async () => edge.servingWorkers(configId) === 2);
@@ -147,11 +151,13 @@ describe('ThreatFeedHost', { timeout: 30_000 }, () => {
     const file = path.join(dir, 'feed.txt');
     fs.writeFileSync(file, '192.0.2.0/24\n');
     const given: ThreatFeedSet[] = [];
+    const feedThreads = new ThreadKeeper();
     const host = new ThreatFeedHost({
       sources: [file],
       refreshIntervalMs: 0,
       logger: pino({ level: 'silent' }),
       onSet: (current) => given.push(current),
+      startThread: feedThreads.start,
     });
     try {
       host.start();
@@ -160,7 +166,7 @@ describe('ThreatFeedHost', { timeout: 30_000 }, () => {
       assert.ok(first.has('192.0.2.7') && first.has('::ffff:192.0.2.7') && !first.has('192.0.3.1'));
       assert.equal(host.report?.sources[0]?.ok, true);
 
-      host.crashForTest();
+      await feedThreads.crash('tps-threat-feed');
       await waitFor('a set from the restarted thread', async () => given.length === 2, { timeoutMs: 10_000 });
       assert.ok(first.has('192.0.2.7'), 'the memory outlives the thread that made it');
       assert.ok(given[1]!.generation > given[0]!.generation, 'generations keep growing across restarts');

@@ -17,9 +17,9 @@
  * stay in use until its first refresh gives a new one.
  */
 import { Worker } from 'node:worker_threads';
-import type { SharedIpSet } from '../net/ip-set.ts';
+import type { SharedIpSet } from '../../net/ip-set.ts';
 import { sourceLabel, type ThreatFeedReport } from '../l4/threat-feed.ts';
-import type { EdgeLogger } from './types.ts';
+import type { EdgeLogger, StartThread } from './types.ts';
 
 const RESTART_DELAY_MS = 1_000;
 
@@ -44,6 +44,8 @@ export interface ThreatFeedSet {
 export interface ThreatFeedHostOptions extends ThreatFeedThreadSettings {
   logger: EdgeLogger;
   onSet: (current: ThreatFeedSet) => void;
+  /** Starts the feed thread; default `new Worker`. */
+  startThread?: StartThread;
 }
 
 export class ThreatFeedHost {
@@ -81,15 +83,11 @@ export class ThreatFeedHost {
     if (thread) await thread.terminate();
   }
 
-  /** Kills the thread (for tests of the restart). */
-  crashForTest(): void {
-    void this.#thread?.terminate();
-  }
-
   #spawn(): void {
     const { logger, sources, refreshIntervalMs } = this.#options;
     const settings: ThreatFeedThreadSettings = { sources, refreshIntervalMs };
-    const thread = new Worker(new URL('./threat-feed-thread.ts', import.meta.url), { workerData: settings, name: 'tps-threat-feed' });
+    const start = this.#options.startThread ?? ((script, options) => new Worker(script, options));
+    const thread = start(new URL('./threat-feed-thread.ts', import.meta.url), { workerData: settings, name: 'tps-threat-feed' });
     this.#thread = thread;
     thread.on('message', (message: FromThreatFeedThread) => this.#onReport(message));
     thread.on('error', (error) => logger.error({ err: error }, 'threat feed thread failed'));

@@ -1,7 +1,7 @@
 /**
  * Rate-limit counters in Redis, for several edge nodes: a client's requests count once whichever
  * node (and worker) serves them. The same sliding-window estimate as the in-memory stores
- * (sliding-window.ts: a window index, the previous and the current count per period), written out
+ * (src/edge/limits/sliding-window.ts: a window index, the previous and the current count per period), written out
  * in Lua so that one script per request does the read-modify-write atomically on the server.
  *
  * Each proxy (scope) keeps at most `maxClients` clients: an index of its keys by last use (a sorted
@@ -11,7 +11,7 @@
  * proxy). A blocked client is indexed at its block's end, so it is the last of its proxy to go.
  */
 import type { Redis } from 'ioredis';
-import type { RateHit, RateLimitStore } from '../http/rate-limit/store.ts';
+import type { RateHit, RateLimitStore } from '../limits/rate-store.ts';
 
 /**
  * KEYS[1] = client key, KEYS[2] = the proxy's index; ARGV = now (ms), max clients, number of

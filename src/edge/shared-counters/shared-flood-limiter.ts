@@ -2,15 +2,15 @@
  * Connection caps (`connectionLimits` of layer 4 and HTTP proxies) counted in shared memory, so that
  * "at most N connections from one source" means N across all proxy workers, not N per worker.
  *
- * The same semantics as FloodLimiter (src/edge/l4/flood-limits.ts): open connections per source,
- * new connections per second per source (the sliding-window estimate, sliding-window.ts), and open
+ * The same semantics as FloodLimiter (src/edge/limits/flood-limits.ts): open connections per source,
+ * new connections per second per source (the sliding-window estimate, src/edge/limits/sliding-window.ts), and open
  * connections of the whole proxy. Each proxy counts in a table of its own (`ProxyCounterTables`):
  * a flood of sources on one proxy cannot push another proxy's counts out.
  */
 import { SharedTable } from './shared-table.ts';
-import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../l4/flood-limits.ts';
-import { sourceKey as defaultSourceKey } from '../net/source-key.ts';
-import { WINDOW_PAIR_WORDS, countEvent, estimate } from './sliding-window.ts';
+import type { FloodAdmission, FloodLimitSettings, FloodRefusal } from '../limits/flood-limits.ts';
+import { sourceKey as defaultSourceKey } from '../../net/source-key.ts';
+import { WINDOW_PAIR_WORDS, countEvent, estimate } from '../limits/sliding-window.ts';
 
 /** Payload of a slot: open connections, then the new connections' window pair. */
 export const FLOOD_SLOT_WORDS = 1 + WINDOW_PAIR_WORDS;

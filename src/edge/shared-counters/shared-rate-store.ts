@@ -6,13 +6,13 @@
  * a flood of sources on one proxy recycles only that proxy's slots: another proxy's counters and
  * the clients it is blocking stay where they are.
  */
-import type { RateHit, RateLimitStore } from '../http/rate-limit/store.ts';
+import type { RateHit, RateLimitStore } from '../limits/rate-store.ts';
 import { SharedTable } from './shared-table.ts';
-import { WINDOW_PAIR_WORDS, countAndEstimate } from './sliding-window.ts';
+import { WINDOW_PAIR_WORDS, countAndEstimate } from '../limits/sliding-window.ts';
 
 /** Thresholds per proxy that the shared table has room for (the API allows at most 10). */
 export const MAX_PERIODS = 10;
-/** Payload of a slot: block deadline, then a window pair per period (sliding-window.ts). */
+/** Payload of a slot: block deadline, then a window pair per period (src/edge/limits/sliding-window.ts). */
 export const rateSlotWords = (periods: number): number => 1 + WINDOW_PAIR_WORDS * periods;
 
 /** A table for a proxy with `periods` thresholds (one table per proxy and set of periods). */

@@ -15,7 +15,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { InsightEvent } from '@tps/model';
-import { LineWriter } from '../../edge/access-log/line-writer.ts';
+import { LineWriter } from '../../io/line-writer.ts';
 import type { SinkAddress } from './sink-address.ts';
 import { MAX_DATAGRAM_BYTES, eventJson, octetCounted, syslogMessage, truncatedEventJson, type SyslogOrigin } from './syslog.ts';
 

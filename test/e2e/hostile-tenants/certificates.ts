@@ -27,7 +27,7 @@ import { TestCa } from '../../support/pki.ts';
 import { waitFor } from '../../support/wait.ts';
 import type { Store } from '../../../src/store/index.ts';
 import { SecretBox, acmeAccountKeyBinding } from '../../../src/certs/secret-box.ts';
-import { ACME_TLS_ALPN_PROTOCOL } from '../../../src/certs/acme-tls-alpn.ts';
+import { ACME_TLS_ALPN_PROTOCOL } from '../../../src/edge/http/tls-alpn-acme.ts';
 
 const PEBBLE_IP = '127.0.0.150';
 /** Tenant A's front-end IP (where names resolve unless the test says otherwise), and tenant B's. */

@@ -9,7 +9,7 @@
  */
 import { existsSync } from 'node:fs';
 import type { WafEngineSettings, WafRequest } from '@tps/waf';
-import { Random } from '@tps/waf/test-support/random';
+import { Random } from '../random.ts';
 import { buildRequestBytes, loadFtwTests } from '../ftw.ts';
 import { parseRawRequest } from '../raw-http.ts';
 

@@ -2,7 +2,8 @@
  * The live oracle: run a small SecLang rule set on both engines (the ModSecurity addon and ours)
  * for the same request, to compare transformations, operators and body processors one at a time.
  */
-import { CompiledInspector, compileRuleSet, SMALL_RULE_SET_PREAMBLE } from '@tps/waf';
+import { CompiledInspector, compileRuleSet } from '@tps/waf';
+import { SMALL_RULE_SET_PREAMBLE } from '../golden/vectors.ts';
 import type { WafRequest } from '@tps/waf';
 import { loadModSecurity, modSecurityAddonBuilt } from '@tps/waf-modsecurity';
 import type { NativeMatchedRule } from '@tps/waf-modsecurity';

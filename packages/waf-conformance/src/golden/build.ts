@@ -4,18 +4,10 @@
  * where ModSecurity's own answer is not reproducible. generate.ts writes what this returns;
  * ../oracle/golden.test.ts compares it with the checked-in files.
  */
-import { CompiledInspector, encodeRequest, TRANSFORMATIONS, ruleCaseLines } from '@tps/waf';
-import type {
-  CrsVector,
-  CrsVectors,
-  GoldenSource,
-  RuleCaseVectors,
-  RuleSetOptions,
-  TransformationVectors,
-  WafEngineSettings,
-  WafEngineVerdict,
-  WafRequest,
-} from '@tps/waf';
+import { CompiledInspector, TRANSFORMATIONS } from '@tps/waf';
+import type { RuleSetOptions, WafEngineSettings, WafEngineVerdict, WafRequest } from '@tps/waf';
+import { encodeRequest, ruleCaseLines } from './vectors.ts';
+import type { CrsVector, CrsVectors, GoldenSource, RuleCaseVectors, TransformationVectors } from './vectors.ts';
 import { ModSecurityInspector } from '@tps/waf-modsecurity';
 import { crsRegressionCases, generatedCases } from '../differential/corpus.ts';
 import { smallRuleSets } from '../differential/oracle.ts';

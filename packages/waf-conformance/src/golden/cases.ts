@@ -7,7 +7,7 @@
 import { TRANSFORMATIONS } from '@tps/waf';
 import type { WafEngineSettings, WafRequest } from '@tps/waf';
 import { loadSqliData } from '@tps/libinjection';
-import { Random } from '@tps/waf/test-support/random';
+import { Random } from '../random.ts';
 import { crsPayloads } from '../differential/corpus.ts';
 
 /** A request with everything but what a case sets. */

@@ -9,8 +9,8 @@
  */
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { GOLDEN_DIR } from '@tps/waf';
-import type { CrsVectors, GoldenSource, RuleCaseVectors, TransformationVectors } from '@tps/waf';
+import { GOLDEN_DIR } from './vectors.ts';
+import type { CrsVectors, GoldenSource, RuleCaseVectors, TransformationVectors } from './vectors.ts';
 import { loadModSecurity } from '@tps/waf-modsecurity';
 import { crsPayloads } from '../differential/corpus.ts';
 import { buildGolden } from './build.ts';

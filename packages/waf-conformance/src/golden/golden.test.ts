@@ -9,8 +9,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { readGolden } from '@tps/waf';
-import type { CrsVectors, GoldenSource, RuleCaseVectors, TransformationVectors } from '@tps/waf';
+import { readGolden } from './vectors.ts';
+import type { CrsVectors, GoldenSource, RuleCaseVectors, TransformationVectors } from './vectors.ts';
 import { loadModSecurity } from '@tps/waf-modsecurity';
 import { crsRegressionCases, generatedCases } from '../differential/corpus.ts';
 import { SKIP_WITHOUT_ORACLE } from '../differential/oracle.ts';

@@ -109,7 +109,7 @@ test('prefilter: every match of every CRS expression contains one of its require
   const { readdirSync, readFileSync } = await import('node:fs');
   const { parseSecLang } = await import('../seclang/parser.ts');
   const { requiredLiterals } = await import('./prefilter.ts');
-  const { readGolden } = await import('../golden.ts');
+  const { readGolden } = await import('@tps/waf-conformance');
   const dir = '/usr/share/modsecurity-crs/rules/';
   let files: string[];
   try {

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
-import { addonString, readGolden } from '../golden.ts';
-import type { TransformationVectors } from '../golden.ts';
-import { Random } from '../test-support/random.ts';
+import { addonString, readGolden } from '@tps/waf-conformance';
+import type { TransformationVectors } from '@tps/waf-conformance';
+import { Random } from '@tps/waf-conformance';
 import {
   base64Decode,
   CHANGES_ON,

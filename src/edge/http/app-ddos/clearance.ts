@@ -14,7 +14,7 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { isIPv4 } from 'node:net';
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../../../net/source-key.ts';
 
 export const CLEARANCE_COOKIE = 'tps_clearance';
 /** How long a challenge page's challenge may be solved. */

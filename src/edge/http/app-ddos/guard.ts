@@ -8,20 +8,15 @@
  */
 import { createHash } from 'node:crypto';
 import type { AppDdosSettings, DistributedAttackEvent, RequestSummary } from '@tps/model';
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../../../net/source-key.ts';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { RateLimitStore } from '../../limits/rate-store.ts';
 import type { Answer, HttpProxyDeps, PhaseOutcome } from '../types.ts';
 import { CHALLENGE_CSP, CHALLENGE_PATH, CHALLENGE_STATUS, renderChallengePage } from './challenge-page.ts';
 import { CLEARANCE_COOKIE, ClearanceKeys, clearanceNetwork, cookieValue } from './clearance.ts';
 import { type AttackReport, AttackDetector, createAppDdosTables } from './detector.ts';
 import { Exemptions } from './exemptions.ts';
-import {
-  type AppDdosDeps,
-  type AppDdosOperatorSettings,
-  type AppDdosTablesInit,
-  DEFAULT_APP_DDOS_SETTINGS,
-  type GuardAnswers,
-  type GuardRequest,
-} from './types.ts';
+import { type AppDdosDeps, type AppDdosOperatorSettings, type AppDdosTablesInit, DEFAULT_APP_DDOS_SETTINGS } from './types.ts';
 
 /** Outside an attack (ALWAYS mode), a source's unsolved challenges count per window of this length. */
 const ALWAYS_WINDOW_MS = 600_000;
@@ -35,6 +30,29 @@ const keysByDeps = new WeakMap<object, ClearanceKeys>();
 const localTables = new Map<string, AppDdosTablesInit>();
 const episodeStarts = new Map<string, { source: DistributedAttackEvent['source']; destinationIp: string; request: RequestSummary }>();
 const MAX_EPISODE_STARTS = 256;
+
+/**
+ * What the guard reads of a request, and writes (the support id of an attack's pages): the proxy's
+ * RequestCtx has it. Its own type, so that the snapshot that holds a guard does not import the
+ * request context that holds the snapshot.
+ */
+export interface GuardedRequest {
+  readonly target: string;
+  readonly req: { readonly method?: string | undefined; readonly url?: string | undefined; readonly headers: IncomingHttpHeaders };
+  readonly clientIp: string;
+  readonly clientPort: number;
+  readonly country: string;
+  readonly serverIp: string;
+  readonly secure: boolean;
+  supportId: string;
+  readonly proxy: { readonly rateLimiter?: { readonly store: Pick<RateLimitStore, 'block'> } | undefined };
+}
+
+/** What the guard asks of the proxy for a request: its refusal pages, and its summary for the attack's event. */
+export interface GuardAnswers<R extends GuardedRequest> {
+  page(request: R, kind: 'rate-limit' | 'origin-busy', headers: readonly string[]): Answer;
+  summary(request: R, statusCode: number): RequestSummary;
+}
 
 export class AppDdosGuard {
   /** The settings it was built from: an update with the same keeps it. */
@@ -92,7 +110,7 @@ export class AppDdosGuard {
     clearInterval(this.#timer);
   }
 
-  handle<R extends GuardRequest>(ctx: R, answers: GuardAnswers<R, Answer>): PhaseOutcome {
+  handle<R extends GuardedRequest>(ctx: R, answers: GuardAnswers<R>): PhaseOutcome {
     const now = Date.now();
     const state = this.#detector.count(now);
     if (this.#cluster !== undefined) this.#exchange();
@@ -118,13 +136,13 @@ export class AppDdosGuard {
       this.#count('blocked');
       if (episodeSupportId !== undefined) ctx.supportId = episodeSupportId;
       const retryAfter = Math.max(1, Math.ceil((source.blockedUntil - now) / 1000));
-      return answers.page(ctx, 'rate-limit', retryAfter);
+      return answers.page(ctx, 'rate-limit', ['retry-after', String(retryAfter)]);
     }
     if (cleared || exempt) {
       if (this.#detector.pass(now, this.#settings.originRateLimit, source.isNew) === 'shed') {
         this.#count('shed');
         if (episodeSupportId !== undefined) ctx.supportId = episodeSupportId;
-        return answers.page(ctx, 'origin-busy', 1);
+        return answers.page(ctx, 'origin-busy', ['retry-after', '1']);
       }
       this.#count(cleared ? 'cleared' : 'exempt');
       return undefined;
@@ -142,12 +160,12 @@ export class AppDdosGuard {
     return this.#supportIdOf.id;
   }
 
-  #cleared(ctx: GuardRequest, network: string, now: number): boolean {
+  #cleared(ctx: GuardedRequest, network: string, now: number): boolean {
     const value = cookieValue(header(ctx, 'cookie'), CLEARANCE_COOKIE);
     return value !== undefined && this.#keys.verifyClearance(this.#proxy.id, network, value, Math.floor(now / 1000));
   }
 
-  #challenge(ctx: GuardRequest, network: string, lastRate: number, trigger: number, attack: boolean, now: number): Answer {
+  #challenge(ctx: GuardedRequest, network: string, lastRate: number, trigger: number, attack: boolean, now: number): Answer {
     const extra = attack && trigger > 0 ? Math.min(MAX_EXTRA_BITS, Math.max(0, Math.floor(Math.log2(lastRate / trigger)))) : 0;
     const bits = this.#operator.challengeBits + extra;
     const challenge = this.#keys.challenge(this.#proxy.id, network, bits, Math.floor(now / 1000));
@@ -173,7 +191,7 @@ export class AppDdosGuard {
   }
 
   /** /.well-known/tps-challenge?c=&n=&r=: a solution is checked, and a clearance given. */
-  #verify<R extends GuardRequest>(ctx: R, answers: GuardAnswers<R, Answer>, url: string, now: number, attackStart: number): Answer {
+  #verify<R extends GuardedRequest>(ctx: R, answers: GuardAnswers<R>, url: string, now: number, attackStart: number): Answer {
     const query = new URLSearchParams(url.slice(CHALLENGE_PATH.length + 1, CHALLENGE_PATH.length + 1 + 4096));
     const network = clearanceNetwork(ctx.clientIp);
     const key = sourceKey(ctx.clientIp, this.#deps.rateLimit?.ipv6Prefix);
@@ -189,7 +207,7 @@ export class AppDdosGuard {
         if (source.verdict === 'just-blocked') this.#block(ctx, key, source.blockedUntil);
         this.#detector.add(now, 'blocked', source.isNew);
         this.#count('blocked');
-        return answers.page(ctx, 'rate-limit', Math.max(1, Math.ceil((source.blockedUntil - now) / 1000)));
+        return answers.page(ctx, 'rate-limit', ['retry-after', String(Math.max(1, Math.ceil((source.blockedUntil - now) / 1000)))]);
       }
       this.#detector.add(now, 'challenged', source.isNew);
       return this.#challenge(ctx, network, 0, 0, false, now);
@@ -209,7 +227,7 @@ export class AppDdosGuard {
   }
 
   /** Blocks the source in the rate limiter too, so that its cheaper refusal (and the kernel's) applies. */
-  #block(ctx: GuardRequest, key: string, until: number): void {
+  #block(ctx: GuardedRequest, key: string, until: number): void {
     const limiterStore = ctx.proxy.rateLimiter?.store;
     if (limiterStore !== undefined) {
       try {
@@ -230,7 +248,7 @@ export class AppDdosGuard {
   }
 
   /** The first request of an episode this thread owns is what its event shows. */
-  #noteStart<R extends GuardRequest>(ctx: R, answers: GuardAnswers<R, Answer>, attackStart: number): void {
+  #noteStart<R extends GuardedRequest>(ctx: R, answers: GuardAnswers<R>, attackStart: number): void {
     if (this.#seenEpisode === attackStart) return;
     this.#seenEpisode = attackStart;
     if (!this.#detector.owns(attackStart)) return;
@@ -328,7 +346,7 @@ export class AppDdosGuard {
  * block, or a visitor whose open page reloads its assets when an attack starts would be blocked
  * for the assets. A client that sends such a header to avoid the block still never gets through.
  */
-function browserSubresource(ctx: GuardRequest): boolean {
+function browserSubresource(ctx: GuardedRequest): boolean {
   const dest = header(ctx, 'sec-fetch-dest');
   return dest !== undefined && dest !== 'document' && dest !== 'iframe' && dest !== 'frame';
 }
@@ -337,7 +355,7 @@ function isChallengePath(url: string): boolean {
   return url.startsWith(CHALLENGE_PATH) && (url.length === CHALLENGE_PATH.length || url.charCodeAt(CHALLENGE_PATH.length) === 63) /* ? */;
 }
 
-function header(ctx: GuardRequest, name: string): string | undefined {
+function header(ctx: GuardedRequest, name: string): string | undefined {
   const value = ctx.req.headers[name];
   return Array.isArray(value) ? value.join('; ') : value;
 }

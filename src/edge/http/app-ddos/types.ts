@@ -2,10 +2,7 @@
  * The types the application-layer DDoS protection shares with the proxy and the edge runtime: the
  * operator's settings, what the runtime hands a proxy, and what an attack episode reports.
  */
-import type { IncomingHttpHeaders } from 'node:http';
-import type { RequestSummary } from '@tps/model';
 import type { SharedTableInit } from '../../shared-counters/shared-table.ts';
-import type { RateLimitStore } from '../rate-limit/store.ts';
 
 /** The operator's settings (TPS_APP_DDOS_*); a proxy's `appDdos` attributes override some. */
 export interface AppDdosOperatorSettings {
@@ -95,30 +92,4 @@ export interface AttackFigures {
   passed: number;
   blocked: number;
   shed: number;
-}
-
-/**
- * What the guard reads of a request; the proxy's RequestCtx is one. The guard does not import the
- * request context (which holds the snapshot, which holds the guard): the challenge phase hands it
- * the request and the answers it may give (GuardAnswers).
- */
-export interface GuardRequest {
-  readonly req: { readonly method?: string | undefined; readonly url?: string | undefined; readonly headers: IncomingHttpHeaders };
-  /** The canonical target (the request-target phase's); empty before it ran. */
-  readonly target: string;
-  readonly clientIp: string;
-  readonly clientPort: number;
-  readonly serverIp: string;
-  readonly country: string;
-  readonly secure: boolean;
-  supportId: string;
-  readonly proxy: { readonly rateLimiter?: { readonly store: Pick<RateLimitStore, 'block'> } | undefined };
-}
-
-/** The answers built from the request (the challenge phase's, from respond.ts and insight-events.ts). */
-export interface GuardAnswers<R extends GuardRequest, A> {
-  /** One of the block pages, with Retry-After. */
-  page(request: R, kind: 'rate-limit' | 'origin-busy', retryAfterSeconds: number): A;
-  /** The request as an insight event shows it. */
-  summary(request: R, statusCode: number): RequestSummary;
 }

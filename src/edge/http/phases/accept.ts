@@ -1,7 +1,7 @@
 /**
  * Phase 1, accept: who is asking, over what. Fills the client and server addresses from the socket
  * (the client address is the socket peer; only behind a load balancer the operator trusts, its PROXY
- * header or X-Forwarded-For: see src/edge/net/client-address.ts), the TLS facts and the client
+ * header or X-Forwarded-For: see src/net/client-address.ts), the TLS facts and the client
  * certificate verdict, and refuses what must not go further:
  * - VERIFY_AND_REJECT without an authorized certificate: 403. The TLS handshake already refuses such
  *   clients; this catches connections opened before the proxy's configuration asked for certificates.
@@ -11,7 +11,7 @@ import type { Http2ServerRequest } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import type { ClientCertificate, RequestCtx } from '../ctx.ts';
 import { pageAnswer } from './respond.ts';
-import { unmapIpv4 } from '../../net/ip.ts';
+import { unmapIpv4 } from '../../../net/ip.ts';
 import type { PhaseOutcome } from '../types.ts';
 import type { RequestPhase } from './phase.ts';
 

@@ -5,21 +5,22 @@
  * page, and never reaches the WAF or the origin. Also answers the challenge's own path,
  * /.well-known/tps-challenge, where a solved challenge becomes a clearance cookie.
  */
-import type { GuardAnswers } from '../app-ddos/types.ts';
+import type { GuardAnswers } from '../app-ddos/guard.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { requestSummary } from '../insight-events.ts';
-import type { Answer, PhaseOutcome } from '../types.ts';
+import type { PhaseOutcome } from '../types.ts';
 import type { RequestPhase } from './phase.ts';
 import { pageAnswer } from './respond.ts';
 
-const answers: GuardAnswers<RequestCtx, Answer> = {
-  page: (ctx, kind, retryAfterSeconds) => pageAnswer(ctx, 'app-ddos', kind, { headers: ['retry-after', String(retryAfterSeconds)] }),
+/** The guard's refusal pages are the proxy's own; the attack's event shows the request as the WAF's do. */
+const ANSWERS: GuardAnswers<RequestCtx> = {
+  page: (ctx, kind, headers) => pageAnswer(ctx, 'app-ddos', kind, { headers }),
   summary: requestSummary,
 };
 
 export const challengePhase: RequestPhase = {
   name: 'app-ddos',
   run(ctx: RequestCtx): PhaseOutcome {
-    return ctx.proxy.appDdos?.handle(ctx, answers);
+    return ctx.proxy.appDdos?.handle(ctx, ANSWERS);
   },
 };

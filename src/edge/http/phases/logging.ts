@@ -5,7 +5,7 @@
  * did not end it), its WAF_EVENTs (recorded now that the final status is known: insight-events.ts),
  * one access-log entry (when an access log is wired), and its metrics.
  */
-import { unmapIpv4 } from '../../net/ip.ts';
+import { unmapIpv4 } from '../../../net/ip.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { recordWafEvent } from '../insight-events.ts';
 import type { AccessLogEntry, AnsweredBy, PhaseName, WafOutcome } from '../types.ts';

@@ -1,13 +1,13 @@
 /**
  * Phase 4, rate limit: counts the request against the proxy's thresholds for its client address
  * (the socket peer, or what a trusted load balancer says), an IPv6 client by its prefix (a /64 by
- * default: one host picks any address in it, src/edge/net/source-key.ts). Over a threshold, the client is blocked for `blockSeconds`: 429 with
+ * default: one host picks any address in it, src/net/source-key.ts). Over a threshold, the client is blocked for `blockSeconds`: 429 with
  * Retry-After and the page, whose support id is the episode's (the APP_DDOS_ATTACK event's), so
  * every refused request of one attack points at the same event.
  */
 import type { RequestCtx } from '../ctx.ts';
 import type { RateDecision } from '../rate-limit/limiter.ts';
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../../../net/source-key.ts';
 import { recordEpisodeStart } from '../insight-events.ts';
 import { pageAnswer } from './respond.ts';
 import type { PhaseOutcome } from '../types.ts';

@@ -26,7 +26,7 @@
  */
 import type { MatchedRule } from '@tps/model';
 import { isBudgetOverrun } from '@tps/waf';
-import { sourceKey } from '../../net/source-key.ts';
+import { sourceKey } from '../../../net/source-key.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RateLimiter, type RateDecision, type RateEpisode } from './limiter.ts';
-import { MemoryRateLimitStore } from './store.ts';
+import { MemoryRateLimitStore } from '../../limits/rate-store.ts';
 
 function clock(start = 1_000_000) {
   const c = { now: start };

@@ -4,7 +4,7 @@
  *
  * Key: the client address of the accept phase: the socket peer, never a header the client sets (it
  * could otherwise spoof X-Forwarded-For to get fresh counters, or to lock out somebody else). Only
- * behind load balancers the operator trusts is it what they say (src/edge/net/client-address.ts).
+ * behind load balancers the operator trusts is it what they say (src/net/client-address.ts).
  *
  * Episode: what one APP_DDOS_ATTACK event describes. It starts with the request that crosses a
  * threshold, lasts while the client stays blocked, and also absorbs a new block that starts within
@@ -13,7 +13,7 @@
  * requests, blocked until) are sent to `onEpisodeUpdate` at most once per `updateIntervalMs`.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { MemoryRateLimitStore, type RateHit, type RateLimitStore } from './store.ts';
+import { MemoryRateLimitStore, type RateHit, type RateLimitStore } from '../../limits/rate-store.ts';
 
 export interface RateLimitPolicy {
   thresholds: readonly { requests: number; periodSeconds: number }[];

@@ -11,7 +11,7 @@ import type { AccessLogEntry, ResolvedHttpProxy } from '../types.ts';
 import { request } from '../../../../test/support/http-client.ts';
 import { TestCa, selfSigned, type IssuedCertificate } from '../../../../test/support/pki.ts';
 import { recordingOriginGuard } from '../../../../test/support/origin-guard.ts';
-import type { OriginGuard } from '../../net/origin-guard.ts';
+import type { OriginGuard } from '../../../net/origin-guard.ts';
 import {
   FRONT_IP,
   ORIGIN_IP,

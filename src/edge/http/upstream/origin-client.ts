@@ -25,7 +25,7 @@
  */
 import type net from 'node:net';
 import type tls from 'node:tls';
-import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
+import type { ScopedOriginGuard } from '../../../net/origin-guard.ts';
 
 export interface OriginHandler {
   onConnect(abort: (err?: Error) => void): void;

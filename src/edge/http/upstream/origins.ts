@@ -14,7 +14,7 @@ import { OriginClient } from './origin-client.ts';
 import type { ResolvedHttpProxy } from '../types.ts';
 import type { HttpLimits } from '../limits.ts';
 import { originTlsOptions } from '../tls.ts';
-import type { OriginGuard, ScopedOriginGuard } from '../../net/origin-guard.ts';
+import type { OriginGuard, ScopedOriginGuard } from '../../../net/origin-guard.ts';
 
 /** Errors raised while opening a connection (origin policy, TCP connect, TLS handshake, certificate check, connect timeout). */
 const connectFailures = new WeakSet<Error>();

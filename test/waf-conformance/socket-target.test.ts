@@ -7,10 +7,8 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { SocketTarget } from './socket-target.ts';
-import { loadFtwTests } from './ftw.ts';
-import { runSuite, formatReport } from './runner.ts';
+import { formatReport, givenSuite, loadFtwTests, runSuite, skipWithoutSuite } from '@tps/waf-conformance';
 import { modSecurityAddonBuilt } from '@tps/waf-modsecurity';
-import { givenSuite, skipWithoutSuite } from './suite.ts';
 
 const target = await SocketTarget.start();
 after(() => target.close());

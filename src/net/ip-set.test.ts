@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { MessageChannel } from 'node:worker_threads';
 import { IpSet, parseIpInto, parsePrefixInto, type SharedIpSet } from './ip-set.ts';
-import { xorshift } from '../../../test/support/random.ts';
+import { uint32s } from '@tps/waf-conformance';
 
 function words(ip: string): number[] | undefined {
   const out = new Uint32Array(4);
@@ -119,7 +119,7 @@ describe('IpSet', () => {
   });
 
   it('agrees with a per-length reference on 500,000 entries', () => {
-    const random = xorshift(20240601);
+    const random = uint32s(20240601);
     const set = new IpSet();
     // Reference: for each prefix length, the set of networks of that length.
     const v4ByLength = new Map<number, Set<number>>();
@@ -184,7 +184,7 @@ describe('IpSet', () => {
 describe('IpSet in shared memory', () => {
   /** Entries and probes around them: IPv4, IPv6, IPv4-mapped spellings, nested CIDRs, /0 of IPv4. */
   function fixture(extraV4: number): { set: IpSet; probes: string[] } {
-    const random = xorshift(7);
+    const random = uint32s(7);
     const set = new IpSet();
     const probes: string[] = ['0.0.0.0', '255.255.255.255', '::', '::1', '2001:db8::1', 'garbage', '::ffff:0:1.2.3.4'];
     const entries = [

@@ -3,10 +3,10 @@
  * from the counters so that a shared store (Redis, for several edge nodes) can replace the in-memory
  * one without touching the policy: a store only counts, estimates and remembers blocks.
  *
- * Every store counts with the same sliding-window estimate (src/edge/shared-counters/sliding-window.ts):
+ * Every store counts with the same sliding-window estimate (src/edge/limits/sliding-window.ts):
  * two numbers per period and client, no per-request timestamps.
  */
-import { WINDOW_PAIR_WORDS, countAndEstimate } from '../../shared-counters/sliding-window.ts';
+import { WINDOW_PAIR_WORDS, countAndEstimate } from './sliding-window.ts';
 
 export interface RateHit {
   /** > now: the client is blocked until then and this request was not counted. */

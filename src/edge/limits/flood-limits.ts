@@ -4,7 +4,7 @@
  * A UDP session counts as a connection.
  *
  * The new-connection rate is the edge's sliding-window estimate over one second
- * (src/edge/shared-counters/sliding-window.ts, Pingora's rate.rs). Only admitted connections
+ * (src/edge/limits/sliding-window.ts, Pingora's rate.rs). Only admitted connections
  * count, so the cap reads "at most N new connections per second from one source reach the origin",
  * and a source that stops flooding is admitted again within a second.
  *
@@ -13,8 +13,8 @@
  * at most `maxIdleSources` of them in least-recently-released order, the oldest forgotten first.
  * An evicted source loses only its rate history, which after a second of silence is zero anyway.
  */
-import { sourceKey } from '../net/source-key.ts';
-import { WINDOW_PAIR_WORDS, countEvent, estimate } from '../shared-counters/sliding-window.ts';
+import { sourceKey } from '../../net/source-key.ts';
+import { WINDOW_PAIR_WORDS, countEvent, estimate } from './sliding-window.ts';
 
 export interface FloodLimitSettings {
   maxConnectionsPerSource: number;
@@ -113,7 +113,7 @@ export class FloodLimiter implements FloodAdmission<SourceSlot> {
 
   /**
    * Admits a new connection from `source` (a client IP; IPv4-mapped IPv6 counts as its IPv4, other
-   * IPv6 by its /64: src/edge/net/source-key.ts), or says which cap refuses it. An
+   * IPv6 by its /64: src/net/source-key.ts), or says which cap refuses it. An
    * admitted connection must be `release`d exactly once.
    */
   acquire(source: string | undefined): SourceSlot | FloodRefusal {

@@ -10,11 +10,11 @@ import net from 'node:net';
 import http from 'node:http';
 import tls from 'node:tls';
 import { Pool } from 'undici';
-import { TestCa } from '../../../test/support/pki.ts';
-import { startTestDns, type TestDns } from '../../../test/support/dns-server.ts';
+import { TestCa } from '../../test/support/pki.ts';
+import { startTestDns, type TestDns } from '../../test/support/dns-server.ts';
 import { isOriginRefused, ORIGIN_REFUSED, type OriginRefusal } from './origin-guard.ts';
 import { createOriginResolver } from './origin-resolver.ts';
-import { recordingOriginGuard } from '../../../test/support/origin-guard.ts';
+import { recordingOriginGuard } from '../../test/support/origin-guard.ts';
 
 const DNS_IP = '127.0.0.230';
 const ALLOWED_IP = '127.0.0.231';

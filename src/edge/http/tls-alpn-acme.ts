@@ -6,7 +6,7 @@
  * Node's `SNICallback` does not see the offered ALPN protocols, and `ALPNCallback` runs after
  * `SNICallback` in TLS 1.2 but before it in TLS 1.3, so the certificate cannot be chosen from
  * inside one `tls.Server` reliably. Instead the listener reads the ClientHello first (without
- * consuming it: src/edge/net/client-hello.ts), and hands the socket to one of two servers:
+ * consuming it: src/net/client-hello.ts), and hands the socket to one of two servers:
  *
  *   const hello = await readClientHello(socket);            // net.Server 'connection' handler
  *   if (hello && isAcmeTlsAlpn(hello)) acmeServer.emit('connection', socket);
@@ -17,8 +17,8 @@
  * whole handshake.
  */
 import tls from 'node:tls';
-import type { ChallengeCertificate } from './acme-challenges.ts';
-import type { ClientHelloInfo } from '../edge/net/client-hello.ts';
+import type { ChallengeCertificate } from '../../certs/acme-challenges.ts';
+import type { ClientHelloInfo } from '../../net/client-hello.ts';
 
 export const ACME_TLS_ALPN_PROTOCOL = 'acme-tls/1';
 

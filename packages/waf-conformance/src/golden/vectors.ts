@@ -1,19 +1,19 @@
 /**
- * The golden test vectors in testdata/: requests in, what ModSecurity v3.0.9 (the reference
- * engine) answered out, written once by @tps/waf-conformance's golden/generate.ts and checked in,
- * so that this package's tests compare our engine with the reference without the addon. The live
- * comparison stays in @tps/waf-conformance (its oracle tests run where the addon is built).
+ * The golden test vectors in @tps/waf's testdata/: requests in, what ModSecurity v3.0.9 (the
+ * reference engine) answered out, written once by golden/generate.ts and checked in, so that
+ * @tps/waf's tests compare our engine with the reference without the addon (they reach these
+ * helpers as test tooling, a dev dependency; the engine's public exports have none of them). The
+ * live comparison is golden/golden.test.ts (where the addon is built).
  *
  * Requests are JSON: the URI and header values as they are (binary strings: one character per
  * byte, JSON-escaped), the body in base64.
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { WafEngineSettings, WafRequest } from './engine.ts';
-import type { RuleSetOptions } from './rule-set.ts';
+import type { RuleSetOptions, WafEngineSettings, WafRequest } from '@tps/waf';
 
-/** The folder of the golden vectors. */
-export const GOLDEN_DIR = fileURLToPath(new URL('../testdata/', import.meta.url));
+/** The folder of the golden vectors: @tps/waf's testdata/ (beside its src/, where its entry is). */
+export const GOLDEN_DIR = fileURLToPath(new URL('../testdata/', import.meta.resolve('@tps/waf')));
 
 export interface GoldenRequest {
   readonly clientIp: string;
@@ -106,9 +106,9 @@ export function decodeRequest(request: GoldenRequest): WafRequest {
   return body !== undefined ? { ...rest, body: Buffer.from(body, 'base64') } : rest;
 }
 
-/** Reads testdata/`name`. */
+/** Reads testdata/`name` of @tps/waf. */
 export function readGolden<T>(name: string): T {
-  return JSON.parse(readFileSync(new URL(name, new URL('../testdata/', import.meta.url)), 'utf8')) as T;
+  return JSON.parse(readFileSync(`${GOLDEN_DIR}${name}`, 'utf8')) as T;
 }
 
 /**

@@ -2,7 +2,7 @@
  * The TLS ClientHello of a fresh connection, read before the TLS server sees it: the SNI name and
  * the ALPN protocols offered. The bytes read stay in the socket (`unshift`), so the TLS server that
  * takes the connection afterwards sees the whole handshake. The proxies' TLS listeners use it to
- * tell an ACME TLS-ALPN-01 validation connection from a browser's (src/certs/acme-tls-alpn.ts).
+ * tell an ACME TLS-ALPN-01 validation connection from a browser's (src/edge/http/tls-alpn-acme.ts).
  *
  * Hostile input: whatever the first bytes of a connection are, the parser answers, never throws,
  * and reads no more than one TLS record.

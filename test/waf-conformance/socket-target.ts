@@ -13,12 +13,12 @@
 import net from 'node:net';
 import http from 'node:http';
 import type { WafEngine, WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest, WafResponse } from '@tps/waf';
-import { createWafHook } from '../../../src/edge/http/waf/waf-hook.ts';
-import { HttpProxy } from '../../../src/edge/http/http-proxy.ts';
-import { loadGeoLookup } from '../../../src/edge/geo/geo-lookup.ts';
-import { OriginGuard } from '../../../src/edge/net/origin-guard.ts';
-import { OriginPolicy } from '../../../src/edge/net/origin-policy.ts';
-import { createOriginResolver } from '../../../src/edge/net/origin-resolver.ts';
+import { createWafHook } from '../../src/edge/http/waf/waf-hook.ts';
+import { HttpProxy } from '../../src/edge/http/http-proxy.ts';
+import { loadGeoLookup } from '../../src/edge/geo/geo-lookup.ts';
+import { OriginGuard } from '../../src/net/origin-guard.ts';
+import { OriginPolicy } from '../../src/net/origin-policy.ts';
+import { createOriginResolver } from '../../src/net/origin-resolver.ts';
 import type { HttpProxyAttributes } from '@tps/model';
 import {
   CRS_REGRESSION_SETTINGS,
@@ -28,7 +28,7 @@ import {
   type EngineName,
   type StageDestination,
   type StageOutcome,
-} from './target.ts';
+} from '@tps/waf-conformance';
 
 const PROXY_IP = '127.0.0.80';
 const ORIGIN_IP = '127.0.0.81';

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { PROXY_V2_SIGNATURE, decodeProxyHeader, encodeProxyHeader, encodeProxyV1, encodeProxyV2 } from './proxy-protocol.ts';
-import { parseProxyHeader } from '../../../test/support/l4.ts';
+import { parseProxyHeader } from '../../test/support/l4.ts';
 
 const v4 = { sourceAddress: '192.0.2.10', sourcePort: 51234, destinationAddress: '198.51.100.1', destinationPort: 443 };
 const v6 = { sourceAddress: '2001:db8::10', sourcePort: 51234, destinationAddress: '2001:db8:1::1', destinationPort: 443 };
