@@ -337,9 +337,11 @@ export class TcpTunnel {
       allowHalfOpen: true,
       readable: true,
       writable: true,
+      // The handle has Nagle off already (the listener's noDelay); saying so here spares the
+      // setsockopt that setNoDelay(true) would repeat on every connection.
+      noDelay: true,
       onread: { buffer: this.nextClientBuffer, callback: this.onClientRead },
     } as ConstructorParameters<typeof Socket>[0]);
-    adopted.setNoDelay(true);
     adopted.on('error', this.onClientError);
     adopted.on('close', this.onClientClose);
     this.client = adopted;
