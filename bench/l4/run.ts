@@ -5,10 +5,16 @@
  * See README.md.
  *
  *   node bench/l4/run.ts [--seconds 2] [--rounds 3] [--no-install] [--baseline <checkout>]
+ *                        [--baseline-flags '<node flags>']
  *
  * `--baseline <checkout>` (with its node_modules, e.g. a `git worktree` of an older commit) adds
  * that checkout's proxy (its bench/l4/our-proxy.ts) as one more target in the same rounds, and
- * prints this tree's figures against it.
+ * prints this tree's figures against it. `--baseline-flags` gives that target more Node/V8 flags
+ * (a runtime setting measured against this tree's in the same rounds: `--baseline . --baseline-flags
+ * --single-threaded-gc`).
+ *
+ * Our proxies run as `tps` runs: the product's V8 flags (src/cli/runtime.ts) and its allocator
+ * (jemalloc when installed; TPS_MALLOC=system: glibc's malloc), the baseline's with this tree's.
  *
  * Installs HAProxy from Debian when it is missing (needs root; a policy-rc.d keeps the package from
  * starting its service). Load generators are separate processes, as is the origin. The targets are
@@ -18,6 +24,8 @@
 import { freePort } from '../../test/support/ports.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
 import { processCpuSeconds } from '../support/cpu.ts';
+import { mallocOf, productEnvironment } from '../support/allocator.ts';
+import { PRODUCT_V8_FLAGS } from '../../src/cli/runtime.ts';
 import { median } from '../support/table.ts';
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -33,6 +41,9 @@ const seconds = option('--seconds', 2);
 const rounds = option('--rounds', 3);
 const install = !args.includes('--no-install');
 const baselineCheckout = args.includes('--baseline') ? resolve(args[args.indexOf('--baseline') + 1] ?? '') : undefined;
+const baselineFlags = args.includes('--baseline-flags')
+  ? (args[args.indexOf('--baseline-flags') + 1] ?? '').split(' ').filter(Boolean)
+  : [];
 const WARMUP_SECONDS = 0.5;
 const LOAD_PROCESSES = 2;
 const STREAMS_PER_PROCESS = 2;
@@ -287,7 +298,12 @@ async function ourTarget(name: string, checkout?: string): Promise<Target> {
     origin: ORIGIN_ADDRESS,
     ...originPorts,
   };
-  const ours = fork(script, [JSON.stringify(settings)], checkout === undefined ? {} : { cwd: checkout });
+  const execArgv = [...PRODUCT_V8_FLAGS, ...(checkout === undefined ? [] : baselineFlags)];
+  const ours = fork(script, [JSON.stringify(settings)], {
+    execArgv,
+    env: productEnvironment(),
+    ...(checkout !== undefined && { cwd: checkout }),
+  });
   children.push(ours);
   await waitForMessage(ours, 'ready');
   return {
@@ -302,6 +318,7 @@ async function ourTarget(name: string, checkout?: string): Promise<Target> {
 const OURS = 'tps L4Proxy (1 Node thread)';
 const BASELINE = 'tps L4Proxy, baseline';
 targets.push(await ourTarget(OURS));
+const oursMalloc = mallocOf(targets.at(-1)!.pid!);
 if (baselineCheckout !== undefined) targets.push(await ourTarget(BASELINE, baselineCheckout));
 
 const samples = new Map<Target, Measurement[]>(targets.map((target) => [target, []]));
@@ -349,7 +366,8 @@ console.log(
   `\nLayer 4 bench (loopback; ${haproxyVersion ?? 'no HAProxy'}; Node ${process.version}; ${cpus().length} cores): ` +
     `median of ${rounds} interleaved rounds of ${seconds} s after ${WARMUP_SECONDS} s warm-up. ` +
     `${LOAD_PROCESSES} load processes; upload/download: ${STREAMS_PER_PROCESS} streams each, 256 KiB writes; ` +
-    `connections: ${CONCURRENCY_PER_PROCESS} concurrent each, 5 bytes out, 5 bytes back, the origin closes.\n`,
+    `connections: ${CONCURRENCY_PER_PROCESS} concurrent each, 5 bytes out, 5 bytes back, the origin closes. ` +
+    `Ours: ${PRODUCT_V8_FLAGS.join(' ')}, ${oursMalloc}${baselineFlags.length > 0 ? `; baseline also ${baselineFlags.join(' ')}` : ''}.\n`,
 );
 table(
   ['target', 'upload MB/s', 'vs direct', 'vs HAProxy', 'download MB/s', 'vs direct', 'vs HAProxy', 'conn/s', 'vs direct', 'vs HAProxy'],

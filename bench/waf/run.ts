@@ -422,8 +422,10 @@ async function main(): Promise<void> {
     printTable(['PL', 'request', 'total', 'loop', 'waf', 'other'], partRows);
     const rpsMean = geomean(rpsRatios);
     const cpuMean = geomean(cpuRatios);
-    const verdict = (r: number) => (r >= 1 ? 'MET' : 'NOT MET');
-    console.log(`\ngoal: tps >= 1.0x nginx + ModSecurity (geometric mean of the ${rpsRatios.length} rows)`);
+    // The compiled engine is held to 12x nginx + ModSecurity (docs/benchmarks.md); ModSecurity behind our proxy to parity.
+    const goal = ENGINE === 'compiled' ? 12 : 1;
+    const verdict = (r: number) => (r >= goal ? 'MET' : 'NOT MET');
+    console.log(`\ngoal: tps >= ${goal.toFixed(1)}x nginx + ModSecurity (geometric mean of the ${rpsRatios.length} rows)`);
     console.log(
       `  req/s            ${rpsMean.toFixed(2)}x  ${verdict(rpsMean)}  (${rpsRatios.filter((r) => r >= 1).length}/${rpsRatios.length} rows >= 1.0)`,
     );

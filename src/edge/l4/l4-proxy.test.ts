@@ -15,6 +15,7 @@ import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
 import { permissiveOriginGuard, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 import { encodeProxyV1, encodeProxyV2 } from '../../net/proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
+import { ONREAD_FIELDS } from './tcp.ts';
 import type { L4AccessLogEntry } from './types.ts';
 import {
   connectTo,
@@ -89,6 +90,12 @@ async function writeAll(socket: Socket, data: Buffer, chunk = 256 * 1024): Promi
 }
 
 describe('L4Proxy over TCP', () => {
+  it("finds net.Socket's private onread fields the client relay reads through (a Node change breaks this first)", () => {
+    // Without them the tunnel still works (a second socket around the handle, or data events), a
+    // socket object per connection dearer: this says so when a Node upgrade renames them.
+    assert.ok(ONREAD_FIELDS, 'net.Socket no longer has kBuffer, kBufferCb and kBufferGen as the tunnel expects');
+  });
+
   test('relays bytes intact both ways, 50 MB included', async (cleanup) => {
     const echo = await origin(cleanup);
     const port = await freePort(FRONT);

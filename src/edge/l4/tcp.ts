@@ -18,9 +18,11 @@
  *   tunnel starts with a small one and takes a large one once a read fills the small one, so idle
  *   and short connections hold 4 KiB, bulk ones 64 KiB.
  * - Client to origin does the same: Node offers `onread` only for sockets it creates, so once the
- *   origin is connected the accepted socket's handle is moved into a socket made with `onread`
- *   (`adoptClient`). That relies on net.Socket's private `_handle` field (checked at run time: without
- *   it the tunnel falls back to the accepted socket's `data` events).
+ *   origin is connected the accepted socket is given the fields `onread` would have set (net.Socket's
+ *   private kBuffer, kBufferCb and kBufferGen, found once by their names: `ONREAD_FIELDS`), or else
+ *   its handle is moved into a socket made with `onread` (`adoptClient`). Both rely on private
+ *   fields (checked at run time: without them the tunnel falls back to the accepted socket's `data`
+ *   events); the first spares a socket object per connection.
  * - Byte counts come from the sockets' own counters when the connection ends.
  * - Timeouts (connect, idle) use no per-socket timer: a relayed chunk only sets a flag, and the
  *   proxy's one sweep timer (`checkTimeouts`) reads the flags, so neither a connection nor a chunk
@@ -53,6 +55,34 @@ const readBuffers = {
     if (free.length < (buffer.length === LARGE_READ_BUFFER ? 256 : 4096)) free.push(buffer);
   },
 };
+
+/** net.Socket's private fields that hold what its `onread` option gave, by their symbols. */
+interface OnreadFields {
+  buffer: symbol;
+  callback: symbol;
+  generator: symbol;
+}
+
+/**
+ * The symbols of those fields, read off a socket made with `onread` (Node names them kBuffer,
+ * kBufferCb, kBufferGen); undefined when this Node keeps them otherwise. Exported for the test that
+ * fails loudly when they change.
+ */
+export const ONREAD_FIELDS: OnreadFields | undefined = findOnreadFields();
+
+function findOnreadFields(): OnreadFields | undefined {
+  const generator = (): Buffer => Buffer.alloc(1);
+  const callback = (): boolean => true;
+  const probe = new Socket({ onread: { buffer: generator, callback } });
+  const fields = probe as unknown as Record<symbol, unknown>;
+  const named = new Map(Object.getOwnPropertySymbols(probe).map((symbol) => [symbol.description, symbol]));
+  probe.destroy();
+  const found = { buffer: named.get('kBuffer'), callback: named.get('kBufferCb'), generator: named.get('kBufferGen') };
+  if (found.buffer === undefined || found.callback === undefined || found.generator === undefined) return undefined;
+  // What the constructor stores for a buffer function: `true` until a handle asks for the first one.
+  if (fields[found.buffer] !== true || fields[found.callback] !== callback || fields[found.generator] !== generator) return undefined;
+  return { buffer: found.buffer, callback: found.callback, generator: found.generator };
+}
 
 /** What a new connection needs to know; the proxy swaps it as a whole on a live update. */
 export interface TcpRoute {
@@ -282,13 +312,13 @@ export class TcpTunnel {
     this.since = performance.now();
 
     // The hot path, by hand (see the module comment): write on, pause on a full buffer, resume on drain.
-    this.adoptClient();
+    const readsIntoBuffers = this.adoptClient();
     const reader = this.client;
     reader.on('drain', this.onClientDrain);
     upstream.on('end', this.onUpstreamEnd);
     upstream.on('drain', this.onUpstreamDrain);
     reader.on('end', this.onClientEnd);
-    if (reader === client) reader.on('data', this.onClientData);
+    if (!readsIntoBuffers) reader.on('data', this.onClientData);
     // Accepted with pauseOnConnect, the client is explicitly paused: a listener alone does not start it.
     reader.resume();
   };
@@ -321,28 +351,44 @@ export class TcpTunnel {
   private readonly nextClientBuffer = (): Buffer => this.fromClient.next();
 
   /**
-   * Moves the accepted socket's handle into a socket that reads with `onread` (see the module
-   * comment). Only before the first read, while the accepted socket is still paused.
+   * Makes the accepted socket read into the tunnel's buffers (see the module comment): in place
+   * when net's `onread` fields are known, else by moving its handle into a socket made with
+   * `onread`. Only before the first read, while the accepted socket is still paused. False: neither
+   * was possible, the client is read through `data` events.
    */
-  private adoptClient(): void {
-    const accepted = this.client as Socket & { _handle?: object | null };
+  private adoptClient(): boolean {
+    const accepted = this.client as Socket & { _handle?: { useUserBuffer?: (buffer: Buffer) => void } | null };
     const handle = accepted._handle;
-    if (handle === undefined || handle === null || accepted.destroyed || accepted.bytesRead > 0) return;
+    if (handle === undefined || handle === null || accepted.destroyed || accepted.bytesRead > 0) return false;
+    const fields = ONREAD_FIELDS;
+    if (fields !== undefined && typeof handle.useUserBuffer === 'function') {
+      // What the Socket constructor does with `onread` and a handle (initSocketHandle).
+      const own = accepted as unknown as Record<symbol, unknown>;
+      const buffer = this.nextClientBuffer();
+      own[fields.generator] = this.nextClientBuffer;
+      own[fields.callback] = this.onClientRead;
+      own[fields.buffer] = buffer;
+      handle.useUserBuffer(buffer);
+      return true;
+    }
     accepted.off('error', this.onClientError);
     accepted.off('close', this.onClientClose);
     accepted._handle = null;
     accepted.destroy();
     const adopted = new Socket({
-      handle,
+      handle: handle as object,
       allowHalfOpen: true,
       readable: true,
       writable: true,
+      // The handle has Nagle off already (the listener's noDelay); saying so here spares the
+      // setsockopt that setNoDelay(true) would repeat on every connection.
+      noDelay: true,
       onread: { buffer: this.nextClientBuffer, callback: this.onClientRead },
     } as ConstructorParameters<typeof Socket>[0]);
-    adopted.setNoDelay(true);
     adopted.on('error', this.onClientError);
     adopted.on('close', this.onClientClose);
     this.client = adopted;
+    return true;
   }
 
   private readonly onClientDrain = (): void => {
