@@ -11,4 +11,8 @@ export TPS_THREAT_FEEDS="${TPS_THREAT_FEEDS:-$TPS_ROOT/src/edge/l4/sample-threat
 # Demo origins run on this machine's loopback, which the origin policy refuses as origins unless
 # allowed; the service's own listeners (API, metrics, front-end IPs) stay refused anyway.
 export TPS_ORIGIN_ALLOWED_NETWORKS="${TPS_ORIGIN_ALLOWED_NETWORKS:-127.0.0.0/8}"
+# The demo runs in this machine's own network namespace, often as root: it leaves the machine's
+# firewall alone (kernel blocking, an nftables table of the service's own, is for an install that
+# chose it: TPS_KERNEL_BLOCKING=auto or nftables, docs/decisions.md).
+export TPS_KERNEL_BLOCKING="${TPS_KERNEL_BLOCKING:-off}"
 exec node bin/tps.js serve --demo "$@"
