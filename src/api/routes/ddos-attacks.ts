@@ -5,10 +5,9 @@
  */
 import { Type } from '@sinclair/typebox';
 import { DdosAttackResource, type DistributedAttackEvent } from '@tps/model';
-import { UnknownCursorError } from '../../store/insight-events.ts';
-import { ApiError, JSONAPI_MEDIA_TYPE } from '../jsonapi.ts';
+import { JSONAPI_MEDIA_TYPE } from '../jsonapi.ts';
 import type { RoutePlugin } from '../types.ts';
-import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from './insight.ts';
+import { DEFAULT_PAGE_SIZE, insightLinks, insightPage, insightTenant, MAX_PAGE_SIZE } from './insight.ts';
 
 const PATH = '/api/v2/insight/ddos-attacks';
 
@@ -63,30 +62,17 @@ export const ddosAttackRoutes: RoutePlugin = async (app, { deps }) => {
     },
     async (request, reply) => {
       const query = request.query;
-      const tenantId = query['filter[tenantId]'] ?? request.principal!.tenantId;
-      if (tenantId !== request.principal!.tenantId) {
-        throw new ApiError('FOREIGN_TENANT', "the access token's service account does not belong to this tenant", {
-          parameter: 'filter[tenantId]',
-        });
-      }
+      const tenantId = insightTenant(query['filter[tenantId]'], request.principal!.tenantId);
       const after = query['page[after]'];
       const size = query['page[size]'];
-      let events: Awaited<ReturnType<typeof deps.store.insightEvents.page>>;
-      try {
-        events = await deps.store.insightEvents.page({ tenantId, type: 'APP_DDOS_ATTACK', action: 'CHALLENGED', after, size });
-      } catch (error) {
-        if (error instanceof UnknownCursorError) throw new ApiError('UNKNOWN_CURSOR', error.message, { parameter: 'page[after]' });
-        throw error;
-      }
+      const events = await insightPage(deps.store.insightEvents, { tenantId, type: 'APP_DDOS_ATTACK', action: 'CHALLENGED', after, size });
       const attacks = events.filter(
         (event): event is DistributedAttackEvent => event.type === 'APP_DDOS_ATTACK' && event.action === 'CHALLENGED',
       );
-      const link = (cursor: string | undefined) =>
-        `${PATH}?filter[tenantId]=${tenantId}${cursor ? `&page[after]=${cursor}` : ''}&page[size]=${size}`;
       void reply.type(JSONAPI_MEDIA_TYPE);
       return {
         data: attacks.map(toDdosAttackResource),
-        links: { self: link(after), first: `${PATH}?page[size]=${size}`, next: link(events.at(-1)?.id ?? after) },
+        links: insightLinks(PATH, { tenantId }, after, size, events.at(-1)?.id),
       };
     },
   );

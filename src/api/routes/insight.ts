@@ -7,7 +7,7 @@ import { INSIGHT_EVENT_TYPES, InsightEventResource, type InsightEvent, type Insi
 import type { RoutePlugin } from '../types.ts';
 import { ApiError, JSONAPI_MEDIA_TYPE } from '../jsonapi.ts';
 import { toEventResource } from '../insight-event-resource.ts';
-import { UnknownCursorError } from '../../store/insight-events.ts';
+import { type InsightEventRepository, UnknownCursorError } from '../../store/insight-events.ts';
 
 const PATH = '/api/v2/insight/http-security-events';
 export const DEFAULT_PAGE_SIZE = 100;
@@ -48,40 +48,63 @@ export const insightRoutes: RoutePlugin = async (app, { deps }) => {
     },
     async (request, reply) => {
       const query = request.query;
-      const tenantId = query['filter[tenantId]'] ?? request.principal!.tenantId;
-      if (tenantId !== request.principal!.tenantId) {
-        throw new ApiError('FOREIGN_TENANT', "the access token's service account does not belong to this tenant", {
-          parameter: 'filter[tenantId]',
-        });
-      }
+      const tenantId = insightTenant(query['filter[tenantId]'], request.principal!.tenantId);
       // A string to the type system; the schema lets INSIGHT_EVENT_TYPES through only.
       const type = query['filter[eventType]'] as InsightEventType | undefined;
       const after = query['page[after]'];
       const size = query['page[size]'];
-      let events: InsightEvent[];
-      try {
-        events = await deps.store.insightEvents.page({ tenantId, type, after, size });
-      } catch (error) {
-        if (error instanceof UnknownCursorError) throw new ApiError('UNKNOWN_CURSOR', error.message, { parameter: 'page[after]' });
-        throw error;
-      }
-      const link = (cursor: string | undefined) => {
-        const params = new URLSearchParams();
-        params.set('filter[tenantId]', tenantId);
-        if (type) params.set('filter[eventType]', type);
-        if (cursor) params.set('page[after]', cursor);
-        params.set('page[size]', String(size));
-        return `${PATH}?${params.toString().replace(/%5B/g, '[').replace(/%5D/g, ']')}`;
-      };
+      const events = await insightPage(deps.store.insightEvents, { tenantId, type, after, size });
       void reply.type(JSONAPI_MEDIA_TYPE);
       return {
         data: events.map(toEventResource),
-        links: {
-          self: link(after),
-          first: `${PATH}?page[size]=${size}`,
-          next: link(events.at(-1)?.id ?? after),
-        },
+        links: insightLinks(PATH, { tenantId, eventType: type }, after, size, events.at(-1)?.id),
       };
     },
   );
 };
+
+/** The tenant a paged insight call reads: the access token's own (absent: that one); another's is refused. */
+export function insightTenant(requested: string | undefined, tokenTenant: string): string {
+  const tenantId = requested ?? tokenTenant;
+  if (tenantId !== tokenTenant) {
+    throw new ApiError('FOREIGN_TENANT', "the access token's service account does not belong to this tenant", {
+      parameter: 'filter[tenantId]',
+    });
+  }
+  return tenantId;
+}
+
+/** One page of the tenant's events after the cursor; a cursor the store does not know is the caller's error. */
+export async function insightPage(
+  events: InsightEventRepository,
+  query: Parameters<InsightEventRepository['page']>[0],
+): Promise<InsightEvent[]> {
+  try {
+    return await events.page(query);
+  } catch (error) {
+    if (error instanceof UnknownCursorError) throw new ApiError('UNKNOWN_CURSOR', error.message, { parameter: 'page[after]' });
+    throw error;
+  }
+}
+
+/**
+ * A page's links: `self` (the cursor asked for), `first` (page[size] only) and `next`, after the
+ * page's last event (with none, the same cursor again: the export can be polled).
+ */
+export function insightLinks(
+  path: string,
+  filter: { tenantId: string; eventType?: string | undefined },
+  after: string | undefined,
+  size: number,
+  lastId: string | undefined,
+): { self: string; first: string; next: string } {
+  const link = (cursor: string | undefined) => {
+    const params = new URLSearchParams();
+    params.set('filter[tenantId]', filter.tenantId);
+    if (filter.eventType) params.set('filter[eventType]', filter.eventType);
+    if (cursor) params.set('page[after]', cursor);
+    params.set('page[size]', String(size));
+    return `${path}?${params.toString().replace(/%5B/g, '[').replace(/%5D/g, ']')}`;
+  };
+  return { self: link(after), first: `${path}?page[size]=${size}`, next: link(lastId ?? after) };
+}

@@ -2,6 +2,7 @@
  * The types the application-layer DDoS protection shares with the proxy and the edge runtime: the
  * operator's settings, what the runtime hands a proxy, and what an attack episode reports.
  */
+import type { DistributedAttack } from '@tps/model';
 import type { SharedTableInit } from '../../shared-counters/shared-table.ts';
 
 /** The operator's settings (TPS_APP_DDOS_*); a proxy's `appDdos` attributes override some. */
@@ -76,20 +77,9 @@ export interface ClusterRateExchange {
   exchange(proxyId: string, second: number, count: number): Promise<number>;
 }
 
-/** The figures of one attack episode (the APP_DDOS_ATTACK event's `attack` member). */
-export interface AttackFigures {
-  startedAt: number;
-  endedAt: number;
-  /** The learned normal rate (requests/s) when it started. */
-  baselineRate: number;
-  /** The rate above which it was declared. */
-  triggerRate: number;
-  peakRate: number;
-  requests: number;
-  sources: number;
-  challenged: number;
-  solved: number;
-  passed: number;
-  blocked: number;
-  shed: number;
-}
+/**
+ * The figures of one attack episode as the detector keeps them: the APP_DDOS_ATTACK event's
+ * `attack` member (@tps/model's DistributedAttack) with its times as epoch ms, and without the
+ * proxy's mode, which the event takes from the proxy.
+ */
+export type AttackFigures = Omit<DistributedAttack, 'startedAt' | 'endedAt' | 'mode'> & { startedAt: number; endedAt: number };
