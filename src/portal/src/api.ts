@@ -2,7 +2,7 @@
  * The portal's only way to the service: the public API (JSON:API, authenticated by the session
  * cookie, with the session's CSRF token on writes) and the few /portal/api endpoints.
  */
-import type { InsightEvent } from '@tps/model';
+import type { DistributedAttack, InsightEvent } from '@tps/model';
 
 export const JSONAPI = 'application/vnd.api+json';
 
@@ -149,23 +149,8 @@ export interface Resource<A = Record<string, unknown>> {
   attributes: A;
 }
 
-/** A distributed attack as GET /api/v2/insight/ddos-attacks lists it. */
-export interface DdosAttackAttributes {
-  startedAt: string;
-  endedAt: string;
-  baselineRate: number;
-  triggerRate: number;
-  peakRate: number;
-  requests: number;
-  sources: number;
-  challenged: number;
-  solved: number;
-  passed: number;
-  blocked: number;
-  shed: number;
-  mode: 'AUTO' | 'ALWAYS';
-  supportId: string;
-}
+/** A distributed attack as GET /api/v2/insight/ddos-attacks lists it (the fields the portal shows). */
+export type DdosAttackAttributes = DistributedAttack & { supportId: string };
 
 export interface ProxyAttributes {
   frontend: { ipv4?: string; ipv6?: string; port: number; certificateId?: string | null; [key: string]: unknown };
