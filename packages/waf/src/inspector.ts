@@ -9,7 +9,6 @@
  */
 import type { WafInterrupt, WafMatchedRule, WafRequest, WafResponse, WafEngineSettings, WafEngineVerdict } from './engine.ts';
 import { removalsFor } from './exclusions.ts';
-import { resolveInputLimits } from './input-limits.ts';
 import { ruleSetSources, resolvedLimits } from './rule-set.ts';
 import type { RuleSetOptions } from './rule-set.ts';
 import { checkSettings } from './settings.ts';
@@ -179,11 +178,11 @@ export class CompiledInspector {
     settings: WafEngineSettings,
     keepOpen = false,
   ): { verdict: WafEngineVerdict; open?: OpenCompiledTransaction } {
-    checkSettings(settings);
+    const inputLimits = checkSettings(settings);
     const blocking = settings.mode !== 'LOGGING';
     const tx = new Transaction(this.ruleSet, request.id);
     this.startClock(tx);
-    tx.inputLimits = resolveInputLimits(settings.inputLimits);
+    tx.inputLimits = inputLimits;
     tx.setTx('paranoia_level', String(settings.paranoiaLevel));
     if (settings.anomalyThreshold !== undefined) tx.setTx('inbound_anomaly_score_threshold', String(settings.anomalyThreshold));
     for (const removal of removalsFor(request, settings.ruleExclusions)) {

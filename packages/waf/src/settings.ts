@@ -5,10 +5,10 @@
 import type { WafEngineSettings } from './engine.ts';
 import { WafSettingsError } from './engine.ts';
 import { validateExclusion } from './exclusions.ts';
-import { resolveInputLimits } from './input-limits.ts';
+import { type ResolvedInputLimits, resolveInputLimits } from './input-limits.ts';
 
-/** Throws WafSettingsError for settings the engines cannot apply. */
-export function checkSettings(settings: WafEngineSettings): void {
+/** Throws WafSettingsError for settings the engines cannot apply; the input limits they resolve to. */
+export function checkSettings(settings: WafEngineSettings): ResolvedInputLimits {
   const level = settings.paranoiaLevel;
   if (!Number.isInteger(level) || level < 1 || level > 4) {
     throw new WafSettingsError(`paranoiaLevel must be 1-4, got ${String(level)}`);
@@ -18,5 +18,5 @@ export function checkSettings(settings: WafEngineSettings): void {
     throw new WafSettingsError(`anomalyThreshold must be a positive integer, got ${String(threshold)}`);
   }
   for (const exclusion of settings.ruleExclusions ?? []) validateExclusion(exclusion);
-  resolveInputLimits(settings.inputLimits);
+  return resolveInputLimits(settings.inputLimits);
 }
