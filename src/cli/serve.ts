@@ -261,6 +261,7 @@ export async function startEdge(
     wafAuditLogPath: settings.wafAuditLog,
     wafThreads: settings.wafThreads,
     wafQueueLength: settings.wafQueueLength,
+    wafExpensiveClientPercent: settings.wafExpensiveClientPercent,
     wafExchangeTtlMs: settings.wafExchangeTtlSeconds * 1000,
     wafBudgetOffenders: {
       overruns: settings.wafOffenderOverruns,

@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import os from 'node:os';
 import { WafInputLimits } from '@tps/model';
-import { DEFAULT_INPUT_LIMITS, DEFAULT_REQUEST_BUDGET_MS, INPUT_LIMIT_BOUNDS } from '@tps/waf';
+import { DEFAULT_EXPENSIVE_CLIENT_SHARE, DEFAULT_INPUT_LIMITS, DEFAULT_REQUEST_BUDGET_MS, INPUT_LIMIT_BOUNDS } from '@tps/waf';
 import { loadApiClientSettings, loadSettings, SettingsError } from './settings.ts';
 
 /** Settings from these variables only (never the environment of the test run). */
@@ -391,6 +391,7 @@ describe('settings: the WAF budget and input limits', () => {
   it("defaults to the engine's limits, and the API's bounds are the engine's", () => {
     const settings = load({});
     assert.equal(settings.wafRequestBudgetMs, DEFAULT_REQUEST_BUDGET_MS);
+    assert.equal(settings.wafExpensiveClientPercent, DEFAULT_EXPENSIVE_CLIENT_SHARE * 100);
     for (const [name, key] of Object.entries(limitSettings) as [
       keyof typeof limitSettings,
       (typeof limitSettings)[keyof typeof limitSettings],
@@ -408,6 +409,8 @@ describe('settings: the WAF budget and input limits', () => {
     assert.equal(settings.wafJsonDepthLimit, 64);
     assert.throws(() => load({ TPS_WAF_ARGUMENTS_LIMIT: '0' }), /TPS_WAF_ARGUMENTS_LIMIT/);
     assert.throws(() => load({ TPS_WAF_REQUEST_BUDGET_MS: '5' }), /TPS_WAF_REQUEST_BUDGET_MS/);
+    assert.equal(load({ TPS_WAF_EXPENSIVE_CLIENT_PERCENT: '100' }).wafExpensiveClientPercent, 100);
+    assert.throws(() => load({ TPS_WAF_EXPENSIVE_CLIENT_PERCENT: '0' }), /TPS_WAF_EXPENSIVE_CLIENT_PERCENT/);
   });
 });
 

@@ -104,6 +104,8 @@ export interface Settings {
   wafBodyLimitAction: 'PROCESS_PARTIAL' | 'REJECT';
   /** Wall time one request's (or response's) inspection may run before it ends and `waf.failMode` applies. */
   wafRequestBudgetMs: number;
+  /** Percent of a worker's WAF threads' time one expensive client may use (100: no cap). */
+  wafExpensiveClientPercent: number;
   /** Defaults of proxies' `waf.inputLimits` (ModSecurity's recommended values where it has them): arguments. */
   wafArgumentsLimit: number;
   /** Default of `waf.inputLimits.multipartParts`. */
@@ -240,6 +242,7 @@ const ENV: Record<keyof Settings, string> = {
   wafResponseBodyLimit: 'TPS_WAF_RESPONSE_BODY_LIMIT',
   wafBodyLimitAction: 'TPS_WAF_BODY_LIMIT_ACTION',
   wafRequestBudgetMs: 'TPS_WAF_REQUEST_BUDGET_MS',
+  wafExpensiveClientPercent: 'TPS_WAF_EXPENSIVE_CLIENT_PERCENT',
   wafArgumentsLimit: 'TPS_WAF_ARGUMENTS_LIMIT',
   wafMultipartPartsLimit: 'TPS_WAF_MULTIPART_PARTS_LIMIT',
   wafJsonDepthLimit: 'TPS_WAF_JSON_DEPTH_LIMIT',
@@ -548,6 +551,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafResponseBodyLimit: integer('wafResponseBodyLimit', 64 * 1024, 0, 64 * 1024 * 1024),
     wafBodyLimitAction: bodyLimitAction(),
     wafRequestBudgetMs: integer('wafRequestBudgetMs', 250, 10, 60_000),
+    wafExpensiveClientPercent: integer('wafExpensiveClientPercent', 2, 1, 100),
     wafArgumentsLimit: integer('wafArgumentsLimit', 1000, 1, 100_000),
     wafMultipartPartsLimit: integer('wafMultipartPartsLimit', 1000, 1, 100_000),
     wafJsonDepthLimit: integer('wafJsonDepthLimit', 512, 1, 10_000),

@@ -254,14 +254,16 @@ describe('inspection isolation: a request slow to inspect costs only its sender'
     }
     assert.equal(seenAt.get('/expensive') ?? 0, 0, 'no expensive request reached the origin');
 
+    // Each 503 is counted: an inspection past the budget, or a request of this client past its share of the threads' time.
     const refused = [...attacker.values()].flat().filter((outcome) => outcome === '503').length;
-    const text = await waitFor('the budget overruns counted', async () => {
+    const uninspected = (text: string, reason: string): number =>
+      counter(text, 'tps_edge_waf_uninspected_total', { proxy: proxy.id, reason, outcome: 'refused' });
+    const text = await waitFor('the budget overruns and cost-share refusals counted', async () => {
       const now = await metrics();
-      return counter(now, 'tps_edge_waf_uninspected_total', { proxy: proxy.id, reason: 'budget', outcome: 'refused' }) === refused
-        ? now
-        : undefined;
+      return uninspected(now, 'budget') + uninspected(now, 'cost-share') === refused ? now : undefined;
     });
-    assert.ok(refused > 0, 'some inspections ran past the budget (else this test proves nothing)');
+    assert.ok(uninspected(text, 'budget') > 0, 'some inspections ran past the budget (else this test proves nothing)');
+    assert.ok(uninspected(text, 'cost-share') > 0, 'past its share, the client was refused before inspection');
     assert.match(text, /# HELP tps_edge_waf_thread_restarts_total /);
     assert.equal(counter(text, 'tps_edge_waf_thread_restarts_total'), 0, 'no WAF thread was restarted');
   });

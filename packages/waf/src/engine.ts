@@ -162,6 +162,19 @@ export interface WafEngine {
   close(): Promise<void>;
 }
 
+/**
+ * A request of a client whose inspections have used more than its share of the engine's threads
+ * lately (fair-admission.ts, `expensiveClientShare`): refused uninspected, as an overloaded engine's
+ * requests are (the proxy applies its `waf.failMode`), counted apart.
+ */
+export class WafCostShareError extends Error {
+  readonly code = 'ERR_WAF_COST_SHARE';
+  constructor(message: string) {
+    super(message);
+    this.name = 'WafCostShareError';
+  }
+}
+
 /** An engine that cannot take more work right now (queue full): the proxy chooses fail-open or fail-closed. */
 export class WafOverloadedError extends Error {
   readonly code = 'ERR_WAF_OVERLOADED';

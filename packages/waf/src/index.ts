@@ -16,7 +16,7 @@ export type {
   WafResponse,
   WafRuleExclusion,
 } from './engine.ts';
-export { WafBudgetExceededError, WafOverloadedError, WafSettingsError, WafUnavailableError } from './engine.ts';
+export { WafBudgetExceededError, WafCostShareError, WafOverloadedError, WafSettingsError, WafUnavailableError } from './engine.ts';
 export { isBudgetOverrun } from './budget-overrun.ts';
 export { checkSettings } from './settings.ts';
 export { normalizedPath, pathUnderPrefix, removalsFor, validateExclusion } from './exclusions.ts';
@@ -48,6 +48,7 @@ export { serveInspector } from './pool/inspector-worker.ts';
 export type { PoolInspector } from './pool/protocol.ts';
 export {
   DEFAULT_COST_WINDOW_MS,
+  DEFAULT_EXPENSIVE_CLIENT_SHARE,
   DEFAULT_EXPENSIVE_REQUEST_MS,
   DEFAULT_IN_FLIGHT_PER_WORKER,
   DEFAULT_MAX_QUEUE_WAIT_MS,

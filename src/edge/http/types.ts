@@ -274,7 +274,7 @@ export interface WafHook {
  * Why a hook could not give a verdict: its engine's queue is full, the request ran past its
  * inspection budget, its thread or transaction is gone, or anything else.
  */
-export type WafFailureReason = 'overloaded' | 'budget' | 'unavailable' | 'error';
+export type WafFailureReason = 'overloaded' | 'cost-share' | 'budget' | 'unavailable' | 'error';
 
 // What a finished request leaves behind.
 

@@ -79,7 +79,7 @@ export const EDGE_COUNTERS = {
     labelNames: [],
   },
   tps_edge_waf_uninspected_total: {
-    help: "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
+    help: "Requests (side=request) or responses (side=response) the WAF could not inspect, by reason (overloaded, cost-share: an expensive client past TPS_WAF_EXPENSIVE_CLIENT_PERCENT of the threads' time, budget: its inspection ran past TPS_WAF_REQUEST_BUDGET_MS, unavailable: thread or transaction gone, error) and by what the proxy's waf.failMode did (outcome=refused: 503; passed: sent on uninspected).",
     labelNames: ['proxy', 'side', 'reason', 'outcome'],
   },
   tps_edge_waf_budget_offender_refused_total: {

@@ -26,7 +26,7 @@ import { ProxyCounterTableSet } from '../shared-counters/proxy-tables.ts';
 import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 import type { ConfigEntry, FromWorker, ToWorker, WafBodyLimits } from './messages.ts';
 import { EDGE_COUNTERS, EDGE_HISTOGRAMS, type EdgeCounterName, type EdgeHistogramName } from './metric-catalogue.ts';
-import { DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
+import { DEFAULT_EXPENSIVE_CLIENT_SHARE, DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
 import type { WafInputLimits } from '@tps/waf';
 import type { BudgetOffenderSettings } from '../http/types.ts';
 import { DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
@@ -93,6 +93,8 @@ export interface EdgeOptions {
   wafThreads?: number;
   /** Requests that may wait for a WAF thread, per thread. */
   wafQueueLength?: number;
+  /** Percent of a worker's WAF threads' time one expensive client may use; default 2. */
+  wafExpensiveClientPercent?: number;
   /** How long a request's WAF transaction waits for its response; default 120 s. */
   wafExchangeTtlMs?: number;
   /** Early refusal of clients that keep running past the WAF's budget; default DEFAULT_BUDGET_OFFENDERS. */
@@ -395,6 +397,7 @@ export class EdgeSupervisor {
       wafAuditLogPath: o.wafAuditLogPath,
       wafThreads: o.wafThreads ?? 1,
       wafQueueLength: o.wafQueueLength ?? DEFAULT_QUEUE_PER_WORKER,
+      wafExpensiveClientPercent: o.wafExpensiveClientPercent ?? DEFAULT_EXPENSIVE_CLIENT_SHARE * 100,
       wafBudgetOffenders: o.wafBudgetOffenders ?? DEFAULT_BUDGET_OFFENDERS,
       wafExchangeTtlMs: o.wafExchangeTtlMs ?? 120_000,
       wafEngine: o.wafEngine ?? 'compiled',

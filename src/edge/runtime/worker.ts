@@ -74,6 +74,8 @@ export interface WorkerSettings {
   wafThreads: number;
   /** Requests that may wait for a WAF thread, per thread (then they are shed per client). */
   wafQueueLength: number;
+  /** Percent of this worker's WAF threads' time one expensive client may use (100: no cap). */
+  wafExpensiveClientPercent: number;
   /** How long a request's WAF transaction waits for its response (the hook's TTL, the engine's). */
   wafExchangeTtlMs: number;
   /** Early refusal of clients that keep running past the WAF's inspection budget. */
@@ -257,6 +259,7 @@ function startWafEngine(): Promise<ExchangingEngine> {
   return startEngine(settings.wafEngine, {
     workers: settings.wafThreads,
     queueLength: settings.wafQueueLength * settings.wafThreads,
+    expensiveClientShare: settings.wafExpensiveClientPercent / 100,
     // The engine keeps a transaction a little longer than the hook, which ends it first and counts it.
     exchangeTimeoutMs: settings.wafExchangeTtlMs + 1000,
     ...limits,

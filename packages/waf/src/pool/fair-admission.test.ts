@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import fc from 'fast-check';
 import { type AdmissionTicket, FairAdmission, clientKey, ipv6Groups } from './fair-admission.ts';
-import { WafOverloadedError } from '../engine.ts';
+import { WafCostShareError, WafOverloadedError } from '../engine.ts';
 
 const FLOODER = '198.51.100.7';
 const BENIGN = '203.0.113.9';
@@ -48,7 +48,7 @@ class Run {
       return entry;
     }
     entered.then(run, (error: unknown) => {
-      assert.ok(error instanceof WafOverloadedError);
+      assert.ok(error instanceof WafOverloadedError || error instanceof WafCostShareError);
       entry.state = 'shed';
     });
     return entry;
@@ -177,7 +177,9 @@ describe('fair admission by cost', () => {
 
   it('sheds an expensive client before cheap ones, though it has fewer requests waiting', async () => {
     let now = 0;
-    const run = new Run(new FairAdmission({ slots: 2, queueLength: 6, maxWaitMs: 60_000, expensiveInFlight: 2, now: () => now }));
+    const run = new Run(
+      new FairAdmission({ slots: 2, queueLength: 6, maxWaitMs: 60_000, expensiveInFlight: 2, expensiveClientShare: 1, now: () => now }),
+    );
     // A history: the expensive client's requests cost 200 ms each, the cheap ones 1 ms.
     for (const [client, cost] of [[EXPENSIVE, 200], ...CHEAP.map((c) => [c, 1] as const)] as const) {
       for (let i = 0; i < 3; i++) {
@@ -207,7 +209,9 @@ describe('fair admission by cost', () => {
 
   it('lets an expensive client hold only its share of the threads; the rest of its requests wait', async () => {
     let now = 0;
-    const run = new Run(new FairAdmission({ slots: 8, queueLength: 16, maxWaitMs: 1000, expensiveInFlight: 1, now: () => now }));
+    const run = new Run(
+      new FairAdmission({ slots: 8, queueLength: 16, maxWaitMs: 1000, expensiveInFlight: 1, expensiveClientShare: 1, now: () => now }),
+    );
     run.enter(EXPENSIVE, '', 100_000);
     run.leave(150);
     run.enter(CHEAP[0]!);
@@ -265,7 +269,9 @@ describe('fair admission by cost', () => {
   it("leaves another tenant's requests admitted while one tenant's expensive flood is shed", async () => {
     let now = 0;
     // Room for tenant B's requests, not for tenant A's flood beside them.
-    const run = new Run(new FairAdmission({ slots: 4, queueLength: 16, maxWaitMs: 60_000, expensiveInFlight: 2, now: () => now }));
+    const run = new Run(
+      new FairAdmission({ slots: 4, queueLength: 16, maxWaitMs: 60_000, expensiveInFlight: 2, expensiveClientShare: 1, now: () => now }),
+    );
     // Tenant A's botnet: many addresses, each request expensive.
     const botnet = Array.from({ length: 20 }, (_, i) => `198.51.100.${i + 1}`);
     for (const bot of botnet) {
@@ -301,6 +307,51 @@ describe('fair admission by cost', () => {
       served.every((entry) => entry.state !== 'shed'),
       'and none of them is shed',
     );
+  });
+
+  it('refuses an expensive client past its share of the threads until its cost decays; cheap clients never', async () => {
+    let now = 0;
+    // 2 % of 2 threads: an allowance filled at 40 ms a second, holding 200 ms (the share of the 5 s window).
+    const admission = new FairAdmission({
+      slots: 8,
+      queueLength: 8,
+      maxWaitMs: 1000,
+      expensiveClientShare: 0.02,
+      threads: 2,
+      now: () => now,
+    });
+    assert.equal(admission.allowanceMs, 200);
+    const run = new Run(admission);
+    const verdicts: string[] = [];
+    // One request a second that costs 250 ms, for 20 s: admitted while its recent cost is at most 200 ms.
+    for (let second = 0; second < 20; second++) {
+      now = second * 1000;
+      const entry = run.enter(EXPENSIVE, 'a', 500_000);
+      await settle();
+      verdicts.push(entry.state);
+      if (entry.state === 'running') {
+        run.held.splice(run.held.indexOf(entry.ticket!), 1);
+        admission.charge(entry.ticket!, 250);
+        admission.leave(entry.ticket!);
+      }
+    }
+    const admitted = verdicts.filter((state) => state === 'running').length;
+    assert.equal(verdicts[0], 'running', 'its first request is inspected');
+    assert.equal(verdicts[1], 'shed', 'past its share, the next is refused');
+    // What it may use: the full allowance, 40 ms a second for 20 s, and the overshoot of the last request admitted.
+    assert.ok(admitted * 250 <= 200 + 800 + 250, `admitted ${admitted} of 20 (${verdicts.join(' ')})`);
+    assert.ok(admitted >= 3, `it is served again once its cost decays (${verdicts.join(' ')})`);
+    // A client of cheap requests is never refused for cost, however many it sends.
+    for (let i = 0; i < 2000; i++) {
+      const entry = run.enter(CHEAP[0]!, 'a');
+      assert.equal(entry.state, 'running');
+      run.held.splice(run.held.indexOf(entry.ticket!), 1);
+      admission.charge(entry.ticket!, 1);
+      admission.leave(entry.ticket!);
+    }
+    // A share of 1 is no cap.
+    assert.equal(new FairAdmission({ slots: 1, queueLength: 0, maxWaitMs: 1, expensiveClientShare: 1 }).allowanceMs, Infinity);
+    assert.throws(() => new FairAdmission({ slots: 1, queueLength: 0, maxWaitMs: 1, expensiveClientShare: 0 }), RangeError);
   });
 
   it('charges what a request cost to its client, decaying with time', () => {

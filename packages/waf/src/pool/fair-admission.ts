@@ -13,6 +13,12 @@
  *   to the threads at once, and so have all the expensive clients of one tenant together (by
  *   default half the threads): the rest of its requests wait, and are shed after `maxWaitMs`.
  *   One tenant's expensive traffic cannot take the threads the others' requests need.
+ * - Expensive clients have a share of the threads' time: each client has an allowance of engine
+ *   time (a token bucket filled at `expensiveClientShare` of the threads' time, holding at most
+ *   that share of the cost window) from which what its requests cost is taken; an expensive client
+ *   whose allowance is spent is refused (WafCostShareError) until it is positive again. Its
+ *   requests, slow to inspect, then cost only its own answers; a client of cheap requests is never
+ *   refused for cost, however many it sends.
  * - Fair shedding: with the queue full, the tenant that costs the most (recent cost plus what it
  *   has waiting) loses a request, from its client that costs the most, the newest one; an
  *   arriving request that would make its own tenant and client the most costly is refused itself.
@@ -28,7 +34,7 @@
  * Without overload a request costs a map look-up, a few counter updates and an exponential; the
  * waiting clients are only looked at while requests wait.
  */
-import { WafOverloadedError } from '../engine.ts';
+import { WafCostShareError, WafOverloadedError } from '../engine.ts';
 
 /**
  * The engines' pool defaults: requests handed to each thread at once, waiting per thread, longest
@@ -53,6 +59,16 @@ export const DEFAULT_COST_WINDOW_MS = 5000;
  * costliest of them and a twelfth of the compiled engine's 250 ms budget.
  */
 export const DEFAULT_EXPENSIVE_REQUEST_MS = 20;
+/**
+ * The share of the threads' time an expensive client may use: 2 %, an allowance filled at 20 ms a
+ * second per thread, holding at most 100 ms (the share of the 5 s cost window). A 1 MiB multipart
+ * upload, the largest body a proxy may ask to inspect, costs about 120 ms (docs/benchmarks.md):
+ * one at once, then one every 6 s; a client whose bodies take the whole 250 ms budget, one every
+ * 12.5 s. Expensive clients' throughput behind the WAF is the price of no client's inspections
+ * taking more than a fiftieth of the threads: on a small machine, a thread busy with one
+ * expensive body is half the CPU the benign clients need.
+ */
+export const DEFAULT_EXPENSIVE_CLIENT_SHARE = 0.02;
 /** What a request is reckoned to cost when neither its client nor its tenant was charged yet (a benign request, rounded up). */
 const UNKNOWN_REQUEST_MS = 1;
 /** A client or tenant state below this recent cost, with nothing in flight or waiting, is forgotten. */
@@ -73,6 +89,10 @@ export interface FairAdmissionOptions {
   readonly expensiveRequestMs?: number;
   /** Time constant of the recent cost; default DEFAULT_COST_WINDOW_MS. */
   readonly costWindowMs?: number;
+  /** Share of the threads' time one expensive client may use (0 < share ≤ 1; 1: no cap); default DEFAULT_EXPENSIVE_CLIENT_SHARE. */
+  readonly expensiveClientShare?: number;
+  /** Engine threads behind the slots (what the share is of); default 1. */
+  readonly threads?: number;
   /** Clock in ms (tests). Default performance.now. */
   readonly now?: () => number;
 }
@@ -119,6 +139,9 @@ interface ClientShare extends RecentCost {
   readonly tenant: TenantShare;
   inFlight: number;
   readonly waiters: Waiter[];
+  /** Engine time (ms) the client may still use, as of `allowanceAt`: a token bucket, negative when in debt. */
+  allowance: number;
+  allowanceAt: number;
 }
 
 export class FairAdmission {
@@ -128,6 +151,10 @@ export class FairAdmission {
   readonly expensiveInFlight: number;
   readonly expensiveRequestMs: number;
   readonly costWindowMs: number;
+  /** A client's allowance of engine time: filled at this many ms per ms (its share of the threads)... */
+  readonly allowanceRate: number;
+  /** ... up to this many ms (the share of the cost window); Infinity: no cap. */
+  readonly allowanceMs: number;
   private readonly now: () => number;
   private running = 0;
   private waitingCount = 0;
@@ -149,6 +176,10 @@ export class FairAdmission {
       if (!Number.isInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${String(value)}`);
     }
     const expensiveRequestMs = options.expensiveRequestMs ?? DEFAULT_EXPENSIVE_REQUEST_MS;
+    const share = options.expensiveClientShare ?? DEFAULT_EXPENSIVE_CLIENT_SHARE;
+    if (!(share > 0 && share <= 1)) throw new RangeError(`expensiveClientShare must be > 0 and <= 1, got ${String(share)}`);
+    const threads = options.threads ?? 1;
+    if (!Number.isInteger(threads) || threads < 1) throw new RangeError(`threads must be an integer >= 1, got ${String(threads)}`);
     if (!(expensiveRequestMs > 0)) throw new RangeError(`expensiveRequestMs must be > 0, got ${String(expensiveRequestMs)}`);
     this.slots = options.slots;
     this.queueLength = options.queueLength;
@@ -156,6 +187,9 @@ export class FairAdmission {
     this.expensiveInFlight = options.expensiveInFlight ?? 1;
     this.expensiveRequestMs = expensiveRequestMs;
     this.costWindowMs = options.costWindowMs ?? DEFAULT_COST_WINDOW_MS;
+    this.allowanceRate = share * threads;
+    // A share of 1 is every thread's whole time: never reached, no cap.
+    this.allowanceMs = share >= 1 ? Infinity : this.allowanceRate * this.costWindowMs;
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -172,11 +206,19 @@ export class FairAdmission {
   /**
    * Takes a slot for a request of `clientIp` (of `tenant`, when the caller knows it): the ticket
    * when one was free (taken now), else a promise of it once the request holds one, which rejects
-   * with WafOverloadedError when the request is shed. Every ticket must be given back with `leave`.
+   * with WafOverloadedError when the request is shed, or WafCostShareError when its client is past
+   * its share. Every ticket must be given back with `leave`.
    */
   enter(clientIp: string, tenant = '', bodyBytes = 0): AdmissionTicket | Promise<AdmissionTicket> {
     const now = this.now();
     const client = this.share(clientKey(clientIp), tenant, now);
+    if (this.pastShare(client, now, bodyBytes)) {
+      return Promise.reject(
+        new WafCostShareError(
+          `this client's inspections used more than its share of the WAF threads (${Math.round(client.cost)} ms in the last ${this.costWindowMs / 1000} s)`,
+        ),
+      );
+    }
     // With a slot free, whoever waits is capped (dispatch hands a freed slot to any other waiter).
     if (this.running < this.slots && !this.capped(client, now, bodyBytes)) return this.admit(client, now, bodyBytes);
     return this.wait(client, now, bodyBytes);
@@ -186,6 +228,8 @@ export class FairAdmission {
   charge(ticket: AdmissionTicket, costMs: number): void {
     if (!(costMs >= 0)) return;
     const now = this.now();
+    // Only expensive requests draw on the allowance: a busy client of cheap ones runs up no debt.
+    if (ticket.expensive || costMs >= this.expensiveRequestMs) ticket.client.allowance -= costMs;
     for (const recent of [ticket.client, ticket.client.tenant]) {
       this.decay(recent, now);
       recent.cost += costMs;
@@ -254,7 +298,19 @@ export class FairAdmission {
       this.tenants.set(tenantKey, tenant);
     }
     tenant.clients++;
-    client = { key: id, tenant, cost: 0, count: 0, bodyCost: 0, bodyBytes: 0, at: now, inFlight: 0, waiters: [] };
+    client = {
+      key: id,
+      tenant,
+      cost: 0,
+      count: 0,
+      bodyCost: 0,
+      bodyBytes: 0,
+      at: now,
+      inFlight: 0,
+      waiters: [],
+      allowance: this.allowanceMs,
+      allowanceAt: now,
+    };
     this.clients.set(id, client);
     return client;
   }
@@ -267,6 +323,15 @@ export class FairAdmission {
     recent.bodyCost *= factor;
     recent.bodyBytes *= factor;
     recent.at = now;
+  }
+
+  /** An expensive client whose allowance is spent (a cheap request is never refused for cost). */
+  private pastShare(client: ClientShare, now: number, bytes: number): boolean {
+    if (now > client.allowanceAt) {
+      client.allowance = Math.min(this.allowanceMs, client.allowance + (now - client.allowanceAt) * this.allowanceRate);
+      client.allowanceAt = now;
+    }
+    return client.allowance <= 0 && this.estimate(client, now, bytes) >= this.expensiveRequestMs;
   }
 
   /** An expensive request at its client's cap or its tenant's: it waits even with a slot free. */

@@ -52,6 +52,8 @@ export interface PoolSchedulingOptions {
   readonly queueLength?: number;
   /** Longest wait for a thread before a request is shed; default 1000 ms. */
   readonly maxQueueWaitMs?: number;
+  /** Share of the threads' time one expensive client may use; default 0.05 (DEFAULT_EXPENSIVE_CLIENT_SHARE says why). */
+  readonly expensiveClientShare?: number;
   /** An exchange whose response never comes is ended after this long; default 120 s. */
   readonly exchangeTimeoutMs?: number;
   /**
@@ -71,6 +73,7 @@ export const POOL_OPTION_NAMES = [
   'inFlightPerWorker',
   'queueLength',
   'maxQueueWaitMs',
+  'expensiveClientShare',
   'exchangeTimeoutMs',
   'runawayMs',
   'onThreadRestart',
@@ -270,6 +273,8 @@ export class WorkerPool<Options> {
       maxWaitMs: options.maxQueueWaitMs ?? DEFAULT_MAX_QUEUE_WAIT_MS,
       // Half the threads: the other half stays for everyone else, one thread at least.
       expensiveInFlight: Math.max(1, Math.floor(count / 2)),
+      ...(options.expensiveClientShare === undefined ? {} : { expensiveClientShare: options.expensiveClientShare }),
+      threads: count,
     });
     for (let i = 0; i < count; i++) this.workers.push(this.spawn());
   }

@@ -220,6 +220,7 @@ function failureReason(err: unknown): WafFailureReason {
   if (isBudgetOverrun(err)) return 'budget';
   const code = (err as { code?: unknown } | null)?.code;
   if (code === 'ERR_WAF_OVERLOADED') return 'overloaded';
+  if (code === 'ERR_WAF_COST_SHARE') return 'cost-share';
   if (code === 'ERR_WAF_UNAVAILABLE') return 'unavailable';
   // its inspection ran past the budget and was ended (the engine's thread goes on)
   if (code === 'ERR_WAF_BUDGET') return 'budget';
