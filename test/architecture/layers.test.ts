@@ -8,8 +8,8 @@
  * - the HTTP phases (src/edge/http/phases) import nothing of the upstream, and the upstream no
  *   request or response phase: the pipeline (src/edge/http/pipeline.ts) runs the request phases,
  *   then hands the upstream the response phases to run (both lists: phases/index.ts). Of
- *   phases/, the upstream imports the phases' shapes (phase.ts), the proxy's own answers
- *   (respond.ts) and the end phase, logging.ts, which every way out of a request runs.
+ *   phases/, the upstream imports the phases' shapes (phase.ts, answer.ts), the proxy's own
+ *   answers (respond.ts) and the end phase, logging.ts, which every way out of a request runs.
  * Tests count: a test beside a module imports what the module may.
  */
 import assert from 'node:assert/strict';
@@ -55,6 +55,7 @@ test('the HTTP phases import nothing from the upstream, the upstream no phase bu
     .flatMap(([, imports]) => imports.map((i) => i.target && where(i.target)))
     .filter((target) => target?.startsWith('src/edge/http/phases/'));
   assert.deepEqual([...new Set(ofPhases)].sort(), [
+    'src/edge/http/phases/answer.ts',
     'src/edge/http/phases/logging.ts',
     'src/edge/http/phases/phase.ts',
     'src/edge/http/phases/respond.ts',

@@ -5,7 +5,7 @@
  * phases cost no promise; an asynchronous one resumes the loop where it stopped.
  */
 import type { RequestCtx } from './ctx.ts';
-import type { PhaseOutcome } from './types.ts';
+import type { PhaseOutcome } from './phases/answer.ts';
 import { REQUEST_PHASES, RESPONSE_PHASES } from './phases/index.ts';
 import { respond } from './phases/respond.ts';
 import { proxyToOrigin } from './upstream/exchange.ts';

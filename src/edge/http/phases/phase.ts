@@ -7,7 +7,7 @@
  * really waits (a WAF verdict, a shared rate-limit store, an ACME lookup).
  */
 import type { RequestCtx } from '../ctx.ts';
-import type { Answer, PhaseName, PhaseOutcome } from '../types.ts';
+import type { Answer, PhaseName, PhaseOutcome } from './answer.ts';
 
 /** Pingora's `request_filter`: runs on the request before anything of it goes to an origin. */
 export interface RequestPhase {

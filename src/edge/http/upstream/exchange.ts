@@ -26,7 +26,7 @@ import { isConnectFailure } from './origins.ts';
 import { decideAfterFailure, failurePage } from './retry-decision.ts';
 import type { HeldResponse, ResponsePhase, ResponseRelay } from '../phases/phase.ts';
 import { respond, pageAnswer } from '../phases/respond.ts';
-import type { Answer } from '../types.ts';
+import type { Answer } from '../phases/answer.ts';
 
 type OriginBody = null | Buffer | NodeJS.ReadableStream | AsyncIterable<Buffer>;
 
