@@ -5,9 +5,11 @@
  *   packages/model);
  * - src/edge/limits (the sliding windows, the flood caps, the counter-store interface) is below
  *   http, l4 and shared-counters, which import it; it imports none of them;
- * - the HTTP phases (src/edge/http/phases) import nothing of the upstream: the pipeline
- *   (src/edge/http/pipeline.ts) runs the request phases, then the upstream, which runs the
- *   response phase.
+ * - the HTTP phases (src/edge/http/phases) import nothing of the upstream, and the upstream no
+ *   request or response phase: the pipeline (src/edge/http/pipeline.ts) runs the request phases,
+ *   then hands the upstream the response phases to run (both lists: phases/index.ts). Of
+ *   phases/, the upstream imports the phases' shapes (phase.ts, answer.ts), the proxy's own
+ *   answers (respond.ts) and the end phase, logging.ts, which every way out of a request runs.
  * Tests count: a test beside a module imports what the module may.
  */
 import assert from 'node:assert/strict';
@@ -46,7 +48,16 @@ test('src/edge/limits imports nothing from http, l4, shared-counters or runtime,
     assert.ok(importsInto([user], limits).length > 0, `${user} imports src/edge/limits`);
 });
 
-test('the HTTP phases import nothing from the upstream (the pipeline runs both)', () => {
+test('the HTTP phases import nothing from the upstream, the upstream no phase but their shapes (the pipeline wires both)', () => {
   assert.deepEqual(importsInto(['src/edge/http/phases'], ['src/edge/http/upstream']), []);
-  assert.ok(importsInto(['src/edge/http/upstream'], ['src/edge/http/phases']).length > 0, 'the upstream runs the response phase');
+  const ofPhases = [...graph]
+    .filter(([file]) => where(file).startsWith('src/edge/http/upstream/'))
+    .flatMap(([, imports]) => imports.map((i) => i.target && where(i.target)))
+    .filter((target) => target?.startsWith('src/edge/http/phases/'));
+  assert.deepEqual([...new Set(ofPhases)].sort(), [
+    'src/edge/http/phases/answer.ts',
+    'src/edge/http/phases/logging.ts',
+    'src/edge/http/phases/phase.ts',
+    'src/edge/http/phases/respond.ts',
+  ]);
 });

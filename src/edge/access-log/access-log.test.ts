@@ -10,7 +10,7 @@ import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { LineWriter } from '../../io/line-writer.ts';
 import { AccessLog } from './access-log.ts';
-import type { AccessLogEntry } from '../http/types.ts';
+import type { AccessLogEntry } from './types.ts';
 import { Random } from '@tps/waf-conformance';
 import { appendHttpLine } from './http-line.ts';
 

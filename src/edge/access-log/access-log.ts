@@ -10,7 +10,7 @@
  * the proxy refused or answered itself (WAF, rate limit, geo fencing, caps, threat feed), origin
  * errors and 4xx/5xx answers, connections that failed. Those are what an operator looks for.
  */
-import type { AccessLogEntry } from '../http/types.ts';
+import type { AccessLogEntry } from './types.ts';
 import type { L4AccessLogEntry } from '../l4/types.ts';
 import { appendHttpLine } from './http-line.ts';
 import { LineWriter, type LineWriterOptions } from '../../io/line-writer.ts';

@@ -4,7 +4,7 @@
  * same order, optional ones only when set). The serving loop writes one per request, so it makes no
  * string of the line; line-writer.test.ts compares it with `JSON.stringify` on random entries.
  */
-import type { AccessLogEntry } from '../http/types.ts';
+import type { AccessLogEntry } from './types.ts';
 import type { LineWriter } from '../../io/line-writer.ts';
 
 export function appendHttpLine(out: LineWriter, entry: AccessLogEntry): void {

@@ -14,7 +14,9 @@ import { ClientAddressPolicy } from '../../net/client-address.ts';
 import type { ClientAddressSettings } from '../../net/types.ts';
 import { encodeProxyV1, encodeProxyV2 } from '../../net/proxy-protocol.ts';
 import { HttpProxy } from './http-proxy.ts';
-import type { AccessLogEntry, HttpProxyDeps, WafHook, WafRequestInput } from './types.ts';
+import type { AccessLogEntry } from '../access-log/types.ts';
+import type { HttpProxyDeps } from './types.ts';
+import type { WafHook, WafRequestInput } from './waf/types.ts';
 import { request } from '../../../test/support/http-client.ts';
 import { TestCa, type IssuedCertificate } from '../../../test/support/pki.ts';
 import {

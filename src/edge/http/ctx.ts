@@ -9,7 +9,8 @@ import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
 import type { ClientAddressSource } from '../../net/types.ts';
 import type { ProxySnapshot } from './snapshot.ts';
-import type { PhaseName, WafEventDraft } from './types.ts';
+import type { PhaseName } from './phases/answer.ts';
+import type { WafEventDraft } from './waf/types.ts';
 
 export type ClientRequest = IncomingMessage | Http2ServerRequest;
 

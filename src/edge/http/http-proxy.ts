@@ -19,11 +19,11 @@ import { readClientHello } from '../../net/client-hello.ts';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { acceptProxyHeaders, proxiedAddressesOf } from '../../net/proxy-header.ts';
-import { FloodLimiter, type FloodAdmission, type FloodLimitSettings } from '../limits/flood-limits.ts';
+import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodRefusal } from '../limits/flood-limits.ts';
 import { unmapIpv4 } from '../../net/ip.ts';
 import { sourceKey } from '../../net/source-key.ts';
 import { EarlyRefusals } from './early-refusal.ts';
-import { Http2SessionGuard } from './http2-guard.ts';
+import { type Http2Refusal, Http2SessionGuard } from './http2-guard.ts';
 import { RequestCtx, type ClientRequest } from './ctx.ts';
 import { recordEpisodeUpdate } from './insight-events.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
@@ -32,7 +32,7 @@ import { runRequestPhases } from './pipeline.ts';
 import type { RateEpisode } from './rate-limit/limiter.ts';
 import { ProxySnapshot } from './snapshot.ts';
 import { frontendTlsSettingsKey, frontendTlsOptions, type FrontendTlsOptions } from './tls.ts';
-import type { HttpProxyDeps, HttpRefusalReason, ResolvedHttpProxy } from './types.ts';
+import type { HttpProxyDeps, ResolvedHttpProxy } from './types.ts';
 import { isWebSocketUpgrade } from './upstream/upgrade.ts';
 
 /** The connection caps of a proxy: `connectionLimits` over the operator's defaults. */
@@ -41,6 +41,12 @@ export const DEFAULT_HTTP_CONNECTION_LIMITS: Readonly<FloodLimitSettings> = Obje
   maxNewConnectionsPerSecondPerSource: 100,
   maxConnections: 10_000,
 });
+
+/**
+ * Why a connection or an HTTP/2 session was refused or ended before reaching an origin.
+ * NODE_BUDGET: the node's edge holds TPS_EDGE_MAX_CONNECTIONS connections already.
+ */
+type HttpRefusalReason = FloodRefusal | Http2Refusal | 'NODE_BUDGET';
 
 interface ListenerSpec {
   key: string;

@@ -8,7 +8,8 @@ import { randomUUID } from 'node:crypto';
 import type { AppDdosAttackEvent, RequestSummary, WafEvent } from '@tps/model';
 import type { RequestCtx } from './ctx.ts';
 import type { RateEpisode } from './rate-limit/limiter.ts';
-import type { HttpProxyDeps, WafEventDraft } from './types.ts';
+import type { HttpProxyDeps } from './types.ts';
+import type { WafEventDraft } from './waf/types.ts';
 
 /** Header values an event must not carry unless the proxy opted in (`waf.logMatchedData`): credentials. */
 const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);

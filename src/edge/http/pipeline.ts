@@ -1,12 +1,12 @@
 /**
  * The request's way through the proxy: the request phases in order (phases/index.ts), then the
- * upstream (upstream/exchange.ts, or upstream/upgrade.ts for a WebSocket handshake), which runs the
- * response phase on the origin's answer. A phase that answers ends the request there. Synchronous
+ * upstream (upstream/exchange.ts, or upstream/upgrade.ts for a WebSocket handshake), handed the
+ * response phases (phases/index.ts) that the exchange runs on the origin's answer. A phase that answers ends the request there. Synchronous
  * phases cost no promise; an asynchronous one resumes the loop where it stopped.
  */
 import type { RequestCtx } from './ctx.ts';
-import type { PhaseOutcome } from './types.ts';
-import { REQUEST_PHASES } from './phases/index.ts';
+import type { PhaseOutcome } from './phases/answer.ts';
+import { REQUEST_PHASES, RESPONSE_PHASES } from './phases/index.ts';
 import { respond } from './phases/respond.ts';
 import { proxyToOrigin } from './upstream/exchange.ts';
 import { tunnelToOrigin } from './upstream/upgrade.ts';
@@ -33,7 +33,7 @@ export function runRequestPhases(ctx: RequestCtx, from = 0): void {
     return respond(ctx, outcome);
   }
   if (ctx.upgradeSocket !== undefined) tunnelToOrigin(ctx);
-  else proxyToOrigin(ctx);
+  else proxyToOrigin(ctx, RESPONSE_PHASES);
 }
 
 function internalError(ctx: RequestCtx, err: unknown, phase: string): void {

@@ -48,6 +48,18 @@ export type TargetRefusal =
   | 'INVALID_UTF8'
   | 'BAD_ESCAPE';
 
+/**
+ * Why a request was refused as malformed or ambiguous before any other phase looked at it (the
+ * request-target phase): its target (`TargetRefusal`), its Host, or an HTTP/2 field HTTP/1.1 cannot carry.
+ */
+export type RequestRefusal =
+  | TargetRefusal
+  | 'DUPLICATE_HOST'
+  | 'HOST_MISMATCH'
+  | 'CONNECTION_HEADER'
+  | 'TE_NOT_TRAILERS'
+  | 'CONTENT_LENGTH_MISMATCH';
+
 export interface CanonicalTarget {
   /** Canonical path, `/` first (or `*` for OPTIONS' asterisk form). */
   readonly path: string;

@@ -10,7 +10,8 @@ import type { HttpLimits } from './limits.ts';
 import { canonicalPathPrefix, DEFAULT_REQUEST_TARGET_SETTINGS, type RequestTargetSettings } from './request-target.ts';
 import { RateLimiter, type RateEpisode } from './rate-limit/limiter.ts';
 import { AppDdosGuard } from './app-ddos/guard.ts';
-import type { HttpProxyDeps, ResolvedHttpProxy, WafSettings } from './types.ts';
+import type { HttpProxyDeps, ResolvedHttpProxy } from './types.ts';
+import type { WafSettings } from './waf/types.ts';
 import { OriginSet, originSetKey } from './upstream/origins.ts';
 import { BudgetOffenders } from './waf/budget-offenders.ts';
 

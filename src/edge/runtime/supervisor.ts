@@ -28,8 +28,7 @@ import type { ConfigEntry, FromWorker, ToWorker, WafBodyLimits } from './message
 import { EDGE_COUNTERS, EDGE_HISTOGRAMS, type EdgeCounterName, type EdgeHistogramName } from './metric-catalogue.ts';
 import { DEFAULT_EXPENSIVE_CLIENT_SHARE, DEFAULT_QUEUE_PER_WORKER, DEFAULT_REQUEST_BUDGET_MS } from '@tps/waf';
 import type { WafInputLimits } from '@tps/waf';
-import type { BudgetOffenderSettings } from '../http/types.ts';
-import { DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
+import { type BudgetOffenderSettings, DEFAULT_BUDGET_OFFENDERS } from '../http/waf/budget-offenders.ts';
 import type { ClientAddressSettings } from '../../net/types.ts';
 import type { OriginPolicySettings } from '../../net/origin-policy.ts';
 import type { WorkerSettings } from './worker.ts';

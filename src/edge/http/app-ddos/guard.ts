@@ -11,7 +11,8 @@ import type { AppDdosSettings, DistributedAttackEvent, RequestSummary } from '@t
 import { sourceKey } from '../../../net/source-key.ts';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { RateLimitStore } from '../../limits/rate-store.ts';
-import type { Answer, HttpProxyDeps, PhaseOutcome } from '../types.ts';
+import type { Answer, PhaseOutcome } from '../phases/answer.ts';
+import type { HttpProxyDeps } from '../types.ts';
 import { CHALLENGE_CSP, CHALLENGE_PATH, CHALLENGE_STATUS, renderChallengePage } from './challenge-page.ts';
 import { CLEARANCE_COOKIE, ClearanceKeys, clearanceNetwork, cookieValue } from './clearance.ts';
 import { type AttackReport, AttackDetector, createAppDdosTables } from './detector.ts';

@@ -12,7 +12,7 @@ import type { TLSSocket } from 'node:tls';
 import type { ClientCertificate, RequestCtx } from '../ctx.ts';
 import { pageAnswer } from './respond.ts';
 import { unmapIpv4 } from '../../../net/ip.ts';
-import type { PhaseOutcome } from '../types.ts';
+import type { PhaseOutcome } from './answer.ts';
 import type { RequestPhase } from './phase.ts';
 
 /** Per TLS connection: the certificate is the same for every request on it. */

@@ -8,7 +8,7 @@
  * Without a lookup (`deps.acmeChallenge` absent) the phase does nothing.
  */
 import type { RequestCtx } from '../ctx.ts';
-import type { Answer, PhaseOutcome } from '../types.ts';
+import type { Answer, PhaseOutcome } from './answer.ts';
 import type { RequestPhase } from './phase.ts';
 
 export const ACME_CHALLENGE_PREFIX = '/.well-known/acme-challenge/';

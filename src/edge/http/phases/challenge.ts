@@ -8,7 +8,7 @@
 import type { GuardAnswers } from '../app-ddos/guard.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { requestSummary } from '../insight-events.ts';
-import type { PhaseOutcome } from '../types.ts';
+import type { PhaseOutcome } from './answer.ts';
 import type { RequestPhase } from './phase.ts';
 import { pageAnswer } from './respond.ts';
 

@@ -5,7 +5,7 @@
  */
 import type { RequestCtx } from '../ctx.ts';
 import { pageAnswer } from './respond.ts';
-import type { PhaseOutcome } from '../types.ts';
+import type { PhaseOutcome } from './answer.ts';
 import type { RequestPhase } from './phase.ts';
 
 export const geoFencePhase: RequestPhase = {

@@ -8,7 +8,8 @@
 import { unmapIpv4 } from '../../../net/ip.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { recordWafEvent } from '../insight-events.ts';
-import type { AccessLogEntry, AnsweredBy, PhaseName, WafOutcome } from '../types.ts';
+import type { AccessLogEntry, AnsweredBy, WafOutcome } from '../../access-log/types.ts';
+import type { PhaseName } from './answer.ts';
 import type { EndPhase } from './phase.ts';
 
 export const loggingPhase: EndPhase = {

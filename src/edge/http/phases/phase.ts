@@ -7,7 +7,7 @@
  * really waits (a WAF verdict, a shared rate-limit store, an ACME lookup).
  */
 import type { RequestCtx } from '../ctx.ts';
-import type { Answer, PhaseName, PhaseOutcome } from '../types.ts';
+import type { Answer, PhaseName, PhaseOutcome } from './answer.ts';
 
 /** Pingora's `request_filter`: runs on the request before anything of it goes to an origin. */
 export interface RequestPhase {
@@ -34,7 +34,7 @@ export interface HeldResponse {
 export interface ResponseRelay {
   /** The client went away: a decision has nobody to answer. */
   readonly clientGone: boolean;
-  /** Sends the held head and body on, then lets the rest of the origin's body stream. */
+  /** Lets the held head and body go on (to the later response phases, then the client), then the rest of the origin's body stream. */
   releaseHeld(): void;
   /** Drops the origin's response (and its connection) and answers with `answer` instead. */
   replaceResponse(answer: Answer): void;
@@ -44,20 +44,27 @@ export interface ResponseRelay {
  * Pingora's `upstream_response_filter` and `upstream_response_body_filter`: runs on the origin's
  * response before anything of it goes to the client, and may hold it back (head and a body prefix)
  * until it has decided.
+ *
+ * The exchange runs the list (index.ts) in order: the first phase that holds the response has it
+ * until it decides; once it releases it, the phases after it see the head, and what was held of
+ * the body, in turn. A phase with nothing to do costs its `onResponseHead` check.
  */
 export interface ResponsePhase {
   readonly name: PhaseName;
   /**
-   * The origin's final response head arrived. Undefined: the response goes on to the client at
-   * once (the phase has nothing to do). Else the exchange holds the response in the returned
-   * `HeldResponse`, feeds it the body while `wantsBody`, and calls `decide`.
+   * The origin's final response head arrived. Undefined: the response goes on to the next phase,
+   * or to the client (the phase has nothing to do). Else the exchange holds the response in the
+   * returned `HeldResponse`, feeds it the body while `wantsBody`, and calls `decide`.
    */
   onResponseHead(ctx: RequestCtx, method: string, status: number, headers: string[]): HeldResponse | undefined;
   /** A chunk of a held response's body arrived (already in `held`): true when the phase decides now. */
   onResponseBody(ctx: RequestCtx, held: HeldResponse): boolean;
   /** The origin's body of a held response is complete: true when the phase decides now. */
   onResponseEnd(ctx: RequestCtx, held: HeldResponse): boolean;
-  /** Decides on the held response, now or once its verdict arrives: `relay.releaseHeld()` or `relay.replaceResponse()`. */
+  /**
+   * Decides on the held response: `relay.releaseHeld()` or `relay.replaceResponse()`, never before
+   * this call returns (the exchange first tells the origin's connection to pause).
+   */
   decide(ctx: RequestCtx, held: HeldResponse, relay: ResponseRelay): void;
 }
 

@@ -10,7 +10,7 @@ import type { RateDecision } from '../rate-limit/limiter.ts';
 import { sourceKey } from '../../../net/source-key.ts';
 import { recordEpisodeStart } from '../insight-events.ts';
 import { pageAnswer } from './respond.ts';
-import type { PhaseOutcome } from '../types.ts';
+import type { PhaseOutcome } from './answer.ts';
 import type { RequestPhase } from './phase.ts';
 
 export const rateLimitPhase: RequestPhase = {

@@ -20,8 +20,8 @@
  */
 import type { Http2ServerRequest } from 'node:http2';
 import type { RequestCtx } from '../ctx.ts';
-import { canonicalTarget } from '../request-target.ts';
-import type { Answer, PhaseOutcome, RequestRefusal } from '../types.ts';
+import { canonicalTarget, type RequestRefusal } from '../request-target.ts';
+import type { Answer, PhaseOutcome } from './answer.ts';
 import { pageAnswer } from './respond.ts';
 import type { RequestPhase } from './phase.ts';
 

@@ -7,7 +7,7 @@ import type { Socket } from 'node:net';
 import { renderPage, pageStatus, type PageKind } from '../block-page.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { loggingPhase } from './logging.ts';
-import type { Answer, PhaseName } from '../types.ts';
+import type { Answer, PhaseName } from './answer.ts';
 
 const PAGE_HEADERS = ['content-type', 'text/html; charset=utf-8', 'cache-control', 'no-store', 'x-content-type-options', 'nosniff'];
 

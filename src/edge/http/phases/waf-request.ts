@@ -29,7 +29,8 @@ import { isBudgetOverrun } from '@tps/waf';
 import { sourceKey } from '../../../net/source-key.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
-import type { Answer, PhaseName, PhaseOutcome, WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../types.ts';
+import type { Answer, PhaseName, PhaseOutcome } from './answer.ts';
+import type { WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../waf/types.ts';
 import type { RequestPhase } from './phase.ts';
 import { refuse as refuseMalformed } from './request-target.ts';
 

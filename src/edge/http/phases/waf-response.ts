@@ -17,7 +17,8 @@
  */
 import type { RequestCtx } from '../ctx.ts';
 import { headerValue } from '../headers.ts';
-import type { Answer, WafVerdict } from '../types.ts';
+import type { Answer } from './answer.ts';
+import type { WafVerdict } from '../waf/types.ts';
 import type { HeldResponse, ResponsePhase, ResponseRelay } from './phase.ts';
 import { contentCodings, decodeForInspection } from './response-decoding.ts';
 import { applyVerdict, cannotInspect, wafRequestHead } from './waf-request.ts';

@@ -25,7 +25,8 @@ import {
   type TestOrigin,
 } from '../../../../test/support/http-servers.ts';
 import net from 'node:net';
-import type { HttpProxyDeps, WafHook, WafRequestInput, WafResponseInput, WafSettings, WafVerdict } from '../types.ts';
+import type { HttpProxyDeps } from '../types.ts';
+import type { WafHook, WafRequestInput, WafResponseInput, WafSettings, WafVerdict } from '../waf/types.ts';
 import { BODY_LIMIT_RULE_ID, BUDGET_OFFENDER_RULE_ID } from './waf-request.ts';
 import { WafBudgetExceededError, WafOverloadedError, WafUnavailableError } from '@tps/waf';
 

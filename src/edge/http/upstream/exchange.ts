@@ -1,6 +1,7 @@
 /**
- * The upstream exchange: sends the request to an origin and streams the response back, letting the
- * response phase (phases/waf-response.ts) hold the origin's response back first when it wants to.
+ * The upstream exchange: sends the request to an origin and streams the response back, running
+ * the response phases it is handed (their list: phases/index.ts, passed by the pipeline) on the
+ * origin's response first: one may hold it back until it has decided (phase.ts says how).
  *
  * - The host comes from the proxy's `HostPool` (delivery method, passive health). A request without
  *   a body, or whose body is held whole (read for the WAF), goes through our own keep-alive client
@@ -12,7 +13,8 @@
  *
  * This is the hot path of the benchmark: one handler object per request, no closure per chunk, the
  * response head passed to Node as a flat list, and a Content-Length body's last chunk sent with the
- * end of the response in one write.
+ * end of the response in one write. Running the response phases allocates nothing: a loop over
+ * the shared list, and the index of the phase that holds the response.
  */
 import net from 'node:net';
 import type { Dispatcher } from 'undici';
@@ -22,16 +24,18 @@ import { clientResponseHeaders, headerValue, originRequestHeaders } from '../hea
 import type { OriginHandler } from './origin-client.ts';
 import { isConnectFailure } from './origins.ts';
 import { decideAfterFailure, failurePage } from './retry-decision.ts';
-import type { HeldResponse, ResponseRelay } from '../phases/phase.ts';
+import type { HeldResponse, ResponsePhase, ResponseRelay } from '../phases/phase.ts';
 import { respond, pageAnswer } from '../phases/respond.ts';
-import { wafResponsePhase } from '../phases/waf-response.ts';
-import type { Answer } from '../types.ts';
+import type { Answer } from '../phases/answer.ts';
 
 type OriginBody = null | Buffer | NodeJS.ReadableStream | AsyncIterable<Buffer>;
 
-export function proxyToOrigin(ctx: RequestCtx): void {
-  new OriginExchange(ctx).attempt();
+export function proxyToOrigin(ctx: RequestCtx, responsePhases: readonly ResponsePhase[]): void {
+  new OriginExchange(ctx, responsePhases).attempt();
 }
+
+/** What a response phase did with the origin's response head. */
+type HoldOutcome = 'passed' | 'deciding' | 'reading';
 
 class ClientGoneError extends Error {
   readonly code = 'TPS_CLIENT_GONE';
@@ -53,6 +57,7 @@ class BodyTooLargeError extends Error {
  */
 class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, ResponseRelay {
   private readonly ctx: RequestCtx;
+  private readonly responsePhases: readonly ResponsePhase[];
   private readonly headers: string[];
   private readonly body: OriginBody;
   /** The body can be sent again (none, or held whole in memory). */
@@ -74,11 +79,14 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
   /** The failed attempt may be repeated on its own host (the retry decision's `sameHostIfLast`). */
   private retrySameHost = false;
   private resumeOnDrain: (() => void) | undefined = undefined;
-  /** The origin's response while the response phase holds it back (the WAF's response side). */
+  /** The origin's response while a response phase holds it back (the WAF's response side). */
   private held: HeldResponse | undefined = undefined;
+  /** Index in `responsePhases` of the phase that holds `held`. */
+  private holder = 0;
 
-  constructor(ctx: RequestCtx) {
+  constructor(ctx: RequestCtx, responsePhases: readonly ResponsePhase[]) {
     this.ctx = ctx;
+    this.responsePhases = responsePhases;
     this.method = ctx.req.method ?? 'GET';
     this.headers = originRequestHeaders(ctx);
     if (ctx.body === null) {
@@ -156,13 +164,8 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     this.responseStarted = true;
     this.resumeAttempt = resume;
     const flat = clientResponseHeaders(rawHeaders);
-    const held = wafResponsePhase.onResponseHead(ctx, this.method, statusCode, flat);
-    if (held !== undefined) {
-      this.held = held;
-      if (held.wantsBody) return true;
-      wafResponsePhase.decide(ctx, held, this);
-      return false;
-    }
+    const outcome = this.runResponsePhases(0, statusCode, flat, undefined);
+    if (outcome !== 'passed') return outcome === 'reading';
     if (this.method !== 'HEAD' && statusCode !== 204 && statusCode !== 304) {
       const length = headerValue(flat, 'content-length');
       if (length !== undefined) this.remaining = Number(length);
@@ -177,8 +180,9 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     if (held !== undefined) {
       held.chunks.push(chunk);
       held.length += chunk.length;
-      if (!wafResponsePhase.onResponseBody(this.ctx, held)) return true;
-      wafResponsePhase.decide(this.ctx, held, this);
+      const phase = this.responsePhases[this.holder]!;
+      if (!phase.onResponseBody(this.ctx, held)) return true;
+      phase.decide(this.ctx, held, this);
       return false;
     }
     const res = this.ctx.res!;
@@ -204,7 +208,8 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     const held = this.held;
     if (held !== undefined) {
       held.ended = true;
-      if (wafResponsePhase.onResponseEnd(this.ctx, held)) wafResponsePhase.decide(this.ctx, held, this);
+      const phase = this.responsePhases[this.holder]!;
+      if (phase.onResponseEnd(this.ctx, held)) phase.decide(this.ctx, held, this);
       return;
     }
     const res = this.ctx.res!;
@@ -289,7 +294,45 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     }
   }
 
-  /** The response phase replaces the held response with `answer` (a block, or 503 when it could not inspect). */
+  /**
+   * Offers the origin's response head to the response phases from `from` on. The first that holds
+   * it keeps it, with what an earlier phase held of its body (`before`), until it decides
+   * ('deciding': the origin's connection is to pause) or wants more of the body ('reading').
+   * 'passed': no phase holds it, the response goes to the client.
+   */
+  private runResponsePhases(from: number, status: number, headers: string[], before: HeldResponse | undefined): HoldOutcome {
+    const ctx = this.ctx;
+    const phases = this.responsePhases;
+    for (let i = from; i < phases.length; i++) {
+      const phase = phases[i]!;
+      const held = phase.onResponseHead(ctx, this.method, status, headers);
+      if (held === undefined) continue;
+      this.held = held;
+      this.holder = i;
+      let decideNow = !held.wantsBody;
+      if (before !== undefined) {
+        for (const chunk of before.chunks) held.chunks.push(chunk);
+        held.length = before.length;
+        held.ended = before.ended;
+        if (!decideNow && held.length > 0) decideNow = phase.onResponseBody(ctx, held);
+        if (!decideNow && held.ended) {
+          // The origin's body is complete: there is no more to wait for.
+          phase.onResponseEnd(ctx, held);
+          decideNow = true;
+        }
+      }
+      if (decideNow) {
+        phase.decide(ctx, held, this);
+        return 'deciding';
+      }
+      // A later phase wants more of a body the origin was paused on.
+      if (before !== undefined) this.resumeAttempt?.();
+      return 'reading';
+    }
+    return 'passed';
+  }
+
+  /** A response phase replaces the held response with `answer` (a block, or 503 when it could not inspect). */
   replaceResponse(answer: Answer): void {
     const wasOver = this.over;
     this.over = true;
@@ -298,11 +341,16 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     respond(this.ctx, answer);
   }
 
-  /** Sends what the response phase held back, then lets the rest stream. */
+  /** The phase that held the response lets it go on: to the phases after it, then to the client with the rest streaming. */
   releaseHeld(): void {
     const held = this.held!;
     this.held = undefined;
     if (this.clientGone) return;
+    if (
+      this.holder + 1 < this.responsePhases.length &&
+      this.runResponsePhases(this.holder + 1, held.status, held.headers, held) !== 'passed'
+    )
+      return;
     this.sendHead(held.status, held.headers);
     if (this.clientGone) return;
     const res = this.ctx.res!;

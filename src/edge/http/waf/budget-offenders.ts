@@ -10,7 +10,14 @@
  * Kept per proxy in each edge worker's memory, at most `maxClients` (the oldest forgotten first):
  * an attacker spread over the edge's workers is refused by each after its own `overruns`.
  */
-import type { BudgetOffenderSettings } from '../types.ts';
+
+/** Operator settings of the early refusal of WAF budget offenders. */
+export interface BudgetOffenderSettings {
+  /** Overruns of the WAF's inspection budget within the window that start a block; 0: never refused early. */
+  readonly overruns: number;
+  readonly windowSeconds: number;
+  readonly blockSeconds: number;
+}
 
 /**
  * Three overruns within 10 s, refused for 60 s. One overrun can be bad luck (a large legitimate

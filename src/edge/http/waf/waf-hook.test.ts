@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createWafHook } from './waf-hook.ts';
 import type { WafEngine, WafRequest, WafEngineVerdict } from '@tps/waf';
-import type { WafRequestInput } from '../types.ts';
+import type { WafRequestInput } from './types.ts';
 
 /** An engine that interrupts requests whose body contains "attack", and remembers what it saw. */
 function fakeEngine(seen: WafRequest[]): WafEngine {

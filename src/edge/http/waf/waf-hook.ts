@@ -23,7 +23,7 @@
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
 import { WafUnavailableError } from '@tps/waf';
-import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from '../types.ts';
+import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from './types.ts';
 import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
 
