@@ -20,10 +20,16 @@
  * request a JSON line in a file, TPS_ACCESS_LOG's writer), measured in the same rounds, and prints
  * what the log costs (goal: under 10 % of req/s).
  *
+ * BENCH_BASELINE=<checkout> (with its node_modules) adds two targets, each our proxy in a process of
+ * its own on the product's runtime (tps-proxy.ts): `tps@child` of this tree and `tps@baseline` of
+ * the checkout, measured in the same rounds, and prints this tree against the baseline.
+ *
  *   node bench/http/run.ts
+ *   BENCH_BASELINE=/tmp/older-tree node bench/http/run.ts
  *   BENCH_SECONDS=6 BENCH_ROUNDS=3 BENCH_CONNECTIONS=64 node bench/http/run.ts
  *   BENCH_ACCESS_LOG=1 node bench/http/run.ts
  */
+import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -32,7 +38,7 @@ import { HttpProxy } from '../../src/edge/http/http-proxy.ts';
 import type { HttpProxyDeps, ResolvedHttpProxy } from '../../src/edge/http/types.ts';
 import { AccessLog } from '../../src/edge/access-log/access-log.ts';
 import { PRODUCT_V8_FLAGS, restartOnProductRuntime } from '../../src/cli/runtime.ts';
-import { mallocOf } from '../support/allocator.ts';
+import { mallocOf, productEnvironment } from '../support/allocator.ts';
 import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 import { processCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
@@ -40,11 +46,13 @@ import { freePort, splitAddress } from '../support/net.ts';
 import { originLocation, proxyLocation, startNginx, writeNginxConf, type NginxProcess } from '../support/nginx.ts';
 import { fixed, median, printTable, ratio } from '../support/table.ts';
 import { runWrk, type WrkResult } from '../support/wrk.ts';
+import type { HttpTpsProxyArgs } from './tps-proxy.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const ACCESS_LOG = process.env.BENCH_ACCESS_LOG === '1';
+const BASELINE = process.env.BENCH_BASELINE ? path.resolve(process.env.BENCH_BASELINE) : undefined;
 const WARMUP_SECONDS = 2;
 const ORIGIN_IP = '127.0.0.60';
 const NGINX_IP = '127.0.0.61';
@@ -52,6 +60,30 @@ const TPS_IP = '127.0.0.62';
 const BODY = 'hello from the benchmark origin, a small static response\n';
 
 const wrk = (url: string, seconds: number): Promise<WrkResult> => runWrk({ url, seconds, connections: CONNECTIONS });
+
+/** Our proxy in a process of its own (tps-proxy.ts), of this tree or of `root`; resolves once it listens. */
+function startChildProxy(args: HttpTpsProxyArgs): Promise<ChildProcess> {
+  const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
+  const child = spawn(process.execPath, [...PRODUCT_V8_FLAGS, script, JSON.stringify(args)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: productEnvironment(),
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error('a child proxy was not ready after 30 s'));
+    }, 30_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      if (!d.toString().includes('ready')) return;
+      clearTimeout(timer);
+      resolve(child);
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`a child proxy exited (${signal ?? `code ${code}`}) before it was ready`));
+    });
+  });
+}
 
 async function main(): Promise<void> {
   const started = performance.now();
@@ -66,6 +98,7 @@ async function main(): Promise<void> {
   let proxy: HttpProxy | undefined;
   let loggingProxy: HttpProxy | undefined;
   let accessLog: AccessLog | undefined;
+  const childProxies: ChildProcess[] = [];
   try {
     const originConf = writeNginxConf({ dir, name: 'origin', servers: [{ listen: originAddress, location: originLocation(BODY) }] });
     children.push(await startNginx(originConf, dir, [originAddress]));
@@ -106,6 +139,19 @@ async function main(): Promise<void> {
       await loggingProxy.start();
     }
 
+    const childTargets: { name: string; url: string; cpu: () => number }[] = [];
+    if (BASELINE !== undefined) {
+      for (const [name, root] of [
+        ['tps@child', undefined],
+        ['tps@baseline', BASELINE],
+      ] as const) {
+        const port = await freePort(TPS_IP);
+        const child = await startChildProxy({ ...(root && { root }), origin: originAddress, listen: { ip: TPS_IP, port } });
+        childProxies.push(child);
+        childTargets.push({ name, url: `http://${TPS_IP}:${port}/`, cpu: () => processCpuSeconds(child.pid!) });
+      }
+    }
+
     const targets = [
       { name: 'direct', url: `http://${originAddress}/`, cpu: undefined as undefined | (() => number) },
       { name: 'nginx', url: `http://${nginxAddress}/`, cpu: () => processCpuSeconds(nginxWorker) },
@@ -129,6 +175,7 @@ async function main(): Promise<void> {
             },
           ]
         : []),
+      ...childTargets,
     ];
     const results = new Map<string, (WrkResult & { cpuUsPerRequest: number })[]>();
     for (const target of targets) {
@@ -198,11 +245,20 @@ async function main(): Promise<void> {
           `CPU ${fixed(logged.cpu, 1)} vs ${fixed(tps.cpu, 1)} us/req; ${written} lines written, ${dropped} dropped`,
       );
     }
+    const child = summary.find((s) => s.name === 'tps@child');
+    const baseline = summary.find((s) => s.name === 'tps@baseline');
+    if (child !== undefined && baseline !== undefined) {
+      console.log(
+        `this tree against ${BASELINE} (each in its own process, same rounds): req/s ${(child.rps / baseline.rps).toFixed(3)}x, ` +
+          `CPU per request ${fixed(child.cpu, 1)} vs ${fixed(baseline.cpu, 1)} us (${(baseline.cpu / child.cpu).toFixed(3)}x)`,
+      );
+    }
     console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s`);
   } finally {
     await proxy?.stop();
     await loggingProxy?.stop();
     await accessLog?.close();
+    for (const child of childProxies) child.kill('SIGTERM');
     await Promise.all(children.map((child) => child.stop()));
     fs.rmSync(dir, { recursive: true, force: true });
   }
