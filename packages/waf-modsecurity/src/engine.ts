@@ -45,6 +45,7 @@ export class ModSecurityEngine implements WafEngine {
       inFlightPerWorker,
       queueLength,
       maxQueueWaitMs,
+      expensiveClientShare,
       exchangeTimeoutMs,
       runawayMs,
       onThreadRestart,
@@ -60,6 +61,7 @@ export class ModSecurityEngine implements WafEngine {
       ...(inFlightPerWorker !== undefined && { inFlightPerWorker }),
       ...(queueLength !== undefined && { queueLength }),
       ...(maxQueueWaitMs !== undefined && { maxQueueWaitMs }),
+      ...(expensiveClientShare !== undefined && { expensiveClientShare }),
       ...(exchangeTimeoutMs !== undefined && { exchangeTimeoutMs }),
       // ModSecurity cannot be interrupted from inside: the watchdog is its only bound.
       ...(runawayMs !== undefined && { runawayMs }),

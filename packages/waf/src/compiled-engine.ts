@@ -97,6 +97,7 @@ export class CompiledEngine implements WafEngine {
         ...(options.inFlightPerWorker !== undefined && { inFlightPerWorker: options.inFlightPerWorker }),
         ...(options.queueLength !== undefined && { queueLength: options.queueLength }),
         ...(options.maxQueueWaitMs !== undefined && { maxQueueWaitMs: options.maxQueueWaitMs }),
+        ...(options.expensiveClientShare !== undefined && { expensiveClientShare: options.expensiveClientShare }),
         ...(options.exchangeTimeoutMs !== undefined && { exchangeTimeoutMs: options.exchangeTimeoutMs }),
       });
     }

@@ -309,7 +309,7 @@ describe('fair admission by cost', () => {
     );
   });
 
-  it('refuses an expensive client past its share of the threads until its cost decays; cheap clients never', async () => {
+  it('refuses an expensive client past its share while others need the threads; alone, or cheap, never', async () => {
     let now = 0;
     // 2 % of 2 threads: an allowance filled at 40 ms a second, holding 200 ms (the share of the 5 s window).
     const admission = new FairAdmission({
@@ -322,33 +322,46 @@ describe('fair admission by cost', () => {
     });
     assert.equal(admission.allowanceMs, 200);
     const run = new Run(admission);
-    const verdicts: string[] = [];
-    // One request a second that costs 250 ms, for 20 s: admitted while its recent cost is at most 200 ms.
-    for (let second = 0; second < 20; second++) {
-      now = second * 1000;
-      const entry = run.enter(EXPENSIVE, 'a', 500_000);
-      await settle();
-      verdicts.push(entry.state);
-      if (entry.state === 'running') {
-        run.held.splice(run.held.indexOf(entry.ticket!), 1);
-        admission.charge(entry.ticket!, 250);
-        admission.leave(entry.ticket!);
+    /** One request a second from EXPENSIVE that costs 250 ms, for `seconds`: what became of each. */
+    const expensiveSeconds = async (from: number, seconds: number): Promise<string[]> => {
+      const verdicts: string[] = [];
+      for (let second = from; second < from + seconds; second++) {
+        now = second * 1000;
+        const entry = run.enter(EXPENSIVE, 'a', 500_000);
+        await settle();
+        verdicts.push(entry.state);
+        if (entry.state === 'running') {
+          run.held.splice(run.held.indexOf(entry.ticket!), 1);
+          admission.charge(entry.ticket!, 250);
+          admission.leave(entry.ticket!);
+        }
       }
-    }
+      return verdicts;
+    };
+    // Alone, it uses what nobody else wants.
+    assert.deepEqual(await expensiveSeconds(0, 5), Array(5).fill('running'));
+    // Another client's request in flight: past its allowance, refused until it fills again.
+    const other = run.enter(CHEAP[0]!, 'b');
+    assert.equal(other.state, 'running');
+    const verdicts = await expensiveSeconds(5, 20);
     const admitted = verdicts.filter((state) => state === 'running').length;
-    assert.equal(verdicts[0], 'running', 'its first request is inspected');
-    assert.equal(verdicts[1], 'shed', 'past its share, the next is refused');
-    // What it may use: the full allowance, 40 ms a second for 20 s, and the overshoot of the last request admitted.
-    assert.ok(admitted * 250 <= 200 + 800 + 250, `admitted ${admitted} of 20 (${verdicts.join(' ')})`);
-    assert.ok(admitted >= 3, `it is served again once its cost decays (${verdicts.join(' ')})`);
+    assert.equal(verdicts[0], 'shed', 'its allowance is spent: refused');
+    // What it may use: 40 ms a second for 20 s, and the overshoot of the last request admitted.
+    assert.ok(admitted * 250 <= 800 + 250, `admitted ${admitted} of 20 (${verdicts.join(' ')})`);
+    assert.ok(admitted >= 2, `it is served again as its allowance fills (${verdicts.join(' ')})`);
     // A client of cheap requests is never refused for cost, however many it sends.
     for (let i = 0; i < 2000; i++) {
-      const entry = run.enter(CHEAP[0]!, 'a');
+      const entry = run.enter(CHEAP[1]!, 'a');
       assert.equal(entry.state, 'running');
       run.held.splice(run.held.indexOf(entry.ticket!), 1);
       admission.charge(entry.ticket!, 1);
       admission.leave(entry.ticket!);
     }
+    // The other client's request ends; a minute later the others' recent cost has decayed: alone again.
+    run.held.splice(run.held.indexOf(other.ticket!), 1);
+    admission.leave(other.ticket!);
+    now += 60_000;
+    assert.deepEqual(await expensiveSeconds(now / 1000, 3), Array(3).fill('running'), 'a minute later, alone again: served');
     // A share of 1 is no cap.
     assert.equal(new FairAdmission({ slots: 1, queueLength: 0, maxWaitMs: 1, expensiveClientShare: 1 }).allowanceMs, Infinity);
     assert.throws(() => new FairAdmission({ slots: 1, queueLength: 0, maxWaitMs: 1, expensiveClientShare: 0 }), RangeError);

@@ -13,12 +13,14 @@
  *   to the threads at once, and so have all the expensive clients of one tenant together (by
  *   default half the threads): the rest of its requests wait, and are shed after `maxWaitMs`.
  *   One tenant's expensive traffic cannot take the threads the others' requests need.
- * - Expensive clients have a share of the threads' time: each client has an allowance of engine
- *   time (a token bucket filled at `expensiveClientShare` of the threads' time, holding at most
- *   that share of the cost window) from which what its requests cost is taken; an expensive client
- *   whose allowance is spent is refused (WafCostShareError) until it is positive again. Its
- *   requests, slow to inspect, then cost only its own answers; a client of cheap requests is never
- *   refused for cost, however many it sends.
+ * - Expensive clients have a share of the threads' time when others need them: each client has an
+ *   allowance of engine time (a token bucket filled at `expensiveClientShare` of the threads'
+ *   time, holding at most that share of the cost window) from which what its expensive requests
+ *   cost is taken; an expensive client whose allowance is spent is refused (WafCostShareError)
+ *   until it is positive again, while another client has a request in flight or waiting or the
+ *   others cost the threads as much lately. Its requests, slow to inspect, then cost only its own
+ *   answers; alone, it uses what nobody else wants; a client of cheap requests is never refused
+ *   for cost, however many it sends.
  * - Fair shedding: with the queue full, the tenant that costs the most (recent cost plus what it
  *   has waiting) loses a request, from its client that costs the most, the newest one; an
  *   arriving request that would make its own tenant and client the most costly is refused itself.
@@ -64,9 +66,9 @@ export const DEFAULT_EXPENSIVE_REQUEST_MS = 20;
  * second per thread, holding at most 100 ms (the share of the 5 s cost window). A 1 MiB multipart
  * upload, the largest body a proxy may ask to inspect, costs about 120 ms (docs/benchmarks.md):
  * one at once, then one every 6 s; a client whose bodies take the whole 250 ms budget, one every
- * 12.5 s. Expensive clients' throughput behind the WAF is the price of no client's inspections
- * taking more than a fiftieth of the threads: on a small machine, a thread busy with one
- * expensive body is half the CPU the benign clients need.
+ * 5 to 6 s (its debt is bounded at 100 ms). Expensive clients' throughput behind the WAF is the
+ * price of no client's inspections taking more than a few hundredths of the threads: on a small
+ * machine, a thread busy with one expensive body is half the CPU the benign clients need.
  */
 export const DEFAULT_EXPENSIVE_CLIENT_SHARE = 0.02;
 /** What a request is reckoned to cost when neither its client nor its tenant was charged yet (a benign request, rounded up). */
@@ -160,6 +162,8 @@ export class FairAdmission {
   private waitingCount = 0;
   private readonly clients = new Map<string, ClientShare>();
   private readonly tenants = new Map<string, TenantShare>();
+  /** Every client's recent cost together (what tells whether others use the threads too). */
+  private readonly all: RecentCost = { cost: 0, count: 0, bodyCost: 0, bodyBytes: 0, at: 0 };
   /** Clients with requests waiting, in round-robin order (the next among equals first). */
   private ring: ClientShare[] = [];
   private sweeper: NodeJS.Timeout | undefined = undefined;
@@ -229,8 +233,11 @@ export class FairAdmission {
     if (!(costMs >= 0)) return;
     const now = this.now();
     // Only expensive requests draw on the allowance: a busy client of cheap ones runs up no debt.
-    if (ticket.expensive || costMs >= this.expensiveRequestMs) ticket.client.allowance -= costMs;
-    for (const recent of [ticket.client, ticket.client.tenant]) {
+    // The debt is bounded (a full allowance's worth below zero): a client that was expensive is
+    // served again at most two windows after it stops, whatever it spent before.
+    if (ticket.expensive || costMs >= this.expensiveRequestMs)
+      ticket.client.allowance = Math.max(-this.allowanceMs, ticket.client.allowance - costMs);
+    for (const recent of [ticket.client, ticket.client.tenant, this.all]) {
       this.decay(recent, now);
       recent.cost += costMs;
       recent.count += 1;
@@ -325,13 +332,21 @@ export class FairAdmission {
     recent.at = now;
   }
 
-  /** An expensive client whose allowance is spent (a cheap request is never refused for cost). */
+  /**
+   * An expensive client whose allowance is spent, while others need the threads: another client
+   * has a request in flight or waiting, or the others' requests cost the threads at least the
+   * allowance lately. Alone, a client uses what nobody else wants (a cheap request is never
+   * refused for cost either).
+   */
   private pastShare(client: ClientShare, now: number, bytes: number): boolean {
     if (now > client.allowanceAt) {
       client.allowance = Math.min(this.allowanceMs, client.allowance + (now - client.allowanceAt) * this.allowanceRate);
       client.allowanceAt = now;
     }
-    return client.allowance <= 0 && this.estimate(client, now, bytes) >= this.expensiveRequestMs;
+    if (client.allowance > 0 || this.estimate(client, now, bytes) < this.expensiveRequestMs) return false;
+    if (this.running > client.inFlight || this.waitingCount > client.waiters.length) return true;
+    this.decay(this.all, now);
+    return this.all.cost - client.cost >= this.allowanceMs;
   }
 
   /** An expensive request at its client's cap or its tenant's: it waits even with a slot free. */
