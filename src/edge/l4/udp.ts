@@ -306,15 +306,14 @@ export class UdpRelay<Ticket> {
         return undefined;
       }
     }
-    // Then room in the node. A session to be evicted holds a place, which it hands to the newcomer
-    // (given back and taken again, another worker could take it in between, and the eviction would
-    // have been for nothing). Otherwise a place is taken now, before admission as for a TCP
-    // connection, and given back if the datagram goes no further. None left: the relay's own rule
-    // again, the oldest unconfirmed session makes room, once the newcomer is admitted. Only this
-    // relay's: another proxy's sessions are another tenant's, and a flood of one must not end them
-    // (each relay's unconfirmed sessions are bounded; the rest of the node is held by connections
-    // and confirmed sessions, which are never ended for a newcomer). With none here, the datagram
-    // is dropped before admission: the flood caps do not count what was never let in.
+    // Then room in the node. A session about to be evicted holds a place and hands it to the
+    // newcomer directly: given back and taken again, another worker could take it in between, and
+    // the eviction would have been for nothing. Otherwise a place is taken now (before admission,
+    // as a TCP connection's at accept) and given back if the datagram goes no further. None left:
+    // the relay's own rule, the oldest unconfirmed session makes room once the newcomer is
+    // admitted. Only this relay's: another proxy's sessions are another tenant's, and a flood on one
+    // proxy must not end them; TCP connections and confirmed sessions are never ended for a
+    // newcomer. With no unconfirmed session here, the datagram is dropped before admission.
     const budget = this.budget;
     let placeTaken = false;
     if (budget !== undefined && evict === undefined) {
