@@ -175,8 +175,8 @@ export interface Settings {
   /** Operators' listener: connections open at once; past it new ones are closed at accept. */
   metricsMaxConnections: number;
   /**
-   * Client connections the node's edge holds at once, all proxies (HTTP and layer 4 TCP) and
-   * workers together; undefined: derived at start from the file-descriptor limit (fd-budget.ts).
+   * Client connections (HTTP and layer 4 TCP) and UDP sessions the node's edge holds at once, all
+   * proxies and workers together; undefined: derived at start from the file-descriptor limit (fd-budget.ts).
    */
   edgeMaxConnections: number | undefined;
   /** Insight events of days older than this are removed. */

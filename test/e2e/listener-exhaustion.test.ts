@@ -11,6 +11,10 @@
  * - Against an HTTP proxy's front end (from 256 addresses, so that no per-source cap holds them
  *   back): the API and `/healthz` keep answering; the edge holds no more than its node-wide budget
  *   (`tps_edge_node_connections` <= `tps_edge_node_connection_budget`), the rest refused at accept.
+ * - Against a layer 4 UDP proxy, with a small TPS_EDGE_MAX_CONNECTIONS: sessions from many sources
+ *   take the node's budget (each holds a file descriptor), a new HTTP connection is then refused at
+ *   accept (NODE_BUDGET) and another UDP proxy's first datagram dropped (NODE_BUDGET, UDP); once
+ *   the sessions end, the HTTP proxy serves again.
  *
  * Loops are bounded (each holder attempts its connections once), and every wait has a deadline.
  */
@@ -18,6 +22,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { fork, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
+import { createSocket, type Socket as DatagramSocket } from 'node:dgram';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net, { connect as netConnect, type Socket as NetSocket } from 'node:net';
@@ -363,5 +368,135 @@ describe('the API and operators listeners: bounds, each counted', () => {
       { retryErrors: true },
     );
     assert.ok(counted >= 1);
+  });
+});
+
+describe('UDP sessions count in the edge budget', () => {
+  const BUDGET = 6;
+  const UDP_FRONTEND = '127.0.0.182';
+  const UDP_ORIGIN = '127.0.0.183';
+  /** Sources of the flood: twice the budget, each its own session. */
+  const SOURCES = Array.from({ length: 2 * BUDGET }, (_, n) => `127.0.66.${10 + n}`);
+  let tps: Tps;
+  let api: TenantApi;
+  let httpOrigin: http.Server;
+  let udpOrigin: DatagramSocket;
+
+  async function bound(address: string): Promise<DatagramSocket> {
+    const socket = createSocket('udp4');
+    await new Promise<void>((resolve) => socket.bind(0, address, resolve));
+    return socket;
+  }
+
+  async function create(attributes: object, type: 'httpProxy' | 'l4Proxy'): Promise<string> {
+    const created = await api.call('POST', CONFIGS, { data: { type, attributes } });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.data.id as string;
+    await waitFor(`${type} ${id} ACTIVE`, async () => (await api.get(`${CONFIGS}/${id}`)).body.data.attributes.status === 'ACTIVE', {
+      timeoutMs: 30_000,
+    });
+    return id;
+  }
+
+  async function metrics(): Promise<string> {
+    return (await fetch(`${tps.metricsUrl}/metrics`)).text();
+  }
+
+  before(async () => {
+    httpOrigin = http.createServer((_request, response) => response.end('ok'));
+    await new Promise<void>((resolve) => httpOrigin.listen(0, UDP_ORIGIN, resolve));
+    // Echoes every datagram: the relay's clients never show they receive, every session stays unconfirmed.
+    udpOrigin = await bound(UDP_ORIGIN);
+    udpOrigin.on('message', (message, rinfo) => udpOrigin.send(message, rinfo.port, rinfo.address));
+    tps = await startTps({
+      env: {
+        TPS_EDGE: 'true',
+        TPS_EDGE_WORKERS: '1',
+        TPS_EDGE_MAX_CONNECTIONS: String(BUDGET),
+        TPS_FRONTEND_IPS: UDP_FRONTEND,
+        TPS_ORIGIN_ALLOWED_NETWORKS: '127.0.0.0/8',
+      },
+    });
+    api = await TenantApi.connect(tps, await createTenant(tps));
+  });
+
+  after(async () => {
+    await tps?.stop();
+    httpOrigin?.closeAllConnections();
+    httpOrigin?.close();
+    udpOrigin?.close();
+  });
+
+  it('refuses HTTP connections while UDP sessions hold the budget, and serves again once they end', { timeout: 180_000 }, async (t) => {
+    const httpPort = await freePort(UDP_FRONTEND);
+    const httpId = await create(
+      {
+        frontend: { ipv4: UDP_FRONTEND, port: httpPort },
+        backend: { hosts: [{ address: UDP_ORIGIN, port: (httpOrigin.address() as net.AddressInfo).port }] },
+      },
+      'httpProxy',
+    );
+    const url = `http://${UDP_FRONTEND}:${httpPort}`;
+    assert.equal(await getThrough(`${url}/before`), 200, 'the HTTP proxy serves before the flood');
+    const udpAttributes = (port: number) => ({
+      frontend: { ipv4: UDP_FRONTEND, port },
+      backend: { hosts: [{ address: UDP_ORIGIN, port: udpOrigin.address().port }] },
+      protocols: ['UDP'],
+      threatIntelligence: { enabled: false },
+    });
+    const udpPort = await freePort(UDP_FRONTEND);
+    const udpId = await create(udpAttributes(udpPort), 'l4Proxy');
+    const otherUdpPort = await freePort(UDP_FRONTEND);
+    const otherUdpId = await create(udpAttributes(otherUdpPort), 'l4Proxy');
+
+    const clients = await Promise.all(SOURCES.map(bound));
+    const late = await bound('127.0.66.200');
+    try {
+      // Each source opens a session; past the budget, a newcomer takes the place of the oldest
+      // unconfirmed one. Sent again until the budget is full (a datagram may be lost).
+      await waitFor(
+        'UDP sessions to fill the node budget',
+        async () => {
+          for (const [index, client] of clients.entries()) client.send(`flood-${index}`, udpPort, UDP_FRONTEND);
+          const text = await metrics();
+          return (
+            sample(text, 'tps_edge_node_connections') === BUDGET &&
+            sample(text, 'tps_edge_udp_sessions_evicted_total', { proxy: udpId }) > 0
+          );
+        },
+        { timeoutMs: 30_000, intervalMs: 500 },
+      );
+      // A new TCP connection to the HTTP proxy: refused at accept, counted.
+      assert.equal(await getThrough(`${url}/during`), 0, 'refused while the sessions hold the budget');
+      // Another UDP proxy, with no unconfirmed session of its own to evict: its first datagram is dropped.
+      late.send('late', otherUdpPort, UDP_FRONTEND);
+      const text = await waitFor(
+        'the refusals counted',
+        async () => {
+          const text = await metrics();
+          const http = sample(text, 'tps_edge_refused_total', { proxy: httpId, reason: 'NODE_BUDGET' });
+          const udp = sample(text, 'tps_edge_refused_total', { proxy: otherUdpId, protocol: 'UDP', reason: 'NODE_BUDGET' });
+          return http > 0 && udp > 0 && text;
+        },
+        { timeoutMs: 15_000, intervalMs: 250 },
+      );
+      t.diagnostic(
+        `node connections ${sample(text, 'tps_edge_node_connections')} of ${sample(text, 'tps_edge_node_connection_budget')}; ` +
+          `evicted ${sample(text, 'tps_edge_udp_sessions_evicted_total', { proxy: udpId })}; ` +
+          `NODE_BUDGET: ${sample(text, 'tps_edge_refused_total', { reason: 'NODE_BUDGET' })}`,
+      );
+      assert.equal(sample(text, 'tps_edge_node_connection_budget'), BUDGET);
+      assert.ok(sample(text, 'tps_edge_node_connections') <= BUDGET, 'never more than the budget');
+      assert.equal(sample(text, 'tps_edge_udp_sessions_evicted_total', { proxy: otherUdpId }), 0);
+    } finally {
+      for (const client of clients) client.close();
+      late.close();
+    }
+    // The sessions end at their idle time (30 s, not a setting) and give their places back.
+    await waitFor('the UDP sessions to end', async () => sample(await metrics(), 'tps_edge_node_connections') === 0, {
+      timeoutMs: 120_000,
+      intervalMs: 1000,
+    });
+    assert.equal(await getThrough(`${url}/after`), 200, 'the HTTP proxy serves again');
   });
 });

@@ -74,7 +74,7 @@ export interface L4ProxyOptions {
   tenantId?: string;
   /** Receives one line per TCP connection (admitted or refused) and per UDP session; absent = no access log. */
   accessLog?: (entry: L4AccessLogEntry) => void;
-  /** The node's budget of edge connections (TCP), shared by every proxy and worker; absent: none. */
+  /** The node's budget of edge connections (TCP connections, UDP sessions), shared by every proxy and worker; absent: none. */
   nodeBudget?: ConnectionBudget;
   /**
    * Each connection (TCP) or first datagram (UDP) refused because its source, the socket peer, is
@@ -343,11 +343,13 @@ export class L4Proxy {
         maxSessions: this.maxUdpSessions,
         ...(this.maxUnconfirmedUdpSessions !== undefined && { maxUnconfirmedSessions: this.maxUnconfirmedUdpSessions }),
         reusePort: this.reusePort,
+        ...(this.nodeBudget !== undefined && { budget: this.nodeBudget }),
       },
       {
         admit: this.admitUdp,
         route: () => this.udpRoute,
         onSessionLimit: () => this.metrics?.connectionRefused(this.id, 'UDP', 'SESSION_LIMIT'),
+        onNodeBudget: () => this.metrics?.connectionRefused(this.id, 'UDP', 'NODE_BUDGET'),
         onUnconfirmedEvicted: () => this.metrics?.udpSessionEvicted?.(this.id),
         onReplyOverBudget: (details) => {
           this.metrics?.datagramDropped?.(this.id, 'UDP', 'REPLY_BUDGET');

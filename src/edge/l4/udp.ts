@@ -11,6 +11,13 @@
  * Sessions are bounded (`maxSessions`, each holds a file descriptor). Admission (threat feed, flood
  * caps) is the proxy's business: `admit`.
  *
+ * The node's budget. Each session also holds a place in the node's budget of edge connections
+ * (`budget`, TPS_EDGE_MAX_CONNECTIONS), as a TCP connection does: its upstream socket is a file
+ * descriptor, and without the budget many relays (or one with a large table) fed spoofed sources
+ * could take every descriptor of the process from the HTTP proxies and the API. The place is taken
+ * with the session and given back once when it ends, whatever ends it; an evicted session hands its
+ * place straight to the session that evicted it (see `openSession`).
+ *
  * Confirmed and unconfirmed sessions. A session is confirmed once its client has shown that it
  * receives what is sent to it (the reply budget's rule below); until then its source address may be
  * anyone's, so a flood of datagrams from spoofed sources could fill the table and lock real clients
@@ -52,6 +59,7 @@ import { isIPv6 } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
 import { isOriginRefused, type ScopedOriginGuard } from '../../net/origin-guard.ts';
 import { encodeProxyV2 } from '../../net/proxy-protocol.ts';
+import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
 
 export const DEFAULT_UDP_SESSION_IDLE_MS = 30_000;
 export const DEFAULT_MAX_UDP_SESSIONS = 10_000;
@@ -104,6 +112,8 @@ export interface UdpRelayHooks<Ticket> {
   route: () => UdpRoute;
   /** A datagram of a new client was dropped: `maxSessions` sessions exist, every one confirmed. */
   onSessionLimit?: () => void;
+  /** A datagram of a new client was dropped: the node's budget is full and this relay has no unconfirmed session to give its place. */
+  onNodeBudget?: () => void;
   /** An unconfirmed session was ended to make room for a new one (onSessionClose follows, `EVICTED`). */
   onUnconfirmedEvicted?: () => void;
   /** A reply was dropped: it did not fit the session's reply budget (the client is not validated). */
@@ -127,6 +137,8 @@ export interface UdpRelayOptions {
   /** Sessions not yet confirmed, at most (capped at maxSessions). Default 1000. */
   maxUnconfirmedSessions?: number;
   reusePort?: boolean;
+  /** The node's budget of edge connections, a place per session; absent: none. */
+  budget?: ConnectionBudget;
 }
 
 class UdpSession<Ticket> {
@@ -183,6 +195,7 @@ export class UdpRelay<Ticket> {
   private readonly maxSessions: number;
   private readonly maxUnconfirmedSessions: number;
   private readonly reusePort: boolean;
+  private readonly budget: ConnectionBudget | undefined;
   private readonly hooks: UdpRelayHooks<Ticket>;
   private readonly sessions = new Map<string, UdpSession<Ticket>>();
   /** The sessions not confirmed yet, oldest first (a Map keeps insertion order). */
@@ -197,6 +210,7 @@ export class UdpRelay<Ticket> {
     this.maxSessions = options.maxSessions ?? DEFAULT_MAX_UDP_SESSIONS;
     this.maxUnconfirmedSessions = Math.min(this.maxSessions, options.maxUnconfirmedSessions ?? DEFAULT_MAX_UNCONFIRMED_UDP_SESSIONS);
     this.reusePort = options.reusePort ?? false;
+    this.budget = options.budget;
     this.hooks = hooks;
   }
 
@@ -292,22 +306,35 @@ export class UdpRelay<Ticket> {
         return undefined;
       }
     }
-    const route = this.hooks.route();
-    // Picked before admission so that an admitted ticket always ends in a session (a pool with
-    // hosts always offers one; the schema requires at least one host).
-    const host = route.pool.pick(rinfo.address);
-    if (host === undefined) return undefined;
-    const refused = route.guard.checkLiteral(host.address, host.port);
-    if (refused !== undefined) {
-      route.pool.markDown(host);
-      this.hooks.onOriginError?.(host, refused);
+    // Then room in the node. A session about to be evicted holds a place and hands it to the
+    // newcomer directly: given back and taken again, another worker could take it in between, and
+    // the eviction would have been for nothing. Otherwise a place is taken now (before admission,
+    // as a TCP connection's at accept) and given back if the datagram goes no further. None left:
+    // the relay's own rule, the oldest unconfirmed session makes room once the newcomer is
+    // admitted. Only this relay's: another proxy's sessions are another tenant's, and a flood on one
+    // proxy must not end them; TCP connections and confirmed sessions are never ended for a
+    // newcomer. With no unconfirmed session here, the datagram is dropped before admission.
+    const budget = this.budget;
+    let placeTaken = false;
+    if (budget !== undefined && evict === undefined) {
+      placeTaken = budget.tryAcquire();
+      if (!placeTaken) {
+        evict = this.unconfirmed.values().next().value;
+        if (evict === undefined) {
+          this.hooks.onNodeBudget?.();
+          return undefined;
+        }
+      }
+    }
+    const admitted = this.admitNewcomer(rinfo);
+    if (admitted === undefined) {
+      if (placeTaken) budget?.release();
       return undefined;
     }
-    const ticket = this.hooks.admit(rinfo.address, rinfo.port);
-    if (ticket === undefined) return undefined;
+    const { route, host, ticket } = admitted;
     if (evict !== undefined) {
       this.hooks.onUnconfirmedEvicted?.();
-      this.closeSession(evict, 'EVICTED');
+      this.closeSession(evict, 'EVICTED', budget !== undefined);
     }
     route.pool.begin(host);
     // A name is resolved by the guard's lookup, which hands the socket only addresses the policy allows.
@@ -359,13 +386,32 @@ export class UdpRelay<Ticket> {
     return session;
   }
 
-  private closeSession(session: UdpSession<Ticket>, reason: UdpSessionResult['reason']): void {
+  /** The route, origin host and ticket of a would-be session; undefined: its datagram is dropped. */
+  private admitNewcomer(rinfo: RemoteInfo): { route: UdpRoute; host: PooledHost; ticket: Ticket } | undefined {
+    const route = this.hooks.route();
+    // Picked before admission so that an admitted ticket always ends in a session (a pool with
+    // hosts always offers one; the schema requires at least one host).
+    const host = route.pool.pick(rinfo.address);
+    if (host === undefined) return undefined;
+    const refused = route.guard.checkLiteral(host.address, host.port);
+    if (refused !== undefined) {
+      route.pool.markDown(host);
+      this.hooks.onOriginError?.(host, refused);
+      return undefined;
+    }
+    const ticket = this.hooks.admit(rinfo.address, rinfo.port);
+    return ticket === undefined ? undefined : { route, host, ticket };
+  }
+
+  /** Ends a session, once. `placeHandedOn`: its place in the node's budget goes to the session that evicted it. */
+  private closeSession(session: UdpSession<Ticket>, reason: UdpSessionResult['reason'], placeHandedOn = false): void {
     if (this.sessions.get(session.key) !== session) return;
     this.sessions.delete(session.key);
     this.unconfirmed.delete(session.key);
     session.upstream.removeAllListeners('message');
     session.upstream.on('error', () => {});
     session.upstream.close();
+    if (!placeHandedOn) this.budget?.release();
     session.route.pool.end(session.host);
     this.hooks.onSessionClose(session.ticket, {
       host: session.host,

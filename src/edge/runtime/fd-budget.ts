@@ -6,6 +6,11 @@
  *   reserve = BASE_FD_RESERVE + TPS_API_MAX_CONNECTIONS (tps serve only) + TPS_METRICS_MAX_CONNECTIONS
  *   budget  = floor((soft RLIMIT_NOFILE - reserve) / 2)
  *
+ * A layer 4 UDP session takes a place too but costs one descriptor, its upstream socket (its
+ * clients share the front-end socket, one per listener, bound at start): priced as a TCP
+ * connection, a budget full of sessions leaves descriptors over, never short. One count for both
+ * keeps the budget a single number the workers share; the over-provision is the price.
+ *
  * The API's and the operators' listeners are capped at accept (src/listener-guard.ts), so their
  * share of the reserve is theirs whatever the edge holds, and the edge's budget is its own whatever
  * they hold: no listener can take another's descriptors.

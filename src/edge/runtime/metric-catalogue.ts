@@ -35,7 +35,7 @@ export const EDGE_COUNTERS = {
     labelNames: ['proxy', 'protocol', 'reason'],
   },
   tps_edge_udp_sessions_evicted_total: {
-    help: 'UDP sessions whose client had not shown it receives, ended to make room for a new session (the oldest first).',
+    help: "UDP sessions whose client had not shown it receives, ended to make room for a new session (the oldest first) when the relay's table or the node's budget (TPS_EDGE_MAX_CONNECTIONS) is full.",
     labelNames: ['proxy'],
   },
   tps_edge_bytes_total: {

@@ -79,7 +79,7 @@ export interface EdgeOptions {
   httpConnectionLimits?: { maxConnectionsPerSource: number; maxNewConnectionsPerSecondPerSource: number; maxConnections: number };
   /** UDP: bytes back per byte in until the client has shown it receives (TPS_UDP_REPLY_BUDGET_FACTOR). */
   udpReplyBudgetFactor?: number;
-  /** Client connections (HTTP, layer 4 TCP) the node's workers hold at once, together (TPS_EDGE_MAX_CONNECTIONS); absent: no budget. */
+  /** Client connections (HTTP, layer 4 TCP) and UDP sessions the node's workers hold at once, together (TPS_EDGE_MAX_CONNECTIONS); absent: no budget. */
   maxConnections?: number;
   /** UDP: sessions per relay not yet confirmed (TPS_UDP_MAX_UNCONFIRMED_SESSIONS). */
   udpMaxUnconfirmedSessions?: number;
@@ -204,7 +204,7 @@ export class EdgeSupervisor {
     if (budget !== undefined) {
       new Gauge({
         name: 'tps_edge_node_connections',
-        help: 'Client connections (HTTP and layer 4 TCP) the edge workers of this node hold now, counted against TPS_EDGE_MAX_CONNECTIONS.',
+        help: 'Client connections (HTTP and layer 4 TCP) and layer 4 UDP sessions the edge workers of this node hold now, counted against TPS_EDGE_MAX_CONNECTIONS.',
         registers: [options.metrics.registry],
         collect() {
           this.set(NodeConnectionBudget.read(budget).open);
@@ -212,7 +212,7 @@ export class EdgeSupervisor {
       });
       new Gauge({
         name: 'tps_edge_node_connection_budget',
-        help: 'TPS_EDGE_MAX_CONNECTIONS: past it new edge connections are refused at accept (tps_edge_refused_total{reason="NODE_BUDGET"}).',
+        help: 'TPS_EDGE_MAX_CONNECTIONS: past it new edge connections are refused at accept, and datagrams that would open a UDP session dropped (tps_edge_refused_total{reason="NODE_BUDGET"}).',
         registers: [options.metrics.registry],
         collect() {
           this.set(NodeConnectionBudget.read(budget).limit);

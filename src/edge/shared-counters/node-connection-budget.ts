@@ -1,8 +1,9 @@
 /**
  * The node-wide budget of edge connections (TPS_EDGE_MAX_CONNECTIONS): client connections of every
- * proxy (HTTP and layer 4 TCP) in every worker of the node, counted in one word of shared memory.
- * The supervisor allocates it and hands the same buffer to every worker (workerData); a worker
- * takes a place at accept and gives it back when the connection closes.
+ * proxy (HTTP and layer 4 TCP) and layer 4 UDP sessions in every worker of the node, counted in one
+ * word of shared memory. The supervisor allocates it and hands the same buffer to every worker
+ * (workerData); a worker takes a place at accept (a UDP session: with its first datagram) and gives
+ * it back when the connection closes (the session ends).
  *
  * Layout (Int32 words): [0] the budget, [1] connections open in the node, [2 + i] those of worker
  * i. A worker that dies takes its connections with it, and never gives their places back itself:
