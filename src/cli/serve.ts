@@ -285,6 +285,7 @@ export async function startEdge(
       valueLength: settings.wafValueLengthLimit,
     },
     redisUrl: settings.redisUrl,
+    rateLimitStore: { failureMode: settings.rateLimitStoreFailureMode, timeoutMs: settings.rateLimitStoreTimeoutMs },
     rateLimitClientsPerProxy: settings.rateLimitClientsPerProxy,
     ipv6SourcePrefix: settings.rateLimitIpv6Prefix,
     httpConnectionLimits: {

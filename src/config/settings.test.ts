@@ -239,6 +239,19 @@ describe('settings: hostile traffic bounds', () => {
     );
   });
 
+  it("reads the rate limit's failure mode while Redis does not answer, local by default", () => {
+    const defaults = load({});
+    assert.deepEqual([defaults.rateLimitStoreFailureMode, defaults.rateLimitStoreTimeoutMs], ['local', 250]);
+    const settings = load({ TPS_RATE_LIMIT_STORE_FAILURE_MODE: 'closed', TPS_RATE_LIMIT_STORE_TIMEOUT_MS: '50' });
+    assert.deepEqual([settings.rateLimitStoreFailureMode, settings.rateLimitStoreTimeoutMs], ['closed', 50]);
+    assert.equal(load({ TPS_RATE_LIMIT_STORE_FAILURE_MODE: 'open' }).rateLimitStoreFailureMode, 'open');
+    assert.throws(
+      () => load({ TPS_RATE_LIMIT_STORE_FAILURE_MODE: 'deny' }),
+      /TPS_RATE_LIMIT_STORE_FAILURE_MODE: must be local, closed or open, got "deny"/,
+    );
+    assert.throws(() => load({ TPS_RATE_LIMIT_STORE_TIMEOUT_MS: '0' }), /TPS_RATE_LIMIT_STORE_TIMEOUT_MS: must be an integer from 1/);
+  });
+
   it('reads each from its variable', () => {
     const settings = load({
       TPS_HTTP_MAX_CONNECTIONS_PER_SOURCE: '4',

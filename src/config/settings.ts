@@ -11,6 +11,7 @@ import { normalizeIp } from '../net/ip.ts';
 import { DEFAULT_QUOTAS } from '../store/quotas.ts';
 import { invalidResolverServers } from '../net/origin-resolver.ts';
 import { parseSinkAddresses, SinkAddressError, type SinkAddress } from '../insight/sinks/sink-address.ts';
+import type { RateLimitStoreFailureMode } from '../edge/limits/types.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -120,6 +121,10 @@ export interface Settings {
   wafValueLengthLimit: number;
   /** redis://...: rate-limit counters shared by several edge nodes; unset = shared by this node's workers only. */
   redisUrl: string | undefined;
+  /** What rate limits do while the shared counters (Redis) do not answer: count on this node, refuse (503) or let through. */
+  rateLimitStoreFailureMode: RateLimitStoreFailureMode;
+  /** How long a rate-limit counter call to Redis may take before the failure mode applies. */
+  rateLimitStoreTimeoutMs: number;
   /**
    * CIDRs of load balancers / CDNs in front of the edge: from these peers only, a PROXY header
    * (`listenerProxyProtocol`) and X-Forwarded-For name the client. Empty = the socket peer is the client.
@@ -258,6 +263,8 @@ const ENV: Record<keyof Settings, string> = {
   httpMaxConnections: 'TPS_HTTP_MAX_CONNECTIONS',
   rateLimitIpv6Prefix: 'TPS_RATE_LIMIT_IPV6_PREFIX',
   rateLimitClientsPerProxy: 'TPS_RATE_LIMIT_CLIENTS_PER_PROXY',
+  rateLimitStoreFailureMode: 'TPS_RATE_LIMIT_STORE_FAILURE_MODE',
+  rateLimitStoreTimeoutMs: 'TPS_RATE_LIMIT_STORE_TIMEOUT_MS',
   appDdosFactor: 'TPS_APP_DDOS_FACTOR',
   appDdosMinRate: 'TPS_APP_DDOS_MIN_RATE',
   appDdosBaselineMinutes: 'TPS_APP_DDOS_BASELINE_MINUTES',
@@ -507,6 +514,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   // Unset or `auto`: derived from the file-descriptor limit when the edge starts (src/edge/runtime/fd-budget.ts).
   const edgeMaxConnections =
     (raw('edgeMaxConnections') ?? 'auto') === 'auto' ? undefined : integer('edgeMaxConnections', 1, 1, 100_000_000);
+  const rateLimitStoreFailureMode = raw('rateLimitStoreFailureMode') ?? 'local';
+  if (rateLimitStoreFailureMode !== 'local' && rateLimitStoreFailureMode !== 'closed' && rateLimitStoreFailureMode !== 'open')
+    fail('rateLimitStoreFailureMode', `must be local, closed or open, got "${rateLimitStoreFailureMode}"`);
   const kernelBlocking = raw('kernelBlocking') ?? 'auto';
   if (kernelBlocking !== 'auto' && kernelBlocking !== 'nftables' && kernelBlocking !== 'off')
     fail('kernelBlocking', `must be auto, nftables or off, got "${kernelBlocking}"`);
@@ -559,6 +569,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     wafXmlDepthLimit: integer('wafXmlDepthLimit', 256, 1, 10_000),
     wafValueLengthLimit: integer('wafValueLengthLimit', 128 * 1024, 1, 64 * 1024 * 1024),
     redisUrl: redisUrl(),
+    rateLimitStoreFailureMode: rateLimitStoreFailureMode as Settings['rateLimitStoreFailureMode'],
+    rateLimitStoreTimeoutMs: integer('rateLimitStoreTimeoutMs', 250, 1, 60_000),
     trustedProxies,
     listenerProxyProtocol: listenerProxyProtocol as Settings['listenerProxyProtocol'],
     apiTrustedProxies,

@@ -1,6 +1,6 @@
 /**
  * The pages the proxy answers with itself: malformed or ambiguous (400), blocked (403 geo fence, WAF, client certificate),
- * rate-limited (429), too large (413), not inspected in time (503, WAF failMode CLOSED) and origin
+ * rate-limited (429), too large (413), not inspected in time (503, WAF failMode CLOSED), request limits not checked (503) and origin
  * failures (502, 504). Small, plain HTML with no
  * external asset, so they render anywhere and cost nothing to serve under attack. Each shows the
  * support id: the same 32-hex id as the insight event (or access-log line) of that request, so a
@@ -15,6 +15,7 @@ export type PageKind =
   | 'rate-limit'
   | 'body-too-large'
   | 'waf-unavailable'
+  | 'rate-limit-unavailable'
   | 'bad-gateway'
   | 'gateway-timeout'
   | 'origin-busy';
@@ -60,6 +61,11 @@ const PAGES: Record<PageKind, PageText> = {
     status: 503,
     title: 'Service unavailable',
     message: 'The security rules of this site could not check this request in time. Please try again in a moment.',
+  },
+  'rate-limit-unavailable': {
+    status: 503,
+    title: 'Service unavailable',
+    message: 'The request limits of this site could not be checked for this request. Please try again in a moment.',
   },
   'bad-gateway': {
     status: 502,

@@ -58,3 +58,16 @@ test('warnings: threat intelligence without a feed, a feed not read yet, kernel 
     ['NO_THREAT_FEED', 'THREAT_FEED_NOT_LOADED', 'KERNEL_BLOCKING_UNAVAILABLE'],
   );
 });
+
+test('rate-limit counters in Redis not answering: a warning saying what the failure mode does, still healthy', () => {
+  const active = reports([]);
+  const health = edgeHealth(
+    input({ workerReports: [active, active], rateLimitStore: { failureMode: 'local', failing: ['Command timed out'] } }),
+    NOW,
+  );
+  assert.equal(health.ok, true);
+  assert.equal(health.warnings.length, 1);
+  assert.equal(health.warnings[0]!.code, 'RATE_LIMIT_STORE_FAILING');
+  assert.match(health.warnings[0]!.detail, /1 of 2 workers \(Command timed out\): rate limits count on this node only/);
+  assert.deepEqual(edgeHealth(input({ rateLimitStore: { failureMode: 'local', failing: [] } }), NOW).warnings, []);
+});

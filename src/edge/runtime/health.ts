@@ -6,6 +6,7 @@
  */
 import { sourceLabel, type ThreatFeedReport } from '../l4/threat-feed.ts';
 import type { ConfigEntry } from './messages.ts';
+import type { RateLimitStoreFailureMode } from '../limits/types.ts';
 
 /** A configuration its workers have not all applied for this long makes the node unhealthy (/healthz). */
 const APPLY_GRACE_MS = 10_000;
@@ -45,7 +46,15 @@ export interface HealthInput {
   /** The node's threat feed, when it has sources: its last report (undefined: not read yet). */
   threatFeed: { report: ThreatFeedReport | undefined } | undefined;
   kernelWarning: { code: string; detail: string } | undefined;
+  /** The node's failure mode, and why each worker whose rate-limit counters in Redis do not answer says so. */
+  rateLimitStore?: { failureMode: RateLimitStoreFailureMode; failing: readonly string[] };
 }
+
+const FAILURE_MODE_EFFECT: Record<RateLimitStoreFailureMode, string> = {
+  local: 'rate limits count on this node only',
+  closed: 'rate-limited proxies answer 503',
+  open: 'rate limits are not applied',
+};
 
 export function edgeHealth(input: HealthInput, now: number): EdgeHealth {
   const notServed: EdgeHealth['notServed'] = [];
@@ -90,5 +99,11 @@ export function edgeHealth(input: HealthInput, now: number): EdgeHealth {
       });
   }
   if (input.kernelWarning !== undefined) warnings.push(input.kernelWarning);
+  const store = input.rateLimitStore;
+  if (store !== undefined && store.failing.length > 0)
+    warnings.push({
+      code: 'RATE_LIMIT_STORE_FAILING',
+      detail: `the rate-limit counters in Redis (TPS_REDIS_URL) do not answer in ${store.failing.length} of ${input.workerReports.length} workers (${store.failing[0]}): ${FAILURE_MODE_EFFECT[store.failureMode]} (TPS_RATE_LIMIT_STORE_FAILURE_MODE=${store.failureMode})`,
+    });
   return { ok: notServedCount === 0, configurations: input.entries.length, notServed, notServedCount, warnings };
 }

@@ -64,6 +64,8 @@ export type FromWorker =
   | { kind: 'threat-feed-applied'; generation: number }
   /** Refusals of blocked sources since the last report (only while kernel blocking is on): the escalation's input. */
   | { kind: 'refusals'; refusals: SourceRefusals[] }
+  /** This worker's rate-limit counters in Redis stopped answering (`failing`) or answer again. */
+  | { kind: 'rate-limit-store'; failing: boolean; cause: string }
   | { kind: 'stopped' };
 
 export interface CounterIncrement {

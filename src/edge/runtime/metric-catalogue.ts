@@ -30,6 +30,10 @@ export const EDGE_COUNTERS = {
     help: 'Application-layer attacks on a proxy detected (event="started") and ended (event="ended", its APP_DDOS_ATTACK event recorded) on this node; started minus ended is the attacks under way.',
     labelNames: ['proxy', 'event'],
   },
+  tps_edge_rate_limit_store_failures_total: {
+    help: 'Rate-limited requests decided by TPS_RATE_LIMIT_STORE_FAILURE_MODE because the shared counters (Redis) did not answer (an error, or no answer within TPS_RATE_LIMIT_STORE_TIMEOUT_MS): mode=local (counted on this node only), closed (refused with 503), open (let through uncounted).',
+    labelNames: ['proxy', 'mode'],
+  },
   tps_edge_dropped_total: {
     help: 'Datagrams dropped within an admitted session, by reason (REPLY_BUDGET: UDP anti-amplification).',
     labelNames: ['proxy', 'protocol', 'reason'],

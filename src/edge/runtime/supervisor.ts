@@ -44,6 +44,7 @@ import type { AccessLogSettings } from '../access-log/access-log.ts';
 import type { InsightEvent } from '@tps/model';
 import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
 import type { KernelBlockingMode } from '../kernel-blocking/types.ts';
+import type { RateLimitStoreSettings } from '../limits/types.ts';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
@@ -107,6 +108,8 @@ export interface EdgeOptions {
   wafInputLimits?: WafInputLimits;
   /** redis://... for rate-limit counters shared with other edge nodes. */
   redisUrl?: string | undefined;
+  /** What rate limits do while Redis does not answer, and how long an answer may take. Default local, 250 ms. */
+  rateLimitStore?: RateLimitStoreSettings;
   /** Load balancers in front of the edge (TPS_TRUSTED_PROXIES, TPS_LISTENER_PROXY_PROTOCOL); absent = none. */
   clientAddress?: ClientAddressSettings;
   /**
@@ -404,6 +407,7 @@ export class EdgeSupervisor {
       wafRequestBudgetMs: o.wafRequestBudgetMs ?? DEFAULT_REQUEST_BUDGET_MS,
       wafInputLimits: o.wafInputLimits ?? {},
       redisUrl: o.redisUrl,
+      rateLimitStore: o.rateLimitStore ?? { failureMode: 'local', timeoutMs: 250 },
       clientAddress: o.clientAddress ?? { trustedProxies: [], listenerProxyProtocol: 'off' },
       origins: o.origins,
       insightWholeEventsPerMinute: o.insightWholeEventsPerMinute ?? 10,
@@ -467,6 +471,10 @@ export class EdgeSupervisor {
         });
         break;
       }
+      case 'rate-limit-store':
+        if (message.failing) slot.rateLimitStoreFailing = message.cause;
+        else delete slot.rateLimitStoreFailing;
+        break;
       case 'stopped':
         break;
     }
@@ -594,6 +602,12 @@ export class EdgeSupervisor {
         withoutFeed: this.#entries.filter((entry) => this.#activeNotice(entry) !== null).map((entry) => entry.config.id),
         threatFeed: this.#threatFeed && { report: this.#threatFeed.report },
         kernelWarning: this.#kernelBlocking.warning,
+        rateLimitStore: {
+          failureMode: this.#options.rateLimitStore?.failureMode ?? 'local',
+          failing: this.#workers.slots.flatMap((slot) =>
+            slot.worker !== undefined && slot.rateLimitStoreFailing !== undefined ? [slot.rateLimitStoreFailing] : [],
+          ),
+        },
       },
       now,
     );

@@ -26,6 +26,8 @@ import { NodeConnectionBudget } from '../shared-counters/node-connection-budget.
 import { RedisRateLimitStore } from '../shared-counters/redis-rate-store.ts';
 import { RedisClusterRate } from '../shared-counters/redis-app-ddos.ts';
 import { Redis } from 'ioredis';
+import { FailoverRateLimitStore, StoreCircuit } from '../limits/store-failover.ts';
+import type { RateLimitStoreSettings } from '../limits/types.ts';
 import { createWafHook } from '../http/waf/waf-hook.ts';
 import { WafAuditLog } from '../http/waf/audit-log.ts';
 import { startWafEngine as startEngine } from '../http/waf/engines.ts';
@@ -90,6 +92,8 @@ export interface WorkerSettings {
   wafInputLimits: WafInputLimits;
   /** Rate-limit counters in Redis (several edge nodes) instead of this node's shared memory. */
   redisUrl: string | undefined;
+  /** While Redis does not answer (an error, or no answer within the timeout): what rate limits do. */
+  rateLimitStore: RateLimitStoreSettings;
   /** Load balancers whose PROXY headers and X-Forwarded-For name the client. */
   clientAddress: ClientAddressSettings;
   /** Where proxies may connect (origin-policy.ts), and the DNS servers that resolve origin names (empty: the system's). */
@@ -185,19 +189,35 @@ function tablesOf(proxyId: string): ProxyCounterTables {
   if (tables === undefined) throw new Error(`no counter tables for proxy ${proxyId}`);
   return tables;
 }
-// Commands fail fast while Redis is unreachable (the rate-limit phase then lets requests through,
-// and says so in the log). Each change of reachability is logged once.
-const redis = settings.redisUrl ? new Redis(settings.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : undefined;
+// Commands fail at once while Redis is unreachable (no offline queue) and after `timeoutMs` when it
+// does not answer (a stalled server, a lost network): then the failure mode decides
+// (store-failover.ts). Each change of reachability is logged once.
+const redis = settings.redisUrl
+  ? new Redis(settings.redisUrl, {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: false,
+      commandTimeout: settings.rateLimitStore.timeoutMs,
+    })
+  : undefined;
 let redisReachable = true;
 redis?.on('error', (err: Error) => {
   if (!redisReachable) return;
   redisReachable = false;
-  logger.error({ err }, 'redis unreachable: rate limits are not enforced until it is back');
+  logger.error({ err }, 'redis unreachable');
 });
 redis?.on('ready', () => {
   if (redisReachable) return;
   redisReachable = true;
-  logger.info({}, 'redis reachable again: rate limits enforced');
+  logger.info({}, 'redis reachable again');
+});
+// Whether this worker's rate-limit counters in Redis answer; the supervisor shows it on /healthz.
+const rateLimitCircuit = new StoreCircuit({
+  onChange: (failing, cause) => {
+    const mode = settings.rateLimitStore.failureMode;
+    if (failing) logger.error({ cause, failureMode: mode }, `rate-limit counters in redis do not answer: failure mode ${mode} applies`);
+    else logger.info({}, 'rate-limit counters in redis answer again: shared counts in use');
+    send({ kind: 'rate-limit-store', failing, cause });
+  },
 });
 // Reads no source: the supervisor's feed thread builds each set once for the node (threat-feed-host.ts).
 const threatFeed = ThreatFeed.fromShared(settings.threatFeed?.set);
@@ -328,15 +348,25 @@ const httpDeps: HttpProxyDeps = {
   rateLimit: {
     createStore: (policy, proxyId) => {
       const periodsMs = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
-      if (redis) {
-        // Scoped by the periods too: changed thresholds start from fresh counters, never misread old ones.
-        return new RedisRateLimitStore(redis, `${proxyId}|${periodsMs.join(',')}`, periodsMs, {
-          maxClients: settings.rateLimitClientsPerProxy,
-        });
-      }
       const table = tablesOf(proxyId).rate;
       if (table === undefined) throw new Error(`no rate-limit table for proxy ${proxyId}`);
-      return new SharedRateLimitStore(new SharedTable(table), periodsMs);
+      const local = new SharedRateLimitStore(new SharedTable(table), periodsMs);
+      if (!redis) return local;
+      // Scoped by the periods too: changed thresholds start from fresh counters, never misread old ones.
+      const shared = new RedisRateLimitStore(redis, `${proxyId}|${periodsMs.join(',')}`, periodsMs, {
+        maxClients: settings.rateLimitClientsPerProxy,
+      });
+      return new FailoverRateLimitStore(shared, local, {
+        mode: settings.rateLimitStore.failureMode,
+        periods: periodsMs.length,
+        circuit: rateLimitCircuit,
+        onDecided: (mode) => count('tps_edge_rate_limit_store_failures_total', { proxy: proxyId, mode }),
+        onLog: ({ mode, requests, cause }) =>
+          logger.warn(
+            { proxyId, failureMode: mode, requests, cause },
+            `rate-limit counters in redis did not answer: ${requests} requests decided by failure mode ${mode} since the last line`,
+          ),
+      });
     },
     ipv6Prefix: settings.ipv6SourcePrefix,
   },

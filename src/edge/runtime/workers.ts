@@ -22,6 +22,8 @@ export interface WorkerSlot {
   readonly reports: Map<string, WorkerReport>;
   /** Generation of the threat-feed set this worker says it uses. */
   threatFeedGeneration?: number;
+  /** Set while this worker's rate-limit counters in Redis do not answer: why. */
+  rateLimitStoreFailing?: string;
 }
 
 export interface EdgeWorkersOptions {
@@ -83,6 +85,7 @@ export class EdgeWorkers {
     o.onChange();
     slot.reports.clear();
     delete slot.threatFeedGeneration;
+    delete slot.rateLimitStoreFailing;
     worker.on('message', (message: FromWorker) => o.onMessage(slot, message));
     worker.on('error', (error) => o.logger.error({ err: error, worker: slot.index }, 'edge worker failed'));
     worker.on('exit', (code) => {

@@ -1,14 +1,16 @@
 /**
  * Rate limiting over real sockets: 429 with Retry-After and the page, one APP_DDOS_ATTACK event per
  * client and episode with the page's support id, recovery after blockSeconds, and keys that headers
- * cannot change.
+ * cannot change; and what the node's failure mode does when the shared counters do not answer.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import type { AppDdosAttackEvent } from '@tps/model';
 import { HttpProxy } from '../http-proxy.ts';
 import { request } from '../../../../test/support/http-client.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../../test/support/http-servers.ts';
+import { MemoryRateLimitStore, type RateLimitStore } from '../../limits/rate-store.ts';
+import { FailoverRateLimitStore, StoreCircuit, type RateLimitStoreFailureMode } from '../../limits/store-failover.ts';
 
 const CLIENT = '127.0.0.21';
 const OTHER = '127.0.0.22';
@@ -95,5 +97,91 @@ describe('rate limit phase', () => {
     const updates = deps.insight.updates.filter((u) => u.eventId === event.id);
     assert.ok(updates.length >= 1);
     assert.ok(updates.at(-1)!.update.blockedRequests >= 2);
+  });
+});
+
+/** A shared counter store that does not answer (Redis down or stalled: every command fails). */
+const unreachableStore: RateLimitStore = {
+  hit: () => Promise.reject(new Error('Connection is closed.')),
+  block: () => Promise.reject(new Error('Connection is closed.')),
+  size: 0,
+};
+
+describe('rate limit phase, the shared counters not answering', () => {
+  let origin: TestOrigin;
+  before(async () => {
+    origin = await startOrigin();
+  });
+  after(async () => {
+    await origin.close();
+  });
+
+  async function proxyWith(t: TestContext, mode: RateLimitStoreFailureMode): Promise<{ url: string; decided: string[] }> {
+    const decided: string[] = [];
+    const circuit = new StoreCircuit();
+    const deps = testDeps({
+      rateLimit: {
+        createStore: (policy) => {
+          const periods = policy.thresholds.map((threshold) => threshold.periodSeconds * 1000);
+          return new FailoverRateLimitStore(unreachableStore, new MemoryRateLimitStore(periods), {
+            mode,
+            periods: periods.length,
+            circuit,
+            onDecided: (m) => decided.push(m),
+            onLog: () => {},
+          });
+        },
+      },
+    });
+    const port = await freePort(FRONT_IP);
+    const proxy = new HttpProxy(
+      resolvedProxy(port, [origin], {
+        attributes: { rateLimiting: { thresholds: [{ requests: 3, periodSeconds: 60 }], blockSeconds: 60 } },
+      }),
+      deps,
+    );
+    await proxy.start();
+    t.after(() => proxy.stop());
+    return { url: `http://${FRONT_IP}:${port}`, decided };
+  }
+
+  it('local: the node counts alone; over the limit 429, under it served', async (t) => {
+    const { url, decided } = await proxyWith(t, 'local');
+    const statuses = [];
+    for (let i = 0; i < 5; i++) statuses.push((await request(`${url}/${i}`, { localAddress: CLIENT })).status);
+    assert.deepEqual(statuses, [200, 200, 200, 429, 429]);
+    assert.equal((await request(`${url}/`, { localAddress: OTHER })).status, 200);
+    // The 5th request is refused from the episode the 4th started, before any counting (early refusal).
+    assert.deepEqual(decided, Array(5).fill('local'));
+  });
+
+  it('closed: 503 with the page and Retry-After', async (t) => {
+    const { url, decided } = await proxyWith(t, 'closed');
+    const refused = await request(`${url}/`, { localAddress: CLIENT });
+    assert.equal(refused.status, 503);
+    assert.equal(refused.headers['retry-after'], '5');
+    assert.match(refused.text, /request limits of this site could not be checked/);
+    assert.match(refused.text, /Support ID: <code>[0-9a-f]{32}<\/code>/);
+    assert.deepEqual(decided, ['closed']);
+  });
+
+  it('open: through, counted', async (t) => {
+    const { url, decided } = await proxyWith(t, 'open');
+    for (let i = 0; i < 5; i++) assert.equal((await request(`${url}/${i}`, { localAddress: CLIENT })).status, 200);
+    assert.deepEqual(decided, Array(5).fill('open'));
+  });
+
+  it('a limiter that fails for any other reason refuses (503), never lets through', async (t) => {
+    const deps = testDeps({ rateLimit: { createStore: () => unreachableStore } });
+    const port = await freePort(FRONT_IP);
+    const proxy = new HttpProxy(
+      resolvedProxy(port, [origin], {
+        attributes: { rateLimiting: { thresholds: [{ requests: 3, periodSeconds: 60 }], blockSeconds: 60 } },
+      }),
+      deps,
+    );
+    await proxy.start();
+    t.after(() => proxy.stop());
+    assert.equal((await request(`http://${FRONT_IP}:${port}/`, { localAddress: CLIENT })).status, 503);
   });
 });
