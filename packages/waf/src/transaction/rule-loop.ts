@@ -95,10 +95,12 @@ export class Transaction extends TransactionLiteralCache {
       if (this.allowType !== NONE_ALLOW) continue;
       if (rs.removesRules && this.removedByConfig(rule)) continue;
       if (this.ruleRemoveByTag.length > 0 && this.hasTag(rule, this.ruleRemoveByTag)) continue;
-      this.work(1);
+      // (the budget counts an operator's run: per value in checkEntry, here a TxCheck's; an action is short)
       if (rule.type === 'action') this.evaluateUnconditional(rule);
-      else if (rule.txCheck !== undefined && !this.removesTargets()) this.evaluateTxCheck(rule.txCheck);
-      else this.evaluateRule(rule, resetMessage(this.msg, rule));
+      else if (rule.txCheck !== undefined && !this.removesTargets()) {
+        this.work(1);
+        this.evaluateTxCheck(rule.txCheck);
+      } else this.evaluateRule(rule, resetMessage(this.msg, rule));
       if (this.intervention.disruptive) break;
       // the rule's own skipAfter: on to its marker (whose entry then clears it)
       if (this.marker !== undefined && this.marker === rule.skipMarker) i = rule.skipTarget - 1;
