@@ -44,6 +44,7 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
       if (held.expiresAt > now) break;
       exchanges.delete(exchange);
       end(held.open);
+      lastReading = -1;
     }
     if (exchanges.size === 0) {
       clearInterval(sweeper);
@@ -82,9 +83,11 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
     reply({ type: 'failure', id, message: e?.message ?? String(error), name: e?.name ?? 'Error', code: e?.code, cpuMs });
   };
   /**
-   * This thread's CPU time at the end of the inspection just handled (threadCpuMicros), -1 when
-   * something else ran since: the next inspection of the same batch starts from it, so that one
-   * reading ends one inspection and starts the next (and serves the budget's start too).
+   * This thread's CPU time at the end of the last inspection (threadCpuMicros), -1 when another
+   * request's work ran since (an exchange's logging phase): the next inspection starts from it, so
+   * that one reading ends one inspection and starts the next, and serves the budget's start too.
+   * What the thread did in between for the requests (the replies posted, the next message read)
+   * is counted in the next one; time idle is no CPU time.
    */
   let lastReading = -1;
   const startReading = (): number => (lastReading >= 0 ? lastReading : threadCpuMicros());
@@ -157,8 +160,6 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
   };
 
   port.on('message', (m: ToPoolWorkerPost) => {
-    // what ran between two messages (timers, the replies' flush) is no request's
-    lastReading = -1;
     if (m.type === 'batch') for (const one of m.messages) handle(one);
     else handle(m);
   });
