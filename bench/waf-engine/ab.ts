@@ -10,7 +10,8 @@
  *   BASE=/tmp/base SCENARIO=post PARANOIA=4 ROUNDS=21 N=150 node bench/waf-engine/ab.ts
  *
  * SCENARIO: get (default), post (1 KB form), json (10 KB), attack. RESPONSE=1 adds the response
- * phases (a 57-byte text/plain answer). Same requests as bench/waf-engine/run.ts.
+ * phases (a 57-byte text/plain answer). BUDGET=250 runs each inspection under the cooperative
+ * budget, as the engine's threads do. Same requests as bench/waf-engine/run.ts.
  */
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -29,9 +30,12 @@ async function load(root: string): Promise<CompiledInspector> {
     .find((f) => existsSync(f));
   if (file === undefined) throw new Error(`no compiled engine in ${root}`);
   const module = (await import(pathToFileURL(file).href)) as typeof import('@tps/waf');
-  return module.CompiledInspector.load();
+  // (a checkout from before the budget ignores the second argument)
+  return module.CompiledInspector.load({}, budgetMs);
 }
 
+/** BUDGET=<ms>: each inspection with the cooperative budget on, as the engine's threads run it (250 by default there). */
+const budgetMs = Number(process.env.BUDGET ?? 0);
 const scenario = SCENARIOS.find((s) => s.key === (process.env.SCENARIO ?? 'get'));
 if (!scenario) throw new Error(`SCENARIO: one of ${SCENARIOS.map((s) => s.key).join(', ')}`);
 const settings: WafEngineSettings = {
@@ -70,6 +74,10 @@ const median = (values: number[]): number => [...values].sort((a, b) => a - b)[v
 
 const old = await load(base);
 const current = await load(process.cwd());
+if (process.env.WARM) {
+  (old as { warmUp?: () => void }).warmUp?.();
+  current.warmUp();
+}
 // both tiered up to their steady state first (run.ts: WARMUP_MS)
 const warmEnd = performance.now() + Number(process.env.WARMUP_MS ?? 6000);
 while (performance.now() < warmEnd) {

@@ -159,29 +159,36 @@ export class CompiledInspector {
     }
   }
 
-  private startClock(tx: Transaction): void {
+  /** `cpuAtStartMicros`: the thread's CPU time at the inspection's start, when the caller has it. */
+  private startClock(tx: Transaction, cpuAtStartMicros: number | undefined): void {
     if (this.budgetMs === 0) return;
-    tx.startBudget(this.budgetMs);
+    if (cpuAtStartMicros === undefined) tx.startBudget(this.budgetMs);
+    else tx.startBudget(this.budgetMs, cpuAtStartMicros);
   }
 
-  static load(options: CompiledRulesOptions = {}): CompiledInspector {
-    return new CompiledInspector(compileCrs(options), resolvedLimits(options));
+  static load(options: CompiledRulesOptions = {}, budgetMs = 0): CompiledInspector {
+    return new CompiledInspector(compileCrs(options), resolvedLimits(options), budgetMs);
   }
 
   get ruleCount(): number {
     return this.ruleSet.ruleCount;
   }
 
-  /** Runs the request phases; with keepOpen the transaction is returned for the response phases. */
+  /**
+   * Runs the request phases; with keepOpen the transaction is returned for the response phases.
+   * `cpuAtStartMicros`: this thread's CPU time (threadCpuMicros) read by the caller just before, the
+   * budget's start; absent, the budget reads it itself.
+   */
   inspectRequest(
     request: WafRequest,
     settings: WafEngineSettings,
     keepOpen = false,
+    cpuAtStartMicros?: number,
   ): { verdict: WafEngineVerdict; open?: OpenCompiledTransaction } {
     const inputLimits = checkSettings(settings);
     const blocking = settings.mode !== 'LOGGING';
     const tx = new Transaction(this.ruleSet, request.id);
-    this.startClock(tx);
+    this.startClock(tx, cpuAtStartMicros);
     tx.inputLimits = inputLimits;
     tx.setTx('paranoia_level', String(settings.paranoiaLevel));
     if (settings.anomalyThreshold !== undefined) tx.setTx('inbound_anomaly_score_threshold', String(settings.anomalyThreshold));
@@ -224,9 +231,9 @@ export class CompiledInspector {
   }
 
   /** Response phases and logging of an open exchange. The verdict has the response's matches only. */
-  inspectResponse(open: OpenCompiledTransaction, response: WafResponse): WafEngineVerdict {
+  inspectResponse(open: OpenCompiledTransaction, response: WafResponse, cpuAtStartMicros?: number): WafEngineVerdict {
     const { tx } = open;
-    this.startClock(tx);
+    this.startClock(tx, cpuAtStartMicros);
     for (const [name, value] of response.headers) {
       tx.responseHeadersNames.push({ key: name, full: `RESPONSE_HEADERS_NAMES:${name}`, box: newBox(name), uk: undefined });
       tx.responseHeaders.push({ key: name, full: `RESPONSE_HEADERS:${name}`, box: newBox(value), uk: undefined });

@@ -7,8 +7,23 @@ import { WafSettingsError } from './engine.ts';
 import { validateExclusion } from './exclusions.ts';
 import { type ResolvedInputLimits, resolveInputLimits } from './input-limits.ts';
 
+/**
+ * Settings objects checked already, and their input limits: a proxy hands the engine the same
+ * object with each request (until its configuration changes), checked once. Settings are never
+ * changed in place once handed to an engine.
+ */
+const checked = new WeakMap<WafEngineSettings, ResolvedInputLimits>();
+
 /** Throws WafSettingsError for settings the engines cannot apply; the input limits they resolve to. */
 export function checkSettings(settings: WafEngineSettings): ResolvedInputLimits {
+  const known = checked.get(settings);
+  if (known !== undefined) return known;
+  const limits = checkedLimits(settings);
+  checked.set(settings, limits);
+  return limits;
+}
+
+function checkedLimits(settings: WafEngineSettings): ResolvedInputLimits {
   const level = settings.paranoiaLevel;
   if (!Number.isInteger(level) || level < 1 || level > 4) {
     throw new WafSettingsError(`paranoiaLevel must be 1-4, got ${String(level)}`);

@@ -157,7 +157,9 @@ function parse(raw: string, settings: RequestTargetSettings): CanonicalTarget {
   const rawPath = question === -1 ? rest : rest.slice(0, question);
   const query = question === -1 ? undefined : rest.slice(question);
   const path = canonicalPath(rawPath, settings);
-  return { path, target: query === undefined ? path : path + query, authority };
+  // A path already canonical (canonicalPath gave it back): the target is what came, not a copy.
+  const target = query === undefined ? path : path === rawPath ? rest : path + query;
+  return { path, target, authority };
 }
 
 /**

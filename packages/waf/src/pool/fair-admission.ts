@@ -132,12 +132,17 @@ interface RecentCost {
 interface TenantShare extends RecentCost {
   readonly key: string;
   clients: number;
+  /** Its clients by their key (clientKey): a request's client found without building a key for it. */
+  readonly members: Map<string, ClientShare>;
   expensiveInFlight: number;
   waiting: number;
 }
 
 interface ClientShare extends RecentCost {
+  /** Tenant and client key together (shareKey): the client among all tenants'. */
   readonly key: string;
+  /** The client key within its tenant (clientKey). */
+  readonly address: string;
   readonly tenant: TenantShare;
   inFlight: number;
   readonly waiters: Waiter[];
@@ -237,14 +242,18 @@ export class FairAdmission {
     // served again at most two windows after it stops, whatever it spent before.
     if (ticket.expensive || costMs >= this.expensiveRequestMs)
       ticket.client.allowance = Math.max(-this.allowanceMs, ticket.client.allowance - costMs);
-    for (const recent of [ticket.client, ticket.client.tenant, this.all]) {
-      this.decay(recent, now);
-      recent.cost += costMs;
-      recent.count += 1;
-      if (ticket.bytes > 0) {
-        recent.bodyCost += costMs;
-        recent.bodyBytes += ticket.bytes;
-      }
+    this.chargeTo(ticket.client, now, costMs, ticket.bytes);
+    this.chargeTo(ticket.client.tenant, now, costMs, ticket.bytes);
+    this.chargeTo(this.all, now, costMs, ticket.bytes);
+  }
+
+  private chargeTo(recent: RecentCost, now: number, costMs: number, bytes: number): void {
+    this.decay(recent, now);
+    recent.cost += costMs;
+    recent.count += 1;
+    if (bytes > 0) {
+      recent.bodyCost += costMs;
+      recent.bodyBytes += bytes;
     }
   }
 
@@ -279,7 +288,7 @@ export class FairAdmission {
 
   /** Recent cost of a client (by its address) in a tenant, for tests and metrics. */
   recentCostMs(clientIp: string, tenant = ''): number {
-    const client = this.clients.get(shareKey(tenant, clientKey(clientIp)));
+    const client = this.tenants.get(tenant)?.members.get(clientKey(clientIp));
     if (client === undefined) return 0;
     this.decay(client, this.now());
     return client.cost;
@@ -295,18 +304,34 @@ export class FairAdmission {
   }
 
   private share(key: string, tenantKey: string, now: number): ClientShare {
-    const id = shareKey(tenantKey, key);
-    let client = this.clients.get(id);
-    if (client !== undefined) return client;
-    if (this.clients.size >= this.nextPrune) this.prune(now);
+    // (two look-ups of strings the request already has, rather than one of a key built per request)
     let tenant = this.tenants.get(tenantKey);
+    let client = tenant?.members.get(key);
+    if (client !== undefined) return client;
+    if (this.clients.size >= this.nextPrune) {
+      this.prune(now);
+      tenant = this.tenants.get(tenantKey);
+    }
     if (tenant === undefined) {
-      tenant = { key: tenantKey, cost: 0, count: 0, bodyCost: 0, bodyBytes: 0, at: now, clients: 0, expensiveInFlight: 0, waiting: 0 };
+      tenant = {
+        key: tenantKey,
+        cost: 0,
+        count: 0,
+        bodyCost: 0,
+        bodyBytes: 0,
+        at: now,
+        clients: 0,
+        members: new Map(),
+        expensiveInFlight: 0,
+        waiting: 0,
+      };
       this.tenants.set(tenantKey, tenant);
     }
     tenant.clients++;
+    const id = shareKey(tenantKey, key);
     client = {
       key: id,
+      address: key,
       tenant,
       cost: 0,
       count: 0,
@@ -319,6 +344,7 @@ export class FairAdmission {
       allowanceAt: now,
     };
     this.clients.set(id, client);
+    tenant.members.set(key, client);
     return client;
   }
 
@@ -470,6 +496,7 @@ export class FairAdmission {
   private forget(client: ClientShare, now: number): void {
     this.clients.delete(client.key);
     const tenant = client.tenant;
+    tenant.members.delete(client.address);
     tenant.clients--;
     this.decay(tenant, now);
     if (tenant.clients === 0 && tenant.cost < NEGLIGIBLE_MS) this.tenants.delete(tenant.key);

@@ -9,8 +9,10 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { batchedMessages } from './batched-messages.ts';
+import type { WafEngineSettings } from '../engine.ts';
 import type { PoolInspector, PoolReply, PoolWorkerData, ToPoolWorker, ToPoolWorkerPost } from './protocol.ts';
 import { RunWatch } from './run-watch.ts';
+import { threadCpuMicros } from '../thread-cpu.ts';
 
 /** `load` gets the rule-set options and each inspection's budget (ms, 0: none) for engines that keep one themselves. */
 export function serveInspector<Options, Open>(load: (options: Options, budgetMs: number) => PoolInspector<Open>): void {
@@ -28,7 +30,38 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
     process.exit(1);
   }
 
-  const exchanges = new Map<number, { open: Open; timer: NodeJS.Timeout }>();
+  /**
+   * Open transactions by exchange, in the order they were opened: all have the same timeout, so
+   * one sweep (while any is open, every quarter of the timeout, at most a second) ends the expired
+   * ones from the front, instead of a timer per exchange.
+   */
+  const exchanges = new Map<number, { open: Open; expiresAt: number }>();
+  const sweepEveryMs = Math.max(1, Math.min(1000, Math.ceil(data.exchangeTimeoutMs / 4)));
+  let sweeper: NodeJS.Timeout | undefined;
+  const sweep = (): void => {
+    const now = performance.now();
+    for (const [exchange, held] of exchanges) {
+      if (held.expiresAt > now) break;
+      exchanges.delete(exchange);
+      end(held.open);
+      lastReading = -1;
+    }
+    if (exchanges.size === 0) {
+      clearInterval(sweeper);
+      sweeper = undefined;
+    }
+  };
+  const hold = (open: Open): number => {
+    const exchange = nextExchange++;
+    exchanges.set(exchange, { open, expiresAt: performance.now() + data.exchangeTimeoutMs });
+    if (sweeper === undefined) {
+      sweeper = setInterval(sweep, sweepEveryMs);
+      sweeper.unref();
+    }
+    return exchange;
+  };
+  /** The settings the pool sent, by its id for them (protocol.ts): one object per proxy's settings. */
+  const settingsById = new Map<number, WafEngineSettings>();
   let nextExchange = 1;
   const reply = batchedMessages<PoolReply>(port);
 
@@ -36,7 +69,6 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
     const held = exchanges.get(exchange);
     if (!held) return undefined;
     exchanges.delete(exchange);
-    clearTimeout(held.timer);
     return held.open;
   };
   const end = (open: Open): void => {
@@ -50,30 +82,36 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
     const e = error as Error & { code?: string };
     reply({ type: 'failure', id, message: e?.message ?? String(error), name: e?.name ?? 'Error', code: e?.code, cpuMs });
   };
-  /** This thread's CPU time in ms since `start` (a threadCpuUsage reading). */
-  const cpuSince = (start: NodeJS.CpuUsage): number => {
-    const used = process.threadCpuUsage(start);
-    return (used.user + used.system) / 1000;
+  /**
+   * This thread's CPU time at the end of the last inspection (threadCpuMicros), -1 when another
+   * request's work ran since (an exchange's logging phase): the next inspection starts from it, so
+   * that one reading ends one inspection and starts the next, and serves the budget's start too.
+   * What the thread did in between for the requests (the replies posted, the next message read)
+   * is counted in the next one; time idle is no CPU time.
+   */
+  let lastReading = -1;
+  const startReading = (): number => (lastReading >= 0 ? lastReading : threadCpuMicros());
+  /** This thread's CPU time in ms since `start`; the reading is kept for the next inspection. */
+  const cpuSince = (start: number): number => {
+    lastReading = threadCpuMicros();
+    return (lastReading - start) / 1000;
   };
 
   const handle = (m: ToPoolWorker): void => {
     switch (m.type) {
       case 'request': {
+        if (m.settings !== undefined) settingsById.set(m.settingsId, m.settings);
+        const settings = settingsById.get(m.settingsId);
+        if (settings === undefined) {
+          // (the pool sends a thread each settings object before the requests that name it)
+          failure(m.id, new Error(`no WAF settings ${m.settingsId} on this thread`), 0);
+          return;
+        }
         watch.begin(m.id);
-        const start = process.threadCpuUsage();
+        const start = startReading();
         try {
-          const { verdict, open } = inspector.inspectRequest(m.request, m.settings, m.keepOpen);
-          let exchange: number | undefined;
-          if (open !== undefined) {
-            exchange = nextExchange++;
-            const id = exchange;
-            const timer = setTimeout(() => {
-              const expired = release(id);
-              if (expired !== undefined) end(expired);
-            }, data.exchangeTimeoutMs);
-            timer.unref();
-            exchanges.set(exchange, { open, timer });
-          }
+          const { verdict, open } = inspector.inspectRequest(m.request, settings, m.keepOpen, start);
+          const exchange = open === undefined ? undefined : hold(open);
           reply({ type: 'result', id: m.id, verdict, exchange, cpuMs: cpuSince(start) });
         } catch (error) {
           failure(m.id, error, cpuSince(start));
@@ -96,9 +134,9 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
           return;
         }
         watch.begin(m.id);
-        const start = process.threadCpuUsage();
+        const start = startReading();
         try {
-          reply({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response), cpuMs: cpuSince(start) });
+          reply({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response, start), cpuMs: cpuSince(start) });
         } catch (error) {
           failure(m.id, error, cpuSince(start));
         } finally {
@@ -106,9 +144,16 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
         }
         return;
       }
+      case 'forgetSettings':
+        settingsById.delete(m.settingsId);
+        return;
       case 'end': {
         const open = release(m.exchange);
-        if (open !== undefined) end(open);
+        // (its logging phase is no part of the next inspection's cost)
+        if (open !== undefined) {
+          end(open);
+          lastReading = -1;
+        }
         return;
       }
     }

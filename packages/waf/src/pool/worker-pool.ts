@@ -16,7 +16,9 @@
  * not queue behind an expensive one when another thread is free); an exchange's response goes to
  * the thread that holds its transaction, without a second admission. Messages to a thread
  * go batched per turn of the event loop (batched-messages.ts). Only `limit + 1` bytes of a body
- * are posted (the one byte over tells the engine that the limit was passed).
+ * are posted (the one byte over tells the engine that the limit was passed). A request's settings
+ * go to a thread once per settings object (a proxy hands the same object with each request until
+ * its configuration changes); later requests name them by id (protocol.ts).
  *
  * Budget: `requestBudgetMs` goes to the threads, whose engine ends a transaction past it by itself
  * (cooperatively, between rules and values: compiled engine) and fails that one request with
@@ -52,9 +54,9 @@ export interface PoolSchedulingOptions {
   readonly queueLength?: number;
   /** Longest wait for a thread before a request is shed; default 1000 ms. */
   readonly maxQueueWaitMs?: number;
-  /** Share of the threads' time one expensive client may use; default 0.05 (DEFAULT_EXPENSIVE_CLIENT_SHARE says why). */
+  /** Share of the threads' time one expensive client may use; default 0.02 (DEFAULT_EXPENSIVE_CLIENT_SHARE says why). */
   readonly expensiveClientShare?: number;
-  /** An exchange whose response never comes is ended after this long; default 120 s. */
+  /** An exchange whose response never comes is ended after this long (and up to a quarter of it, at most a second, more); default 120 s. */
   readonly exchangeTimeoutMs?: number;
   /**
    * Backstop: a request still running after this much of its own run (queueing excluded) has its
@@ -112,6 +114,8 @@ class PoolWorker {
   readonly pending = new Map<number, Pending>();
   /** What the calls pending on this thread are reckoned to cost together (ms). */
   queuedMs = 0;
+  /** The pool's settings ids this thread was sent (protocol.ts `settingsId`). */
+  readonly settingsSent = new Set<number>();
   readonly ready: Promise<void>;
   /** Got ready once (a thread that never did is not replaced). */
   wasReady = false;
@@ -261,6 +265,10 @@ export class WorkerPool<Options> {
   private readonly admission: FairAdmission;
   private inFlight = 0;
   private closed = false;
+  /** Settings objects' ids (protocol.ts `settingsId`); an id is dropped from the threads once its object is collected. */
+  private readonly settingsIds = new WeakMap<WafEngineSettings, number>();
+  private nextSettingsId = 1;
+  private readonly settingsGone = new FinalizationRegistry<number>((id) => this.forgetSettings(id));
 
   constructor(options: WorkerPoolOptions<Options>) {
     const count = options.workers;
@@ -329,6 +337,24 @@ export class WorkerPool<Options> {
     await Promise.all(all.map((w) => w.worker.terminate()));
   }
 
+  /** The id a settings object goes by to the threads (protocol.ts), made on its first request. */
+  private settingsId(settings: WafEngineSettings): number {
+    let id = this.settingsIds.get(settings);
+    if (id === undefined) {
+      id = this.nextSettingsId++;
+      this.settingsIds.set(settings, id);
+      this.settingsGone.register(settings, id);
+    }
+    return id;
+  }
+
+  /** A settings object no request can have any more: the threads that have it drop it. */
+  private forgetSettings(id: number): void {
+    for (const worker of this.workers) {
+      if (worker.settingsSent.delete(id) && !worker.dead) worker.post({ type: 'forgetSettings', settingsId: id });
+    }
+  }
+
   private spawn(): PoolWorker {
     return new PoolWorker(this.options as WorkerPoolOptions<unknown>, (dead) => {
       const index = this.workers.indexOf(dead);
@@ -363,7 +389,17 @@ export class WorkerPool<Options> {
       if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
       const body = request.body;
       const sent = body && compactBody(body, this.options.limits.request + 1);
-      const message: Call = { type: 'request', request: sent === body ? request : { ...request, body: sent }, settings, keepOpen };
+      const settingsId = this.settingsId(settings);
+      // A thread gets a settings object once; later requests name it.
+      const first = !worker.settingsSent.has(settingsId);
+      if (first) worker.settingsSent.add(settingsId);
+      const message: Call = {
+        type: 'request',
+        request: sent === body ? request : { ...request, body: sent },
+        settingsId,
+        settings: first ? settings : undefined,
+        keepOpen,
+      };
       const result = await this.run(worker, message, estimateMs, charge);
       return { ...result, worker };
     } catch (error) {

@@ -11,6 +11,7 @@
 import { lowerAscii } from '../ascii.ts';
 import { WafBudgetExceededError } from '../engine.ts';
 import { DEFAULT_INPUT_LIMITS, limitTxKey } from '../input-limits.ts';
+import { threadCpuMicros } from '../thread-cpu.ts';
 import type { InputLimitName, ResolvedInputLimits } from '../input-limits.ts';
 import type { EngineConfig } from '../seclang/engine-config.ts';
 import { NONE_ALLOW, noIntervention } from './interventions.ts';
@@ -69,11 +70,6 @@ const UNIQUE_ID_SLOT = singleSlot('UNIQUE_ID');
  * single step runs long (what the input limits bound: the length of a value, their number).
  */
 const WORK_BETWEEN_CLOCK_READS = 32;
-
-function threadCpuMicros(): number {
-  const used = process.threadCpuUsage();
-  return used.user + used.system;
-}
 
 /** A disposed transaction's collections (frozen: writing to them throws). */
 export const DISPOSED = Object.freeze([]) as unknown as Entry[];
@@ -195,12 +191,15 @@ export class TransactionCollections {
 
   /**
    * Counts `units` of work and, every WORK_BETWEEN_CLOCK_READS, ends the transaction if it is past
-   * its deadline: the cooperative budget, checked between rules and between values, so that a
-   * slow request ends alone instead of holding (and costing) its thread.
+   * its deadline: the cooperative budget, checked between values (and between values' steps), so
+   * that a slow request ends alone instead of holding (and costing) its thread. Small enough to be
+   * inlined where it is counted; the look at the clock is a call of its own.
    */
   protected work(units: number): void {
-    this.workLeft -= units;
-    if (this.workLeft > 0) return;
+    if ((this.workLeft -= units) <= 0) this.lookAtClock();
+  }
+
+  private lookAtClock(): void {
     this.workLeft = WORK_BETWEEN_CLOCK_READS;
     if (performance.now() > this.deadline) this.checkBudget();
   }
@@ -210,10 +209,12 @@ export class TransactionCollections {
    * wall time: on a busy machine the thread is preempted, and a request must not fail for the time
    * other processes took. The wall clock (cheap to read) says when to look at the CPU clock (a
    * system call): never before `budgetMs` of wall time, since CPU time cannot run faster.
+   * `cpuAtStartMicros`: the thread's CPU time when the inspection started, when the caller read it
+   * already (threadCpuMicros), so that one reading serves the budget and what the request is charged.
    */
-  startBudget(budgetMs: number): void {
+  startBudget(budgetMs: number, cpuAtStartMicros: number = threadCpuMicros()): void {
     this.budgetMs = budgetMs;
-    this.cpuAtStart = threadCpuMicros();
+    this.cpuAtStart = cpuAtStartMicros;
     this.deadline = performance.now() + budgetMs;
   }
 

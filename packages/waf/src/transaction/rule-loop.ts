@@ -60,7 +60,6 @@ export class Transaction extends TransactionLiteralCache {
       const check = txChecks[i];
       if (check !== undefined && this.runsAsItComes() && !this.removesTargets()) {
         // a TxCheck (about 90 per request), from its record: its entry and rule are not read
-        this.work(1);
         this.evaluateTxCheck(check);
         if (this.intervention.disruptive) break;
         if (this.marker !== undefined && this.marker === check.skipMarker) i = check.skipTarget - 1;
@@ -95,7 +94,9 @@ export class Transaction extends TransactionLiteralCache {
       if (this.allowType !== NONE_ALLOW) continue;
       if (rs.removesRules && this.removedByConfig(rule)) continue;
       if (this.ruleRemoveByTag.length > 0 && this.hasTag(rule, this.ruleRemoveByTag)) continue;
-      this.work(1);
+      // The budget counts the values operators and the prefilter scan (checkEntry, sourceBits), not
+      // rules: an action, or a TxCheck on one TX value, is a short step, and a phase has a few
+      // hundred rules at most.
       if (rule.type === 'action') this.evaluateUnconditional(rule);
       else if (rule.txCheck !== undefined && !this.removesTargets()) this.evaluateTxCheck(rule.txCheck);
       else this.evaluateRule(rule, resetMessage(this.msg, rule));

@@ -36,7 +36,7 @@ export interface WafHookOptions {
   responseBodyLimit?: number;
   /** One JSON line per request with any matched rule. */
   auditLog?: WafAuditLog;
-  /** How long a request's engine transaction waits for its response before it is ended. Default 120 s. */
+  /** How long a request's engine transaction waits for its response before it is ended (and up to a quarter of it, at most a second, more). Default 120 s. */
   exchangeTtlMs?: number;
   /**
    * A request body longer than the limit, for proxies that do not set `waf.bodyLimitAction`: REJECT
@@ -71,7 +71,8 @@ interface OpenExchange {
   exchange: WafExchange;
   request: WafRequest;
   requestVerdict: WafEngineVerdict;
-  timer: NodeJS.Timeout;
+  /** performance.now() past which the TTL ends it. */
+  expiresAt: number;
 }
 
 export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): WafEngineHook {
@@ -87,9 +88,24 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
     const open = exchanges.get(supportId);
     if (!open) return;
     exchanges.delete(supportId);
-    clearTimeout(open.timer);
     counts[how]++;
     open.exchange.end();
+  };
+  // The exchanges are held in the order they opened, all with the same TTL: one sweep (while any
+  // is open, every quarter of the TTL, at most a second) ends the expired ones from the front,
+  // instead of a timer per exchange.
+  const sweepEveryMs = Math.max(1, Math.min(1000, Math.ceil(ttlMs / 4)));
+  let sweeper: NodeJS.Timeout | undefined;
+  const sweep = (): void => {
+    const now = performance.now();
+    for (const [supportId, open] of exchanges) {
+      if (open.expiresAt > now) break;
+      end(supportId, 'expired');
+    }
+    if (exchanges.size === 0) {
+      clearInterval(sweeper);
+      sweeper = undefined;
+    }
   };
 
   const audit = (
@@ -139,10 +155,12 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
         if (verdict.interrupt && input.settings.mode === 'BLOCKING') {
           exchange.end();
         } else {
-          const timer = setTimeout(() => end(input.supportId, 'expired'), ttlMs);
-          timer.unref();
           counts.opened++;
-          exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, timer });
+          exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, expiresAt: performance.now() + ttlMs });
+          if (sweeper === undefined) {
+            sweeper = setInterval(sweep, sweepEveryMs);
+            sweeper.unref();
+          }
         }
       } else {
         verdict = await engine.inspectRequest(request, settings);
@@ -214,14 +232,26 @@ function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest 
   };
 }
 
+/**
+ * The engine's settings of a proxy's WAF settings: made once per settings object (a proxy's, as of
+ * its snapshot), so that each request hands the engine the same object (the engine checks a
+ * settings object once, and its threads get it once).
+ */
+const engineSettingsOf = new WeakMap<WafRequestHead['settings'], WafEngineSettings>();
+
 function engineSettings(settings: WafRequestHead['settings']): WafEngineSettings {
-  return {
-    paranoiaLevel: settings.paranoiaLevel,
-    mode: settings.mode,
-    ...(settings.anomalyThreshold !== undefined && { anomalyThreshold: settings.anomalyThreshold }),
-    ruleExclusions: settings.ruleExclusions,
-    ...(settings.inputLimits !== undefined && { inputLimits: settings.inputLimits }),
-  };
+  let engine = engineSettingsOf.get(settings);
+  if (engine === undefined) {
+    engine = {
+      paranoiaLevel: settings.paranoiaLevel,
+      mode: settings.mode,
+      ...(settings.anomalyThreshold !== undefined && { anomalyThreshold: settings.anomalyThreshold }),
+      ruleExclusions: settings.ruleExclusions,
+      ...(settings.inputLimits !== undefined && { inputLimits: settings.inputLimits }),
+    };
+    engineSettingsOf.set(settings, engine);
+  }
+  return engine;
 }
 
 function toProxyVerdict(verdict: WafEngineVerdict, settings: WafRequestHead['settings']): WafVerdict {
