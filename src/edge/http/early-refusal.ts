@@ -19,6 +19,7 @@
 import type net from 'node:net';
 import { Socket } from 'node:net';
 import { renderPage } from './block-page.ts';
+import { writeToHandle } from './direct-write.ts';
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
 import { nextHead } from './request-heads.ts';
 
@@ -78,6 +79,8 @@ export class EarlyRefusals {
   private refused = 0;
   /** Connections read into `readBuffer` so far (the others, on another Node, read 'data' events). */
   sharedReads = 0;
+  /** Answers written straight to the socket's handle so far (direct-write.ts; the others: `socket.write`). */
+  directWrites = 0;
   /**
    * Where refused connections are read into, one read at a time (all on this thread): no buffer is
    * allocated per read. What a read leaves unanswered (a partial head) is copied out.
@@ -167,6 +170,12 @@ export class EarlyRefusals {
     let partialSince = 0;
     let last = episode;
     let released = false;
+    let sharedBuffer = false;
+    /** Reading again once the client has read what we wrote (reading stops when a write waits for it). */
+    const resume = (): void => {
+      if (sharedBuffer) resumeReading(socket);
+      else socket.resume();
+    };
     const release = (): void => {
       released = true;
       socket.removeListener('close', onClose);
@@ -225,9 +234,8 @@ export class EarlyRefusals {
         else answers = [answers, bytes];
         from = scan.next;
       }
-      if (answers !== undefined) socket.write(joined(answers, EMPTY));
       // A client that sends but does not read must not grow our write buffer: stop reading until it does.
-      return !socket.writableNeedDrain;
+      return answers === undefined || this.send(socket, joined(answers, EMPTY), resume);
     };
     // Node's server armed its idle timer on the socket: the sweep stands for it now.
     socket.setTimeout(0);
@@ -238,17 +246,37 @@ export class EarlyRefusals {
     // Bytes a reader before us left in the stream (a PROXY header's reader) come first.
     const already = socket.readableLength > 0 ? (socket.read() as Buffer | null) : null;
     const first = already === null ? pending : pending.length === 0 ? already : Buffer.concat([pending, already]);
-    if (readIntoSharedBuffer(socket, this.readBuffer, onData)) {
+    sharedBuffer = readIntoSharedBuffer(socket, this.readBuffer, onData);
+    if (sharedBuffer) {
       this.sharedReads++;
     } else {
       socket.on('data', (chunk: Buffer) => {
-        if (!onData(chunk)) {
-          socket.pause();
-          socket.once('drain', () => socket.resume());
-        }
+        if (!onData(chunk)) socket.pause();
       });
     }
-    if (first.length > 0 && !onData(first)) pauseUntilDrained(socket);
+    if (first.length > 0 && !onData(first)) {
+      // After the tick in which the stream's resume starts reading.
+      if (sharedBuffer) process.nextTick(stopReading, socket);
+      else socket.pause();
+    }
+  }
+
+  /**
+   * Writes one read's answers. true: keep reading; false: stop reading, `resume` is called once the
+   * client has read enough. Straight to the handle when the socket's Writable holds nothing (order).
+   */
+  private send(socket: net.Socket, bytes: Buffer, resume: () => void): boolean {
+    if (socket.writableLength === 0) {
+      const written = writeToHandle(socket, bytes, resume);
+      if (written !== undefined) {
+        this.directWrites++;
+        return written;
+      }
+    }
+    socket.write(bytes);
+    if (!socket.writableNeedDrain) return true;
+    socket.once('drain', resume);
+    return false;
   }
 
   /** Cuts every connection refused here (the proxy stops: they wait for nothing). */
@@ -314,12 +342,8 @@ function readIntoSharedBuffer(socket: net.Socket, buffer: Buffer, onData: (chunk
   if (READ_SLOTS === undefined || handle === null || handle === undefined || typeof handle.useUserBuffer !== 'function') return false;
   const slots = socket as unknown as Record<symbol, unknown>;
   slots[READ_SLOTS.buffer] = buffer;
-  slots[READ_SLOTS.callback] = (bytes: number): boolean => {
-    const more = onData(buffer.subarray(0, bytes));
-    // Node stops reading on false; started again once the client has read what we wrote.
-    if (!more) socket.once('drain', () => resumeReading(socket));
-    return more;
-  };
+  // Node stops reading on false; the caller starts it again once the client has read what we wrote.
+  slots[READ_SLOTS.callback] = (bytes: number): boolean => onData(buffer.subarray(0, bytes));
   handle.useUserBuffer(buffer);
   socket.resume();
   return true;
@@ -349,13 +373,12 @@ function resumeReading(socket: net.Socket): void {
 }
 
 /** The first bytes' answers could not all be written: reading waits until the client reads. */
-function pauseUntilDrained(socket: net.Socket): void {
+function stopReading(socket: net.Socket): void {
   const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
   if (handle?.reading === true) {
     handle.reading = false;
     handle.readStop?.();
   }
-  socket.once('drain', () => resumeReading(socket));
 }
 
 /** The answers gathered so far followed by `last`, as one buffer. */
