@@ -392,6 +392,7 @@ describe('early refusal of a client that sends but does not read', () => {
     blockedRequests: 0,
     blockedUntil: Date.now() + 3_600_000,
     dirty: false,
+    held: true,
   };
   const limiter = { refuseBlocked: () => episode } as unknown as RateLimiter;
   const early = new EarlyRefusals({

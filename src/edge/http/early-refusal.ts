@@ -21,7 +21,7 @@ import { Socket } from 'node:net';
 import { renderPage } from './block-page.ts';
 import { writeToHandle } from './direct-write.ts';
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
-import { nextHead } from './request-heads.ts';
+import { HeadScanner } from './request-heads.ts';
 
 export interface EarlyRefusalHost {
   /** The rate limiter in force (the proxy's current snapshot's), if any. */
@@ -86,9 +86,12 @@ export class EarlyRefusals {
    * allocated per read. What a read leaves unanswered (a partial head) is copied out.
    */
   private readonly readBuffer = Buffer.allocUnsafe(64 * 1024);
+  /** Every refused connection's heads, the last one remembered: a flood repeats it. */
+  private readonly heads: HeadScanner;
 
   constructor(host: EarlyRefusalHost) {
     this.host = host;
+    this.heads = new HeadScanner(host.maxHeaderSize);
   }
 
   /** Connections currently refused here (for tests and metrics). */
@@ -161,6 +164,7 @@ export class EarlyRefusals {
    */
   takeOver(socket: net.Socket, key: string, peer: boolean, pending: Buffer, episode: RateEpisode): void {
     const host = this.host;
+    const heads = this.heads;
     const sockets = this.sockets;
     const deadline: Deadline = { at: Date.now() + host.keepAliveTimeoutMs, key, peer };
     const onBlockedRefusal = peer ? host.onBlockedRefusal : undefined;
@@ -169,6 +173,8 @@ export class EarlyRefusals {
     let buffered: Buffer = EMPTY;
     let partialSince = 0;
     let last = episode;
+    /** The limiter `last` came from (the lookups after the first one go without a search: refuseBlocked's `known`). */
+    let lastFrom: RateLimiter | undefined;
     let released = false;
     let sharedBuffer = false;
     /** Reading again once the client has read what we wrote (reading stops when a write waits for it). */
@@ -194,7 +200,7 @@ export class EarlyRefusals {
       // The answers to the heads of one read go out in one write (a writev of one buffer costs more).
       let answers: Buffer | Buffer[] | undefined;
       for (;;) {
-        const scan = nextHead(buffer, from, host.maxHeaderSize);
+        const scan = heads.next(buffer, from);
         if (scan.kind === 'incomplete') {
           if (scan.start < buffer.length) {
             // A copy: `chunk` may be the shared read buffer, which the next read overwrites.
@@ -214,7 +220,9 @@ export class EarlyRefusals {
           closeLingering(socket, joined(answers, BAD_REQUEST));
           return true;
         }
-        const blocked = host.limiter()?.refuseBlocked(key, 1);
+        const limiter = host.limiter();
+        const blocked = limiter?.refuseBlocked(key, 1, limiter === lastFrom ? last : undefined);
+        lastFrom = limiter;
         this.refused++;
         partialSince = 0;
         if (blocked !== undefined) {
