@@ -19,7 +19,7 @@
 import type net from 'node:net';
 import { Socket } from 'node:net';
 import { renderPage } from './block-page.ts';
-import { writeToHandle } from './direct-write.ts';
+import { readFromHandle, writeToHandle } from './stream-handle.ts';
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
 import { HeadScanner } from './request-heads.ts';
 
@@ -79,7 +79,7 @@ export class EarlyRefusals {
   private refused = 0;
   /** Connections read into `readBuffer` so far (the others, on another Node, read 'data' events). */
   sharedReads = 0;
-  /** Answers written straight to the socket's handle so far (direct-write.ts; the others: `socket.write`). */
+  /** Answers written straight to the socket's handle so far (stream-handle.ts; the others: `socket.write`). */
   directWrites = 0;
   /**
    * Where refused connections are read into, one read at a time (all on this thread): no buffer is
@@ -343,9 +343,14 @@ function onError(this: net.Socket): void {
  * sockets one creates; for an accepted one this sets what the option sets (the socket's
  * `kBuffer`/`kBufferCb` slots and the handle's `useUserBuffer`), found by name: where they are
  * missing (another Node), false, and the caller reads 'data' events instead. Checked by
- * early-refusal.test.ts.
+ * early-refusal.test.ts. Where Node's internals allow, the reads skip the socket's reader too
+ * (stream-handle.ts).
  */
 function readIntoSharedBuffer(socket: net.Socket, buffer: Buffer, onData: (chunk: Buffer) => boolean): boolean {
+  if (readFromHandle(socket, buffer, onData)) {
+    socket.resume();
+    return true;
+  }
   const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
   if (READ_SLOTS === undefined || handle === null || handle === undefined || typeof handle.useUserBuffer !== 'function') return false;
   const slots = socket as unknown as Record<symbol, unknown>;

@@ -1,12 +1,13 @@
 /**
- * Writes straight to a socket's handle over real loopback sockets: the Node internals they rely on
- * are there (this fails loudly on a Node that changed them), a write the kernel takes at once, one it
- * does not (queued, completed later), and `socket.end()` after a queued write delivering everything.
+ * Reads and writes straight on a socket's handle over real loopback sockets: the Node internals they
+ * rely on are there (this fails loudly on a Node that changed them); reads into the caller's buffer,
+ * stopped and started again, the end still emitted; a write the kernel takes at once, one it does not
+ * (queued, completed later), and `socket.end()` after a queued write delivering everything.
  */
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { DIRECT_WRITES, writeToHandle } from './direct-write.ts';
+import { readFromHandle, STREAM_BASE, writeToHandle } from './stream-handle.ts';
 import { FRONT_IP } from '../../../test/support/http-servers.ts';
 
 const T = { timeout: 20_000 };
@@ -47,7 +48,7 @@ describe('writes straight to a socket handle', () => {
   after(() => new Promise<void>((resolve) => listener.close(() => resolve())));
 
   it("finds the Node internals it relies on (a Node that changed them fails here, not in production's figures)", () => {
-    assert.ok(DIRECT_WRITES, "process.binding('stream_wrap') with WriteWrap, streamBaseState and kLastWriteWasAsync");
+    assert.ok(STREAM_BASE, "process.binding('stream_wrap') with WriteWrap, streamBaseState, kLastWriteWasAsync and kReadBytesOrError");
   });
 
   it('writes what the kernel takes at once, with no completion to wait for', T, async () => {
@@ -91,5 +92,40 @@ describe('writes straight to a socket handle', () => {
     assert.equal(await readAll(client, (offset) => offset % 251), written + tail.length, 'every byte, in order, then the end');
     assert.equal(completions, 1, 'the queued write completed once');
     client.destroy();
+  });
+
+  it("reads into the caller's buffer, stops when told, and leaves the end to the socket", T, async () => {
+    const { client, server } = await pair(listener);
+    const buffer = Buffer.alloc(64);
+    const reads: string[] = [];
+    let stopOnce = true;
+    let stopped: () => void = () => {};
+    const stoppedOnce = new Promise<void>((resolve) => (stopped = resolve));
+    assert.equal(
+      readFromHandle(server, buffer, (chunk) => {
+        assert.equal(chunk.buffer, buffer.buffer, 'a view of the caller buffer');
+        reads.push(chunk.toString('latin1'));
+        if (stopOnce) {
+          stopOnce = false;
+          stopped();
+          return false;
+        }
+        return true;
+      }),
+      true,
+    );
+    const ended = new Promise<void>((resolve) => server.once('end', resolve));
+    server.on('data', () => assert.fail('no data events: the reads go to the caller'));
+    server.resume();
+    client.write('first');
+    await stoppedOnce;
+    const handle = (server as unknown as { _handle: { reading: boolean; readStart(): number } })._handle;
+    assert.equal(handle.reading, false, 'reading stopped');
+    client.end('second');
+    handle.reading = true;
+    handle.readStart();
+    await ended;
+    assert.equal(reads.join(''), 'firstsecond');
+    server.destroy();
   });
 });
