@@ -44,7 +44,7 @@ interface StreamWrapInternals {
 }
 
 /** What this module uses of a socket's handle (a libuv stream). */
-interface StreamHandle {
+export interface StreamHandle {
   writeBuffer?: (request: WriteRequest, data: Uint8Array) => number;
   /** Called by libuv's reads, `this` the handle (an accessor: kept in the handle's internal field). */
   onread?: (this: StreamHandle, arrayBuffer: ArrayBuffer | undefined) => unknown;
@@ -86,9 +86,13 @@ let spare: WriteRequest | undefined;
  * failed and the socket is destroyed (`onWritten` is never called). undefined: no direct write on
  * this Node or this socket (no handle): nothing was written.
  */
-export function writeToHandle(socket: net.Socket, bytes: Uint8Array, onWritten: () => void): boolean | undefined {
+export function writeToHandle(
+  socket: net.Socket,
+  bytes: Uint8Array,
+  onWritten: () => void,
+  handle = (socket as unknown as { _handle?: StreamHandle | null })._handle,
+): boolean | undefined {
   const internals = STREAM_BASE;
-  const handle = (socket as unknown as { _handle?: StreamHandle | null })._handle;
   if (internals === undefined || handle === null || handle === undefined || typeof handle.writeBuffer !== 'function') return undefined;
   const request = spare ?? new internals.WriteWrap();
   spare = undefined;
@@ -111,29 +115,55 @@ export function writeToHandle(socket: net.Socket, bytes: Uint8Array, onWritten: 
   return false;
 }
 
+/** What the reads of a handle are handed to (`readFromHandle`). */
+export interface HandleReader {
+  /** The first `bytes` of the caller's buffer were just read; false: reading stops (the caller starts it again). */
+  onRead(bytes: number): boolean;
+}
+
+/** A handle read by `readFromHandle`: its reader, and the socket's own (for the end and errors). */
+interface ReadHandle extends StreamHandle {
+  [READER]: HandleReader;
+  [STREAM_READ]: NonNullable<StreamHandle['onread']>;
+}
+
+const READER = Symbol('reader');
+const STREAM_READ = Symbol('streamRead');
+const READ_STATE = STREAM_BASE?.streamBaseState ?? new Int32Array(1);
+const READ_LENGTH = STREAM_BASE?.kReadBytesOrError ?? 0;
+
 /**
- * Hands every read of `socket` to `onData`, read into `buffer` (the handle's `useUserBuffer`, as
- * the `onread` option of `net.Socket` does), without the socket's reader; its end and its errors
- * go to the socket's reader. `onData` false: reading stops (the caller starts it again). The
- * socket must be flowing (`resume()`) for the reads to start. false: not on this Node or this
- * socket, and nothing changed.
+ * The one `onread` of every handle read by `readFromHandle` (one function, not one per connection:
+ * its code and the state it reaches stay in the caches under a flood from many sources).
  */
-export function readFromHandle(socket: net.Socket, buffer: Buffer, onData: (chunk: Buffer) => boolean): boolean {
-  const internals = STREAM_BASE;
+function onHandleRead(this: ReadHandle, arrayBuffer: ArrayBuffer | undefined): unknown {
+  const bytes = READ_STATE[READ_LENGTH]!;
+  if (bytes <= 0) return this[STREAM_READ](arrayBuffer);
+  if (!this[READER].onRead(bytes)) {
+    // As the socket's reader does; on a handle already closed (the socket destroyed), nothing.
+    this.reading = false;
+    this.readStop?.();
+  }
+  return undefined;
+}
+
+/**
+ * Hands every read of `socket` to `reader`, read into `buffer` (the handle's `useUserBuffer`, as
+ * the `onread` option of `net.Socket` does), without the socket's reader; its end and its errors
+ * go to the socket's reader. The socket must be flowing (`resume()`) for the reads to start. The
+ * handle (to write to directly), or undefined: not on this Node or this socket, and nothing changed.
+ */
+export function readFromHandle(socket: net.Socket, buffer: Buffer, reader: HandleReader): StreamHandle | undefined {
   const handle = (socket as unknown as { _handle?: StreamHandle | null })._handle;
-  if (internals === undefined || handle === null || handle === undefined) return false;
+  if (STREAM_BASE === undefined || handle === null || handle === undefined) return undefined;
   const streamRead = handle.onread;
-  if (typeof streamRead !== 'function' || typeof handle.useUserBuffer !== 'function' || typeof handle.readStop !== 'function') return false;
-  const { streamBaseState, kReadBytesOrError } = internals;
-  handle.onread = function (this: StreamHandle, arrayBuffer: ArrayBuffer | undefined): unknown {
-    const bytes = streamBaseState[kReadBytesOrError]!;
-    if (bytes <= 0) return streamRead.call(this, arrayBuffer);
-    if (!onData(buffer.subarray(0, bytes)) && !socket.destroyed) {
-      handle.reading = false;
-      handle.readStop?.();
-    }
+  if (typeof streamRead !== 'function' || typeof handle.useUserBuffer !== 'function' || typeof handle.readStop !== 'function')
     return undefined;
-  };
+  const reading = handle as ReadHandle;
+  reading[READER] = reader;
+  reading[STREAM_READ] = streamRead;
+  // The handle is now a ReadHandle, which onHandleRead needs as `this`.
+  handle.onread = onHandleRead as StreamHandle['onread'];
   handle.useUserBuffer(buffer);
-  return true;
+  return handle;
 }
