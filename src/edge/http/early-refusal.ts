@@ -47,6 +47,7 @@ export interface PrebuiltRefusal {
 }
 
 interface CachedRefusal extends PrebuiltRefusal {
+  readonly episode: RateEpisode;
   readonly retryAfter: number;
   readonly second: number;
   readonly body: Buffer;
@@ -111,11 +112,15 @@ export class EarlyRefusals {
 
   /**
    * The 429 of `episode` now. The keep-alive form is cached per episode for the current second and
-   * Retry-After value; the closing form (once per connection at most) is built each time.
+   * Retry-After value; the closing form (once per connection at most) is built each time. `kept`:
+   * the last answer `response` gave the caller.
    */
-  response(episode: RateEpisode, now: number, close: boolean): PrebuiltRefusal {
+  response(episode: RateEpisode, now: number, close: boolean, kept?: PrebuiltRefusal): PrebuiltRefusal {
     const retryAfter = Math.max(1, Math.ceil((episode.blockedUntil - now) / 1000));
     const second = Math.floor(now / 1000);
+    // `kept`: the connection's last answer, which spares the table's lookup when it is still the one.
+    const last = kept as CachedRefusal | undefined;
+    if (!close && last !== undefined && last.episode === episode && last.retryAfter === retryAfter && last.second === second) return last;
     const cached = this.cache.get(episode);
     if (!close && cached !== undefined && cached.retryAfter === retryAfter && cached.second === second) return cached;
     const body = cached?.body ?? Buffer.from(renderPage('rate-limit', episode.supportId, this.host.location, 429), 'utf8');
@@ -126,7 +131,7 @@ export class EarlyRefusals {
         `content-length: ${body.length}\r\nconnection: ${close ? 'close' : 'keep-alive'}\r\n\r\n`,
       'latin1',
     );
-    const built: CachedRefusal = { bytes: Buffer.concat([head, body]), headLength: head.length, retryAfter, second, body };
+    const built: CachedRefusal = { bytes: Buffer.concat([head, body]), headLength: head.length, episode, retryAfter, second, body };
     if (!close) this.cache.set(episode, built);
     return built;
   }
@@ -359,6 +364,8 @@ class RefusedConnection implements HandleReader {
   /** The limiter `last` came from (the lookups after the first one go without a search: refuseBlocked's `known`). */
   private lastFrom: RateLimiter | undefined;
   private released = false;
+  /** The keep-alive answer last given here (`response`'s `kept`). */
+  private answer: PrebuiltRefusal | undefined;
 
   constructor(
     refusals: EarlyRefusals,
@@ -424,13 +431,14 @@ class RefusedConnection implements HandleReader {
         if (this.peer) host.onBlockedRefusal?.(this.key, blocked.blockedUntil);
       }
       const close = scan.close || blocked === undefined;
-      const answer = this.refusals.response(this.last, now, close);
+      const answer = this.refusals.response(this.last, now, close, this.answer);
       const bytes = scan.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
       if (close) {
         this.release();
         closeLingering(this.socket, joined(answers, bytes));
         return true;
       }
+      this.answer = answer;
       if (answers === undefined) answers = bytes;
       else if (Array.isArray(answers)) answers.push(bytes);
       else answers = [answers, bytes];
