@@ -5,6 +5,7 @@
  * (queued, completed later), and `socket.end()` after a queued write delivering everything.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { readFromHandle, STREAM_BASE, writeToHandle } from './stream-handle.ts';
@@ -46,6 +47,19 @@ describe('writes straight to a socket handle', () => {
     await new Promise<void>((resolve) => listener.listen(0, FRONT_IP, resolve));
   });
   after(() => new Promise<void>((resolve) => listener.close(() => resolve())));
+
+  it('prints no deprecation warning: left alone where process.binding would warn', () => {
+    for (const flags of [[], ['--pending-deprecation']]) {
+      const module = JSON.stringify(new URL('./stream-handle.ts', import.meta.url).href);
+      const script = `const m = await import(${module}); console.log(m.STREAM_BASE === undefined ? 'off' : 'on');`;
+      const result = spawnSync(process.execPath, [...flags, '--input-type=module', '-e', script], {
+        encoding: 'utf8',
+        env: { ...process.env, NODE_OPTIONS: '' },
+      });
+      assert.equal(result.stderr, '', flags.join(' '));
+      assert.equal(result.stdout.trim(), flags.length === 0 ? 'on' : 'off');
+    }
+  });
 
   it("finds the Node internals it relies on (a Node that changed them fails here, not in production's figures)", () => {
     assert.ok(STREAM_BASE, "process.binding('stream_wrap') with WriteWrap, streamBaseState, kLastWriteWasAsync and kReadBytesOrError");
