@@ -10,11 +10,13 @@
  * event says how many) and in one integer per proxy, taken into `/metrics` by the proxy.
  *
  * A refused connection is read into one buffer per proxy, without a Buffer per read nor the
- * stream's events (readIntoSharedBuffer), so it cannot go back to Node's parser: when the block
- * ends, its next request gets a last 429 (Retry-After: 1) with `Connection: close`, and the
- * source's next connection is served as any other. A head that announces a body, asks to close,
- * or is not understood is the last one answered (400 for the last): the connection is then closed
- * the lingering way, so that a body is never taken for requests.
+ * stream's events, and its answers written to its handle without the stream's layer, where Node
+ * allows (stream-handle.ts; else readIntoSharedBuffer and `socket.write`). It cannot go back to
+ * Node's parser: when the block ends, its next request gets a last 429 (Retry-After: 1) with
+ * `Connection: close`, and the source's next connection is served as any other. A head that
+ * announces a body, asks to close, or is not understood is the last one answered (400 for the
+ * last): the connection is then closed the lingering way, so that a body is never taken for
+ * requests.
  */
 import type net from 'node:net';
 import { Socket } from 'node:net';
