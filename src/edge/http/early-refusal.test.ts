@@ -9,7 +9,9 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { AppDdosAttackEvent } from '@tps/model';
+import { EarlyRefusals } from './early-refusal.ts';
 import { HttpProxy } from './http-proxy.ts';
+import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
 import { ClientAddressPolicy } from '../../net/client-address.ts';
 import { request } from '../../../test/support/http-client.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../test/support/http-servers.ts';
@@ -196,6 +198,8 @@ describe('early refusal of blocked sources', () => {
 
     // Read into the shared buffer (not 'data' events): a Node without the slots it uses fails here.
     assert.ok(proxy.earlyRefusals.sharedReads >= 2, 'both refused connections read into the shared buffer');
+    // Answered straight to the handle (not socket.write): a Node without the internals it uses fails here.
+    assert.ok(proxy.earlyRefusals.directWrites >= 1, 'the pipelined answers written straight to the handle');
 
     // The block ends (Retry-After): the next request on the refused connection gets a last 429 that
     // closes it, and the source's next connection is served.
@@ -373,5 +377,92 @@ describe('early refusal behind a load balancer, and over TLS', () => {
     await assert.rejects(request(url, { ca: ca.certificatePem, localAddress: client }), /ECONNRESET|socket hang up|disconnected/);
     assert.deepEqual(refusedConnections, ['HTTP RATE_LIMITED']);
     assert.equal((await request(url, { ca: ca.certificatePem, localAddress: '127.0.0.47' })).status, 200, 'another source served');
+  });
+});
+
+describe('early refusal of a client that sends but does not read', () => {
+  const episode: RateEpisode = {
+    eventId: '00000000-0000-4000-8000-000000000001',
+    supportId: '0123456789abcdef0123456789abcdef',
+    clientIp: '127.0.0.50',
+    threshold: { requests: 1, periodSeconds: 60 },
+    observedRequests: 2,
+    firstBlockedAt: Date.now(),
+    lastBlockedAt: Date.now(),
+    blockedRequests: 0,
+    blockedUntil: Date.now() + 3_600_000,
+    dirty: false,
+    held: true,
+  };
+  const limiter = { refuseBlocked: () => episode } as unknown as RateLimiter;
+  const early = new EarlyRefusals({
+    limiter: () => limiter,
+    location: 'TST',
+    maxHeaderSize: 16 * 1024,
+    keepAliveTimeoutMs: 60_000,
+    headersTimeoutMs: 60_000,
+  });
+  const accepted: net.Socket[] = [];
+  const server = net.createServer((socket) => {
+    accepted.push(socket);
+    early.takeOver(socket, episode.clientIp, true, Buffer.alloc(0), episode);
+  });
+  before(() => new Promise<void>((resolve) => server.listen(0, FRONT_IP, resolve)));
+  after(async () => {
+    early.stop();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+
+  it('stops reading while its answers wait, then answers every pipelined request in order, the closing one last', T, async () => {
+    const { port } = server.address() as net.AddressInfo;
+    const client = net.connect({ host: FRONT_IP, port, localAddress: episode.clientIp });
+    await new Promise<void>((resolve, reject) => {
+      client.once('connect', resolve);
+      client.once('error', reject);
+    });
+    client.pause();
+    // About 30 MB of answers for 1 MB of requests: far more than the kernel's buffers hold.
+    const request = get('/');
+    const requests = Math.ceil((1024 * 1024) / request.length);
+    client.write(`${request.repeat(requests - 1)}GET /last HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n`);
+    while (accepted.length === 0) await new Promise((resolve) => setImmediate(resolve));
+    const handle = (accepted[0] as unknown as { _handle: { reading: boolean; writeQueueSize: number } })._handle;
+    // Reading stops once a write waits for the client (polled: the test's timeout is the failure).
+    while (handle.reading || handle.writeQueueSize === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    const answered = early.takeRefusedCount();
+    assert.ok(answered < requests, `reading stopped before all requests were read (${answered} of ${requests})`);
+    // What waits is at most the answers of one read (64 KiB of requests), not the whole flood's.
+    const oneAnswer = early.response(episode, Date.now(), false).bytes.length;
+    assert.ok(handle.writeQueueSize <= ((64 * 1024) / request.length + 1) * oneAnswer, `${handle.writeQueueSize} bytes queued`);
+    assert.ok(early.directWrites > 0, 'written straight to the handle');
+
+    // The client reads: every request answered, in order, the last one closing the connection.
+    const statuses = new Map<string, number>();
+    let closing = 0;
+    let responses = 0;
+    let pending: Buffer = Buffer.alloc(0);
+    const ended = new Promise<void>((resolve) => client.once('end', resolve));
+    client.on('data', (chunk: Buffer) => {
+      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+      for (;;) {
+        const end = pending.indexOf('\r\n\r\n');
+        if (end === -1) break;
+        const head = pending.toString('latin1', 0, end);
+        const length = Number(/\r\ncontent-length: (\d+)/.exec(head)?.[1]);
+        if (pending.length < end + 4 + length) break;
+        pending = pending.subarray(end + 4 + length);
+        responses++;
+        statuses.set(head.slice(0, 12), (statuses.get(head.slice(0, 12)) ?? 0) + 1);
+        if (head.includes('\r\nconnection: close')) closing = responses;
+      }
+    });
+    client.resume();
+    await ended;
+    assert.equal(responses, requests);
+    assert.deepEqual([...statuses], [['HTTP/1.1 429', requests]]);
+    assert.equal(closing, requests, 'only the last answer closes');
+    assert.equal(pending.length, 0);
+    assert.equal(answered + early.takeRefusedCount(), requests);
+    client.destroy();
   });
 });

@@ -10,17 +10,20 @@
  * event says how many) and in one integer per proxy, taken into `/metrics` by the proxy.
  *
  * A refused connection is read into one buffer per proxy, without a Buffer per read nor the
- * stream's events (readIntoSharedBuffer), so it cannot go back to Node's parser: when the block
- * ends, its next request gets a last 429 (Retry-After: 1) with `Connection: close`, and the
- * source's next connection is served as any other. A head that announces a body, asks to close,
- * or is not understood is the last one answered (400 for the last): the connection is then closed
- * the lingering way, so that a body is never taken for requests.
+ * stream's events, and its answers written to its handle without the stream's layer, where Node
+ * allows (stream-handle.ts; else readIntoSharedBuffer and `socket.write`). It cannot go back to
+ * Node's parser: when the block ends, its next request gets a last 429 (Retry-After: 1) with
+ * `Connection: close`, and the source's next connection is served as any other. A head that
+ * announces a body, asks to close, or is not understood is the last one answered (400 for the
+ * last): the connection is then closed the lingering way, so that a body is never taken for
+ * requests.
  */
 import type net from 'node:net';
 import { Socket } from 'node:net';
 import { renderPage } from './block-page.ts';
+import { type HandleReader, readFromHandle, type StreamHandle, writeToHandle } from './stream-handle.ts';
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
-import { nextHead } from './request-heads.ts';
+import { HeadScanner } from './request-heads.ts';
 
 export interface EarlyRefusalHost {
   /** The rate limiter in force (the proxy's current snapshot's), if any. */
@@ -46,6 +49,7 @@ export interface PrebuiltRefusal {
 }
 
 interface CachedRefusal extends PrebuiltRefusal {
+  readonly episode: RateEpisode;
   readonly retryAfter: number;
   readonly second: number;
   readonly body: Buffer;
@@ -55,22 +59,16 @@ const EMPTY: Buffer = Buffer.alloc(0);
 /** How often refused connections are checked against their deadline. */
 const SWEEP_MS = 1_000;
 
-interface Deadline {
-  /** Epoch ms. */
-  at: number;
-  /** The source the connection is refused for (its rate-limit key). */
-  readonly key: string;
-  /** The source is the socket peer (not a client a PROXY header names): the kernel may drop it. */
-  readonly peer: boolean;
-}
 const BAD_REQUEST = Buffer.from('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n', 'latin1');
 /** As respond.ts's lingering close: how long a closing connection keeps dropping what still arrives. */
 const LINGER_MS = 5_000;
 
 export class EarlyRefusals {
-  private readonly host: EarlyRefusalHost;
-  /** Each refused connection and its deadline (ms): idle, or a request head that is too slow. */
-  private readonly sockets = new Map<net.Socket, Deadline>();
+  readonly host: EarlyRefusalHost;
+  /** Each refused connection, with its deadline (ms): idle, or a request head that is too slow. */
+  private readonly sockets = new Map<net.Socket, RefusedConnection>();
+  /** A refused socket closed ('close' listener, `this` the socket): it is no longer swept. */
+  private readonly forget: (this: net.Socket) => void;
   /** Closes connections past their deadline; runs while there are any (a timer per socket costs a refresh per read and write). */
   private sweeper: NodeJS.Timeout | undefined;
   private readonly cache = new WeakMap<RateEpisode, CachedRefusal>();
@@ -78,14 +76,23 @@ export class EarlyRefusals {
   private refused = 0;
   /** Connections read into `readBuffer` so far (the others, on another Node, read 'data' events). */
   sharedReads = 0;
+  /** Answers written straight to the socket's handle so far (stream-handle.ts; the others: `socket.write`). */
+  directWrites = 0;
   /**
    * Where refused connections are read into, one read at a time (all on this thread): no buffer is
    * allocated per read. What a read leaves unanswered (a partial head) is copied out.
    */
-  private readonly readBuffer = Buffer.allocUnsafe(64 * 1024);
+  readonly readBuffer = Buffer.allocUnsafe(64 * 1024);
+  /** Every refused connection's heads, the last one remembered: a flood repeats it. */
+  readonly heads: HeadScanner;
 
   constructor(host: EarlyRefusalHost) {
     this.host = host;
+    this.heads = new HeadScanner(host.maxHeaderSize);
+    const sockets = this.sockets;
+    this.forget = function (this: net.Socket): void {
+      sockets.delete(this);
+    };
   }
 
   /** Connections currently refused here (for tests and metrics). */
@@ -107,11 +114,15 @@ export class EarlyRefusals {
 
   /**
    * The 429 of `episode` now. The keep-alive form is cached per episode for the current second and
-   * Retry-After value; the closing form (once per connection at most) is built each time.
+   * Retry-After value; the closing form (once per connection at most) is built each time. `kept`:
+   * the last answer `response` gave the caller.
    */
-  response(episode: RateEpisode, now: number, close: boolean): PrebuiltRefusal {
+  response(episode: RateEpisode, now: number, close: boolean, kept?: PrebuiltRefusal): PrebuiltRefusal {
     const retryAfter = Math.max(1, Math.ceil((episode.blockedUntil - now) / 1000));
     const second = Math.floor(now / 1000);
+    // `kept`: the connection's last answer, which spares the table's lookup when it is still the one.
+    const last = kept as CachedRefusal | undefined;
+    if (!close && last !== undefined && last.episode === episode && last.retryAfter === retryAfter && last.second === second) return last;
     const cached = this.cache.get(episode);
     if (!close && cached !== undefined && cached.retryAfter === retryAfter && cached.second === second) return cached;
     const body = cached?.body ?? Buffer.from(renderPage('rate-limit', episode.supportId, this.host.location, 429), 'utf8');
@@ -122,7 +133,7 @@ export class EarlyRefusals {
         `content-length: ${body.length}\r\nconnection: ${close ? 'close' : 'keep-alive'}\r\n\r\n`,
       'latin1',
     );
-    const built: CachedRefusal = { bytes: Buffer.concat([head, body]), headLength: head.length, retryAfter, second, body };
+    const built: CachedRefusal = { bytes: Buffer.concat([head, body]), headLength: head.length, episode, retryAfter, second, body };
     if (!close) this.cache.set(episode, built);
     return built;
   }
@@ -157,98 +168,46 @@ export class EarlyRefusals {
    * is served (a connection read into the shared buffer cannot be handed back to Node's parser).
    */
   takeOver(socket: net.Socket, key: string, peer: boolean, pending: Buffer, episode: RateEpisode): void {
-    const host = this.host;
-    const sockets = this.sockets;
-    const deadline: Deadline = { at: Date.now() + host.keepAliveTimeoutMs, key, peer };
-    const onBlockedRefusal = peer ? host.onBlockedRefusal : undefined;
-    sockets.set(socket, deadline);
+    const connection = new RefusedConnection(this, this, socket, key, peer, episode);
+    // refuseFirst wrote with socket.write: until its Writable is empty, the answers go behind it.
+    connection.streamWrites = socket.writableLength > 0;
+    this.sockets.set(socket, connection);
     this.sweep();
-    let buffered: Buffer = EMPTY;
-    let partialSince = 0;
-    let last = episode;
-    let released = false;
-    const release = (): void => {
-      released = true;
-      socket.removeListener('close', onClose);
-      sockets.delete(socket);
-    };
-    const onClose = (): void => {
-      sockets.delete(socket);
-    };
-    /** Handles what arrived; false: stop reading until the client reads what we wrote. */
-    const onData = (chunk: Buffer): boolean => {
-      if (released) return true;
-      const buffer = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
-      buffered = EMPTY;
-      const now = Date.now();
-      let from = 0;
-      // The answers to the heads of one read go out in one write (a writev of one buffer costs more).
-      let answers: Buffer | Buffer[] | undefined;
-      for (;;) {
-        const scan = nextHead(buffer, from, host.maxHeaderSize);
-        if (scan.kind === 'incomplete') {
-          if (scan.start < buffer.length) {
-            // A copy: `chunk` may be the shared read buffer, which the next read overwrites.
-            buffered = Buffer.from(buffer.subarray(scan.start));
-            if (partialSince === 0) {
-              partialSince = now;
-              deadline.at = now + host.headersTimeoutMs;
-            }
-          } else {
-            partialSince = 0;
-            deadline.at = now + host.keepAliveTimeoutMs;
-          }
-          break;
-        }
-        if (scan.kind === 'bad') {
-          release();
-          closeLingering(socket, joined(answers, BAD_REQUEST));
-          return true;
-        }
-        const blocked = host.limiter()?.refuseBlocked(key, 1);
-        this.refused++;
-        partialSince = 0;
-        if (blocked !== undefined) {
-          last = blocked;
-          onBlockedRefusal?.(key, blocked.blockedUntil);
-        }
-        const close = scan.close || blocked === undefined;
-        const answer = this.response(last, now, close);
-        const bytes = scan.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
-        if (close) {
-          release();
-          closeLingering(socket, joined(answers, bytes));
-          return true;
-        }
-        if (answers === undefined) answers = bytes;
-        else if (Array.isArray(answers)) answers.push(bytes);
-        else answers = [answers, bytes];
-        from = scan.next;
-      }
-      if (answers !== undefined) socket.write(joined(answers, EMPTY));
-      // A client that sends but does not read must not grow our write buffer: stop reading until it does.
-      return !socket.writableNeedDrain;
-    };
     // Node's server armed its idle timer on the socket: the sweep stands for it now.
     socket.setTimeout(0);
     socket.on('error', onError);
-    socket.on('close', onClose);
+    socket.on('close', this.forget);
     // Half-open connections are allowed on the server's sockets: a client that is done is let go.
-    socket.once('end', () => socket.destroy());
+    socket.once('end', onEnd);
     // Bytes a reader before us left in the stream (a PROXY header's reader) come first.
     const already = socket.readableLength > 0 ? (socket.read() as Buffer | null) : null;
     const first = already === null ? pending : pending.length === 0 ? already : Buffer.concat([pending, already]);
-    if (readIntoSharedBuffer(socket, this.readBuffer, onData)) {
+    const handle = readFromHandle(socket, this.readBuffer, connection);
+    if (handle !== undefined) {
+      connection.handle = handle;
+      connection.sharedBuffer = true;
+      socket.resume();
+    } else {
+      connection.sharedBuffer = readIntoSharedBuffer(socket, this.readBuffer, (chunk) => connection.onData(chunk));
+    }
+    if (connection.sharedBuffer) {
       this.sharedReads++;
     } else {
       socket.on('data', (chunk: Buffer) => {
-        if (!onData(chunk)) {
-          socket.pause();
-          socket.once('drain', () => socket.resume());
-        }
+        if (!connection.onData(chunk)) socket.pause();
       });
     }
-    if (first.length > 0 && !onData(first)) pauseUntilDrained(socket);
+    if (first.length > 0 && !connection.onData(first)) {
+      // After the tick in which the stream's resume starts reading.
+      if (connection.sharedBuffer) process.nextTick(stopReading, socket);
+      else socket.pause();
+    }
+  }
+
+  /** No longer swept nor cut by `stop` (its connection closes the lingering way). */
+  untrack(socket: net.Socket): void {
+    socket.removeListener('close', this.forget);
+    this.sockets.delete(socket);
   }
 
   /** Cuts every connection refused here (the proxy stops: they wait for nothing). */
@@ -265,8 +224,8 @@ export class EarlyRefusals {
    */
   closeConnectionsOf(key: string): number {
     let closed = 0;
-    for (const [socket, deadline] of this.sockets) {
-      if (deadline.key !== key) continue;
+    for (const [socket, connection] of this.sockets) {
+      if (connection.key !== key) continue;
       socket.destroy();
       closed++;
     }
@@ -278,7 +237,7 @@ export class EarlyRefusals {
     if (this.sweeper !== undefined) return;
     this.sweeper = setInterval(() => {
       const now = Date.now();
-      for (const [socket, deadline] of this.sockets) if (deadline.at < now) socket.destroy();
+      for (const [socket, connection] of this.sockets) if (connection.at < now) socket.destroy();
       if (this.sockets.size === 0) {
         clearInterval(this.sweeper);
         this.sweeper = undefined;
@@ -300,6 +259,10 @@ function onError(this: net.Socket): void {
   this.destroy();
 }
 
+function onEnd(this: net.Socket): void {
+  this.destroy();
+}
+
 /**
  * Node's reads into a caller's buffer (the `onread` option of `net.Socket`), put on a socket the
  * server made: reads then skip the Buffer allocated per read and the stream's push and 'data'
@@ -307,19 +270,16 @@ function onError(this: net.Socket): void {
  * sockets one creates; for an accepted one this sets what the option sets (the socket's
  * `kBuffer`/`kBufferCb` slots and the handle's `useUserBuffer`), found by name: where they are
  * missing (another Node), false, and the caller reads 'data' events instead. Checked by
- * early-refusal.test.ts.
+ * early-refusal.test.ts. Where Node's internals allow, the reads skip the socket's reader too
+ * (stream-handle.ts's readFromHandle, tried first).
  */
 function readIntoSharedBuffer(socket: net.Socket, buffer: Buffer, onData: (chunk: Buffer) => boolean): boolean {
   const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
   if (READ_SLOTS === undefined || handle === null || handle === undefined || typeof handle.useUserBuffer !== 'function') return false;
   const slots = socket as unknown as Record<symbol, unknown>;
   slots[READ_SLOTS.buffer] = buffer;
-  slots[READ_SLOTS.callback] = (bytes: number): boolean => {
-    const more = onData(buffer.subarray(0, bytes));
-    // Node stops reading on false; started again once the client has read what we wrote.
-    if (!more) socket.once('drain', () => resumeReading(socket));
-    return more;
-  };
+  // Node stops reading on false; the caller starts it again once the client has read what we wrote.
+  slots[READ_SLOTS.callback] = (bytes: number): boolean => onData(buffer.subarray(0, bytes));
   handle.useUserBuffer(buffer);
   socket.resume();
   return true;
@@ -349,13 +309,12 @@ function resumeReading(socket: net.Socket): void {
 }
 
 /** The first bytes' answers could not all be written: reading waits until the client reads. */
-function pauseUntilDrained(socket: net.Socket): void {
+function stopReading(socket: net.Socket): void {
   const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
   if (handle?.reading === true) {
     handle.reading = false;
     handle.readStop?.();
   }
-  socket.once('drain', () => resumeReading(socket));
 }
 
 /** The answers gathered so far followed by `last`, as one buffer. */
@@ -377,4 +336,150 @@ function closeLingering(socket: net.Socket, last: Buffer): void {
   socket.once('end', () => socket.destroy());
   socket.once('close', () => clearTimeout(timer));
   socket.resume();
+}
+
+/**
+ * One connection refused here: all its reads need, in one object its handle leads to (the reader of
+ * all refused connections is one function: stream-handle.ts), not in closures of its own.
+ */
+class RefusedConnection implements HandleReader {
+  /** Epoch ms: the deadline of an idle connection, or of a request head that is too slow. */
+  at: number;
+  /** The source the connection is refused for (its rate-limit key). */
+  readonly key: string;
+  /** The source is the socket peer (not a client a PROXY header names): the kernel may drop it. */
+  readonly peer: boolean;
+  /** Its handle, read from and written to directly (stream-handle.ts), when Node allows it. */
+  handle: StreamHandle | undefined;
+  /** Read into the shared buffer (not 'data' events). */
+  sharedBuffer = false;
+  /** socket.write was used: its Writable may hold bytes that a direct write would pass. */
+  streamWrites = false;
+  private readonly refusals: EarlyRefusals;
+  private readonly host: EarlyRefusalHost;
+  private readonly heads: HeadScanner;
+  private readonly readBuffer: Buffer;
+  private readonly socket: net.Socket;
+  private buffered: Buffer = EMPTY;
+  private partialSince = 0;
+  private last: RateEpisode;
+  /** The limiter `last` came from (the lookups after the first one go without a search: refuseBlocked's `known`). */
+  private lastFrom: RateLimiter | undefined;
+  private released = false;
+  /** The keep-alive answer last given here (`response`'s `kept`). */
+  private answer: PrebuiltRefusal | undefined;
+
+  constructor(
+    refusals: EarlyRefusals,
+    shared: { host: EarlyRefusalHost; heads: HeadScanner; readBuffer: Buffer },
+    socket: net.Socket,
+    key: string,
+    peer: boolean,
+    episode: RateEpisode,
+  ) {
+    this.refusals = refusals;
+    this.host = shared.host;
+    this.heads = shared.heads;
+    this.readBuffer = shared.readBuffer;
+    this.socket = socket;
+    this.key = key;
+    this.peer = peer;
+    this.last = episode;
+    this.at = Date.now() + shared.host.keepAliveTimeoutMs;
+  }
+
+  onRead(bytes: number): boolean {
+    return this.onData(this.readBuffer.subarray(0, bytes));
+  }
+
+  /** Handles what arrived; false: stop reading until the client reads what we wrote. */
+  onData(chunk: Buffer): boolean {
+    if (this.released) return true;
+    const host = this.host;
+    const buffer = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
+    this.buffered = EMPTY;
+    const now = Date.now();
+    let from = 0;
+    // The answers to the heads of one read go out in one write (a writev of one buffer costs more).
+    let answers: Buffer | Buffer[] | undefined;
+    for (;;) {
+      const scan = this.heads.next(buffer, from);
+      if (scan.kind === 'incomplete') {
+        if (scan.start < buffer.length) {
+          // A copy: `chunk` may be the shared read buffer, which the next read overwrites.
+          this.buffered = Buffer.from(buffer.subarray(scan.start));
+          if (this.partialSince === 0) {
+            this.partialSince = now;
+            this.at = now + host.headersTimeoutMs;
+          }
+        } else {
+          this.partialSince = 0;
+          this.at = now + host.keepAliveTimeoutMs;
+        }
+        break;
+      }
+      if (scan.kind === 'bad') {
+        this.release();
+        closeLingering(this.socket, joined(answers, BAD_REQUEST));
+        return true;
+      }
+      const limiter = host.limiter();
+      const blocked = limiter?.refuseBlocked(this.key, 1, limiter === this.lastFrom ? this.last : undefined);
+      this.lastFrom = limiter;
+      this.refusals.countRefused();
+      this.partialSince = 0;
+      if (blocked !== undefined) {
+        this.last = blocked;
+        if (this.peer) host.onBlockedRefusal?.(this.key, blocked.blockedUntil);
+      }
+      const close = scan.close || blocked === undefined;
+      const answer = this.refusals.response(this.last, now, close, this.answer);
+      const bytes = scan.head ? answer.bytes.subarray(0, answer.headLength) : answer.bytes;
+      if (close) {
+        this.release();
+        closeLingering(this.socket, joined(answers, bytes));
+        return true;
+      }
+      this.answer = answer;
+      if (answers === undefined) answers = bytes;
+      else if (Array.isArray(answers)) answers.push(bytes);
+      else answers = [answers, bytes];
+      from = scan.next;
+    }
+    // A client that sends but does not read must not grow our write buffer: stop reading until it does.
+    return answers === undefined || this.send(joined(answers, EMPTY));
+  }
+
+  /**
+   * Writes one read's answers. true: keep reading; false: stop reading, started again once the
+   * client has read enough. Straight to the handle when the socket's Writable holds nothing (order).
+   */
+  private send(bytes: Buffer): boolean {
+    const socket = this.socket;
+    if (!this.streamWrites || socket.writableLength === 0) {
+      this.streamWrites = false;
+      const written = writeToHandle(socket, bytes, () => this.resume(), this.handle);
+      if (written !== undefined) {
+        this.refusals.directWrites++;
+        return written;
+      }
+    }
+    this.streamWrites = true;
+    socket.write(bytes);
+    if (!socket.writableNeedDrain) return true;
+    socket.once('drain', () => this.resume());
+    return false;
+  }
+
+  /** Reading again once the client has read what we wrote. */
+  private resume(): void {
+    if (this.sharedBuffer) resumeReading(this.socket);
+    else this.socket.resume();
+  }
+
+  /** No more answers on this connection: it is closed the lingering way, no longer swept. */
+  private release(): void {
+    this.released = true;
+    this.refusals.untrack(this.socket);
+  }
 }

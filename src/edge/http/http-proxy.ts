@@ -186,10 +186,11 @@ export class HttpProxy {
   }
 
   /**
-   * The early refusal path: connections refused now, those read into its shared buffer so far, and
-   * `closeConnectionsOf(key)` for the connections of one source (its rate-limit key, `sourceKey`).
+   * The early refusal path: connections refused now, those read into its shared buffer and answers
+   * written straight to a handle so far, and `closeConnectionsOf(key)` for the connections of one
+   * source (its rate-limit key, `sourceKey`).
    */
-  get earlyRefusals(): Pick<EarlyRefusals, 'connections' | 'sharedReads' | 'closeConnectionsOf'> {
+  get earlyRefusals(): Pick<EarlyRefusals, 'connections' | 'sharedReads' | 'directWrites' | 'closeConnectionsOf'> {
     return this.early;
   }
 

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { nextHead, type HeadScan } from './request-heads.ts';
+import { HeadScanner, nextHead, type HeadScan } from './request-heads.ts';
 
 const MAX_HEAD = 2048;
 
@@ -155,6 +155,46 @@ describe('request heads of the early refusal path', () => {
     fc.assert(
       fc.property(fc.array(alphabet, { maxLength: 40 }), fc.array(fc.nat(), { maxLength: 8 }), (parts, cuts) => {
         drive(cut(Buffer.from(parts.join(''), 'latin1'), cuts));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('scans as nextHead when it remembers the last head, over any sequence of buffers', () => {
+    const alphabet = fc.constantFrom(
+      '\r',
+      '\n',
+      '\r\n',
+      '\r\n\r\n',
+      'GET ',
+      'HEAD ',
+      '/ ',
+      'HTTP/1.1',
+      'HTTP/1.0',
+      'a: b',
+      'Content-Length: 1',
+      ' ',
+    );
+    const bytes = fc.oneof(
+      fc.array(request, { minLength: 1, maxLength: 4 }).map((requests) => requests.map((r) => serialize(r)).join('')),
+      fc.array(alphabet, { maxLength: 30 }).map((parts) => parts.join('')),
+      // The same head again, then one differing from it by a byte, or longer than the limit.
+      fc.constantFrom('GET / HTTP/1.1\r\nHost: a\r\n\r\n', 'GET / HTTP/1.1\r\nHost: b\r\n\r\n', 'GET / HTTP/1.0\r\nHost: a\r\n\r\n'),
+      fc.constant(`GET /${'a'.repeat(MAX_HEAD)} HTTP/1.1\r\n\r\n`),
+    );
+    fc.assert(
+      fc.property(fc.array(fc.tuple(bytes, fc.nat()), { minLength: 1, maxLength: 12 }), (inputs) => {
+        const scanner = new HeadScanner(MAX_HEAD);
+        for (const [text, at] of inputs) {
+          const buffer = Buffer.from(text, 'latin1');
+          let from = at % (buffer.length + 1);
+          for (;;) {
+            const expected = nextHead(buffer, from, MAX_HEAD);
+            assert.deepEqual(scanner.next(buffer, from), expected);
+            if (expected.kind !== 'head') break;
+            from = expected.next;
+          }
+        }
       }),
       { numRuns: 2000 },
     );

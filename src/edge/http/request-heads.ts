@@ -34,11 +34,59 @@ const BARE_CR_OR_LF = /\r(?!\n)|(?<!\r)\n/;
  * `bad`, as Node answers 431 to one over `maxHeaderSize`.
  */
 export function nextHead(buffer: Buffer, from: number, maxHeadBytes: number): HeadScan {
+  const start = headStart(buffer, from);
+  const end = buffer.indexOf(HEAD_END, start);
+  if (end === -1) return buffer.length - start > maxHeadBytes ? BAD : { kind: 'incomplete', start };
+  return scanHead(buffer, start, end, maxHeadBytes);
+}
+
+/**
+ * `nextHead` remembering the last head it answered: a flood sends the same head again and again,
+ * and the same bytes scan the same way (the scan depends on nothing else), so a head equal to the
+ * last one is answered after a comparison of bytes, without a string or a regular expression.
+ */
+export class HeadScanner {
+  private readonly maxHeadBytes: number;
+  /** The last head answered (from its request line to its end), in `last[0, lastLength)`. */
+  private readonly last: Buffer;
+  private lastLength = -1;
+  private lastHead = false;
+  private lastClose = false;
+
+  constructor(maxHeadBytes: number) {
+    this.maxHeadBytes = maxHeadBytes;
+    this.last = Buffer.alloc(maxHeadBytes);
+  }
+
+  /** As `nextHead(buffer, from, maxHeadBytes)`. */
+  next(buffer: Buffer, from: number): HeadScan {
+    const start = headStart(buffer, from);
+    const end = buffer.indexOf(HEAD_END, start);
+    if (end === -1) return buffer.length - start > this.maxHeadBytes ? BAD : { kind: 'incomplete', start };
+    const length = end - start;
+    if (length === this.lastLength && buffer.compare(this.last, 0, length, start, end) === 0)
+      return { kind: 'head', next: end + 4, head: this.lastHead, close: this.lastClose };
+    const scan = scanHead(buffer, start, end, this.maxHeadBytes);
+    if (scan.kind === 'head') {
+      buffer.copy(this.last, 0, start, end);
+      this.lastLength = length;
+      this.lastHead = scan.head;
+      this.lastClose = scan.close;
+    }
+    return scan;
+  }
+}
+
+/** Where the request line starts from `from`: empty lines before it are skipped (RFC 9112 2.2). */
+function headStart(buffer: Buffer, from: number): number {
   let start = from;
   const length = buffer.length;
   while (start < length && (buffer[start] === CR || buffer[start] === LF)) start++;
-  const end = buffer.indexOf(HEAD_END, start);
-  if (end === -1) return length - start > maxHeadBytes ? BAD : { kind: 'incomplete', start };
+  return start;
+}
+
+/** The head from `start` (a request line) to `end` (its CRLFCRLF). */
+function scanHead(buffer: Buffer, start: number, end: number, maxHeadBytes: number): HeadScan {
   if (end - start > maxHeadBytes) return BAD;
   const text = buffer.toString('latin1', start, end);
   const lineEnd = text.indexOf('\r\n');

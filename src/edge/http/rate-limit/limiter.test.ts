@@ -97,6 +97,32 @@ describe('rate limiter', () => {
     limiter.dispose();
   });
 
+  it('counts the refusals of a known episode without a lookup while it holds it, and looks up once it does not', () => {
+    const { c, now } = clock();
+    const limiter = new RateLimiter({ thresholds: [{ requests: 1, periodSeconds: 60 }], blockSeconds: 10 }, { now, maxEpisodes: 2 });
+    check(limiter, 'a');
+    const blocked = check(limiter, 'a');
+    assert.ok(!blocked.allowed);
+    const episode = blocked.episode;
+    assert.equal(limiter.refuseBlocked('a', 3, episode), episode);
+    assert.equal(episode.blockedRequests, 4);
+    assert.equal(limiter.refuseBlocked('b', 1, episode), undefined, "another client's episode is no hint");
+    // Two more clients blocked: the table holds two, `a`'s episode is dropped (under pressure).
+    for (const ip of ['b', 'c']) {
+      check(limiter, ip);
+      check(limiter, ip);
+    }
+    assert.equal(episode.held, false);
+    assert.equal(limiter.refuseBlocked('a', 1, episode), undefined, 'a dropped episode is not counted');
+    assert.equal(episode.blockedRequests, 4);
+    const b = limiter.refuseBlocked('b', 1);
+    assert.ok(b?.held);
+    c.now += 10_000;
+    assert.equal(limiter.refuseBlocked('b', 1, b), undefined, 'its block is over');
+    limiter.dispose();
+    assert.equal(b.held, false, 'a disposed limiter holds nothing');
+  });
+
   it('keeps its counter memory bounded under a flood from millions of addresses', () => {
     const store = new MemoryRateLimitStore([1000, 60_000], 50_000);
     const limiter = new RateLimiter(

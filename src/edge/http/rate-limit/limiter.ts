@@ -35,6 +35,8 @@ export interface RateEpisode {
   blockedUntil: number;
   /** Counters changed since the last `onEpisodeUpdate`. */
   dirty: boolean;
+  /** In its limiter's table: false once it ended there (over, dropped under pressure, or the limiter disposed). */
+  held: boolean;
 }
 
 export type RateDecision =
@@ -115,10 +117,12 @@ export class RateLimiter {
    * it (as `check` counts one); undefined when this limiter knows of no block of it in force. One
    * map lookup: the early refusal path (src/edge/http/early-refusal.ts) asks this for the requests of
    * a source it already refuses, before any per-request object exists. A block this limiter has not
-   * seen yet (started by another worker on a shared store) is found by `check` first.
+   * seen yet (started by another worker on a shared store) is found by `check` first. `known`: the
+   * episode of `clientIp` this limiter gave the caller before; while it still holds it, no lookup
+   * (a flood from many sources costs a miss in a large table per request otherwise).
    */
-  refuseBlocked(clientIp: string, requests: number): RateEpisode | undefined {
-    const episode = this.episodes.get(clientIp);
+  refuseBlocked(clientIp: string, requests: number, known?: RateEpisode): RateEpisode | undefined {
+    const episode = known?.held === true && known.clientIp === clientIp ? known : this.episodes.get(clientIp);
     if (episode === undefined) return undefined;
     const now = this.now();
     if (episode.blockedUntil <= now) return undefined;
@@ -146,6 +150,7 @@ export class RateLimiter {
   /** Sends pending episode updates and stops the timer; the limiter must not be used afterwards. */
   dispose(): void {
     this.flush(Infinity);
+    for (const episode of this.episodes.values()) episode.held = false;
     this.episodes.clear();
     this.stopTimer();
   }
@@ -195,6 +200,7 @@ export class RateLimiter {
         blockedRequests: 1,
         blockedUntil,
         dirty: false,
+        held: true,
       };
       if (this.episodes.size >= this.maxEpisodes) {
         const oldest = this.episodes.entries().next().value;
@@ -232,6 +238,7 @@ export class RateLimiter {
 
   private endEpisode(clientIp: string, episode: RateEpisode): void {
     if (episode.dirty) this.send(episode);
+    episode.held = false;
     this.episodes.delete(clientIp);
   }
 
@@ -248,7 +255,10 @@ export class RateLimiter {
   private flush(now: number): void {
     for (const [clientIp, episode] of this.episodes) {
       if (episode.dirty) this.send(episode);
-      if (now - episode.blockedUntil > this.episodeGapMs) this.episodes.delete(clientIp);
+      if (now - episode.blockedUntil > this.episodeGapMs) {
+        episode.held = false;
+        this.episodes.delete(clientIp);
+      }
     }
     if (this.episodes.size === 0) this.stopTimer();
   }
