@@ -11,7 +11,6 @@ import { normalizeIp } from '../net/ip.ts';
 import { DEFAULT_QUOTAS } from '../store/quotas.ts';
 import { invalidResolverServers } from '../net/origin-resolver.ts';
 import { parseSinkAddresses, SinkAddressError, type SinkAddress } from '../insight/sinks/sink-address.ts';
-import type { RateLimitStoreFailureMode } from '../edge/limits/types.ts';
 
 export interface Settings {
   /** Folder of the SQLite file and of generated files (master key). */
@@ -122,7 +121,7 @@ export interface Settings {
   /** redis://...: rate-limit counters shared by several edge nodes; unset = shared by this node's workers only. */
   redisUrl: string | undefined;
   /** What rate limits do while the shared counters (Redis) do not answer: count on this node, refuse (503) or let through. */
-  rateLimitStoreFailureMode: RateLimitStoreFailureMode;
+  rateLimitStoreFailureMode: 'local' | 'closed' | 'open';
   /** How long a rate-limit counter call to Redis may take before the failure mode applies. */
   rateLimitStoreTimeoutMs: number;
   /**

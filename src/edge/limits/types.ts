@@ -1,4 +1,7 @@
-/** Types of the node's rate-limit counters, shared by the settings, the supervisor, the workers and the stores. */
+/**
+ * Types of the node's rate-limit counters, shared by the supervisor, the workers and the stores
+ * (the settings spell the mode out: the control plane imports nothing of the edge).
+ */
 
 /** What a rate limit does with a request while the shared counter store (Redis) does not answer. */
 export type RateLimitStoreFailureMode = 'local' | 'closed' | 'open';

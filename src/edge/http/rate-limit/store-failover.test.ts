@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { RateLimiter, type RateDecision } from '../http/rate-limit/limiter.ts';
-import { MemoryRateLimitStore, type RateHit, type RateLimitStore } from './rate-store.ts';
+import { RateLimiter, type RateDecision } from './limiter.ts';
+import { MemoryRateLimitStore, type RateHit, type RateLimitStore } from '../../limits/rate-store.ts';
 import {
   FailoverRateLimitStore,
   RateLimitStoreUnavailableError,
   StoreCircuit,
   type RateLimitStoreFailureMode,
   type StoreFailureSummary,
-} from './store-failover.ts';
+} from '../../limits/store-failover.ts';
 
 const PERIODS = [60_000];
 const POLICY = { thresholds: [{ requests: 3, periodSeconds: 60 }], blockSeconds: 30 };
