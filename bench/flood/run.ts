@@ -23,6 +23,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { allowedCpus, processCpuSeconds } from '../support/cpu.ts';
+import { productEnvironment } from '../support/allocator.ts';
+import { PRODUCT_V8_FLAGS } from '../../src/cli/runtime.ts';
 import { systemCpuSeconds } from './system-cpu.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
 import { freePort, waitForPort } from '../support/net.ts';
@@ -79,11 +81,13 @@ export async function startTps(
       '-c',
       cpus,
       process.execPath,
+      // The product's runtime, as an edge worker runs (src/cli/runtime.ts): its V8 flags, jemalloc.
+      ...PRODUCT_V8_FLAGS,
       ...profile,
       path.join(checkout, 'bench/flood/tps-proxy.ts'),
       JSON.stringify({ address, port, origin, originPort }),
     ],
-    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: productEnvironment() },
   );
   await new Promise<void>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`tps-proxy exited with ${code}`)));
