@@ -90,9 +90,8 @@ function warmUpRequest(uri: string, contentType: string, body: string): WafReque
 /**
  * A value past the length from which expressions run on V8's linear engine (regex/runtime.ts):
  * each expression's linear copy is compiled the first time a long value meets it, a few hundred
- * compilations that would otherwise land on the first client sending long values (measured: the
- * first row of bench/hostile's expensive bodies lost 15-20 % more benign throughput than later
- * ones). With "\n" and "\r\n" too: each line-ending form has its own copy.
+ * compilations that would otherwise land inside the budget of the first client sending long
+ * values. With "\n" and "\r\n" too: each line-ending form has its own copy.
  */
 const LONG_VALUE = encodeURIComponent('a<b c="d"> select from -- '.repeat(200));
 
