@@ -24,6 +24,7 @@ import { renderPage } from './block-page.ts';
 import { type HandleReader, readFromHandle, type StreamHandle, writeToHandle } from './stream-handle.ts';
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
 import { HeadScanner } from './request-heads.ts';
+import { lingerAfterEnd } from './lingering-close.ts';
 
 export interface EarlyRefusalHost {
   /** The rate limiter in force (the proxy's current snapshot's), if any. */
@@ -60,8 +61,6 @@ const EMPTY: Buffer = Buffer.alloc(0);
 const SWEEP_MS = 1_000;
 
 const BAD_REQUEST = Buffer.from('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n', 'latin1');
-/** As respond.ts's lingering close: how long a closing connection keeps dropping what still arrives. */
-const LINGER_MS = 5_000;
 
 export class EarlyRefusals {
   readonly host: EarlyRefusalHost;
@@ -274,7 +273,7 @@ function onEnd(this: net.Socket): void {
  * (stream-handle.ts's readFromHandle, tried first).
  */
 function readIntoSharedBuffer(socket: net.Socket, buffer: Buffer, onData: (chunk: Buffer) => boolean): boolean {
-  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  const handle = (socket as unknown as { _handle?: StreamHandle | null })._handle;
   if (READ_SLOTS === undefined || handle === null || handle === undefined || typeof handle.useUserBuffer !== 'function') return false;
   const slots = socket as unknown as Record<symbol, unknown>;
   slots[READ_SLOTS.buffer] = buffer;
@@ -283,14 +282,6 @@ function readIntoSharedBuffer(socket: net.Socket, buffer: Buffer, onData: (chunk
   handle.useUserBuffer(buffer);
   socket.resume();
   return true;
-}
-
-/** What the shared-buffer reads use of a socket's handle (a libuv stream: Node's StreamBase). */
-interface ReadHandle {
-  useUserBuffer?: (buffer: Uint8Array) => void;
-  readStart?: () => number;
-  readStop?: () => number;
-  reading?: boolean;
 }
 
 /** The socket's own slots for `onread`, found on a socket made without a handle (no descriptor). */
@@ -302,7 +293,7 @@ const READ_SLOTS = ((): { buffer: symbol; callback: symbol } | undefined => {
 })();
 
 function resumeReading(socket: net.Socket): void {
-  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  const handle = (socket as unknown as { _handle?: StreamHandle | null })._handle;
   if (socket.destroyed || handle === null || handle === undefined || handle.reading === true) return;
   handle.reading = true;
   handle.readStart?.();
@@ -310,7 +301,7 @@ function resumeReading(socket: net.Socket): void {
 
 /** The first bytes' answers could not all be written: reading waits until the client reads. */
 function stopReading(socket: net.Socket): void {
-  const handle = (socket as unknown as { _handle?: ReadHandle | null })._handle;
+  const handle = (socket as unknown as { _handle?: StreamHandle | null })._handle;
   if (handle?.reading === true) {
     handle.reading = false;
     handle.readStop?.();
@@ -324,18 +315,10 @@ function joined(answers: Buffer | Buffer[] | undefined, last: Buffer): Buffer {
   return last.length === 0 ? answers : Buffer.concat([answers, last]);
 }
 
-/**
- * Writes the last answer and closes the lingering way (respond.ts): closing with unread bytes
- * would reset the connection and the client could lose the answer, so what still arrives is read
- * and dropped until the client closes its side, for at most LINGER_MS.
- */
+/** Writes the last answer and closes the lingering way (lingering-close.ts), so that the client does not lose it. */
 function closeLingering(socket: net.Socket, last: Buffer): void {
   socket.end(last);
-  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
-  timer.unref();
-  socket.once('end', () => socket.destroy());
-  socket.once('close', () => clearTimeout(timer));
-  socket.resume();
+  lingerAfterEnd(socket);
 }
 
 /**

@@ -49,6 +49,7 @@ export interface StreamHandle {
   /** Called by libuv's reads, `this` the handle (an accessor: kept in the handle's internal field). */
   onread?: (this: StreamHandle, arrayBuffer: ArrayBuffer | undefined) => unknown;
   useUserBuffer?: (buffer: Uint8Array) => void;
+  readStart?: () => number;
   readStop?: () => number;
   reading?: boolean;
 }

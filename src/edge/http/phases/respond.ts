@@ -8,6 +8,7 @@ import { renderPage, pageStatus, type PageKind } from '../block-page.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { loggingPhase } from './logging.ts';
 import type { Answer, PhaseName } from './answer.ts';
+import { lingerAfterEnd } from '../lingering-close.ts';
 
 const PAGE_HEADERS = ['content-type', 'text/html; charset=utf-8', 'cache-control', 'no-store', 'x-content-type-options', 'nosniff'];
 
@@ -28,31 +29,19 @@ export function pageAnswer(
   };
 }
 
-/** How long a connection whose request body we did not read keeps dropping what the client still sends, after our answer. */
-const LINGER_MS = 5_000;
-
 /** Part of the request body was not read (the connection closes after our answer). */
 export function bodyUnread(ctx: RequestCtx): boolean {
   const body = ctx.body;
   return body === 'stream' || (body !== null && body.rest !== null);
 }
 
-/**
- * A lingering close (nginx's lingering_close): closing a socket with unread data resets the
- * connection, and a client still sending its body then often loses our answer (a 413 seen as a
- * "connection reset"). So once the answer is out, the proxy ends its side and keeps reading and
- * dropping what arrives, until the client closes its side or for at most LINGER_MS.
- */
+/** Once the answer is out, the connection of a request whose body we did not read closes the lingering way (lingering-close.ts). */
 function lingerBeforeClosing(socket: Socket | null | undefined): void {
   if (socket === null || socket === undefined || socket.destroyed) return;
   // Node's HTTP server calls destroySoon on the socket of a response with Connection: close.
   socket.destroySoon = function (this: Socket): void {
     if (this.writable) this.end();
-    const timer = setTimeout(() => this.destroy(), LINGER_MS);
-    timer.unref();
-    this.once('end', () => this.destroy());
-    this.once('close', () => clearTimeout(timer));
-    this.resume();
+    lingerAfterEnd(this);
   };
 }
 
