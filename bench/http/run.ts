@@ -29,7 +29,7 @@
  *   BENCH_SECONDS=6 BENCH_ROUNDS=3 BENCH_CONNECTIONS=64 node bench/http/run.ts
  *   BENCH_ACCESS_LOG=1 node bench/http/run.ts
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -39,6 +39,7 @@ import type { HttpProxyDeps, ResolvedHttpProxy } from '../../src/edge/http/types
 import { AccessLog } from '../../src/edge/access-log/access-log.ts';
 import { PRODUCT_V8_FLAGS, restartOnProductRuntime } from '../../src/cli/runtime.ts';
 import { mallocOf, productEnvironment } from '../support/allocator.ts';
+import { startReadyChild } from '../support/child.ts';
 import { permissiveOriginGuard } from '../../test/support/origin-guard.ts';
 import { processCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, installDebianPackages } from '../support/debian.ts';
@@ -64,25 +65,13 @@ const wrk = (url: string, seconds: number): Promise<WrkResult> => runWrk({ url, 
 /** Our proxy in a process of its own (tps-proxy.ts), of this tree or of `root`; resolves once it listens. */
 function startChildProxy(args: HttpTpsProxyArgs): Promise<ChildProcess> {
   const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
-  const child = spawn(process.execPath, [...PRODUCT_V8_FLAGS, script, JSON.stringify(args)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: productEnvironment(),
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error('a child proxy was not ready after 30 s'));
-    }, 30_000);
-    child.stdout!.on('data', (d: Buffer) => {
-      if (!d.toString().includes('ready')) return;
-      clearTimeout(timer);
-      resolve(child);
-    });
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`a child proxy exited (${signal ?? `code ${code}`}) before it was ready`));
-    });
-  });
+  return startReadyChild(
+    'a child proxy',
+    process.execPath,
+    [...PRODUCT_V8_FLAGS, script, JSON.stringify(args)],
+    { env: productEnvironment() },
+    30_000,
+  );
 }
 
 async function main(): Promise<void> {

@@ -29,7 +29,7 @@
  *                                                                      a `git worktree` of an older commit, in the same rounds;
  *                                                                      prints this tree against it: req/s, CPU, per thread)
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -37,6 +37,7 @@ import path from 'node:path';
 import { ruleSetSources } from '@tps/waf';
 import { jemallocPath } from '../../src/cli/allocator.ts';
 import { mallocOf, productEnvironment } from '../support/allocator.ts';
+import { startReadyChild } from '../support/child.ts';
 import { PRODUCT_V8_FLAGS } from '../../src/cli/runtime.ts';
 import { allowedCpus, threadCpuSeconds, treeCpuSeconds } from '../support/cpu.ts';
 import { hasCommand, hasDebianPackage, installDebianPackages } from '../support/debian.ts';
@@ -146,29 +147,13 @@ function threadParts(pid: number): Record<string, number> {
 function startTps(args: TpsProxyArgs, cpus: string, checkout?: string): Promise<ChildProcess> {
   const script =
     checkout === undefined ? new URL('./tps-proxy.ts', import.meta.url).pathname : path.join(checkout, 'bench/waf/tps-proxy.ts');
-  const child = spawn('taskset', ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, script, JSON.stringify(args)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: productEnvironment(),
-    ...(checkout !== undefined && { cwd: checkout }),
-  });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error('our proxy was not ready after 60 s'));
-    }, 60_000);
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      if (out.includes('ready')) {
-        clearTimeout(timer);
-        resolve(child);
-      }
-    });
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`our proxy exited (${signal ?? `code ${code}`}) before it was ready`));
-    });
-  });
+  return startReadyChild(
+    'our proxy',
+    'taskset',
+    ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, script, JSON.stringify(args)],
+    { env: productEnvironment(), ...(checkout !== undefined && { cwd: checkout }) },
+    60_000,
+  );
 }
 
 /** SIGTERM, then SIGKILL after 3 s; resolves with how it ended. */
