@@ -27,6 +27,7 @@ TPS_DEBIAN_PACKAGES=(
   modsecurity-crs                                   # the OWASP CRS rule files the WAF compiles
   libjemalloc2                                      # the allocator tps runs on (src/cli/allocator.ts)
   nftables                                          # nft: blocked sources dropped in the kernel (TPS_KERNEL_BLOCKING)
+  g++                                               # builds native/refusal-engine (TPS_EARLY_REFUSAL_ENGINE)
 )
 # npm, to fetch Node.js 24 when the machine has no Node at all.
 command -v npm >/dev/null 2>&1 || TPS_DEBIAN_PACKAGES+=(nodejs npm)
@@ -85,6 +86,9 @@ fi
 if [ ! -f src/portal/dist/index.html ] || [ -n "$(find src/portal packages/model package-lock.json -newer src/portal/dist/index.html -type f -not -path 'src/portal/dist/*' -print -quit)" ]; then
   npm run --silent build:portal
 fi
+# The early refusal engine (a Node-API addon, built against this Node's headers; skips itself when
+# up to date; without it blocked sources are refused on the JavaScript path).
+bash native/refusal-engine/build.sh
 # The ModSecurity v3 addon of the optional package @tps/waf-modsecurity (the reference engine; the
 # tests' oracle); skips itself when up to date.
 if ((TPS_SETUP_MODSECURITY)); then

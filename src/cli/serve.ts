@@ -297,6 +297,7 @@ export async function startEdge(
     maxConnections: budget.maxConnections,
     udpMaxUnconfirmedSessions: settings.udpMaxUnconfirmedSessions,
     kernelBlocking: { mode: settings.kernelBlocking, escalationFactor: settings.kernelBlockingEscalationFactor },
+    earlyRefusalEngine: settings.earlyRefusalEngine,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),

@@ -160,6 +160,8 @@ export interface Settings {
   kernelBlocking: 'auto' | 'nftables' | 'off';
   /** A blocked source is escalated to the kernel once its refusals exceed this many times a threshold's requests within its period. */
   kernelBlockingEscalationFactor: number;
+  /** Blocked sources' repeated requests answered by the native engine (`auto`, when it is built) or always on the JavaScript path. */
+  earlyRefusalEngine: 'auto' | 'javascript';
   /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
@@ -276,6 +278,7 @@ const ENV: Record<keyof Settings, string> = {
   udpMaxUnconfirmedSessions: 'TPS_UDP_MAX_UNCONFIRMED_SESSIONS',
   kernelBlocking: 'TPS_KERNEL_BLOCKING',
   kernelBlockingEscalationFactor: 'TPS_KERNEL_BLOCKING_ESCALATION_FACTOR',
+  earlyRefusalEngine: 'TPS_EARLY_REFUSAL_ENGINE',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
   apiHeadersTimeoutSeconds: 'TPS_API_HEADERS_TIMEOUT_SECONDS',
@@ -519,6 +522,9 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   const kernelBlocking = raw('kernelBlocking') ?? 'auto';
   if (kernelBlocking !== 'auto' && kernelBlocking !== 'nftables' && kernelBlocking !== 'off')
     fail('kernelBlocking', `must be auto, nftables or off, got "${kernelBlocking}"`);
+  const earlyRefusalEngine = raw('earlyRefusalEngine') ?? 'auto';
+  if (earlyRefusalEngine !== 'auto' && earlyRefusalEngine !== 'javascript')
+    fail('earlyRefusalEngine', `must be auto or javascript, got "${earlyRefusalEngine}"`);
 
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
@@ -582,6 +588,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     udpMaxUnconfirmedSessions: integer('udpMaxUnconfirmedSessions', 1000, 1, 10_000),
     kernelBlocking: kernelBlocking as Settings['kernelBlocking'],
     kernelBlockingEscalationFactor: integer('kernelBlockingEscalationFactor', 4, 1, 1000),
+    earlyRefusalEngine: earlyRefusalEngine as Settings['earlyRefusalEngine'],
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
     apiHeadersTimeoutSeconds,

@@ -25,6 +25,7 @@ import { type HandleReader, readFromHandle, type StreamHandle, writeToHandle } f
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
 import { HeadScanner } from './request-heads.ts';
 import { lingerAfterEnd } from './lingering-close.ts';
+import { type EngineAnswerSource, type EngineConnection, type HandBackKind, type RefusalEngine, refusalEngine } from './refusal-engine.ts';
 
 export interface EarlyRefusalHost {
   /** The rate limiter in force (the proxy's current snapshot's), if any. */
@@ -40,7 +41,7 @@ export interface EarlyRefusalHost {
    * Each request refused on a connection whose source is its socket peer (the kernel-blocking
    * escalation's input, as the rate-limit phase reports its own refusals); absent: kernel blocking is off.
    */
-  readonly onBlockedRefusal?: ((key: string, blockedUntil: number) => void) | undefined;
+  readonly onBlockedRefusal?: ((key: string, blockedUntil: number, requests?: number) => void) | undefined;
 }
 
 /** One refused request's answer: the whole response, and the length of its head (for HEAD requests). */
@@ -71,6 +72,7 @@ export class EarlyRefusals {
   /** Closes connections past their deadline; runs while there are any (a timer per socket costs a refresh per read and write). */
   private sweeper: NodeJS.Timeout | undefined;
   private readonly cache = new WeakMap<RateEpisode, CachedRefusal>();
+  private readonly engineAnswers = new WeakMap<RateEpisode, EngineAnswerSource>();
   /** Requests refused on this path since the last `takeRefusedCount`. */
   private refused = 0;
   /** Connections read into `readBuffer` so far (the others, on another Node, read 'data' events). */
@@ -90,6 +92,7 @@ export class EarlyRefusals {
     this.heads = new HeadScanner(host.maxHeaderSize);
     const sockets = this.sockets;
     this.forget = function (this: net.Socket): void {
+      sockets.get(this)?.leaveEngine();
       sockets.delete(this);
     };
   }
@@ -106,9 +109,24 @@ export class EarlyRefusals {
     return count;
   }
 
-  /** Counts one request refused elsewhere on this path (the first one of a kept-alive connection). */
-  countRefused(): void {
-    this.refused++;
+  /** Counts requests refused elsewhere on this path (the first one of a kept-alive connection, the native engine's). */
+  countRefused(requests = 1): void {
+    this.refused += requests;
+  }
+
+  /** What the native engine answers for `episode` (refusal-engine.ts): the keep-alive 429 of this proxy, renewed each second. */
+  engineAnswer(episode: RateEpisode): EngineAnswerSource {
+    let source = this.engineAnswers.get(episode);
+    if (source === undefined) {
+      source = {
+        current: (now: number) => {
+          const answer = this.response(episode, now, false);
+          return { bytes: answer.bytes, headLength: answer.headLength, blockedForMs: episode.blockedUntil - now };
+        },
+      };
+      this.engineAnswers.set(episode, source);
+    }
+    return source;
   }
 
   /**
@@ -211,7 +229,10 @@ export class EarlyRefusals {
 
   /** Cuts every connection refused here (the proxy stops: they wait for nothing). */
   stop(): void {
-    for (const socket of this.sockets.keys()) socket.destroy();
+    for (const [socket, connection] of this.sockets) {
+      connection.leaveEngine();
+      socket.destroy();
+    }
     this.sockets.clear();
     clearInterval(this.sweeper);
     this.sweeper = undefined;
@@ -325,7 +346,7 @@ function closeLingering(socket: net.Socket, last: Buffer): void {
  * One connection refused here: all its reads need, in one object its handle leads to (the reader of
  * all refused connections is one function: stream-handle.ts), not in closures of its own.
  */
-class RefusedConnection implements HandleReader {
+class RefusedConnection implements HandleReader, EngineConnection {
   /** Epoch ms: the deadline of an idle connection, or of a request head that is too slow. */
   at: number;
   /** The source the connection is refused for (its rate-limit key). */
@@ -351,6 +372,12 @@ class RefusedConnection implements HandleReader {
   private released = false;
   /** The keep-alive answer last given here (`response`'s `kept`). */
   private answer: PrebuiltRefusal | undefined;
+  /** The last head answered here was a HEAD request's (answered without the body). */
+  private lastHeadOnly = false;
+  /** Offered to the native engine once (refusal-engine.ts); its id there while it serves the connection, else -1. */
+  private engineOffered = false;
+  private engine: RefusalEngine | undefined;
+  private engineId = -1;
 
   constructor(
     refusals: EarlyRefusals,
@@ -424,13 +451,86 @@ class RefusedConnection implements HandleReader {
         return true;
       }
       this.answer = answer;
+      this.lastHeadOnly = scan.head;
       if (answers === undefined) answers = bytes;
       else if (Array.isArray(answers)) answers.push(bytes);
       else answers = [answers, bytes];
       from = scan.next;
     }
+    if (answers === undefined) return true;
     // A client that sends but does not read must not grow our write buffer: stop reading until it does.
-    return answers === undefined || this.send(joined(answers, EMPTY));
+    if (!this.send(joined(answers, EMPTY))) return false;
+    // Every head of this read answered, the last one kept alive: its repeats can go to the engine.
+    if (!this.engineOffered && this.buffered.length === 0) this.offerToEngine();
+    return true;
+  }
+
+  /**
+   * Hands the connection to the native engine (refusal-engine.ts), which answers the repeats of the
+   * head just answered without reading them through Node. Only a plain TCP socket read from its
+   * handle, with nothing waiting in its Writable; else (or when the engine is not there) it stays here.
+   */
+  private offerToEngine(): void {
+    this.engineOffered = true;
+    const engine = refusalEngine();
+    const handle = this.handle;
+    const fd = (handle as { fd?: unknown } | undefined)?.fd;
+    if (engine === undefined || handle === undefined || typeof fd !== 'number' || fd < 0) return;
+    if ((this.socket as { encrypted?: boolean }).encrypted === true || this.streamWrites || this.socket.writableLength > 0) return;
+    handle.reading = false;
+    handle.readStop?.();
+    const id = engine.adopt(fd, this.refusals.engineAnswer(this.last), this.heads.lastHeadBytes(), this.lastHeadOnly, this);
+    if (id === undefined) {
+      resumeReading(this.socket);
+      return;
+    }
+    this.engine = engine;
+    this.engineId = id;
+  }
+
+  /** The engine no longer serves the connection (it closes, or is read here again). */
+  leaveEngine(): void {
+    if (this.engineId < 0) return;
+    const id = this.engineId;
+    this.engineId = -1;
+    this.engine?.release(id);
+  }
+
+  /** The engine refused `count` more requests here: counted as the requests refused here are. */
+  onEngineRefused(count: number): void {
+    const host = this.host;
+    this.at = Date.now() + host.keepAliveTimeoutMs;
+    const limiter = host.limiter();
+    const blocked = limiter?.refuseBlocked(this.key, count, limiter === this.lastFrom ? this.last : undefined);
+    this.lastFrom = limiter;
+    this.refusals.countRefused(count);
+    if (blocked !== undefined) {
+      this.last = blocked;
+      if (this.peer) host.onBlockedRefusal?.(this.key, blocked.blockedUntil, count);
+    } else if (this.engineId >= 0) {
+      // The block is over for the limiter in force (lifted, or the proxy's limits changed): the next
+      // request is read here, and gets the last 429 and the close.
+      this.leaveEngine();
+      resumeReading(this.socket);
+    }
+  }
+
+  /** The engine gave the connection back: what it did not write goes first, then what it did not read. */
+  onHandBack(kind: HandBackKind, input: Buffer | null, output: Buffer | null): void {
+    this.engineId = -1;
+    const socket = this.socket;
+    if (kind !== 'bytes' || socket.destroyed) {
+      socket.destroy();
+      return;
+    }
+    if (output !== null) {
+      this.streamWrites = true;
+      socket.write(output);
+    }
+    if (input !== null && !this.onData(input)) return;
+    if (this.released) return;
+    if (socket.writableNeedDrain) socket.once('drain', () => this.resume());
+    else this.resume();
   }
 
   /**

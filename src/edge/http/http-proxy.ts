@@ -168,7 +168,7 @@ export class HttpProxy {
       onBlockedRefusal:
         deps.onBlockedRefusal === undefined
           ? undefined
-          : (key, blockedUntil) => deps.onBlockedRefusal?.(this.snapshot.id, key, blockedUntil),
+          : (key, blockedUntil, requests) => deps.onBlockedRefusal?.(this.snapshot.id, key, blockedUntil, requests),
     });
     this.http2Guard = new Http2SessionGuard(this.limits, {
       onRefused: (reason, details) =>

@@ -58,6 +58,11 @@ export class HeadScanner {
     this.last = Buffer.alloc(maxHeadBytes);
   }
 
+  /** The last head answered (request line to its end, without the CRLF CRLF); a view that the next scan may change. */
+  lastHeadBytes(): Buffer {
+    return this.last.subarray(0, Math.max(0, this.lastLength));
+  }
+
   /** As `nextHead(buffer, from, maxHeadBytes)`. */
   next(buffer: Buffer, from: number): HeadScan {
     const start = headStart(buffer, from);

@@ -132,7 +132,7 @@ export interface HttpProxyDeps {
    * socket peer (kernel blocking can drop its packets): `source` is its rate-limit key. Absent:
    * kernel blocking is off.
    */
-  onBlockedRefusal?: (proxyId: string, source: string, blockedUntil: number) => void;
+  onBlockedRefusal?: (proxyId: string, source: string, blockedUntil: number, requests?: number) => void;
   /** Application-layer DDoS protection (proxies' `appDdos`): operator settings, signing secret, shared tables, metrics. */
   appDdos?: AppDdosDeps;
 }

@@ -18,17 +18,17 @@ export class RefusalTally {
     this.#send = send;
   }
 
-  note(proxyId: string, source: string, reason: KernelBlockReason, blockedUntil: number): void {
+  note(proxyId: string, source: string, reason: KernelBlockReason, blockedUntil: number, count = 1): void {
     const key = `${reason}|${proxyId}|${source}`;
     const existing = this.#pending.get(key);
     if (existing !== undefined) {
-      existing.count++;
+      existing.count += count;
       if (blockedUntil > existing.blockedUntil) existing.blockedUntil = blockedUntil;
       return;
     }
     // Past the bound, more sources wait for the next report (those already counted are enough to act on).
     if (this.#pending.size >= MAX_SOURCES_PER_REPORT) return;
-    this.#pending.set(key, { proxyId, source, reason, count: 1, blockedUntil });
+    this.#pending.set(key, { proxyId, source, reason, count, blockedUntil });
     this.#timer ??= setTimeout(this.flush, REFUSAL_REPORT_MS).unref();
   }
 

@@ -45,6 +45,7 @@ import type { InsightEvent } from '@tps/model';
 import { DEFAULT_ESCALATION_FACTOR, KernelBlocking, type BlockTarget } from '../kernel-blocking/kernel-blocking.ts';
 import type { KernelBlockingMode } from '../kernel-blocking/types.ts';
 import type { RateLimitStoreSettings } from '../limits/types.ts';
+import type { RefusalEngineMode } from '../http/refusal-engine.ts';
 
 const POLL_MS = 200;
 const HEARTBEAT_MS = 5_000;
@@ -137,6 +138,8 @@ export interface EdgeOptions {
   eventSinks?: { ship(events: readonly InsightEvent[]): void; close(): Promise<void> };
   /** Escalated sources dropped by nftables (TPS_KERNEL_BLOCKING, TPS_KERNEL_BLOCKING_ESCALATION_FACTOR). Default off. */
   kernelBlocking?: { mode: KernelBlockingMode; escalationFactor?: number };
+  /** Blocked sources' repeated requests on the native engine when it is built, or on the JavaScript path (TPS_EARLY_REFUSAL_ENGINE). Default auto. */
+  earlyRefusalEngine?: RefusalEngineMode;
 }
 
 interface Published {
@@ -413,6 +416,7 @@ export class EdgeSupervisor {
       insightWholeEventsPerMinute: o.insightWholeEventsPerMinute ?? 10,
       accessLog: o.accessLog,
       kernelBlocking: this.#kernelBlocking.active,
+      earlyRefusalEngine: o.earlyRefusalEngine ?? 'auto',
       // Signs challenges and clearance cookies: the same on every node that shares the master key.
       appDdos: { settings: o.appDdos ?? {}, secret: o.secrets.derive('app-ddos clearance') },
     };

@@ -48,6 +48,7 @@ import { HistogramBatch } from './histograms.ts';
 import { AccessLog, type AccessLogCounts, type AccessLogSettings } from '../access-log/access-log.ts';
 import { RefusalTally } from '../kernel-blocking/refusal-tally.ts';
 import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
+import { configureRefusalEngine, type RefusalEngineMode, refusalEngineUnavailable } from '../http/refusal-engine.ts';
 
 export interface WorkerSettings {
   index: number;
@@ -104,6 +105,8 @@ export interface WorkerSettings {
   accessLog: AccessLogSettings | undefined;
   /** The supervisor drops escalated sources in the kernel: refusals of blocked sources are reported to it. */
   kernelBlocking: boolean;
+  /** TPS_EARLY_REFUSAL_ENGINE (src/edge/http/refusal-engine.ts). */
+  earlyRefusalEngine: RefusalEngineMode;
   /** The application-layer DDoS protection's operator settings and signing secret (derived from the master key). */
   appDdos: { settings: Partial<AppDdosOperatorSettings>; secret: Uint8Array };
 }
@@ -327,6 +330,11 @@ setInterval(() => {
   }
 }, COUNTER_FLUSH_MS).unref();
 
+// Blocked sources' repeated requests: the native engine, or the JavaScript path said once in the log.
+configureRefusalEngine(settings.earlyRefusalEngine);
+const refusalEngineMissing = settings.earlyRefusalEngine === 'auto' ? refusalEngineUnavailable() : undefined;
+if (refusalEngineMissing !== undefined) logger.warn({}, `early refusals on the JavaScript path: ${refusalEngineMissing}`);
+
 // Kernel blocking: the supervisor adds up every worker's refusals and decides (kernel-blocking/escalation.ts).
 const refusalTally = settings.kernelBlocking ? new RefusalTally((refusals) => send({ kind: 'refusals', refusals })) : undefined;
 
@@ -418,8 +426,8 @@ const httpDeps: HttpProxyDeps = {
   ...(clientAddress && { clientAddress }),
   ...(nodeBudget && { nodeBudget }),
   ...(refusalTally && {
-    onBlockedRefusal: (proxyId: string, source: string, blockedUntil: number) =>
-      refusalTally.note(proxyId, source, 'rate-limit', blockedUntil),
+    onBlockedRefusal: (proxyId: string, source: string, blockedUntil: number, requests?: number) =>
+      refusalTally.note(proxyId, source, 'rate-limit', blockedUntil, requests),
   }),
 };
 
