@@ -4,7 +4,9 @@
  * answered by the engine (pipelined ones too, past one group), counted in the episode, the metrics
  * and the kernel escalation's input as the JavaScript path counts them; anything else (another head,
  * a client that does not read, the block's end, the client leaving) goes back to the JavaScript path
- * and is answered as it would have been there. The suite fails where the engine is not built: the
+ * and is answered as it would have been there; random byte streams (copies, near copies, other
+ * heads, bodies, garbage, cut anywhere) get the same answers from both paths. The suite fails where
+ * the engine is not built: the
  * test setup builds it (scripts/setup.sh), and a missing build must not pass unnoticed.
  */
 import assert from 'node:assert/strict';
@@ -12,12 +14,23 @@ import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { AppDdosAttackEvent } from '@tps/model';
 import { HttpProxy } from './http-proxy.ts';
-import { refusalEngine, refusalEngineUnavailable } from './refusal-engine.ts';
+import { configureRefusalEngine, refusalEngine, refusalEngineUnavailable } from './refusal-engine.ts';
 import { FRONT_IP, freePort, resolvedProxy, startOrigin, testDeps, type TestOrigin } from '../../../test/support/http-servers.ts';
 import { get, RawConnection, supportIdOf } from '../../../test/support/raw-http.ts';
 
 const T = { timeout: 30_000 };
 const STATUS_LINE = 'HTTP/1.1 429 Too Many Requests\r\n';
+
+/** A small deterministic generator (mulberry32): the same cases on every run. */
+function seeded(seed: number): () => number {
+  let state = seed;
+  return () => {
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
 
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 20));
@@ -150,6 +163,70 @@ describe('the native refusal engine', () => {
     served.write(get('/served'));
     assert.equal((await served.read(['GET']))[0]!.status, 200);
     served.close();
+  });
+
+  it('answers random byte streams exactly as the JavaScript path does (differential, fixed seed)', { timeout: 120_000 }, async () => {
+    const random = seeded(0x7e57);
+    const head = get('/again');
+    const pieces: (() => string)[] = [
+      () => head,
+      () => head,
+      () => head.repeat(1 + Math.floor(random() * 80)),
+      () => '\r\n',
+      () => get('/again', 'HEAD'),
+      () => get(`/other${Math.floor(random() * 3)}`),
+      () => {
+        // One byte of the head changed: a near copy is not a copy.
+        const at = Math.floor(random() * (head.length - 4));
+        return head.slice(0, at) + String.fromCharCode(33 + Math.floor(random() * 90)) + head.slice(at + 1);
+      },
+      () => `POST /form HTTP/1.1\r\nHost: site.test\r\nContent-Length: ${head.length}\r\n\r\n${head}`,
+      () => 'NOT AN HTTP REQUEST\r\n\r\n',
+      () => head.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n'),
+    ];
+    const cases = Array.from({ length: 40 }, () => {
+      const text = Array.from({ length: 1 + Math.floor(random() * 6) }, () => pieces[Math.floor(random() * pieces.length)]!()).join('');
+      // Every case ends with an HTTP/1.0 request: the last answer closes, so the whole stream is read.
+      const stream = `${text}GET /again HTTP/1.0\r\nHost: site.test\r\n\r\n`;
+      const cuts = [Math.floor(random() * stream.length), Math.floor(random() * stream.length)].sort((x, y) => x - y);
+      return [stream.slice(0, cuts[0]), stream.slice(cuts[0], cuts[1]), stream.slice(cuts[1])];
+    });
+    let source = 0;
+    const run = async (writes: string[]): Promise<string> => {
+      source++;
+      const { connection } = await blockedConnection(`127.0.3.${source}`);
+      connection.close();
+      const socket = net.connect({ host: FRONT_IP, port, localAddress: `127.0.3.${source}` });
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
+      socket.on('error', () => {});
+      const closed = new Promise((resolve) => socket.once('close', resolve));
+      await new Promise((resolve) => socket.once('connect', resolve));
+      // The connection's head answered on the JavaScript path first: the engine takes the rest.
+      socket.write(head + head);
+      await until(() => received.split(STATUS_LINE).length - 1 === 2);
+      for (const write of writes) {
+        if (socket.destroyed) break;
+        socket.write(write);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      await closed;
+      // What each answer was: its status, and whether it kept the connection (the Date and support id aside).
+      return [...received.matchAll(/HTTP\/1\.1 (\d{3}) [^\r]*\r\n(?:[^\r]+\r\n)*?connection: ([a-z-]+)/g)]
+        .map((m) => `${m[1]} ${m[2]}`)
+        .join(',');
+    };
+    const engine = refusalEngine()!;
+    const engineBefore = engine.stats().refused;
+    for (const writes of cases) {
+      configureRefusalEngine('auto');
+      const native = await run(writes);
+      configureRefusalEngine('javascript');
+      const javascript = await run(writes);
+      configureRefusalEngine('auto');
+      assert.equal(native, javascript, JSON.stringify(writes));
+    }
+    assert.ok(engine.stats().refused > engineBefore, 'the engine answered some of them');
   });
 
   it('forgets a connection its client closed', T, async () => {
