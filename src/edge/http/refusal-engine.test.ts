@@ -99,7 +99,7 @@ describe('the native refusal engine', () => {
         assert.equal(supportIdOf(answer!.body), supportId);
       }
       // More than one group of pipelined copies in one write, with empty lines between some.
-      connection.write(get('/again').repeat(70) + `\r\n${get('/again')}`);
+      connection.write(`${get('/again').repeat(70)}\r\n${get('/again')}`);
       const pipelined = await connection.read(Array.from({ length: 71 }, () => 'GET'));
       assert.ok(pipelined.every((answer) => answer.status === 429 && supportIdOf(answer.body) === supportId));
       assert.ok(engine.stats().refused - before >= 90, `the engine answered the repeats (${engine.stats().refused - before})`);
