@@ -47,6 +47,9 @@ const ORIGIN_IP = '127.0.0.70';
 const NGINX_IP = '127.0.0.71';
 const TPS_IP = '127.0.0.72';
 const BEFORE_IP = '127.0.0.73';
+const JAVASCRIPT_IP = '127.0.0.74';
+/** Also this tree's proxy without the native refusal engine (`tps-js`, TPS_EARLY_REFUSAL_ENGINE=javascript). */
+const JAVASCRIPT_SIDE = process.env.BENCH_JAVASCRIPT_SIDE === '1';
 
 function log(message: string): void {
   process.stderr.write(`${message}\n`);
@@ -73,6 +76,7 @@ export async function startTps(
   originPort: number,
   cpus: string,
   checkout = path.resolve(here, '../..'),
+  env: NodeJS.ProcessEnv = {},
 ): Promise<TpsChild> {
   const profile = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`] : [];
   const child: ChildProcess = spawn(
@@ -87,7 +91,7 @@ export async function startTps(
       path.join(checkout, 'bench/flood/tps-proxy.ts'),
       JSON.stringify({ address, port, origin, originPort }),
     ],
-    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: productEnvironment() },
+    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...productEnvironment(), ...env } },
   );
   await new Promise<void>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`tps-proxy exited with ${code}`)));
@@ -330,9 +334,10 @@ async function main(): Promise<void> {
   const children: NginxProcess[] = [];
   let tps: TpsChild | undefined;
   let before: TpsChild | undefined;
+  let javascript: TpsChild | undefined;
   // Interrupted, the bench still stops what it started.
   const interrupted = async (): Promise<void> => {
-    await Promise.allSettled([tps?.stop(), before?.stop(), ...children.map((child) => child.stop())]);
+    await Promise.allSettled([tps?.stop(), before?.stop(), javascript?.stop(), ...children.map((child) => child.stop())]);
     fs.rmSync(dir, { recursive: true, force: true });
     process.exit(130);
   };
@@ -370,6 +375,13 @@ async function main(): Promise<void> {
       before = await startTps(BEFORE_IP, beforePort, ORIGIN_IP, originPort, proxyCpus, BASELINE);
       ours.push({ name: 'before', host: BEFORE_IP, port: beforePort, child: before });
     }
+    if (JAVASCRIPT_SIDE) {
+      const javascriptPort = await freePort(JAVASCRIPT_IP);
+      javascript = await startTps(JAVASCRIPT_IP, javascriptPort, ORIGIN_IP, originPort, proxyCpus, undefined, {
+        TPS_EARLY_REFUSAL_ENGINE: 'javascript',
+      });
+      ours.push({ name: 'tps-js', host: JAVASCRIPT_IP, port: javascriptPort, child: javascript });
+    }
     console.log(`proxies on CPU ${proxyCpus}, load on CPU ${loadCpus}; ${os.cpus().length} cores, Node ${process.version}`);
 
     if (PARTS.has('a')) {
@@ -389,6 +401,7 @@ async function main(): Promise<void> {
   } finally {
     await tps?.stop();
     await before?.stop();
+    await javascript?.stop();
     await Promise.all(children.map((child) => child.stop()));
     fs.rmSync(dir, { recursive: true, force: true });
   }

@@ -51,6 +51,11 @@ const deps: HttpProxyDeps = {
     },
   },
 };
+if (process.env.TPS_EARLY_REFUSAL_ENGINE === 'javascript') {
+  // As an edge worker does with the setting (a baseline checkout without the engine ignores it).
+  const { configureRefusalEngine } = await import('../../src/edge/http/refusal-engine.ts');
+  configureRefusalEngine('javascript');
+}
 const proxy = new HttpProxy(config, deps);
 await proxy.start();
 process.on('message', async (message: { type: string }) => {
