@@ -239,6 +239,12 @@ describe('settings: hostile traffic bounds', () => {
     );
   });
 
+  it("reads who answers blocked sources' repeats, the native engine by default", () => {
+    assert.equal(load({}).earlyRefusalEngine, 'auto');
+    assert.equal(load({ TPS_EARLY_REFUSAL_ENGINE: 'javascript' }).earlyRefusalEngine, 'javascript');
+    assert.throws(() => load({ TPS_EARLY_REFUSAL_ENGINE: 'native' }), /TPS_EARLY_REFUSAL_ENGINE: must be auto or javascript, got "native"/);
+  });
+
   it("reads the rate limit's failure mode while Redis does not answer, local by default", () => {
     const defaults = load({});
     assert.deepEqual([defaults.rateLimitStoreFailureMode, defaults.rateLimitStoreTimeoutMs], ['local', 250]);
