@@ -405,8 +405,7 @@ export class L4Proxy {
       return;
     }
     // The node's budget first, before a PROXY header is waited for: every open socket holds a place.
-    // Until a tunnel takes the connection, its close gives the place back; then the tunnel's end does
-    // (the tunnel may move the socket's handle into a socket of its own, the accepted one then closes).
+    // Until a tunnel takes the connection, its close gives the place back; then the tunnel's end does.
     const budget = this.nodeBudget;
     if (budget !== undefined) {
       if (!budget.tryAcquire()) {

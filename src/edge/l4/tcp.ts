@@ -7,31 +7,37 @@
  *   start reading the client -> relay both ways -> half-close passed on in each direction -> both
  *   sides done (or an error, or the idle timeout) -> closed, counted, reported once.
  *
- * The relay is written by hand rather than with `pipe()`, and it is the hot path:
- * - Each direction writes a chunk on as it is read and stops reading while the other side's write
- *   is pending; `drain` resumes it. So at most one socket buffer (the write high-water mark plus one
- *   chunk) waits in memory per direction, whatever the speed difference.
- * - Origin to client (downloads, usually the heavy direction) reads into a buffer the tunnel owns
- *   (`onread` of `net.connect`) instead of a fresh 64 KiB allocation per read: no allocation and no
- *   stream machinery per chunk. A full buffer is written as it is; the buffer is read into again
- *   only once that write is done. Buffers come from a pool and go back when the tunnel closes; a
- *   tunnel starts with a small one and takes a large one once a read fills the small one, so idle
- *   and short connections hold 4 KiB, bulk ones 64 KiB.
- * - Client to origin does the same: Node offers `onread` only for sockets it creates, so once the
- *   origin is connected the accepted socket is given the fields `onread` would have set (net.Socket's
- *   private kBuffer, kBufferCb and kBufferGen, found once by their names: `ONREAD_FIELDS`), or else
- *   its handle is moved into a socket made with `onread` (`adoptClient`). Both rely on private
- *   fields (checked at run time: without them the tunnel falls back to the accepted socket's `data`
- *   events); the first spares a socket object per connection.
- * - Byte counts come from the sockets' own counters when the connection ends.
+ * The relay is written by hand rather than with `pipe()`, and it is the hot path (bench/l4: a short
+ * connection's user-space cost is mostly Node's socket and stream layers, so they are bypassed where
+ * Node's internals allow, and the public API is the fallback where they do not):
+ * - The origin side is a bare libuv TCP handle, not a net.Socket (origin-connection.ts: connect,
+ *   reads, writes, shutdown and close on the handle; the origin policy's literal-address check
+ *   first). A host given by name, or a Node without the internals, gets a net.Socket from the
+ *   origin policy's `connect`.
+ * - The client side stays the accepted net.Socket (admission, its end and errors, `end()`), but its
+ *   bytes are read and written on its handle (stream-handle.ts): reads into the tunnel's buffers
+ *   without the socket's reader, writes without the Writable layer and its WriteWrap per write.
+ *   Without those internals: net's private `onread` fields (`ONREAD_FIELDS`), then `data` events
+ *   and `socket.write`.
+ * - Each direction (`Relay`) writes a chunk on as it is read and stops reading while that write is
+ *   pending (the write's completion resumes it). So at most one chunk per direction waits in
+ *   memory, whatever the speed difference, and the read buffer is read into again only once the
+ *   write from it is done: no allocation per chunk. Buffers come from a pool and go back when the
+ *   tunnel closes; a direction starts with a small one and takes a large one once a read fills the
+ *   small one, so idle and short connections hold 4 KiB, bulk ones 64 KiB.
+ * - Byte counts are the relays' own (bytes read and sent on).
  * - Timeouts (connect, idle) use no per-socket timer: a relayed chunk only sets a flag, and the
  *   proxy's one sweep timer (`checkTimeouts`) reads the flags, so neither a connection nor a chunk
  *   creates or refreshes a timer.
+ * - `useOriginHandles(false)` (tests) runs the public-API path everywhere: net.Socket origin,
+ *   `data` events and `socket.write` for the client.
  */
 import { createServer, Socket, type Server } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
 import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
 import { encodeProxyHeader, type ProxyProtocolVersion } from '../../net/proxy-protocol.ts';
+import { type HandleReader, readFromHandle, STREAM_BASE, type StreamHandle, writeToHandle } from '../http/stream-handle.ts';
+import { connectOrigin, type OriginConnection, type OriginEvents, originHandlesEnabled } from './origin-connection.ts';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 5 * 60 * 1000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
@@ -149,49 +155,57 @@ export function listenTcp(
 }
 
 /**
- * The read buffer of one direction of a tunnel: 4 KiB at first, 64 KiB once a read fills the small
- * one (bulk transfer), from the shared pool and back to it when the tunnel ends.
+ * One direction of a tunnel: reads into buffers it owns (4 KiB at first, 64 KiB once a read fills
+ * the small one: bulk transfer; from the shared pool and back to it when the tunnel ends) and sends
+ * each read on with `send`. The reader of a handle (stream-handle.ts) or of net's `onread`.
  */
-class ReadBuffers {
-  private current: Buffer | undefined;
+class Relay implements HandleReader {
+  buffer: Buffer = readBuffers.take(SMALL_READ_BUFFER);
   /** A small buffer replaced by a large one while a write from it was pending: freed at the end. */
   private retired: Buffer | undefined;
+  /** Bytes read (and sent on). */
+  bytes = 0;
+  /** Sends bytes on; false: pending, reading stops until the write is done (the buffer is in it). */
+  private readonly send: (bytes: Buffer) => boolean;
 
-  next(): Buffer {
-    this.current ??= readBuffers.take(SMALL_READ_BUFFER);
-    return this.current;
+  constructor(send: (bytes: Buffer) => boolean) {
+    this.send = send;
   }
 
-  /** Writes `buffer[0, length)` to `to`; false (stop reading) while that write is pending. */
-  relay(to: Socket, length: number, buffer: Buffer): boolean {
-    to.write(length === buffer.length ? buffer : buffer.subarray(0, length));
-    const pending = to.writableLength > 0;
-    if (length === buffer.length && buffer.length === SMALL_READ_BUFFER) {
+  onRead(length: number): boolean {
+    this.bytes += length;
+    const buffer = this.buffer;
+    const sent = this.send(length === buffer.length ? buffer : buffer.subarray(0, length));
+    if (length === SMALL_READ_BUFFER && buffer.length === SMALL_READ_BUFFER) {
       // A full small buffer: this direction carries bulk data, it gets a large one for its next read.
-      if (pending) this.retired = buffer;
-      else readBuffers.give(buffer);
-      this.current = readBuffers.take(LARGE_READ_BUFFER);
+      if (sent) readBuffers.give(buffer);
+      else this.retired = buffer;
+      this.buffer = readBuffers.take(LARGE_READ_BUFFER);
     }
-    // While the write is pending it still reads from the buffer: no read into it until it is done.
-    return !pending;
+    return sent;
   }
+
+  /** The buffer for net.Socket's `onread` (asked after every read). */
+  readonly next = (): Buffer => this.buffer;
+
+  /** net.Socket's `onread` callback. */
+  readonly onSocketRead = (length: number): boolean => this.onRead(length);
 
   release(): void {
-    if (this.current !== undefined) readBuffers.give(this.current);
+    readBuffers.give(this.buffer);
     if (this.retired !== undefined) readBuffers.give(this.retired);
-    this.current = undefined;
     this.retired = undefined;
   }
 }
 
-export class TcpTunnel {
+export class TcpTunnel implements OriginEvents {
   private client: Socket;
   private readonly route: TcpRoute;
   private readonly events: TcpTunnelEvents;
   private readonly clientIp: string;
   private readonly clientPort: number;
-  /** The current connect attempt, then the connected origin socket. */
-  private upstream: Socket | undefined;
+  /** The current connect attempt, then the connected origin. */
+  private upstream: OriginConnection | undefined;
   private host: PooledHost | undefined;
   private upstreamError: Error | undefined;
   private tried: Set<number> | undefined;
@@ -201,13 +215,18 @@ export class TcpTunnel {
   private clientClosed = false;
   private upstreamClosed = false;
   private finished = false;
+  /** Writes to the client go straight to its handle (stream-handle.ts); false: through `client.write`. */
+  private directToClient = false;
+  /** Reading the client waits for a write to the origin (the client's socket or handle is paused). */
+  private clientReadPaused = false;
+  /** The client is read through its handle (readFromHandle) rather than through its socket. */
+  private clientHandle: StreamHandle | undefined;
   /** Set by every relayed chunk, cleared by `checkTimeouts`. */
   private active = false;
   /** When the current connect attempt started, then when traffic was last seen (performance.now ms). */
   private since = 0;
-  /** The buffers the origin socket and the (adopted) client socket read into (see the module comment). */
-  private readonly fromUpstream = new ReadBuffers();
-  private readonly fromClient = new ReadBuffers();
+  private readonly fromUpstream = new Relay((bytes) => this.sendToClient(bytes));
+  private readonly fromClient = new Relay((bytes) => this.sendToUpstream(bytes));
   private reason: TcpTunnelResult['reason'] = 'COMPLETED';
   private readonly startedAt = performance.now();
   /** When the origin connection was made; -1 before. */
@@ -251,7 +270,7 @@ export class TcpTunnel {
     }
   }
 
-  /** Ends the connection now (the proxy is stopping): both sockets are destroyed. */
+  /** Ends the connection now (the proxy is stopping): both sides are destroyed. */
   close(): void {
     if (this.reason === 'COMPLETED') this.reason = 'CLOSED_BY_PROXY';
     this.client.destroy();
@@ -270,21 +289,11 @@ export class TcpTunnel {
     pool.begin(host);
     this.host = host;
     this.upstreamError = undefined;
-    const upstream = this.route.guard.connect({
-      host: host.address,
-      port: host.port,
-      noDelay: true,
-      allowHalfOpen: true,
-      onread: { buffer: this.nextReadBuffer, callback: this.onUpstreamRead },
-    });
-    this.upstream = upstream;
     this.since = performance.now();
-    upstream.on('error', this.onUpstreamError);
-    upstream.on('close', this.onUpstreamClose);
-    upstream.once('connect', this.onUpstreamConnect);
+    this.upstream = connectOrigin(this.route.guard, host.address, host.port, this.fromUpstream, this);
   }
 
-  private readonly onUpstreamConnect = (): void => {
+  onOriginConnect(): void {
     const upstream = this.upstream!;
     const client = this.client;
     this.connected = true;
@@ -296,144 +305,174 @@ export class TcpTunnel {
     }
     const version = this.route.proxyProtocol;
     if (version !== undefined) {
-      upstream.write(
-        encodeProxyHeader(
-          version,
-          {
-            sourceAddress: this.clientIp,
-            sourcePort: this.clientPort,
-            destinationAddress: client.localAddress ?? '',
-            destinationPort: client.localPort ?? 0,
-          },
-          'TCP',
-        ),
+      const header = encodeProxyHeader(
+        version,
+        {
+          sourceAddress: this.clientIp,
+          sourcePort: this.clientPort,
+          destinationAddress: client.localAddress ?? '',
+          destinationPort: client.localPort ?? 0,
+        },
+        'TCP',
       );
+      // Its own bytes: a pending header holds no read buffer, reading need not wait for it.
+      upstream.write(header, noop);
     }
     this.since = performance.now();
 
-    // The hot path, by hand (see the module comment): write on, pause on a full buffer, resume on drain.
-    const readsIntoBuffers = this.adoptClient();
+    // The hot path, by hand (see the module comment): write on, stop reading while a write is pending.
+    const fast = originHandlesEnabled();
+    this.directToClient = fast && STREAM_BASE !== undefined;
+    const readsIntoBuffers = fast && this.readClientIntoBuffers();
     const reader = this.client;
-    reader.on('drain', this.onClientDrain);
-    upstream.on('end', this.onUpstreamEnd);
-    upstream.on('drain', this.onUpstreamDrain);
     reader.on('end', this.onClientEnd);
     if (!readsIntoBuffers) reader.on('data', this.onClientData);
     // Accepted with pauseOnConnect, the client is explicitly paused: a listener alone does not start it.
     reader.resume();
-  };
-
-  private readonly onClientData = (chunk: Buffer): void => {
-    this.active = true;
-    if (!this.upstream!.write(chunk)) this.client.pause();
-  };
-
-  private readonly onUpstreamDrain = (): void => {
-    this.active = true;
-    this.client.resume();
-  };
-
-  /** Origin bytes in `buffer[0, length)`; returning false stops reading until `onClientDrain`. */
-  private readonly onUpstreamRead = (length: number, buffer: Buffer): boolean => {
-    this.active = true;
-    return this.fromUpstream.relay(this.client, length, buffer);
-  };
-
-  /** Node asks which buffer the origin socket reads into next: at connect, then after every read. */
-  private readonly nextReadBuffer = (): Buffer => this.fromUpstream.next();
-
-  /** Client bytes (adopted socket); returning false stops reading until `onUpstreamDrain`. */
-  private readonly onClientRead = (length: number, buffer: Buffer): boolean => {
-    this.active = true;
-    return this.fromClient.relay(this.upstream!, length, buffer);
-  };
-
-  private readonly nextClientBuffer = (): Buffer => this.fromClient.next();
-
-  /**
-   * Makes the accepted socket read into the tunnel's buffers (see the module comment): in place
-   * when net's `onread` fields are known, else by moving its handle into a socket made with
-   * `onread`. Only before the first read, while the accepted socket is still paused. False: neither
-   * was possible, the client is read through `data` events.
-   */
-  private adoptClient(): boolean {
-    const accepted = this.client as Socket & { _handle?: { useUserBuffer?: (buffer: Buffer) => void } | null };
-    const handle = accepted._handle;
-    if (handle === undefined || handle === null || accepted.destroyed || accepted.bytesRead > 0) return false;
-    const fields = ONREAD_FIELDS;
-    if (fields !== undefined && typeof handle.useUserBuffer === 'function') {
-      // What the Socket constructor does with `onread` and a handle (initSocketHandle).
-      const own = accepted as unknown as Record<symbol, unknown>;
-      const buffer = this.nextClientBuffer();
-      own[fields.generator] = this.nextClientBuffer;
-      own[fields.callback] = this.onClientRead;
-      own[fields.buffer] = buffer;
-      handle.useUserBuffer(buffer);
-      return true;
-    }
-    accepted.off('error', this.onClientError);
-    accepted.off('close', this.onClientClose);
-    accepted._handle = null;
-    accepted.destroy();
-    const adopted = new Socket({
-      handle: handle as object,
-      allowHalfOpen: true,
-      readable: true,
-      writable: true,
-      // The handle has Nagle off already (the listener's noDelay); saying so here spares the
-      // setsockopt that setNoDelay(true) would repeat on every connection.
-      noDelay: true,
-      onread: { buffer: this.nextClientBuffer, callback: this.onClientRead },
-    } as ConstructorParameters<typeof Socket>[0]);
-    adopted.on('error', this.onClientError);
-    adopted.on('close', this.onClientClose);
-    this.client = adopted;
-    return true;
   }
 
-  private readonly onClientDrain = (): void => {
-    this.active = true;
-    this.upstream!.resume();
-  };
-
-  /** The client sent FIN: pass it on once what it sent before has been written. */
-  private readonly onClientEnd = (): void => {
-    this.clientEnded = true;
-    finishSending(this.upstream!, this.upstreamEnded);
-  };
-
-  private readonly onUpstreamEnd = (): void => {
+  onOriginEnd(): void {
     this.upstreamEnded = true;
-    finishSending(this.client, this.clientEnded);
-  };
+    this.finishSendingToClient();
+  }
 
-  private readonly onClientError = (): void => {
-    if (this.reason === 'COMPLETED') this.reason = 'CLIENT_ERROR';
-  };
-
-  private readonly onUpstreamError = (error: Error): void => {
+  onOriginError(error: Error): void {
     this.upstreamError = error;
     if (this.connected && this.reason === 'COMPLETED') this.reason = 'ORIGIN_ERROR';
-  };
+  }
 
   /**
    * A side that closes after its FIN was passed on leaves the other side to flush and close by
    * itself (its idle timer still runs); a side that closes any other way takes the other with it.
    */
-  private readonly onClientClose = (hadError: boolean): void => {
-    this.clientClosed = true;
-    const upstream = this.upstream;
-    if (upstream !== undefined && (!this.connected || hadError || !this.clientEnded)) upstream.destroy();
-    this.maybeFinish();
-  };
-
-  private readonly onUpstreamClose = (hadError: boolean): void => {
+  onOriginClose(hadError: boolean): void {
     if (!this.connected) {
       this.onConnectFailed();
       return;
     }
     this.upstreamClosed = true;
     if (hadError || !this.upstreamEnded) this.client.destroy();
+    this.maybeFinish();
+  }
+
+  /** Origin bytes (read into `fromUpstream`'s buffer) to the client; false: pending. */
+  private sendToClient(bytes: Buffer): boolean {
+    this.active = true;
+    const client = this.client;
+    if (this.directToClient) {
+      const written = writeToHandle(client, bytes, this.onClientWritten);
+      if (written !== undefined) return written;
+      // No handle any more (the client is gone): nothing more goes through the handle.
+      this.directToClient = false;
+    }
+    client.write(bytes, this.afterClientWrite);
+    return client.writableLength === 0;
+  }
+
+  /**
+   * After each `client.write`: once none is left, read the origin again. ('drain' would not do:
+   * it comes only for writes that reached the high-water mark.)
+   */
+  private readonly afterClientWrite = (): void => {
+    if (this.client.writableLength === 0) this.onClientWritten();
+  };
+
+  /** Client bytes to the origin; false: pending. */
+  private sendToUpstream(bytes: Buffer): boolean {
+    this.active = true;
+    if (this.upstream!.write(bytes, this.onUpstreamWritten)) return true;
+    this.clientReadPaused = true;
+    return false;
+  }
+
+  /** A write to the client that was pending is out: read the origin again. */
+  private readonly onClientWritten = (): void => {
+    this.active = true;
+    this.upstream?.resume();
+  };
+
+  /** A write to the origin that was pending is out: read the client again. */
+  private readonly onUpstreamWritten = (): void => {
+    this.active = true;
+    if (!this.clientReadPaused) return;
+    this.clientReadPaused = false;
+    const handle = this.clientHandle;
+    if (handle === undefined) {
+      this.client.resume();
+      return;
+    }
+    if (handle.reading === true || this.client.destroyed) return;
+    handle.reading = true;
+    handle.readStart?.();
+  };
+
+  private readonly onClientData = (chunk: Buffer): void => {
+    this.fromClient.bytes += chunk.length;
+    // A chunk of its own (not a reused buffer): pausing is only for backpressure.
+    if (!this.sendToUpstream(chunk)) this.client.pause();
+  };
+
+  /**
+   * Makes the client's reads go into the tunnel's buffers (see the module comment): through its
+   * handle (stream-handle.ts) when this Node allows it, else in place with net's `onread` fields.
+   * Only before the first read, while the accepted socket is still paused. False: neither was
+   * possible, the client is read through `data` events.
+   */
+  private readClientIntoBuffers(): boolean {
+    const accepted = this.client as Socket & { _handle?: StreamHandle | null };
+    const handle = accepted._handle;
+    if (handle === undefined || handle === null || accepted.destroyed || accepted.bytesRead > 0) return false;
+    const read = readFromHandle(accepted, this.fromClient.buffer, this.fromClient);
+    if (read !== undefined) {
+      this.clientHandle = read;
+      return true;
+    }
+    const fields = ONREAD_FIELDS;
+    if (fields !== undefined && typeof handle.useUserBuffer === 'function') {
+      // What the Socket constructor does with `onread` and a handle (initSocketHandle).
+      const own = accepted as unknown as Record<symbol, unknown>;
+      own[fields.generator] = this.fromClient.next;
+      own[fields.callback] = this.fromClient.onSocketRead;
+      own[fields.buffer] = this.fromClient.buffer;
+      handle.useUserBuffer(this.fromClient.buffer);
+      return true;
+    }
+    return false;
+  }
+
+  /** The client sent FIN: pass it on once what it sent before has been written. */
+  private readonly onClientEnd = (): void => {
+    this.clientEnded = true;
+    const upstream = this.upstream!;
+    if (this.upstreamEnded && !upstream.writePending) upstream.destroy();
+    else upstream.end();
+  };
+
+  /**
+   * The origin sent FIN: send it on once its pending writes are out. When the client has sent FIN
+   * too and nothing is pending, closing the socket says the same on the wire (FIN) one system call
+   * cheaper than shutdown-then-close, which matters for short connections.
+   */
+  private finishSendingToClient(): void {
+    const client = this.client;
+    if (this.clientEnded && client.writableLength === 0 && !this.clientWritePending()) client.destroy();
+    else client.end();
+  }
+
+  /** A direct write to the client is still queued in libuv (the client's Writable does not know of it). */
+  private clientWritePending(): boolean {
+    const handle = (this.client as unknown as { _handle?: { writeQueueSize?: number } | null })._handle;
+    return (handle?.writeQueueSize ?? 0) > 0;
+  }
+
+  private readonly onClientError = (): void => {
+    if (this.reason === 'COMPLETED') this.reason = 'CLIENT_ERROR';
+  };
+
+  private readonly onClientClose = (hadError: boolean): void => {
+    this.clientClosed = true;
+    const upstream = this.upstream;
+    if (upstream !== undefined && (!this.connected || hadError || !this.clientEnded)) upstream.destroy();
     this.maybeFinish();
   };
 
@@ -458,15 +497,15 @@ export class TcpTunnel {
     if (this.finished || !this.clientClosed) return;
     if (this.upstream !== undefined && !this.upstreamClosed) return;
     this.finished = true;
-    // Both sockets are closed: no write refers to the read buffers any more.
+    // Both sides are closed: no write refers to the read buffers any more.
     this.fromUpstream.release();
     this.fromClient.release();
     const host = this.host;
     if (host !== undefined) this.route.pool.end(host);
     this.events.onClose({
       host,
-      bytesFromClient: this.client.bytesRead,
-      bytesToClient: this.client.bytesWritten,
+      bytesFromClient: this.fromClient.bytes,
+      bytesToClient: this.fromUpstream.bytes,
       reason: this.reason,
       durationMs: performance.now() - this.startedAt,
       connectMs: this.connectedAt < 0 ? undefined : this.connectedAt - this.startedAt,
@@ -474,12 +513,4 @@ export class TcpTunnel {
   }
 }
 
-/**
- * Sends FIN on `socket` once its pending writes are out. When its peer has already sent FIN too and
- * nothing is pending, closing the socket says the same on the wire (FIN) one system call cheaper
- * than shutdown-then-close, which matters for short connections.
- */
-function finishSending(socket: Socket, peerEnded: boolean): void {
-  if (peerEnded && socket.writableLength === 0) socket.destroy();
-  else socket.end();
-}
+function noop(): void {}

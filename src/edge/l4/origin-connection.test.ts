@@ -1,0 +1,143 @@
+/**
+ * The origin side of a TCP tunnel on a bare libuv handle, over real loopback sockets: the Node
+ * internals it relies on are there (this fails loudly on a Node that changed them); it connects,
+ * relays both ways, passes a half-close on, reports a refused connect as an error then a close, and
+ * the origin policy still decides: a refused address gets no connect at all.
+ */
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import type { HandleReader } from '../http/stream-handle.ts';
+import { EVERY_NETWORK, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
+import { freePort } from '../../../test/support/ports.ts';
+import {
+  connectOrigin,
+  type OriginConnection,
+  type OriginEvents,
+  originHandlesEnabled,
+  TCP_HANDLE,
+  useOriginHandles,
+} from './origin-connection.ts';
+
+const T = { timeout: 20_000 };
+const ORIGIN = '127.0.0.3';
+
+/** Collects what the origin connection reports, and the bytes it reads. */
+class Recorder implements HandleReader, OriginEvents {
+  buffer = Buffer.alloc(4096);
+  received = Buffer.alloc(0);
+  connected = false;
+  ended = false;
+  errors: Error[] = [];
+  readonly closed: Promise<boolean>;
+  private onClosed!: (hadError: boolean) => void;
+
+  constructor() {
+    this.closed = new Promise((resolve) => {
+      this.onClosed = resolve;
+    });
+  }
+
+  onRead(bytes: number): boolean {
+    this.received = Buffer.concat([this.received, this.buffer.subarray(0, bytes)]);
+    return true;
+  }
+  onOriginConnect(): void {
+    this.connected = true;
+  }
+  onOriginEnd(): void {
+    this.ended = true;
+  }
+  onOriginError(error: Error): void {
+    this.errors.push(error);
+  }
+  onOriginClose(hadError: boolean): void {
+    this.onClosed(hadError);
+  }
+}
+
+async function until(check: () => boolean): Promise<void> {
+  while (!check()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+it("finds the Node internals the bare TCP handle relies on (a Node that changed them fails here, not in production's figures)", () => {
+  assert.ok(TCP_HANDLE, "process.binding('tcp_wrap') with TCP, TCPConnectWrap, constants.SOCKET, and stream_wrap's ShutdownWrap");
+  assert.equal(originHandlesEnabled(), true);
+});
+
+for (const handles of [true, false]) {
+  describe(handles ? 'the origin side on a bare TCP handle' : 'the origin side on a net.Socket (the fallback)', () => {
+    before(() => useOriginHandles(handles));
+    after(() => useOriginHandles(true));
+
+    it('connects, relays both ways and passes a half-close on in each direction', T, async () => {
+      let accepted: net.Socket | undefined;
+      const fromProxy: Buffer[] = [];
+      const server = net.createServer({ allowHalfOpen: true }, (socket) => {
+        accepted = socket;
+        socket.on('data', (chunk: Buffer) => fromProxy.push(chunk));
+      });
+      await new Promise<void>((resolve) => server.listen(0, ORIGIN, resolve));
+      try {
+        const { port } = server.address() as net.AddressInfo;
+        const { guard } = recordingOriginGuard({ allowedNetworks: EVERY_NETWORK });
+        const recorder = new Recorder();
+        const connection: OriginConnection = connectOrigin(guard.for('test'), ORIGIN, port, recorder, recorder);
+        await until(() => recorder.connected && accepted !== undefined);
+        assert.equal(
+          connection.write(Buffer.from('to the origin'), () => {}),
+          true,
+        );
+        accepted!.write('from the origin');
+        await until(() => recorder.received.length === 15);
+        assert.equal(recorder.received.toString(), 'from the origin');
+        // The proxy's FIN: the origin sees its end, and may still answer.
+        const originEnded = new Promise((resolve) => accepted!.once('end', resolve));
+        connection.end();
+        await originEnded;
+        assert.equal(Buffer.concat(fromProxy).toString(), 'to the origin');
+        accepted!.end('last words');
+        assert.equal(await recorder.closed, false);
+        assert.equal(recorder.ended, true);
+        assert.equal(recorder.received.toString(), 'from the originlast words');
+        assert.deepEqual(recorder.errors, []);
+      } finally {
+        server.close();
+      }
+    });
+
+    it('reports a refused connect as an error, then a close with an error', T, async () => {
+      const port = await freePort(ORIGIN); // nothing listens there
+      const { guard } = recordingOriginGuard({ allowedNetworks: EVERY_NETWORK });
+      const recorder = new Recorder();
+      connectOrigin(guard.for('test'), ORIGIN, port, recorder, recorder);
+      assert.equal(await recorder.closed, true);
+      assert.equal(recorder.connected, false);
+      assert.equal((recorder.errors[0] as NodeJS.ErrnoException | undefined)?.code, 'ECONNREFUSED');
+    });
+
+    it('does not connect to an address the origin policy refuses', T, async () => {
+      let accepted = 0;
+      const server = net.createServer((socket) => {
+        accepted++;
+        socket.destroy();
+      });
+      await new Promise<void>((resolve) => server.listen(0, ORIGIN, resolve));
+      try {
+        const { port } = server.address() as net.AddressInfo;
+        const { guard, refusals } = recordingOriginGuard({ allowedNetworks: [] });
+        const recorder = new Recorder();
+        connectOrigin(guard.for('test'), ORIGIN, port, recorder, recorder);
+        assert.equal(await recorder.closed, true);
+        assert.equal((recorder.errors[0] as NodeJS.ErrnoException | undefined)?.code, 'TPS_ORIGIN_REFUSED');
+        assert.deepEqual(
+          refusals.map((r) => [r.scope, r.address, r.reason]),
+          [['test', ORIGIN, 'loopback']],
+        );
+        assert.equal(accepted, 0);
+      } finally {
+        server.close();
+      }
+    });
+  });
+}
