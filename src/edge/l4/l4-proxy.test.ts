@@ -15,8 +15,7 @@ import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
 import { permissiveOriginGuard, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 import { encodeProxyV1, encodeProxyV2 } from '../../net/proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
-import { ONREAD_FIELDS } from './tcp.ts';
-import { originHandlesEnabled, useOriginHandles } from './origin-connection.ts';
+import { tcpHandlesEnabled, useTcpHandles } from './tcp-sides.ts';
 import type { L4AccessLogEntry } from './types.ts';
 import {
   connectTo,
@@ -93,17 +92,11 @@ async function writeAll(socket: Socket, data: Buffer, chunk = 256 * 1024): Promi
 // Each TCP behaviour on both paths: bare handles (where this Node has the internals) and the public API.
 for (const handles of [true, false]) {
   describe(handles ? 'L4Proxy over TCP' : 'L4Proxy over TCP, on the public-API path (the fallback)', () => {
-    before(() => useOriginHandles(handles));
-    after(() => useOriginHandles(true));
+    before(() => useTcpHandles(handles));
+    after(() => useTcpHandles(true));
 
     it('runs on the path it says (this Node has the internals of the fast path)', () => {
-      assert.equal(originHandlesEnabled(), handles);
-    });
-
-    it("finds net.Socket's private onread fields the client relay reads through (a Node change breaks this first)", () => {
-      // Without them the tunnel still works (a second socket around the handle, or data events), a
-      // socket object per connection dearer: this says so when a Node upgrade renames them.
-      assert.ok(ONREAD_FIELDS, 'net.Socket no longer has kBuffer, kBufferCb and kBufferGen as the tunnel expects');
+      assert.equal(tcpHandlesEnabled(), handles);
     });
 
     test('relays bytes intact both ways, 50 MB included', async (cleanup) => {
@@ -642,8 +635,8 @@ describe('L4Proxy over UDP: confirmed sessions', () => {
 
 for (const handles of [true, false]) {
   describe(`L4Proxy and the origin policy${handles ? '' : ', on the public-API path'}`, () => {
-    before(() => useOriginHandles(handles));
-    after(() => useOriginHandles(true));
+    before(() => useTcpHandles(handles));
+    after(() => useTcpHandles(true));
 
     // Origins stored before the operator narrowed the policy: literal addresses are checked again at connect.
     test('resets a TCP client whose only origin the policy refuses; the origin sees nothing, the refusal is reported', async (cleanup) => {

@@ -10,15 +10,12 @@
  * The relay is written by hand rather than with `pipe()`, and it is the hot path (bench/l4: a short
  * connection's user-space cost is mostly Node's socket and stream layers, so they are bypassed where
  * Node's internals allow, and the public API is the fallback where they do not):
- * - The origin side is a bare libuv TCP handle, not a net.Socket (origin-connection.ts: connect,
- *   reads, writes, shutdown and close on the handle; the origin policy's literal-address check
- *   first). A host given by name, or a Node without the internals, gets a net.Socket from the
- *   origin policy's `connect`.
- * - The client side stays the accepted net.Socket (admission, its end and errors, `end()`), but its
- *   bytes are read and written on its handle (stream-handle.ts): reads into the tunnel's buffers
- *   without the socket's reader, writes without the Writable layer and its WriteWrap per write.
- *   Without those internals: net's private `onread` fields (`ONREAD_FIELDS`), then `data` events
- *   and `socket.write`.
+ * - Both sides are bare libuv TCP handles, not net.Sockets (tcp-sides.ts): the origin connected on
+ *   one (after the origin policy's literal-address check), the client's taken out of its accepted
+ *   socket once admitted; reads into the tunnel's buffers, writes, shutdown and close straight on
+ *   the handles (stream-handle.ts). The fallback, where Node lacks the internals, is net.Sockets:
+ *   the origin policy's `connect` (also for an origin given by name), the accepted socket itself
+ *   (also when a PROXY header's reader read from it), `data` events and `socket.write`.
  * - Each direction (`Relay`) writes a chunk on as it is read and stops reading while that write is
  *   pending (the write's completion resumes it). So at most one chunk per direction waits in
  *   memory, whatever the speed difference, and the read buffer is read into again only once the
@@ -29,15 +26,13 @@
  * - Timeouts (connect, idle) use no per-socket timer: a relayed chunk only sets a flag, and the
  *   proxy's one sweep timer (`checkTimeouts`) reads the flags, so neither a connection nor a chunk
  *   creates or refreshes a timer.
- * - `useOriginHandles(false)` (tests) runs the public-API path everywhere: net.Socket origin,
- *   `data` events and `socket.write` for the client.
+ * - `useTcpHandles(false)` (tests) runs the public-API path everywhere.
  */
-import { createServer, Socket, type Server } from 'node:net';
+import { createServer, type Socket, type Server } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
 import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
 import { encodeProxyHeader, type ProxyProtocolVersion } from '../../net/proxy-protocol.ts';
-import { type HandleReader, readFromHandle, STREAM_BASE, type StreamHandle, writeToHandle } from '../http/stream-handle.ts';
-import { connectOrigin, type OriginConnection, type OriginEvents, originHandlesEnabled } from './origin-connection.ts';
+import { connectOrigin, type OriginEvents, type SideEvents, type SideReader, type TcpSide, takeClient } from './tcp-sides.ts';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 5 * 60 * 1000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
@@ -61,34 +56,6 @@ const readBuffers = {
     if (free.length < (buffer.length === LARGE_READ_BUFFER ? 256 : 4096)) free.push(buffer);
   },
 };
-
-/** net.Socket's private fields that hold what its `onread` option gave, by their symbols. */
-interface OnreadFields {
-  buffer: symbol;
-  callback: symbol;
-  generator: symbol;
-}
-
-/**
- * The symbols of those fields, read off a socket made with `onread` (Node names them kBuffer,
- * kBufferCb, kBufferGen); undefined when this Node keeps them otherwise. Exported for the test that
- * fails loudly when they change.
- */
-export const ONREAD_FIELDS: OnreadFields | undefined = findOnreadFields();
-
-function findOnreadFields(): OnreadFields | undefined {
-  const generator = (): Buffer => Buffer.alloc(1);
-  const callback = (): boolean => true;
-  const probe = new Socket({ onread: { buffer: generator, callback } });
-  const fields = probe as unknown as Record<symbol, unknown>;
-  const named = new Map(Object.getOwnPropertySymbols(probe).map((symbol) => [symbol.description, symbol]));
-  probe.destroy();
-  const found = { buffer: named.get('kBuffer'), callback: named.get('kBufferCb'), generator: named.get('kBufferGen') };
-  if (found.buffer === undefined || found.callback === undefined || found.generator === undefined) return undefined;
-  // What the constructor stores for a buffer function: `true` until a handle asks for the first one.
-  if (fields[found.buffer] !== true || fields[found.callback] !== callback || fields[found.generator] !== generator) return undefined;
-  return { buffer: found.buffer, callback: found.callback, generator: found.generator };
-}
 
 /** What a new connection needs to know; the proxy swaps it as a whole on a live update. */
 export interface TcpRoute {
@@ -159,7 +126,7 @@ export function listenTcp(
  * the small one: bulk transfer; from the shared pool and back to it when the tunnel ends) and sends
  * each read on with `send`. The reader of a handle (stream-handle.ts) or of net's `onread`.
  */
-class Relay implements HandleReader {
+class Relay implements SideReader {
   buffer: Buffer = readBuffers.take(SMALL_READ_BUFFER);
   /** A small buffer replaced by a large one while a write from it was pending: freed at the end. */
   private retired: Buffer | undefined;
@@ -185,11 +152,10 @@ class Relay implements HandleReader {
     return sent;
   }
 
-  /** The buffer for net.Socket's `onread` (asked after every read). */
-  readonly next = (): Buffer => this.buffer;
-
-  /** net.Socket's `onread` callback. */
-  readonly onSocketRead = (length: number): boolean => this.onRead(length);
+  onChunk(chunk: Buffer): boolean {
+    this.bytes += chunk.length;
+    return this.send(chunk);
+  }
 
   release(): void {
     readBuffers.give(this.buffer);
@@ -199,13 +165,16 @@ class Relay implements HandleReader {
 }
 
 export class TcpTunnel implements OriginEvents {
-  private client: Socket;
+  private readonly client: TcpSide;
   private readonly route: TcpRoute;
   private readonly events: TcpTunnelEvents;
   private readonly clientIp: string;
   private readonly clientPort: number;
+  /** The address the client connected to, for the PROXY header (read only when one is sent). */
+  private readonly frontAddress: string;
+  private readonly frontPort: number;
   /** The current connect attempt, then the connected origin. */
-  private upstream: OriginConnection | undefined;
+  private upstream: TcpSide | undefined;
   private host: PooledHost | undefined;
   private upstreamError: Error | undefined;
   private tried: Set<number> | undefined;
@@ -215,35 +184,37 @@ export class TcpTunnel implements OriginEvents {
   private clientClosed = false;
   private upstreamClosed = false;
   private finished = false;
-  /** Writes to the client go straight to its handle (stream-handle.ts); false: through `client.write`. */
-  private directToClient = false;
-  /** Reading the client waits for a write to the origin (the client's socket or handle is paused). */
-  private clientReadPaused = false;
-  /** The client is read through its handle (readFromHandle) rather than through its socket. */
-  private clientHandle: StreamHandle | undefined;
   /** Set by every relayed chunk, cleared by `checkTimeouts`. */
   private active = false;
   /** When the current connect attempt started, then when traffic was last seen (performance.now ms). */
   private since = 0;
-  private readonly fromUpstream = new Relay((bytes) => this.sendToClient(bytes));
-  private readonly fromClient = new Relay((bytes) => this.sendToUpstream(bytes));
+  private readonly fromUpstream = new Relay((bytes) => {
+    this.active = true;
+    return this.client.write(bytes, this.onClientWritten);
+  });
+  private readonly fromClient = new Relay((bytes) => {
+    this.active = true;
+    return this.upstream!.write(bytes, this.onUpstreamWritten);
+  });
   private reason: TcpTunnelResult['reason'] = 'COMPLETED';
   private readonly startedAt = performance.now();
   /** When the origin connection was made; -1 before. */
   private connectedAt = -1;
 
   /**
-   * Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`).
+   * Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`),
+   * and is the tunnel's from now on (its handle may be taken out of it: tcp-sides.ts).
    * `clientAddress`: the client a trusted load balancer's PROXY header named, instead of the peer.
    */
   constructor(client: Socket, route: TcpRoute, events: TcpTunnelEvents, clientAddress?: { ip: string; port: number }) {
-    this.client = client;
     this.route = route;
     this.events = events;
     this.clientIp = clientAddress?.ip ?? client.remoteAddress ?? '';
     this.clientPort = clientAddress?.port ?? client.remotePort ?? 0;
-    client.on('error', this.onClientError);
-    client.on('close', this.onClientClose);
+    this.frontAddress = route.proxyProtocol === undefined ? '' : (client.localAddress ?? '');
+    this.frontPort = route.proxyProtocol === undefined ? 0 : (client.localPort ?? 0);
+    const clientEvents: SideEvents = { onEnd: this.onClientEnd, onError: this.onClientError, onClose: this.onClientClose };
+    this.client = takeClient(client, this.fromClient, clientEvents);
     this.connectNext();
   }
 
@@ -283,7 +254,7 @@ export class TcpTunnel implements OriginEvents {
     if (host === undefined) {
       this.reason = 'NO_HOST';
       // A reset, as the client would have seen had it tried the origins itself.
-      this.client.resetAndDestroy();
+      this.client.reset();
       return;
     }
     pool.begin(host);
@@ -293,9 +264,8 @@ export class TcpTunnel implements OriginEvents {
     this.upstream = connectOrigin(this.route.guard, host.address, host.port, this.fromUpstream, this);
   }
 
-  onOriginConnect(): void {
+  onConnect(): void {
     const upstream = this.upstream!;
-    const client = this.client;
     this.connected = true;
     this.connectedAt = performance.now();
     this.route.pool.markUp(this.host!);
@@ -310,8 +280,8 @@ export class TcpTunnel implements OriginEvents {
         {
           sourceAddress: this.clientIp,
           sourcePort: this.clientPort,
-          destinationAddress: client.localAddress ?? '',
-          destinationPort: client.localPort ?? 0,
+          destinationAddress: this.frontAddress,
+          destinationPort: this.frontPort,
         },
         'TCP',
       );
@@ -319,24 +289,17 @@ export class TcpTunnel implements OriginEvents {
       upstream.write(header, noop);
     }
     this.since = performance.now();
-
-    // The hot path, by hand (see the module comment): write on, stop reading while a write is pending.
-    const fast = originHandlesEnabled();
-    this.directToClient = fast && STREAM_BASE !== undefined;
-    const readsIntoBuffers = fast && this.readClientIntoBuffers();
-    const reader = this.client;
-    reader.on('end', this.onClientEnd);
-    if (!readsIntoBuffers) reader.on('data', this.onClientData);
-    // Accepted with pauseOnConnect, the client is explicitly paused: a listener alone does not start it.
-    reader.resume();
+    // Accepted with pauseOnConnect, the client has not been read yet.
+    this.client.resume();
   }
 
-  onOriginEnd(): void {
+  /** The origin sent FIN: pass it on once what it sent before has been written. */
+  onEnd(): void {
     this.upstreamEnded = true;
-    this.finishSendingToClient();
+    finishSending(this.client, this.clientEnded);
   }
 
-  onOriginError(error: Error): void {
+  onError(error: Error): void {
     this.upstreamError = error;
     if (this.connected && this.reason === 'COMPLETED') this.reason = 'ORIGIN_ERROR';
   }
@@ -345,7 +308,7 @@ export class TcpTunnel implements OriginEvents {
    * A side that closes after its FIN was passed on leaves the other side to flush and close by
    * itself (its idle timer still runs); a side that closes any other way takes the other with it.
    */
-  onOriginClose(hadError: boolean): void {
+  onClose(hadError: boolean): void {
     if (!this.connected) {
       this.onConnectFailed();
       return;
@@ -353,36 +316,6 @@ export class TcpTunnel implements OriginEvents {
     this.upstreamClosed = true;
     if (hadError || !this.upstreamEnded) this.client.destroy();
     this.maybeFinish();
-  }
-
-  /** Origin bytes (read into `fromUpstream`'s buffer) to the client; false: pending. */
-  private sendToClient(bytes: Buffer): boolean {
-    this.active = true;
-    const client = this.client;
-    if (this.directToClient) {
-      const written = writeToHandle(client, bytes, this.onClientWritten);
-      if (written !== undefined) return written;
-      // No handle any more (the client is gone): nothing more goes through the handle.
-      this.directToClient = false;
-    }
-    client.write(bytes, this.afterClientWrite);
-    return client.writableLength === 0;
-  }
-
-  /**
-   * After each `client.write`: once none is left, read the origin again. ('drain' would not do:
-   * it comes only for writes that reached the high-water mark.)
-   */
-  private readonly afterClientWrite = (): void => {
-    if (this.client.writableLength === 0) this.onClientWritten();
-  };
-
-  /** Client bytes to the origin; false: pending. */
-  private sendToUpstream(bytes: Buffer): boolean {
-    this.active = true;
-    if (this.upstream!.write(bytes, this.onUpstreamWritten)) return true;
-    this.clientReadPaused = true;
-    return false;
   }
 
   /** A write to the client that was pending is out: read the origin again. */
@@ -394,76 +327,14 @@ export class TcpTunnel implements OriginEvents {
   /** A write to the origin that was pending is out: read the client again. */
   private readonly onUpstreamWritten = (): void => {
     this.active = true;
-    if (!this.clientReadPaused) return;
-    this.clientReadPaused = false;
-    const handle = this.clientHandle;
-    if (handle === undefined) {
-      this.client.resume();
-      return;
-    }
-    if (handle.reading === true || this.client.destroyed) return;
-    handle.reading = true;
-    handle.readStart?.();
+    this.client.resume();
   };
-
-  private readonly onClientData = (chunk: Buffer): void => {
-    this.fromClient.bytes += chunk.length;
-    // A chunk of its own (not a reused buffer): pausing is only for backpressure.
-    if (!this.sendToUpstream(chunk)) this.client.pause();
-  };
-
-  /**
-   * Makes the client's reads go into the tunnel's buffers (see the module comment): through its
-   * handle (stream-handle.ts) when this Node allows it, else in place with net's `onread` fields.
-   * Only before the first read, while the accepted socket is still paused. False: neither was
-   * possible, the client is read through `data` events.
-   */
-  private readClientIntoBuffers(): boolean {
-    const accepted = this.client as Socket & { _handle?: StreamHandle | null };
-    const handle = accepted._handle;
-    if (handle === undefined || handle === null || accepted.destroyed || accepted.bytesRead > 0) return false;
-    const read = readFromHandle(accepted, this.fromClient.buffer, this.fromClient);
-    if (read !== undefined) {
-      this.clientHandle = read;
-      return true;
-    }
-    const fields = ONREAD_FIELDS;
-    if (fields !== undefined && typeof handle.useUserBuffer === 'function') {
-      // What the Socket constructor does with `onread` and a handle (initSocketHandle).
-      const own = accepted as unknown as Record<symbol, unknown>;
-      own[fields.generator] = this.fromClient.next;
-      own[fields.callback] = this.fromClient.onSocketRead;
-      own[fields.buffer] = this.fromClient.buffer;
-      handle.useUserBuffer(this.fromClient.buffer);
-      return true;
-    }
-    return false;
-  }
 
   /** The client sent FIN: pass it on once what it sent before has been written. */
   private readonly onClientEnd = (): void => {
     this.clientEnded = true;
-    const upstream = this.upstream!;
-    if (this.upstreamEnded && !upstream.writePending) upstream.destroy();
-    else upstream.end();
+    finishSending(this.upstream!, this.upstreamEnded);
   };
-
-  /**
-   * The origin sent FIN: send it on once its pending writes are out. When the client has sent FIN
-   * too and nothing is pending, closing the socket says the same on the wire (FIN) one system call
-   * cheaper than shutdown-then-close, which matters for short connections.
-   */
-  private finishSendingToClient(): void {
-    const client = this.client;
-    if (this.clientEnded && client.writableLength === 0 && !this.clientWritePending()) client.destroy();
-    else client.end();
-  }
-
-  /** A direct write to the client is still queued in libuv (the client's Writable does not know of it). */
-  private clientWritePending(): boolean {
-    const handle = (this.client as unknown as { _handle?: { writeQueueSize?: number } | null })._handle;
-    return (handle?.writeQueueSize ?? 0) > 0;
-  }
 
   private readonly onClientError = (): void => {
     if (this.reason === 'COMPLETED') this.reason = 'CLIENT_ERROR';
@@ -497,7 +368,7 @@ export class TcpTunnel implements OriginEvents {
     if (this.finished || !this.clientClosed) return;
     if (this.upstream !== undefined && !this.upstreamClosed) return;
     this.finished = true;
-    // Both sides are closed: no write refers to the read buffers any more.
+    // Both sides are closed: no read or write uses the read buffers any more.
     this.fromUpstream.release();
     this.fromClient.release();
     const host = this.host;
@@ -511,6 +382,16 @@ export class TcpTunnel implements OriginEvents {
       connectMs: this.connectedAt < 0 ? undefined : this.connectedAt - this.startedAt,
     });
   }
+}
+
+/**
+ * Sends FIN on `side` once its pending writes are out. When its peer has already sent FIN too and
+ * nothing is pending, closing says the same on the wire (FIN) one system call cheaper than
+ * shutdown-then-close, which matters for short connections.
+ */
+function finishSending(side: TcpSide, peerEnded: boolean): void {
+  if (peerEnded && !side.writePending) side.destroy();
+  else side.end();
 }
 
 function noop(): void {}

@@ -1,22 +1,25 @@
 /**
- * The origin side of a TCP tunnel: one connection to one origin host, either on a bare libuv TCP
- * handle (the fast path) or on a net.Socket (the public-API path, the fallback).
+ * The two sides of a TCP tunnel, each a `TcpSide`: on a bare libuv TCP handle (the fast path) or
+ * on a net.Socket (the public-API path, the fallback).
  *
- * Why a bare handle: a net.Socket per origin connection is most of Node's user-space cost of a short
+ * Why bare handles: the net.Socket of each side is most of Node's user-space cost of a short
  * connection (its Duplex stream, the lookup and connect steps, the 'connect'/'end'/'finish'/'close'
  * events each a tick of its own, the Writable layer and a WriteWrap per write). The handle is the
- * same libuv stream the socket would hold: connected with a TCPConnectWrap, read into the tunnel's
- * buffers and written to through stream-handle.ts, shut down with a ShutdownWrap, closed. The
- * constructors come from `process.binding('tcp_wrap')` and `process.binding('stream_wrap')`, Node
- * internals (checked by origin-connection.test.ts): where one is missing, or under
- * --pending-deprecation, or when the host is a name (its lookup is the origin policy's), the
- * connection is a net.Socket from `ScopedOriginGuard.connect`.
+ * libuv stream the socket would hold, driven directly: connected with a TCPConnectWrap (origin),
+ * read into the tunnel's buffers and written to through stream-handle.ts, shut down with a
+ * ShutdownWrap, closed (or reset). The accepted client arrives as a net.Socket (the listener and
+ * admission use it); once admitted, its handle is taken out of it (`takeClient`) and the emptied
+ * socket is destroyed (the server's connection count). The constructors come from
+ * `process.binding('tcp_wrap')` and `process.binding('stream_wrap')`, Node internals (checked by
+ * tcp-sides.test.ts): where one is missing, or under --pending-deprecation, the sides are
+ * net.Sockets; so is an origin given by name (its lookup is the origin policy's), and a client
+ * whose socket was already read from (a PROXY header).
  *
- * The origin policy decides both: the bare handle is only opened to an IP literal that
+ * The origin policy decides both: the bare handle is only connected to an IP literal that
  * `checkLiteral` allows, the check `ScopedOriginGuard.connect` makes before its own connect.
  */
 import type net from 'node:net';
-import { isIP } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import { getSystemErrorName } from 'node:util';
 import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
 import {
@@ -28,27 +31,38 @@ import {
   writeToHandle,
 } from '../http/stream-handle.ts';
 
-/** What the tunnel hears from its origin connection (the order a net.Socket would say it in). */
-export interface OriginEvents {
-  onOriginConnect(): void;
-  /** The origin sent FIN. */
-  onOriginEnd(): void;
-  onOriginError(error: Error): void;
+/** What the tunnel hears from one side (in the order a net.Socket would say it). */
+export interface SideEvents {
+  /** The peer sent FIN. */
+  onEnd(): void;
+  onError(error: Error): void;
   /** Once, last; `hadError`: it ended on an error (a failed connect included). */
-  onOriginClose(hadError: boolean): void;
+  onClose(hadError: boolean): void;
 }
 
-export interface OriginConnection {
+export interface OriginEvents extends SideEvents {
+  onConnect(): void;
+}
+
+/** A relay's reader as a side reads into it: its buffer (bare handle, net's `onread`) or chunks (`data` events). */
+export interface SideReader extends HandleReader {
+  /** A chunk of its own (`data` events); false: reading stops until `resume`. */
+  onChunk(chunk: Buffer): boolean;
+}
+
+export interface TcpSide {
   /** true: the kernel has the bytes. false: pending; `onWritten` follows once they are out. */
   write(bytes: Uint8Array, onWritten: () => void): boolean;
   /** Whether a write is still pending. */
   readonly writePending: boolean;
-  /** Reads again after the reader stopped them (its `onRead` returned false). */
+  /** Starts reading, or reads again after the reader stopped them (its `onRead` returned false). */
   resume(): void;
   /** FIN once the pending writes are out. */
   end(): void;
-  /** Closes now; `error`, when given, is reported first (`onOriginError`). */
+  /** Closes now; `error`, when given, is reported first (`onError`). */
   destroy(error?: Error): void;
+  /** Closes now with a reset (RST). */
+  reset(): void;
 }
 
 interface ConnectRequest {
@@ -65,7 +79,8 @@ interface TcpHandle extends StreamHandle {
   connect6(request: ConnectRequest, address: string, port: number): number;
   setNoDelay(enable: boolean): number;
   shutdown(request: ShutdownRequest): number;
-  close(callback: () => void): void;
+  close(callback?: () => void): void;
+  reset(callback?: () => void): number;
   readStart(): number;
   reading?: boolean;
 }
@@ -117,34 +132,28 @@ export const TCP_HANDLE: TcpWrapInternals | undefined = ((): TcpWrapInternals | 
 let handlesEnabled = true;
 
 /** Tests: run the public-API path (net.Socket) where the fast path would be taken. */
-export function useOriginHandles(enabled: boolean): void {
+export function useTcpHandles(enabled: boolean): void {
   handlesEnabled = enabled;
 }
 
-export function originHandlesEnabled(): boolean {
+export function tcpHandlesEnabled(): boolean {
   return handlesEnabled && TCP_HANDLE !== undefined;
 }
 
 /**
  * Connects to `host:port` as the origin policy allows: a refused address fails the connection
- * (`onOriginError` with the OriginRefusedError, then `onOriginClose`) without a connect.
- * `reader` gets the origin's bytes, read into its `buffer`.
+ * (`onError` with the OriginRefusedError, then `onClose`) without a connect. `reader` gets the
+ * origin's bytes, read into its `buffer`; reading starts at the connect.
  */
-export function connectOrigin(
-  guard: ScopedOriginGuard,
-  host: string,
-  port: number,
-  reader: HandleReader,
-  events: OriginEvents,
-): OriginConnection {
+export function connectOrigin(guard: ScopedOriginGuard, host: string, port: number, reader: SideReader, events: OriginEvents): TcpSide {
   const family = isIP(host);
   const internals = TCP_HANDLE;
   if (family !== 0 && internals !== undefined && handlesEnabled) {
-    const connection = new HandleOrigin(internals, reader, events);
+    const side = new HandleSide(internals, new internals.TCP(internals.SOCKET), reader, events);
     const refused = guard.checkLiteral(host, port);
-    if (refused !== undefined) process.nextTick(() => connection.destroy(refused));
-    else connection.connect(host, port, family);
-    return connection;
+    if (refused !== undefined) process.nextTick(() => side.destroy(refused));
+    else side.connect(host, port, family, events);
+    return side;
   }
   const socket = guard.connect({
     host,
@@ -153,7 +162,42 @@ export function connectOrigin(
     allowHalfOpen: true,
     onread: { buffer: () => reader.buffer as Uint8Array, callback: (bytes: number) => reader.onRead(bytes) },
   });
-  return new SocketOrigin(socket, events);
+  socket.once('connect', () => events.onConnect());
+  return new SocketSide(socket, events);
+}
+
+/**
+ * The client side of a tunnel, from its accepted socket (paused, not read from yet, or read from by
+ * its PROXY header's reader). Reading starts at the first `resume`.
+ */
+export function takeClient(socket: Socket, reader: SideReader, events: SideEvents): TcpSide {
+  const internals = TCP_HANDLE;
+  const accepted = socket as Socket & { _handle?: TcpHandle | null };
+  const handle = accepted._handle;
+  if (
+    internals !== undefined &&
+    handlesEnabled &&
+    handle instanceof internals.TCP &&
+    !socket.destroyed &&
+    socket.bytesRead === 0 &&
+    socket.readableLength === 0
+  ) {
+    // The socket lets go of its handle; destroying the emptied socket only settles the server's count.
+    accepted._handle = null;
+    socket.destroy();
+    // A PROXY header's reader that read nothing may have left it reading: from now on it is read here.
+    if (handle.reading === true) {
+      handle.reading = false;
+      handle.readStop?.();
+    }
+    const side = new HandleSide(internals, handle, reader, events);
+    side.connected = true;
+    return side;
+  }
+  socket.on('data', (chunk: Buffer) => {
+    if (!reader.onChunk(chunk)) socket.pause();
+  });
+  return new SocketSide(socket, events);
 }
 
 function uvError(errno: number, syscall: string, address: string, port: number): NodeJS.ErrnoException {
@@ -167,16 +211,19 @@ function uvError(errno: number, syscall: string, address: string, port: number):
 }
 
 /** The fast path: a bare libuv TCP handle (see the module comment). */
-class HandleOrigin implements OriginConnection, RawHandleReader {
+class HandleSide implements TcpSide, RawHandleReader {
   destroyed = false;
+  /** Connected (a client: from the start); reading starts at the first `resume`. */
+  connected = false;
   private readonly internals: TcpWrapInternals;
   private readonly handle: TcpHandle;
   private readonly reader: HandleReader;
-  private readonly events: OriginEvents;
-  private connected = false;
+  private readonly events: SideEvents;
+  /** Reading was started once (the handle's `onread` is ours). */
+  private reading = false;
   private address = '';
   private port = 0;
-  /** The origin sent FIN. */
+  /** The peer sent FIN. */
   private readEnded = false;
   /** end() was called; then the shutdown completed. */
   private ending = false;
@@ -184,11 +231,11 @@ class HandleOrigin implements OriginConnection, RawHandleReader {
   private pendingWrites = 0;
   private onWritten: (() => void) | undefined;
 
-  constructor(internals: TcpWrapInternals, reader: HandleReader, events: OriginEvents) {
+  constructor(internals: TcpWrapInternals, handle: TcpHandle, reader: HandleReader, events: SideEvents) {
     this.internals = internals;
+    this.handle = handle;
     this.reader = reader;
     this.events = events;
-    this.handle = new internals.TCP(internals.SOCKET);
   }
 
   get buffer(): Uint8Array | undefined {
@@ -199,32 +246,26 @@ class HandleOrigin implements OriginConnection, RawHandleReader {
     return this.pendingWrites > 0;
   }
 
-  connect(address: string, port: number, family: number): void {
+  connect(address: string, port: number, family: number, events: OriginEvents): void {
     this.address = address;
     this.port = port;
     const handle = this.handle;
     // Nagle off: libuv applies it to the socket it creates for the connect (no extra system call).
     handle.setNoDelay(true);
     const request = new this.internals.TCPConnectWrap();
-    request.oncomplete = this.afterConnect;
+    request.oncomplete = (status: number): void => {
+      if (this.destroyed) return;
+      if (status !== 0) {
+        this.destroy(uvError(status, 'connect', address, port));
+        return;
+      }
+      this.connected = true;
+      this.resume();
+      if (!this.destroyed) events.onConnect();
+    };
     const error = family === 6 ? handle.connect6(request, address, port) : handle.connect(request, address, port);
     if (error !== 0) process.nextTick(() => this.destroy(uvError(error, 'connect', address, port)));
   }
-
-  private readonly afterConnect = (status: number): void => {
-    if (this.destroyed) return;
-    if (status !== 0) {
-      this.destroy(uvError(status, 'connect', this.address, this.port));
-      return;
-    }
-    this.connected = true;
-    const reading = readRawHandle(this.handle, this.reader.buffer as Uint8Array, this);
-    if (reading !== 0) {
-      this.destroy(uvError(reading ?? -22, 'read', this.address, this.port));
-      return;
-    }
-    this.events.onOriginConnect();
-  };
 
   onRead(bytes: number): boolean {
     return this.reader.onRead(bytes);
@@ -232,7 +273,7 @@ class HandleOrigin implements OriginConnection, RawHandleReader {
 
   onEnd(): void {
     this.readEnded = true;
-    this.events.onOriginEnd();
+    this.events.onEnd();
     // As a net.Socket allowing half-open connections: closed once both directions are done.
     if (this.writeEnded) this.destroy();
   }
@@ -263,9 +304,15 @@ class HandleOrigin implements OriginConnection, RawHandleReader {
 
   resume(): void {
     const handle = this.handle;
-    if (this.destroyed || this.readEnded || handle.reading === true) return;
-    handle.reading = true;
-    const error = handle.readStart();
+    if (this.destroyed || this.readEnded || !this.connected || handle.reading === true) return;
+    let error: number | undefined;
+    if (this.reading) {
+      handle.reading = true;
+      error = handle.readStart();
+    } else {
+      this.reading = true;
+      error = readRawHandle(handle, this.reader.buffer as Uint8Array, this) ?? -22;
+    }
     if (error !== 0) this.destroy(uvError(error, 'read', this.address, this.port));
   }
 
@@ -293,33 +340,44 @@ class HandleOrigin implements OriginConnection, RawHandleReader {
     if (this.readEnded) this.destroy();
   };
 
+  /**
+   * Closes the handle and reports the close at once, not from libuv's close callback (one call
+   * from C++ into JavaScript fewer per side): once `close` is called libuv neither reads into the
+   * buffers nor writes from them (it closes the descriptor at once), so the tunnel may give them
+   * back; a pending connect, write or shutdown completes later, cancelled, and sees `destroyed`.
+   */
   destroy(error?: Error): void {
     if (this.destroyed) return;
     this.destroyed = true;
-    if (error !== undefined) this.events.onOriginError(error);
-    const hadError = error !== undefined;
-    // A pending connect, write or shutdown completes (cancelled) before the close callback: each
-    // sees `destroyed` and does nothing.
-    this.handle.close(() => this.events.onOriginClose(hadError));
+    if (error !== undefined) this.events.onError(error);
+    this.handle.close();
+    this.events.onClose(error !== undefined);
+  }
+
+  reset(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    // SO_LINGER 0 then close: a reset; refused (a shutdown pending) it is a plain close.
+    if (this.handle.reset() !== 0) this.handle.close();
+    this.events.onClose(false);
   }
 }
 
-/** The public-API path: a net.Socket from the origin policy's connect. */
-class SocketOrigin implements OriginConnection {
+/** The public-API path: a net.Socket (the origin policy's connect, or the accepted client). */
+class SocketSide implements TcpSide {
   private readonly socket: net.Socket;
   private onWritten: (() => void) | undefined;
 
-  constructor(socket: net.Socket, events: OriginEvents) {
+  constructor(socket: net.Socket, events: SideEvents) {
     this.socket = socket;
     let errored = false;
     socket.on('error', (error: Error) => {
       errored = true;
-      events.onOriginError(error);
+      events.onError(error);
     });
     // A socket that never had a handle (refused before any connect) closes without saying why.
-    socket.on('close', (hadError: boolean | undefined) => events.onOriginClose(hadError === true || errored));
-    socket.once('connect', () => events.onOriginConnect());
-    socket.on('end', () => events.onOriginEnd());
+    socket.on('close', (hadError: boolean | undefined) => events.onClose(hadError === true || errored));
+    socket.on('end', () => events.onEnd());
   }
 
   get writePending(): boolean {
@@ -334,7 +392,10 @@ class SocketOrigin implements OriginConnection {
     return false;
   }
 
-  /** After each write: once none is left (the callbacks of writes done at once come later, and are no news). */
+  /**
+   * After each write: once none is left. ('drain' would not do: it comes only for writes that
+   * reached the high-water mark; the callbacks of writes done at once come later, and are no news.)
+   */
   private readonly afterWrite = (): void => {
     const onWritten = this.onWritten;
     if (onWritten === undefined || this.socket.writableLength > 0) return;
@@ -352,5 +413,9 @@ class SocketOrigin implements OriginConnection {
 
   destroy(error?: Error): void {
     this.socket.destroy(error);
+  }
+
+  reset(): void {
+    this.socket.resetAndDestroy();
   }
 }

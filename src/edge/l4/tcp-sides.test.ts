@@ -1,5 +1,5 @@
 /**
- * The origin side of a TCP tunnel on a bare libuv handle, over real loopback sockets: the Node
+ * The origin side of a TCP tunnel on a bare libuv handle (and on a net.Socket), over real loopback sockets: the Node
  * internals it relies on are there (this fails loudly on a Node that changed them); it connects,
  * relays both ways, passes a half-close on, reports a refused connect as an error then a close, and
  * the origin policy still decides: a refused address gets no connect at all.
@@ -7,23 +7,23 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import type { HandleReader } from '../http/stream-handle.ts';
 import { EVERY_NETWORK, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 import { freePort } from '../../../test/support/ports.ts';
 import {
   connectOrigin,
-  type OriginConnection,
+  type TcpSide,
   type OriginEvents,
-  originHandlesEnabled,
+  type SideReader,
+  tcpHandlesEnabled,
   TCP_HANDLE,
-  useOriginHandles,
-} from './origin-connection.ts';
+  useTcpHandles,
+} from './tcp-sides.ts';
 
 const T = { timeout: 20_000 };
 const ORIGIN = '127.0.0.3';
 
 /** Collects what the origin connection reports, and the bytes it reads. */
-class Recorder implements HandleReader, OriginEvents {
+class Recorder implements SideReader, OriginEvents {
   buffer = Buffer.alloc(4096);
   received = Buffer.alloc(0);
   connected = false;
@@ -42,16 +42,20 @@ class Recorder implements HandleReader, OriginEvents {
     this.received = Buffer.concat([this.received, this.buffer.subarray(0, bytes)]);
     return true;
   }
-  onOriginConnect(): void {
+  onChunk(chunk: Buffer): boolean {
+    this.received = Buffer.concat([this.received, chunk]);
+    return true;
+  }
+  onConnect(): void {
     this.connected = true;
   }
-  onOriginEnd(): void {
+  onEnd(): void {
     this.ended = true;
   }
-  onOriginError(error: Error): void {
+  onError(error: Error): void {
     this.errors.push(error);
   }
-  onOriginClose(hadError: boolean): void {
+  onClose(hadError: boolean): void {
     this.onClosed(hadError);
   }
 }
@@ -62,13 +66,13 @@ async function until(check: () => boolean): Promise<void> {
 
 it("finds the Node internals the bare TCP handle relies on (a Node that changed them fails here, not in production's figures)", () => {
   assert.ok(TCP_HANDLE, "process.binding('tcp_wrap') with TCP, TCPConnectWrap, constants.SOCKET, and stream_wrap's ShutdownWrap");
-  assert.equal(originHandlesEnabled(), true);
+  assert.equal(tcpHandlesEnabled(), true);
 });
 
 for (const handles of [true, false]) {
   describe(handles ? 'the origin side on a bare TCP handle' : 'the origin side on a net.Socket (the fallback)', () => {
-    before(() => useOriginHandles(handles));
-    after(() => useOriginHandles(true));
+    before(() => useTcpHandles(handles));
+    after(() => useTcpHandles(true));
 
     it('connects, relays both ways and passes a half-close on in each direction', T, async () => {
       let accepted: net.Socket | undefined;
@@ -82,7 +86,7 @@ for (const handles of [true, false]) {
         const { port } = server.address() as net.AddressInfo;
         const { guard } = recordingOriginGuard({ allowedNetworks: EVERY_NETWORK });
         const recorder = new Recorder();
-        const connection: OriginConnection = connectOrigin(guard.for('test'), ORIGIN, port, recorder, recorder);
+        const connection: TcpSide = connectOrigin(guard.for('test'), ORIGIN, port, recorder, recorder);
         await until(() => recorder.connected && accepted !== undefined);
         assert.equal(
           connection.write(Buffer.from('to the origin'), () => {}),
