@@ -300,6 +300,54 @@ for (const handles of [true, false]) {
       assert.equal(sha256(received), sha256(payload.subarray(0, offset)));
     });
 
+    test('holds back a fast origin while the client does not read (no unbounded buffering)', async (cleanup) => {
+      const block = Buffer.alloc(1024 * 1024, 'download ');
+      let written = 0;
+      let stopped!: () => void;
+      const originStopped = new Promise<void>((resolve) => {
+        stopped = resolve;
+      });
+      const server = createServer(async (socket) => {
+        socket.on('error', () => {});
+        // Write until the proxy stops taking bytes (no drain for 300 ms), at most 256 MB.
+        while (written < 256 * 1024 * 1024) {
+          written += block.length;
+          if (!socket.write(block)) {
+            const drained = await Promise.race([
+              new Promise<boolean>((resolve) => socket.once('drain', () => resolve(true))),
+              new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 300)),
+            ]);
+            if (!drained) break;
+          }
+        }
+        stopped();
+        socket.end();
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+      cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
+      const port = await freePort(FRONT);
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
+      });
+      const socket = client(cleanup, await connectTo(FRONT, port));
+      socket.pause(); // a client that reads nothing for now
+      await originStopped;
+      // What the origin could write is bounded by socket buffers, not by the 256 MB it had.
+      assert.ok(written < 160 * 1024 * 1024, `the proxy took ${written} bytes for a client that reads nothing`);
+      // Once the client reads, everything arrives intact.
+      let received = 0;
+      let intact = true;
+      socket.on('data', (chunk: Buffer) => {
+        for (let i = 0; i < chunk.length; i += 4099) if (chunk[i] !== block[(received + i) % block.length]) intact = false;
+        received += chunk.length;
+      });
+      const ended = new Promise((resolve) => socket.once('end', resolve));
+      socket.resume();
+      await ended;
+      assert.equal(received, written);
+      assert.ok(intact);
+    });
+
     test('spreads long-lived connections evenly across 3 origins with LEAST_CONNECTIONS', async (cleanup) => {
       const origins = [await origin(cleanup, '127.0.0.3'), await origin(cleanup, '127.0.0.4'), await origin(cleanup, '127.0.0.5')];
       const port = await freePort(FRONT);

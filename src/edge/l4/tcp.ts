@@ -132,6 +132,7 @@ class Relay implements SideReader {
   private retired: Buffer | undefined;
   /** Bytes read (and sent on). */
   bytes = 0;
+  private released = false;
   /** Sends bytes on; false: pending, reading stops until the write is done (the buffer is in it). */
   private readonly send: (bytes: Buffer) => boolean;
 
@@ -143,7 +144,8 @@ class Relay implements SideReader {
     this.bytes += length;
     const buffer = this.buffer;
     const sent = this.send(length === buffer.length ? buffer : buffer.subarray(0, length));
-    if (length === SMALL_READ_BUFFER && buffer.length === SMALL_READ_BUFFER) {
+    // (A failed write may have ended the tunnel, and released the buffers, within `send`.)
+    if (length === SMALL_READ_BUFFER && buffer.length === SMALL_READ_BUFFER && !this.released) {
       // A full small buffer: this direction carries bulk data, it gets a large one for its next read.
       if (sent) readBuffers.give(buffer);
       else this.retired = buffer;
@@ -158,6 +160,8 @@ class Relay implements SideReader {
   }
 
   release(): void {
+    if (this.released) return;
+    this.released = true;
     readBuffers.give(this.buffer);
     if (this.retired !== undefined) readBuffers.give(this.retired);
     this.retired = undefined;
@@ -253,8 +257,9 @@ export class TcpTunnel implements OriginEvents {
     const host = pool.pick(this.clientIp, this.tried);
     if (host === undefined) {
       this.reason = 'NO_HOST';
-      // A reset, as the client would have seen had it tried the origins itself.
-      this.client.reset();
+      // A reset, as the client would have seen had it tried the origins itself. On the next tick:
+      // a bare handle reports its close at once, and the tunnel may still be in its constructor.
+      process.nextTick(() => this.client.reset());
       return;
     }
     pool.begin(host);
