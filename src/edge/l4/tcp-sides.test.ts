@@ -5,6 +5,7 @@
  * the origin policy still decides: a refused address gets no connect at all.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { EVERY_NETWORK, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
@@ -63,6 +64,19 @@ class Recorder implements SideReader, OriginEvents {
 async function until(check: () => boolean): Promise<void> {
   while (!check()) await new Promise((resolve) => setTimeout(resolve, 5));
 }
+
+it('prints no deprecation warning: the net.Socket path where process.binding would warn', T, () => {
+  for (const flags of [[], ['--pending-deprecation']]) {
+    const module = JSON.stringify(new URL('./tcp-sides.ts', import.meta.url).href);
+    const script = `const m = await import(${module}); console.log(m.tcpHandlesEnabled() ? 'on' : 'off');`;
+    const result = spawnSync(process.execPath, [...flags, '--input-type=module', '-e', script], {
+      encoding: 'utf8',
+      env: { ...process.env, NODE_OPTIONS: '' },
+    });
+    assert.equal(result.stderr, '', flags.join(' '));
+    assert.equal(result.stdout.trim(), flags.length === 0 ? 'on' : 'off');
+  }
+});
 
 it("finds the Node internals the bare TCP handle relies on (a Node that changed them fails here, not in production's figures)", () => {
   assert.ok(TCP_HANDLE, "process.binding('tcp_wrap') with TCP, TCPConnectWrap, constants.SOCKET, and stream_wrap's ShutdownWrap");
