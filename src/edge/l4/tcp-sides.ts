@@ -115,6 +115,7 @@ export const TCP_HANDLE: TcpWrapInternals | undefined = ((): TcpWrapInternals | 
       'setNoDelay',
       'shutdown',
       'close',
+      'reset',
       'readStart',
       'readStop',
       'useUserBuffer',
