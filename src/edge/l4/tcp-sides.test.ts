@@ -11,12 +11,16 @@ import { after, before, describe, it } from 'node:test';
 import { EVERY_NETWORK, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 import { freePort } from '../../../test/support/ports.ts';
 import {
+  ACCEPT_NOTE,
+  type AcceptedTcp,
+  acceptHandles,
   connectOrigin,
   type TcpSide,
   type OriginEvents,
   type SideReader,
   tcpHandlesEnabled,
   TCP_HANDLE,
+  takeAccepted,
   useTcpHandles,
 } from './tcp-sides.ts';
 
@@ -159,3 +163,53 @@ for (const handles of [true, false]) {
     });
   });
 }
+
+describe('accepting on bare handles', () => {
+  it('takes what the caller takes, without a socket; hands the rest to net with the note and the peer', T, async () => {
+    const sockets: net.Socket[] = [];
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => server.listen(0, ORIGIN, resolve));
+    const taken: AcceptedTcp[] = [];
+    let take = true;
+    acceptHandles(server, (accepted) => {
+      if (!take) return 'a note';
+      taken.push(accepted);
+      return true;
+    });
+    try {
+      const { port } = server.address() as net.AddressInfo;
+      // Taken: an echo of one line on the bare handle.
+      const first = net.connect({ host: ORIGIN, port, localAddress: '127.0.0.9' });
+      await until(() => taken.length === 1);
+      assert.equal(taken[0]!.ip, '127.0.0.9');
+      const recorder = new Recorder();
+      const side = takeAccepted(taken[0]!, recorder, recorder);
+      side.resume();
+      first.write('hello');
+      await until(() => recorder.received.length === 5);
+      side.write(Buffer.from('olleh'), () => {});
+      side.end();
+      const answer = await new Promise<string>((resolve) => {
+        let text = '';
+        first.on('data', (chunk: Buffer) => {
+          text += chunk.toString();
+        });
+        first.once('end', () => resolve(text));
+      });
+      assert.equal(answer, 'olleh');
+      first.destroy();
+      assert.equal(sockets.length, 0, 'no socket made for a taken connection');
+      // Handed back: net's socket, with the note and the peer read once.
+      take = false;
+      const second = net.connect({ host: ORIGIN, port, localAddress: '127.0.0.10' });
+      await until(() => sockets.length === 1);
+      const socket = sockets[0]! as net.Socket & { [ACCEPT_NOTE]?: string };
+      assert.equal(socket[ACCEPT_NOTE], 'a note');
+      assert.equal(socket.remoteAddress, '127.0.0.10');
+      second.destroy();
+      socket.destroy();
+    } finally {
+      server.close();
+    }
+  });
+});

@@ -19,7 +19,7 @@
  * `checkLiteral` allows, the check `ScopedOriginGuard.connect` makes before its own connect.
  */
 import type net from 'node:net';
-import { isIP, type Socket } from 'node:net';
+import { isIP, type Server, type Socket } from 'node:net';
 import { getSystemErrorName } from 'node:util';
 import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
 import {
@@ -81,6 +81,8 @@ interface TcpHandle extends StreamHandle {
   shutdown(request: ShutdownRequest): number;
   close(callback?: () => void): void;
   reset(callback?: () => void): number;
+  getpeername(out: Partial<Endpoint>): number;
+  getsockname(out: Partial<Endpoint>): number;
   readStart(): number;
   reading?: boolean;
 }
@@ -116,6 +118,8 @@ export const TCP_HANDLE: TcpWrapInternals | undefined = ((): TcpWrapInternals | 
       'shutdown',
       'close',
       'reset',
+      'getpeername',
+      'getsockname',
       'readStart',
       'readStop',
       'useUserBuffer',
@@ -199,6 +203,79 @@ export function takeClient(socket: Socket, reader: SideReader, events: SideEvent
     if (!reader.onChunk(chunk)) socket.pause();
   });
   return new SocketSide(socket, events);
+}
+
+/** An address and port, as a handle's getpeername and getsockname write them. */
+export interface Endpoint {
+  address: string;
+  port: number;
+}
+
+/** A connection accepted on a bare handle, no socket made for it (`acceptHandles`). */
+export interface AcceptedTcp {
+  readonly handle: object;
+  /** The peer's address and port. */
+  readonly ip: string;
+  readonly port: number;
+}
+
+/** The local address and port of an accepted connection (a system call: only when needed). */
+export function localEndpoint(accepted: AcceptedTcp): Endpoint {
+  const out: Partial<Endpoint> = {};
+  (accepted.handle as TcpHandle).getsockname(out);
+  return { address: out.address ?? '', port: out.port ?? 0 };
+}
+
+/** Where a connection handed back to net carries what `acceptHandles`' caller said of it. */
+export const ACCEPT_NOTE = Symbol('acceptNote');
+
+/**
+ * Offers each connection `server` accepts to `onHandle` before net makes a socket of it (most of
+ * the user-space cost of an accept): `true`, it took the bare handle (`takeAccepted`); anything
+ * else, net makes the socket and emits 'connection' as usual, the socket carrying that value (when
+ * not undefined) as `socket[ACCEPT_NOTE]`, and the peer address already read (net's cache of it,
+ * `_peername`: no second getpeername). Installed on the server's handle (net's `onconnection`,
+ * kept and called for the rest); nothing is done where this Node lacks the internals.
+ */
+export function acceptHandles<Note>(server: Server, onHandle: (accepted: AcceptedTcp) => true | Note | undefined): void {
+  const internals = TCP_HANDLE;
+  const serverHandle = (server as unknown as { _handle?: { onconnection?: unknown } | null })._handle;
+  const netAccept = serverHandle?.onconnection;
+  if (internals === undefined || serverHandle === undefined || serverHandle === null || typeof netAccept !== 'function') return;
+  let peer: Partial<Endpoint> | undefined;
+  let note: Note | undefined;
+  server.prependListener('connection', (socket: Socket) => {
+    const fields = socket as unknown as { _peername?: object | null; [ACCEPT_NOTE]?: Note };
+    if (peer !== undefined) fields._peername ??= peer;
+    if (note !== undefined) fields[ACCEPT_NOTE] = note;
+    peer = undefined;
+    note = undefined;
+  });
+  serverHandle.onconnection = function onconnection(this: unknown, status: number, client: unknown): void {
+    if (status === 0 && handlesEnabled && client instanceof internals.TCP) {
+      const handle = client as TcpHandle;
+      const out: Partial<Endpoint> = {};
+      if (handle.getpeername(out) === 0 && typeof out.address === 'string') {
+        const result = onHandle({ handle, ip: out.address, port: out.port ?? 0 });
+        if (result === true) return;
+        peer = out;
+        note = result;
+      }
+    }
+    netAccept.call(this, status, client);
+    peer = undefined;
+    note = undefined;
+  };
+}
+
+/** The client side of a tunnel from a connection accepted on a bare handle (not read yet). */
+export function takeAccepted(accepted: AcceptedTcp, reader: SideReader, events: SideEvents): TcpSide {
+  const handle = accepted.handle as TcpHandle;
+  // Nagle off, as the listener's `noDelay` does for the sockets net makes.
+  handle.setNoDelay(true);
+  const side = new HandleSide(TCP_HANDLE!, handle, reader, events);
+  side.connected = true;
+  return side;
 }
 
 function uvError(errno: number, syscall: string, address: string, port: number): NodeJS.ErrnoException {

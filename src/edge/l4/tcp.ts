@@ -11,11 +11,13 @@
  * connection's user-space cost is mostly Node's socket and stream layers, so they are bypassed where
  * Node's internals allow, and the public API is the fallback where they do not):
  * - Both sides are bare libuv TCP handles, not net.Sockets (tcp-sides.ts): the origin connected on
- *   one (after the origin policy's literal-address check), the client's taken out of its accepted
- *   socket once admitted; reads into the tunnel's buffers, writes, shutdown and close straight on
- *   the handles (stream-handle.ts). The fallback, where Node lacks the internals, is net.Sockets:
- *   the origin policy's `connect` (also for an origin given by name), the accepted socket itself
- *   (also when a PROXY header's reader read from it), `data` events and `socket.write`.
+ *   one (after the origin policy's literal-address check); the client admitted on its accepted
+ *   handle before net makes a socket of it (`acceptHandles`, L4Proxy's `onTcpHandle`), or taken
+ *   out of its socket once admitted (refused, listed or PROXY-header connections take net's
+ *   socket path); reads into the tunnel's buffers, writes, shutdown and close straight on the
+ *   handles (stream-handle.ts). The fallback, where Node lacks the internals, is net.Sockets: the
+ *   origin policy's `connect` (also for an origin given by name), the accepted socket itself (also
+ *   when a PROXY header's reader read from it), `data` events and `socket.write`.
  * - Each direction (`Relay`) writes a chunk on as it is read and stops reading while that write is
  *   pending (the write's completion resumes it). So at most one chunk per direction waits in
  *   memory, whatever the speed difference, and the read buffer is read into again only once the
@@ -28,11 +30,21 @@
  *   creates or refreshes a timer.
  * - `useTcpHandles(false)` (tests) runs the public-API path everywhere.
  */
-import { createServer, type Socket, type Server } from 'node:net';
+import { createServer, Socket, type Server } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
 import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
 import { encodeProxyHeader, type ProxyProtocolVersion } from '../../net/proxy-protocol.ts';
-import { connectOrigin, type OriginEvents, type SideEvents, type SideReader, type TcpSide, takeClient } from './tcp-sides.ts';
+import {
+  type AcceptedTcp,
+  connectOrigin,
+  localEndpoint,
+  type OriginEvents,
+  type SideEvents,
+  type SideReader,
+  type TcpSide,
+  takeAccepted,
+  takeClient,
+} from './tcp-sides.ts';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 5 * 60 * 1000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
@@ -210,15 +222,24 @@ export class TcpTunnel implements OriginEvents {
    * and is the tunnel's from now on (its handle may be taken out of it: tcp-sides.ts).
    * `clientAddress`: the client a trusted load balancer's PROXY header named, instead of the peer.
    */
-  constructor(client: Socket, route: TcpRoute, events: TcpTunnelEvents, clientAddress?: { ip: string; port: number }) {
+  constructor(client: Socket | AcceptedTcp, route: TcpRoute, events: TcpTunnelEvents, clientAddress?: { ip: string; port: number }) {
     this.route = route;
     this.events = events;
-    this.clientIp = clientAddress?.ip ?? client.remoteAddress ?? '';
-    this.clientPort = clientAddress?.port ?? client.remotePort ?? 0;
-    this.frontAddress = route.proxyProtocol === undefined ? '' : (client.localAddress ?? '');
-    this.frontPort = route.proxyProtocol === undefined ? 0 : (client.localPort ?? 0);
     const clientEvents: SideEvents = { onEnd: this.onClientEnd, onError: this.onClientError, onClose: this.onClientClose };
-    this.client = takeClient(client, this.fromClient, clientEvents);
+    if (client instanceof Socket) {
+      this.clientIp = clientAddress?.ip ?? client.remoteAddress ?? '';
+      this.clientPort = clientAddress?.port ?? client.remotePort ?? 0;
+      this.frontAddress = route.proxyProtocol === undefined ? '' : (client.localAddress ?? '');
+      this.frontPort = route.proxyProtocol === undefined ? 0 : (client.localPort ?? 0);
+      this.client = takeClient(client, this.fromClient, clientEvents);
+    } else {
+      this.clientIp = clientAddress?.ip ?? client.ip;
+      this.clientPort = clientAddress?.port ?? client.port;
+      const front = route.proxyProtocol === undefined ? undefined : localEndpoint(client);
+      this.frontAddress = front?.address ?? '';
+      this.frontPort = front?.port ?? 0;
+      this.client = takeAccepted(client, this.fromClient, clientEvents);
+    }
     this.connectNext();
   }
 
