@@ -402,8 +402,8 @@ export class L4Proxy {
   /**
    * The hot path, by hand, before net makes a socket (tcp-sides.ts `acceptHandles`): a connection
    * admitted at once (no PROXY header to wait for, not listed, within the budget and the caps)
-   * goes to its tunnel as a bare handle. Every other one is handed back (false) to net, whose
-   * socket takes the path below; a cap's refusal takes it with the verdict already given.
+   * goes to its tunnel as a bare handle: true. Every other one is handed back to net, whose socket
+   * takes the path below; a flood cap's refusal (the reason returned) with the verdict given.
    */
   private readonly onTcpHandle = (accepted: AcceptedTcp): true | L4RefusalReason | undefined => {
     const ip = accepted.ip;
@@ -420,7 +420,10 @@ export class L4Proxy {
     return true;
   };
 
-  /** Hand-written hot path: one trie walk, one map lookup, then the tunnel. */
+  /**
+   * The socket path (PROXY-header peers, listed sources, refusals; every connection where the
+   * fast path is off): one trie walk, one map lookup, then the tunnel.
+   */
   private readonly onTcpConnection = (socket: Socket): void => {
     // A flood cap's verdict, given before the socket was made (`onTcpHandle`).
     const refusal = (socket as Socket & { [ACCEPT_NOTE]?: L4RefusalReason })[ACCEPT_NOTE];
