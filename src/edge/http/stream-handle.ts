@@ -1,7 +1,8 @@
 /**
  * Reads and writes straight on a socket's libuv handle (Node's StreamBase), for the early refusal
  * path, where Node's per-read and per-write layers are most of the user-space cost of a refusal
- * (bench/flood).
+ * (bench/flood), and for the layer 4 tunnel (its client socket, and its origin side, a handle no
+ * socket owns: `readRawHandle`).
  *
  * Reads: the handle's `onread` (what libuv's reads call) hands the bytes, read into the caller's
  * buffer, to the caller without the socket's reader in between (its timer refresh, its state and
@@ -81,6 +82,12 @@ function pendingDeprecation(): boolean {
 /** The request object of the writes the kernel took at once: none of them keeps it. */
 let spare: WriteRequest | undefined;
 
+/** Who owns the handle written to: destroyed on a failed write (a net.Socket, or a raw connection of the caller's). */
+export interface WriteOwner {
+  destroy(): unknown;
+  readonly destroyed: boolean;
+}
+
 /**
  * Writes `bytes` to `socket`'s handle. true: the kernel has them all. false: libuv queued the rest,
  * and `onWritten` is called once it is written (the caller stops reading until then), or the write
@@ -88,10 +95,10 @@ let spare: WriteRequest | undefined;
  * this Node or this socket (no handle): nothing was written.
  */
 export function writeToHandle(
-  socket: net.Socket,
+  socket: WriteOwner | net.Socket,
   bytes: Uint8Array,
   onWritten: () => void,
-  handle = (socket as unknown as { _handle?: StreamHandle | null })._handle,
+  handle = (socket as { _handle?: StreamHandle | null })._handle,
 ): boolean | undefined {
   const internals = STREAM_BASE;
   if (internals === undefined || handle === null || handle === undefined || typeof handle.writeBuffer !== 'function') return undefined;
@@ -120,6 +127,19 @@ export function writeToHandle(
 export interface HandleReader {
   /** The first `bytes` of the caller's buffer were just read; false: reading stops (the caller starts it again). */
   onRead(bytes: number): boolean;
+  /**
+   * Read after every `onRead`: when set, the buffer the next reads go into (the handle takes it
+   * from `onread`'s return value, as net.Socket's `onread` option does with its buffer function).
+   */
+  readonly buffer?: Uint8Array | undefined;
+}
+
+/** The reader of a handle no socket owns (`readRawHandle`): the end and errors come to it too. */
+export interface RawHandleReader extends HandleReader {
+  /** The peer sent FIN (libuv has stopped reading). */
+  onEnd(): void;
+  /** A read failed: `errno` is libuv's (negative). */
+  onError(errno: number): void;
 }
 
 /** A handle read by `readFromHandle`: its reader, and the socket's own (for the end and errors). */
@@ -140,12 +160,43 @@ const READ_LENGTH = STREAM_BASE?.kReadBytesOrError ?? 0;
 function onHandleRead(this: ReadHandle, arrayBuffer: ArrayBuffer | undefined): unknown {
   const bytes = READ_STATE[READ_LENGTH]!;
   if (bytes <= 0) return this[STREAM_READ](arrayBuffer);
-  if (!this[READER].onRead(bytes)) {
+  const reader = this[READER];
+  if (!reader.onRead(bytes)) {
     // As the socket's reader does; on a handle already closed (the socket destroyed), nothing.
     this.reading = false;
     this.readStop?.();
   }
+  return reader.buffer;
+}
+
+/** libuv's end of stream (the same on every platform). */
+export const UV_EOF = -4095;
+
+/** The end and the errors of a handle no socket owns: to its reader. */
+function onRawEndOrError(this: ReadHandle): unknown {
+  const result = READ_STATE[READ_LENGTH]!;
+  if (result === 0) return undefined;
+  const reader = this[READER] as RawHandleReader;
+  this.reading = false;
+  if (result === UV_EOF) reader.onEnd();
+  else reader.onError(result);
   return undefined;
+}
+
+/**
+ * Hands every read of a handle no socket owns (a raw TCP handle) to `reader`, read into `buffer`,
+ * with its end and errors. Reading starts at once: readStart's result (0, or libuv's error), or
+ * undefined: not on this Node, nothing changed.
+ */
+export function readRawHandle(handle: StreamHandle, buffer: Uint8Array, reader: RawHandleReader): number | undefined {
+  if (STREAM_BASE === undefined || typeof handle.useUserBuffer !== 'function' || typeof handle.readStart !== 'function') return undefined;
+  const reading = handle as ReadHandle;
+  reading[READER] = reader;
+  reading[STREAM_READ] = onRawEndOrError as unknown as ReadHandle[typeof STREAM_READ];
+  handle.onread = onHandleRead as StreamHandle['onread'];
+  handle.useUserBuffer(buffer);
+  handle.reading = true;
+  return handle.readStart();
 }
 
 /**

@@ -15,7 +15,7 @@ import { L4Counters, L4Proxy, type L4ProxyOptions } from './l4-proxy.ts';
 import { permissiveOriginGuard, recordingOriginGuard } from '../../../test/support/origin-guard.ts';
 import { encodeProxyV1, encodeProxyV2 } from '../../net/proxy-protocol.ts';
 import { ThreatFeed } from './threat-feed.ts';
-import { ONREAD_FIELDS } from './tcp.ts';
+import { tcpHandlesEnabled, useTcpHandles } from './tcp-sides.ts';
 import type { L4AccessLogEntry } from './types.ts';
 import {
   connectTo,
@@ -89,380 +89,432 @@ async function writeAll(socket: Socket, data: Buffer, chunk = 256 * 1024): Promi
   socket.end();
 }
 
-describe('L4Proxy over TCP', () => {
-  it("finds net.Socket's private onread fields the client relay reads through (a Node change breaks this first)", () => {
-    // Without them the tunnel still works (a second socket around the handle, or data events), a
-    // socket object per connection dearer: this says so when a Node upgrade renames them.
-    assert.ok(ONREAD_FIELDS, 'net.Socket no longer has kBuffer, kBufferCb and kBufferGen as the tunnel expects');
-  });
+// Each TCP behaviour on both paths: bare handles (where this Node has the internals) and the public API.
+for (const handles of [true, false]) {
+  describe(handles ? 'L4Proxy over TCP' : 'L4Proxy over TCP, on the public-API path (the fallback)', () => {
+    before(() => useTcpHandles(handles));
+    after(() => useTcpHandles(true));
 
-  test('relays bytes intact both ways, 50 MB included', async (cleanup) => {
-    const echo = await origin(cleanup);
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics });
-
-    const small = client(cleanup, await connectTo(FRONT, port));
-    small.write('ping');
-    assert.equal((await readBytes(small, 4)).toString(), 'ping');
-    small.end();
-    await waitForClose(small);
-
-    const payload = randomBytes(50 * 1024 * 1024);
-    const big = client(cleanup, await connectTo(FRONT, port));
-    const received = readToEnd(big);
-    await writeAll(big, payload);
-    const echoed = await received;
-    assert.equal(echoed.length, payload.length);
-    assert.equal(sha256(echoed), sha256(payload));
-    await eventually(() => metrics.closed.TCP.COMPLETED === 2, 'both connections counted as completed');
-    assert.equal(metrics.bytesFromClients.TCP, payload.length + 4);
-    assert.equal(metrics.bytesToClients.TCP, payload.length + 4);
-  });
-
-  test('relays a large download intact to a client that reads in fits and starts', async (cleanup) => {
-    // The origin-to-client direction reads into buffers the proxy reuses; a slow reader keeps
-    // writes pending, which is when a reused buffer could be overwritten too early.
-    const payload = randomBytes(24 * 1024 * 1024);
-    const server = createServer((socket) => {
-      socket.on('error', () => {});
-      socket.end(payload);
+    it('runs on the path it says (this Node has the internals of the fast path)', () => {
+      assert.equal(tcpHandlesEnabled(), handles);
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
-    cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
-    const port = await freePort(FRONT);
-    await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
-    });
-    const socket = client(cleanup, await connectTo(FRONT, port, undefined, { allowHalfOpen: false }));
-    const chunks: Buffer[] = [];
-    let reads = 0;
-    socket.on('data', (chunk: Buffer) => {
-      chunks.push(chunk);
-      if (++reads % 16 === 0) {
-        socket.pause();
-        setTimeout(() => socket.resume(), 2);
-      }
-    });
-    await new Promise((resolve) => socket.once('end', resolve));
-    assert.equal(sha256(chunks), sha256(payload));
-  });
 
-  test('passes a half-close on in each direction', async (cleanup) => {
-    // An origin that answers only after the client finished sending, then keeps reading after
-    // its own FIN until the client finishes too.
-    let originSaw = '';
-    const server = createServer({ allowHalfOpen: true }, (socket) => {
-      let request = '';
-      socket.on('data', (chunk: Buffer) => (request += chunk.toString()));
-      socket.on('end', () => {
-        originSaw = request;
-        socket.end(`you said ${request}`);
+    test('relays bytes intact both ways, 50 MB included', async (cleanup) => {
+      const echo = await origin(cleanup);
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics });
+
+      const small = client(cleanup, await connectTo(FRONT, port));
+      small.write('ping');
+      assert.equal((await readBytes(small, 4)).toString(), 'ping');
+      small.end();
+      await waitForClose(small);
+
+      const payload = randomBytes(50 * 1024 * 1024);
+      const big = client(cleanup, await connectTo(FRONT, port));
+      const received = readToEnd(big);
+      await writeAll(big, payload);
+      const echoed = await received;
+      assert.equal(echoed.length, payload.length);
+      assert.equal(sha256(echoed), sha256(payload));
+      await eventually(() => metrics.closed.TCP.COMPLETED === 2, 'both connections counted as completed');
+      assert.equal(metrics.bytesFromClients.TCP, payload.length + 4);
+      assert.equal(metrics.bytesToClients.TCP, payload.length + 4);
+    });
+
+    test('relays a large download intact to a client that reads in fits and starts', async (cleanup) => {
+      // The origin-to-client direction reads into buffers the proxy reuses; a slow reader keeps
+      // writes pending, which is when a reused buffer could be overwritten too early.
+      const payload = randomBytes(24 * 1024 * 1024);
+      const server = createServer((socket) => {
+        socket.on('error', () => {});
+        socket.end(payload);
       });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+      cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
+      const port = await freePort(FRONT);
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
+      });
+      const socket = client(cleanup, await connectTo(FRONT, port, undefined, { allowHalfOpen: false }));
+      const chunks: Buffer[] = [];
+      let reads = 0;
+      socket.on('data', (chunk: Buffer) => {
+        chunks.push(chunk);
+        if (++reads % 16 === 0) {
+          socket.pause();
+          setTimeout(() => socket.resume(), 2);
+        }
+      });
+      await new Promise((resolve) => socket.once('end', resolve));
+      assert.equal(sha256(chunks), sha256(payload));
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
-    cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
-    const originPort = (server.address() as { port: number }).port;
-    const port = await freePort(FRONT);
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: originPort }]) });
 
-    // Client -> origin FIN; the origin still answers on its open half.
-    const first = client(cleanup, await connectTo(FRONT, port));
-    const answer = readToEnd(first);
-    first.end('hello');
-    assert.equal((await answer).toString(), 'you said hello');
-    assert.equal(originSaw, 'hello');
+    test('passes a half-close on in each direction', async (cleanup) => {
+      // An origin that answers only after the client finished sending, then keeps reading after
+      // its own FIN until the client finishes too.
+      let originSaw = '';
+      const server = createServer({ allowHalfOpen: true }, (socket) => {
+        let request = '';
+        socket.on('data', (chunk: Buffer) => (request += chunk.toString()));
+        socket.on('end', () => {
+          originSaw = request;
+          socket.end(`you said ${request}`);
+        });
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+      cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
+      const originPort = (server.address() as { port: number }).port;
+      const port = await freePort(FRONT);
+      await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: originPort }]) });
 
-    // Origin -> client FIN first; the client still sends on its open half.
-    let readAfterOwnFin: string | undefined;
-    const closingServer = createServer({ allowHalfOpen: true }, (socket) => {
-      socket.end('bye');
-      let rest = '';
-      socket.on('data', (chunk: Buffer) => (rest += chunk.toString()));
-      socket.on('end', () => (readAfterOwnFin = rest));
+      // Client -> origin FIN; the origin still answers on its open half.
+      const first = client(cleanup, await connectTo(FRONT, port));
+      const answer = readToEnd(first);
+      first.end('hello');
+      assert.equal((await answer).toString(), 'you said hello');
+      assert.equal(originSaw, 'hello');
+
+      // Origin -> client FIN first; the client still sends on its open half.
+      let readAfterOwnFin: string | undefined;
+      const closingServer = createServer({ allowHalfOpen: true }, (socket) => {
+        socket.end('bye');
+        let rest = '';
+        socket.on('data', (chunk: Buffer) => (rest += chunk.toString()));
+        socket.on('end', () => (readAfterOwnFin = rest));
+      });
+      await new Promise<void>((resolve) => closingServer.listen(0, '127.0.0.4', resolve));
+      cleanup.add(closingServer, (s) => new Promise((resolve) => s.close(resolve)));
+      const closingPort = (closingServer.address() as { port: number }).port;
+      const port2 = await freePort(FRONT);
+      await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port: port2 }, [{ address: '127.0.0.4', port: closingPort }]) });
+      const second = client(cleanup, await connectTo(FRONT, port2));
+      assert.equal((await readToEnd(second)).toString(), 'bye');
+      second.end('still here');
+      await eventually(() => readAfterOwnFin !== undefined, 'origin reads after its own FIN');
+      assert.equal(readAfterOwnFin, 'still here');
     });
-    await new Promise<void>((resolve) => closingServer.listen(0, '127.0.0.4', resolve));
-    cleanup.add(closingServer, (s) => new Promise((resolve) => s.close(resolve)));
-    const closingPort = (closingServer.address() as { port: number }).port;
-    const port2 = await freePort(FRONT);
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port: port2 }, [{ address: '127.0.0.4', port: closingPort }]) });
-    const second = client(cleanup, await connectTo(FRONT, port2));
-    assert.equal((await readToEnd(second)).toString(), 'bye');
-    second.end('still here');
-    await eventually(() => readAfterOwnFin !== undefined, 'origin reads after its own FIN');
-    assert.equal(readAfterOwnFin, 'still here');
-  });
 
-  test("sends a PROXY v1 header with the client's real address and port", async (cleanup) => {
-    const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
-    const port = await freePort(FRONT);
-    await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { proxyProtocol: { enabled: true, version: 1 } }),
-    });
-    const socket = client(cleanup, await connectTo(FRONT, port, '127.0.0.5'));
-    socket.write('payload after header');
-    assert.equal((await readBytes(socket, 20)).toString(), 'payload after header');
-    assert.deepEqual(echo.headers, [
-      {
-        version: 1,
-        command: 'PROXY',
-        protocol: 'TCP4',
-        sourceAddress: '127.0.0.5',
-        sourcePort: socket.localPort,
-        destinationAddress: FRONT,
-        destinationPort: port,
-        length: echo.headers[0]!.length,
-      },
-    ]);
-  });
-
-  test('sends a PROXY v2 header, over IPv4 and IPv6', async (cleanup) => {
-    const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
-    const port = await freePort(FRONT);
-    await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echo], { proxyProtocol: { enabled: true, version: 2 } }),
-    });
-    const overV4 = client(cleanup, await connectTo(FRONT, port, '127.0.0.6'));
-    overV4.write('four');
-    await readBytes(overV4, 4);
-    const overV6 = client(cleanup, await connectTo('::1', port));
-    overV6.write('six');
-    await readBytes(overV6, 3);
-    assert.deepEqual(
-      echo.headers.map(({ length: _length, ...header }) => header),
-      [
+    test("sends a PROXY v1 header with the client's real address and port", async (cleanup) => {
+      const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
+      const port = await freePort(FRONT);
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [echo], { proxyProtocol: { enabled: true, version: 1 } }),
+      });
+      const socket = client(cleanup, await connectTo(FRONT, port, '127.0.0.5'));
+      socket.write('payload after header');
+      assert.equal((await readBytes(socket, 20)).toString(), 'payload after header');
+      assert.deepEqual(echo.headers, [
         {
-          version: 2,
+          version: 1,
           command: 'PROXY',
           protocol: 'TCP4',
-          sourceAddress: '127.0.0.6',
-          sourcePort: overV4.localPort,
+          sourceAddress: '127.0.0.5',
+          sourcePort: socket.localPort,
           destinationAddress: FRONT,
           destinationPort: port,
+          length: echo.headers[0]!.length,
         },
-        {
-          version: 2,
-          command: 'PROXY',
-          protocol: 'TCP6',
-          sourceAddress: '::1',
-          sourcePort: overV6.localPort,
-          destinationAddress: '::1',
-          destinationPort: port,
-        },
-      ],
-    );
-  });
+      ]);
+    });
 
-  test('holds back a fast sender while the origin does not read (no unbounded buffering)', async (cleanup) => {
-    let originSocket: Socket | undefined;
-    const received: Buffer[] = [];
-    const server = createServer((socket) => {
-      originSocket = socket;
-      socket.pause(); // a slow origin: reads nothing for now
-      socket.on('data', (chunk: Buffer) => received.push(chunk));
+    test('sends a PROXY v2 header, over IPv4 and IPv6', async (cleanup) => {
+      const echo = await origin(cleanup, '127.0.0.3', { expectProxyHeader: true });
+      const port = await freePort(FRONT);
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, ipv6: '::1', port }, [echo], { proxyProtocol: { enabled: true, version: 2 } }),
+      });
+      const overV4 = client(cleanup, await connectTo(FRONT, port, '127.0.0.6'));
+      overV4.write('four');
+      await readBytes(overV4, 4);
+      const overV6 = client(cleanup, await connectTo('::1', port));
+      overV6.write('six');
+      await readBytes(overV6, 3);
+      assert.deepEqual(
+        echo.headers.map(({ length: _length, ...header }) => header),
+        [
+          {
+            version: 2,
+            command: 'PROXY',
+            protocol: 'TCP4',
+            sourceAddress: '127.0.0.6',
+            sourcePort: overV4.localPort,
+            destinationAddress: FRONT,
+            destinationPort: port,
+          },
+          {
+            version: 2,
+            command: 'PROXY',
+            protocol: 'TCP6',
+            sourceAddress: '::1',
+            sourcePort: overV6.localPort,
+            destinationAddress: '::1',
+            destinationPort: port,
+          },
+        ],
+      );
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
-    cleanup.add(server, (s) => {
-      originSocket?.destroy();
-      return new Promise((resolve) => s.close(resolve));
-    });
-    const port = await freePort(FRONT);
-    await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
-    });
-    const socket = client(cleanup, await connectTo(FRONT, port));
-    const payload = randomBytes(256 * 1024 * 1024);
-    // Push until the proxy stops taking bytes (no drain for 300 ms).
-    let offset = 0;
-    while (offset < payload.length) {
-      const chunk = payload.subarray(offset, offset + 1024 * 1024);
-      offset += chunk.length;
-      if (!socket.write(chunk)) {
-        const drained = await Promise.race([
-          new Promise<boolean>((resolve) => socket.once('drain', () => resolve(true))),
-          new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 300)),
-        ]);
-        if (!drained) break;
+
+    test('holds back a fast sender while the origin does not read (no unbounded buffering)', async (cleanup) => {
+      let originSocket: Socket | undefined;
+      const received: Buffer[] = [];
+      const server = createServer((socket) => {
+        originSocket = socket;
+        socket.pause(); // a slow origin: reads nothing for now
+        socket.on('data', (chunk: Buffer) => received.push(chunk));
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+      cleanup.add(server, (s) => {
+        originSocket?.destroy();
+        return new Promise((resolve) => s.close(resolve));
+      });
+      const port = await freePort(FRONT);
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
+      });
+      const socket = client(cleanup, await connectTo(FRONT, port));
+      const payload = randomBytes(256 * 1024 * 1024);
+      // Push until the proxy stops taking bytes (no drain for 300 ms).
+      let offset = 0;
+      while (offset < payload.length) {
+        const chunk = payload.subarray(offset, offset + 1024 * 1024);
+        offset += chunk.length;
+        if (!socket.write(chunk)) {
+          const drained = await Promise.race([
+            new Promise<boolean>((resolve) => socket.once('drain', () => resolve(true))),
+            new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 300)),
+          ]);
+          if (!drained) break;
+        }
       }
-    }
-    // What was taken is bounded by socket buffers (kernel autotuning allows tens of MB on
-    // loopback), not by the 256 MB offered.
-    assert.ok(offset < 160 * 1024 * 1024, `the proxy took ${offset} bytes from a client whose origin reads nothing`);
-    // Once the origin reads, everything sent arrives intact.
-    socket.end();
-    await eventually(() => originSocket !== undefined);
-    const done = new Promise((resolve) => originSocket!.once('end', resolve));
-    originSocket!.resume();
-    await done;
-    assert.equal(sha256(received), sha256(payload.subarray(0, offset)));
-  });
-
-  test('spreads long-lived connections evenly across 3 origins with LEAST_CONNECTIONS', async (cleanup) => {
-    const origins = [await origin(cleanup, '127.0.0.3'), await origin(cleanup, '127.0.0.4'), await origin(cleanup, '127.0.0.5')];
-    const port = await freePort(FRONT);
-    const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, origins) });
-    // Some connections come and go between the long ones: the counts follow.
-    const sockets: Socket[] = [];
-    // Clients that close when the origin does (no half-open connections left behind).
-    const plainClient = async () => client(cleanup, await connectTo(FRONT, port, undefined, { allowHalfOpen: false }));
-    for (let i = 0; i < 30; i++) {
-      sockets.push(await plainClient());
-      if (i % 5 === 0) {
-        const shortLived = await connectTo(FRONT, port);
-        shortLived.end();
-        await waitForClose(shortLived);
-      }
-    }
-    await eventually(() => origins.reduce((sum, o) => sum + o.open, 0) === 30, 'all 30 connections at the origins');
-    assert.deepEqual(
-      origins.map((o) => o.open),
-      [10, 10, 10],
-    );
-    assert.equal(l4.connections, 30);
-    // Closing five at the first origin sends the next five there.
-    for (const socket of [...origins[0]!.sockets].slice(0, 5)) socket.destroy();
-    await eventually(() => origins[0]!.open === 5 && l4.connections === 25, 'five closed');
-    for (let i = 0; i < 5; i++) sockets.push(await plainClient());
-    await eventually(() => l4.connections === 30 && origins[0]!.open === 10, 'five more at the first origin');
-    assert.deepEqual(
-      origins.map((o) => o.open),
-      [10, 10, 10],
-    );
-  });
-
-  test('skips a dead host: the connect is retried on the next host, and the dead one is marked down', async (cleanup) => {
-    const live = await origin(cleanup, '127.0.0.4');
-    const deadPort = await freePort('127.0.0.3'); // nothing listens there
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: deadPort }, live], {
-        backend: { hosts: [{ address: '127.0.0.3', port: deadPort }, live], deliveryMethod: 'ROUND_ROBIN' },
-      }),
-      metrics,
+      // What was taken is bounded by socket buffers (kernel autotuning allows tens of MB on
+      // loopback), not by the 256 MB offered.
+      assert.ok(offset < 160 * 1024 * 1024, `the proxy took ${offset} bytes from a client whose origin reads nothing`);
+      // Once the origin reads, everything sent arrives intact.
+      socket.end();
+      await eventually(() => originSocket !== undefined);
+      const done = new Promise((resolve) => originSocket!.once('end', resolve));
+      originSocket!.resume();
+      await done;
+      assert.equal(sha256(received), sha256(payload.subarray(0, offset)));
     });
-    for (let i = 0; i < 4; i++) {
+
+    test('holds back a fast origin while the client does not read (no unbounded buffering)', async (cleanup) => {
+      const block = Buffer.alloc(1024 * 1024, 'download ');
+      let written = 0;
+      let stopped!: () => void;
+      const originStopped = new Promise<void>((resolve) => {
+        stopped = resolve;
+      });
+      const server = createServer(async (socket) => {
+        socket.on('error', () => {});
+        // Write until the proxy stops taking bytes (no drain for 300 ms), at most 256 MB.
+        while (written < 256 * 1024 * 1024) {
+          written += block.length;
+          if (!socket.write(block)) {
+            const drained = await Promise.race([
+              new Promise<boolean>((resolve) => socket.once('drain', () => resolve(true))),
+              new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 300)),
+            ]);
+            if (!drained) break;
+          }
+        }
+        stopped();
+        socket.end();
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.3', resolve));
+      cleanup.add(server, (s) => new Promise((resolve) => s.close(resolve)));
+      const port = await freePort(FRONT);
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: (server.address() as { port: number }).port }]),
+      });
+      const socket = client(cleanup, await connectTo(FRONT, port));
+      socket.pause(); // a client that reads nothing for now
+      await originStopped;
+      // What the origin could write is bounded by socket buffers, not by the 256 MB it had.
+      assert.ok(written < 160 * 1024 * 1024, `the proxy took ${written} bytes for a client that reads nothing`);
+      // Once the client reads, everything arrives intact.
+      let received = 0;
+      let intact = true;
+      socket.on('data', (chunk: Buffer) => {
+        for (let i = 0; i < chunk.length; i += 4099) if (chunk[i] !== block[(received + i) % block.length]) intact = false;
+        received += chunk.length;
+      });
+      const ended = new Promise((resolve) => socket.once('end', resolve));
+      socket.resume();
+      await ended;
+      assert.equal(received, written);
+      assert.ok(intact);
+    });
+
+    test('spreads long-lived connections evenly across 3 origins with LEAST_CONNECTIONS', async (cleanup) => {
+      const origins = [await origin(cleanup, '127.0.0.3'), await origin(cleanup, '127.0.0.4'), await origin(cleanup, '127.0.0.5')];
+      const port = await freePort(FRONT);
+      const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, origins) });
+      // Some connections come and go between the long ones: the counts follow.
+      const sockets: Socket[] = [];
+      // Clients that close when the origin does (no half-open connections left behind).
+      const plainClient = async () => client(cleanup, await connectTo(FRONT, port, undefined, { allowHalfOpen: false }));
+      for (let i = 0; i < 30; i++) {
+        sockets.push(await plainClient());
+        if (i % 5 === 0) {
+          const shortLived = await connectTo(FRONT, port);
+          shortLived.end();
+          await waitForClose(shortLived);
+        }
+      }
+      await eventually(() => origins.reduce((sum, o) => sum + o.open, 0) === 30, 'all 30 connections at the origins');
+      assert.deepEqual(
+        origins.map((o) => o.open),
+        [10, 10, 10],
+      );
+      assert.equal(l4.connections, 30);
+      // Closing five at the first origin sends the next five there.
+      for (const socket of [...origins[0]!.sockets].slice(0, 5)) socket.destroy();
+      await eventually(() => origins[0]!.open === 5 && l4.connections === 25, 'five closed');
+      for (let i = 0; i < 5; i++) sockets.push(await plainClient());
+      await eventually(() => l4.connections === 30 && origins[0]!.open === 10, 'five more at the first origin');
+      assert.deepEqual(
+        origins.map((o) => o.open),
+        [10, 10, 10],
+      );
+    });
+
+    test('skips a dead host: the connect is retried on the next host, and the dead one is marked down', async (cleanup) => {
+      const live = await origin(cleanup, '127.0.0.4');
+      const deadPort = await freePort('127.0.0.3'); // nothing listens there
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: deadPort }, live], {
+          backend: { hosts: [{ address: '127.0.0.3', port: deadPort }, live], deliveryMethod: 'ROUND_ROBIN' },
+        }),
+        metrics,
+      });
+      for (let i = 0; i < 4; i++) {
+        const socket = client(cleanup, await connectTo(FRONT, port));
+        socket.write('x');
+        assert.equal((await readBytes(socket, 1)).toString(), 'x');
+      }
+      assert.equal(live.accepted, 4);
+      // Round robin would have tried the dead host twice; marked down, it was tried once.
+      assert.equal(metrics.originConnectFailures.TCP, 1);
+    });
+
+    test('resets the client when no host can be reached', async (cleanup) => {
+      const deadPort = await freePort('127.0.0.3');
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: deadPort }]), metrics });
+      const socket = client(cleanup, await connectTo(FRONT, port));
+      assert.equal(await waitForClose(socket), 'ECONNRESET');
+      await eventually(() => metrics.closed.TCP.NO_HOST === 1);
+    });
+
+    test('refuses a client listed in the threat feed before the origin sees a connection', async (cleanup) => {
+      const dir = cleanup.add(await mkdtemp(join(tmpdir(), 'tps-l4-feed-')), (path) => rm(path, { recursive: true, force: true }));
+      const feedFile = join(dir, 'feed.txt');
+      await writeFile(feedFile, '# test feed\n127.0.0.9/32 ; listed loopback source\n');
+      const feed = new ThreatFeed({ sources: [feedFile], refreshIntervalMs: 0 });
+      await feed.start();
+      const echo = await origin(cleanup);
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), threatFeed: feed, metrics });
+
+      assert.equal(await connectionOutcome(FRONT, port, '127.0.0.9', 'should never arrive'), 'ECONNRESET');
+      assert.equal(echo.accepted, 0);
+      assert.equal(metrics.refused.TCP.THREAT_FEED, 1);
+
+      const clean = client(cleanup, await connectTo(FRONT, port, '127.0.0.10'));
+      clean.write('ok');
+      assert.equal((await readBytes(clean, 2)).toString(), 'ok');
+      assert.equal(echo.accepted, 1);
+
+      // With threat intelligence off for this proxy, the listed source gets through.
+      await l4.update(l4Attributes({ ipv4: FRONT, port }, [echo], { threatIntelligence: { enabled: false } }));
+      assert.equal(await connectionOutcome(FRONT, port, '127.0.0.9', 'now ok'), 'ECHO');
+    });
+
+    test('caps connections open at once per source', async (cleanup) => {
+      const echo = await origin(cleanup);
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      const l4 = await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [echo], {
+          connectionLimits: { maxConnectionsPerSource: 2, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 100 },
+        }),
+        metrics,
+      });
+      const first = client(cleanup, await connectTo(FRONT, port, '127.0.0.11'));
+      client(cleanup, await connectTo(FRONT, port, '127.0.0.11'));
+      await eventually(() => echo.open === 2);
+      assert.equal(await connectionOutcome(FRONT, port, '127.0.0.11'), 'ECONNRESET');
+      assert.equal(metrics.refused.TCP.SOURCE_CONNECTIONS, 1);
+      // Another source is not affected; a slot freed is a slot again.
+      client(cleanup, await connectTo(FRONT, port, '127.0.0.12'));
+      first.destroy();
+      await eventually(() => l4.connections === 2, 'first closed, other source open');
+      assert.equal(await connectionOutcome(FRONT, port, '127.0.0.11'), 'ECHO');
+      assert.equal(echo.accepted, 4);
+    });
+
+    test("caps new connections per second per source, and the proxy's total", async (cleanup) => {
+      const echo = await origin(cleanup);
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [echo], {
+          connectionLimits: { maxConnectionsPerSource: 100, maxNewConnectionsPerSecondPerSource: 3, maxConnections: 5 },
+        }),
+        metrics,
+      });
+      // Ten at once from one source: three get through this second.
+      const outcomes = await Promise.all(Array.from({ length: 10 }, () => connectionOutcome(FRONT, port, '127.0.0.13')));
+      assert.deepEqual(outcomes.filter((o) => o === 'ECHO').length, 3, outcomes.join());
+      assert.equal(metrics.refused.TCP.SOURCE_RATE, 7);
+      // Five connections held open from two other sources fill the proxy's cap of 5; a sixth is refused.
+      for (const source of ['127.0.0.14', '127.0.0.14', '127.0.0.14', '127.0.0.15', '127.0.0.15']) {
+        client(cleanup, await connectTo(FRONT, port, source));
+      }
+      await eventually(() => echo.open === 5);
+      assert.equal(await connectionOutcome(FRONT, port, '127.0.0.16'), 'ECONNRESET');
+      assert.equal(metrics.refused.TCP.GLOBAL_CONNECTIONS, 1);
+    });
+
+    test("refuses connections past the node's budget, shared with another proxy, and gives places back at close", async (cleanup) => {
+      const { NodeConnectionBudget } = await import('../shared-counters/node-connection-budget.ts');
+      const echo = await origin(cleanup);
+      const buffer = NodeConnectionBudget.allocate(2, 1);
+      const nodeBudget = new NodeConnectionBudget(buffer, 0);
+      const metrics = new L4Counters();
+      const ports = [await freePort(FRONT), await freePort(FRONT)];
+      for (const port of ports) await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, nodeBudget });
+      const first = client(cleanup, await connectTo(FRONT, ports[0]!, '127.0.0.17'));
+      client(cleanup, await connectTo(FRONT, ports[1]!, '127.0.0.18'));
+      await eventually(() => echo.open === 2);
+      assert.equal(await connectionOutcome(FRONT, ports[0]!, '127.0.0.19'), 'ECONNRESET');
+      assert.equal(metrics.refused.TCP.NODE_BUDGET, 1);
+      first.destroy();
+      await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the closed connection gives its place back');
+      assert.equal(await connectionOutcome(FRONT, ports[1]!, '127.0.0.19'), 'ECHO');
+      await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the tunnel that ended gives its place back');
+    });
+
+    test('closes a connection idle in both directions', async (cleanup) => {
+      const echo = await origin(cleanup);
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), idleTimeoutMs: 200, metrics });
       const socket = client(cleanup, await connectTo(FRONT, port));
       socket.write('x');
-      assert.equal((await readBytes(socket, 1)).toString(), 'x');
-    }
-    assert.equal(live.accepted, 4);
-    // Round robin would have tried the dead host twice; marked down, it was tried once.
-    assert.equal(metrics.originConnectFailures.TCP, 1);
-  });
-
-  test('resets the client when no host can be reached', async (cleanup) => {
-    const deadPort = await freePort('127.0.0.3');
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: '127.0.0.3', port: deadPort }]), metrics });
-    const socket = client(cleanup, await connectTo(FRONT, port));
-    assert.equal(await waitForClose(socket), 'ECONNRESET');
-    await eventually(() => metrics.closed.TCP.NO_HOST === 1);
-  });
-
-  test('refuses a client listed in the threat feed before the origin sees a connection', async (cleanup) => {
-    const dir = cleanup.add(await mkdtemp(join(tmpdir(), 'tps-l4-feed-')), (path) => rm(path, { recursive: true, force: true }));
-    const feedFile = join(dir, 'feed.txt');
-    await writeFile(feedFile, '# test feed\n127.0.0.9/32 ; listed loopback source\n');
-    const feed = new ThreatFeed({ sources: [feedFile], refreshIntervalMs: 0 });
-    await feed.start();
-    const echo = await origin(cleanup);
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    const l4 = await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), threatFeed: feed, metrics });
-
-    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.9', 'should never arrive'), 'ECONNRESET');
-    assert.equal(echo.accepted, 0);
-    assert.equal(metrics.refused.TCP.THREAT_FEED, 1);
-
-    const clean = client(cleanup, await connectTo(FRONT, port, '127.0.0.10'));
-    clean.write('ok');
-    assert.equal((await readBytes(clean, 2)).toString(), 'ok');
-    assert.equal(echo.accepted, 1);
-
-    // With threat intelligence off for this proxy, the listed source gets through.
-    await l4.update(l4Attributes({ ipv4: FRONT, port }, [echo], { threatIntelligence: { enabled: false } }));
-    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.9', 'now ok'), 'ECHO');
-  });
-
-  test('caps connections open at once per source', async (cleanup) => {
-    const echo = await origin(cleanup);
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    const l4 = await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], {
-        connectionLimits: { maxConnectionsPerSource: 2, maxNewConnectionsPerSecondPerSource: 1000, maxConnections: 100 },
-      }),
-      metrics,
+      await readBytes(socket, 1);
+      await waitForClose(socket);
+      await eventually(() => metrics.closed.TCP.IDLE_TIMEOUT === 1 && echo.open === 0);
     });
-    const first = client(cleanup, await connectTo(FRONT, port, '127.0.0.11'));
-    client(cleanup, await connectTo(FRONT, port, '127.0.0.11'));
-    await eventually(() => echo.open === 2);
-    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.11'), 'ECONNRESET');
-    assert.equal(metrics.refused.TCP.SOURCE_CONNECTIONS, 1);
-    // Another source is not affected; a slot freed is a slot again.
-    client(cleanup, await connectTo(FRONT, port, '127.0.0.12'));
-    first.destroy();
-    await eventually(() => l4.connections === 2, 'first closed, other source open');
-    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.11'), 'ECHO');
-    assert.equal(echo.accepted, 4);
   });
-
-  test("caps new connections per second per source, and the proxy's total", async (cleanup) => {
-    const echo = await origin(cleanup);
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, port }, [echo], {
-        connectionLimits: { maxConnectionsPerSource: 100, maxNewConnectionsPerSecondPerSource: 3, maxConnections: 5 },
-      }),
-      metrics,
-    });
-    // Ten at once from one source: three get through this second.
-    const outcomes = await Promise.all(Array.from({ length: 10 }, () => connectionOutcome(FRONT, port, '127.0.0.13')));
-    assert.deepEqual(outcomes.filter((o) => o === 'ECHO').length, 3, outcomes.join());
-    assert.equal(metrics.refused.TCP.SOURCE_RATE, 7);
-    // Five connections held open from two other sources fill the proxy's cap of 5; a sixth is refused.
-    for (const source of ['127.0.0.14', '127.0.0.14', '127.0.0.14', '127.0.0.15', '127.0.0.15']) {
-      client(cleanup, await connectTo(FRONT, port, source));
-    }
-    await eventually(() => echo.open === 5);
-    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.16'), 'ECONNRESET');
-    assert.equal(metrics.refused.TCP.GLOBAL_CONNECTIONS, 1);
-  });
-
-  test("refuses connections past the node's budget, shared with another proxy, and gives places back at close", async (cleanup) => {
-    const { NodeConnectionBudget } = await import('../shared-counters/node-connection-budget.ts');
-    const echo = await origin(cleanup);
-    const buffer = NodeConnectionBudget.allocate(2, 1);
-    const nodeBudget = new NodeConnectionBudget(buffer, 0);
-    const metrics = new L4Counters();
-    const ports = [await freePort(FRONT), await freePort(FRONT)];
-    for (const port of ports) await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, nodeBudget });
-    const first = client(cleanup, await connectTo(FRONT, ports[0]!, '127.0.0.17'));
-    client(cleanup, await connectTo(FRONT, ports[1]!, '127.0.0.18'));
-    await eventually(() => echo.open === 2);
-    assert.equal(await connectionOutcome(FRONT, ports[0]!, '127.0.0.19'), 'ECONNRESET');
-    assert.equal(metrics.refused.TCP.NODE_BUDGET, 1);
-    first.destroy();
-    await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the closed connection gives its place back');
-    assert.equal(await connectionOutcome(FRONT, ports[1]!, '127.0.0.19'), 'ECHO');
-    await eventually(() => NodeConnectionBudget.read(buffer).open === 1, 'the tunnel that ended gives its place back');
-  });
-
-  test('closes a connection idle in both directions', async (cleanup) => {
-    const echo = await origin(cleanup);
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), idleTimeoutMs: 200, metrics });
-    const socket = client(cleanup, await connectTo(FRONT, port));
-    socket.write('x');
-    await readBytes(socket, 1);
-    await waitForClose(socket);
-    await eventually(() => metrics.closed.TCP.IDLE_TIMEOUT === 1 && echo.open === 0);
-  });
-});
+}
 
 describe('L4Proxy over UDP', () => {
   test('relays datagrams both ways as sessions keyed by client address', async (cleanup) => {
@@ -629,41 +681,46 @@ describe('L4Proxy over UDP: confirmed sessions', () => {
   });
 });
 
-describe('L4Proxy and the origin policy', () => {
-  // Origins stored before the operator narrowed the policy: literal addresses are checked again at connect.
-  test('resets a TCP client whose only origin the policy refuses; the origin sees nothing, the refusal is reported', async (cleanup) => {
-    const echo = await origin(cleanup, '127.0.0.3');
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    const { guard, refusals } = recordingOriginGuard({ allowedNetworks: [] });
-    await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, originGuard: guard });
-    // A reset: the connect itself may already see it.
-    assert.equal(await connectionOutcome(FRONT, port, '127.0.0.8'), 'ECONNRESET');
-    await eventually(() => metrics.closed.TCP.NO_HOST === 1);
-    assert.equal(echo.accepted, 0);
-    assert.deepEqual(
-      refusals.map((r) => [r.scope, r.address, r.reason]),
-      [['test-proxy', '127.0.0.3', 'loopback']],
-    );
-  });
+for (const handles of [true, false]) {
+  describe(`L4Proxy and the origin policy${handles ? '' : ', on the public-API path'}`, () => {
+    before(() => useTcpHandles(handles));
+    after(() => useTcpHandles(true));
 
-  test('drops the datagrams of a UDP client whose origin the policy refuses', async (cleanup) => {
-    const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
-    const port = await freePort(FRONT);
-    const metrics = new L4Counters();
-    const { guard, refusals } = recordingOriginGuard({ allowedNetworks: ['127.0.0.0/8'], ownHosts: ['127.0.0.3'] });
-    await proxy(cleanup, {
-      attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: echo.address, port: echo.port }], { protocols: ['UDP'] }),
-      metrics,
-      originGuard: guard,
+    // Origins stored before the operator narrowed the policy: literal addresses are checked again at connect.
+    test('resets a TCP client whose only origin the policy refuses; the origin sees nothing, the refusal is reported', async (cleanup) => {
+      const echo = await origin(cleanup, '127.0.0.3');
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      const { guard, refusals } = recordingOriginGuard({ allowedNetworks: [] });
+      await proxy(cleanup, { attributes: l4Attributes({ ipv4: FRONT, port }, [echo]), metrics, originGuard: guard });
+      // A reset: the connect itself may already see it.
+      assert.equal(await connectionOutcome(FRONT, port, '127.0.0.8'), 'ECONNRESET');
+      await eventually(() => metrics.closed.TCP.NO_HOST === 1);
+      assert.equal(echo.accepted, 0);
+      assert.deepEqual(
+        refusals.map((r) => [r.scope, r.address, r.reason]),
+        [['test-proxy', '127.0.0.3', 'loopback']],
+      );
     });
-    const { replies } = await udpExchange(FRONT, port, [Buffer.from('x')], { replyTimeoutMs: 300 });
-    assert.deepEqual(replies, []);
-    assert.deepEqual(echo.received, []);
-    assert.equal(refusals[0]?.reason, 'own-listener');
-    assert.equal(metrics.originConnectFailures.UDP, 1);
+
+    test('drops the datagrams of a UDP client whose origin the policy refuses', async (cleanup) => {
+      const echo = cleanup.add(await startUdpEchoOrigin('127.0.0.3'), (o) => o.close());
+      const port = await freePort(FRONT);
+      const metrics = new L4Counters();
+      const { guard, refusals } = recordingOriginGuard({ allowedNetworks: ['127.0.0.0/8'], ownHosts: ['127.0.0.3'] });
+      await proxy(cleanup, {
+        attributes: l4Attributes({ ipv4: FRONT, port }, [{ address: echo.address, port: echo.port }], { protocols: ['UDP'] }),
+        metrics,
+        originGuard: guard,
+      });
+      const { replies } = await udpExchange(FRONT, port, [Buffer.from('x')], { replyTimeoutMs: 300 });
+      assert.deepEqual(replies, []);
+      assert.deepEqual(echo.received, []);
+      assert.equal(refusals[0]?.reason, 'own-listener');
+      assert.equal(metrics.originConnectFailures.UDP, 1);
+    });
   });
-});
+}
 
 describe('L4Proxy over UDP: the reply budget (anti-amplification)', () => {
   /**

@@ -32,6 +32,7 @@ import type { ThreatFeed } from './threat-feed.ts';
 import { unmapIpv4 } from '../../net/ip.ts';
 import { refusalAnsweredBy, roundMs } from './access-log.ts';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, TcpTunnel, listenTcp, type TcpRoute } from './tcp.ts';
+import { ACCEPT_NOTE, type AcceptedTcp, acceptHandles, localEndpoint } from './tcp-sides.ts';
 import { DEFAULT_MAX_UDP_SESSIONS, DEFAULT_UDP_REPLY_BUDGET_FACTOR, DEFAULT_UDP_SESSION_IDLE_MS, UdpRelay, type UdpRoute } from './udp.ts';
 import type { L4AccessLogEntry, L4ConnectionClosed, L4Logger, L4Metrics, L4Protocol, L4RefusalReason } from './types.ts';
 import type { ConnectionBudget } from '../shared-counters/node-connection-budget.ts';
@@ -330,6 +331,7 @@ export class L4Proxy {
   private async bind(binding: Binding): Promise<Listener> {
     if (binding.protocol === 'TCP') {
       const server = await listenTcp(binding.address, binding.port, this.onTcpConnection, { reusePort: this.reusePort });
+      acceptHandles(server, this.onTcpHandle);
       server.on('error', (error: Error) => {
         // Accept errors (EMFILE...) after the bind: the listener stays, the event is logged.
         this.logger?.warn({ proxyId: this.id, address: binding.address, port: binding.port, err: error }, 'l4 TCP listener error');
@@ -397,16 +399,45 @@ export class L4Proxy {
   /** Gives back the node-budget place of a connection no tunnel has taken (one function for every socket). */
   private readonly releasePlace = (): void => this.nodeBudget?.release();
 
-  /** Hand-written hot path: one trie walk, one map lookup, then the tunnel. */
+  /**
+   * The hot path, by hand, before net makes a socket (tcp-sides.ts `acceptHandles`): a connection
+   * admitted at once (no PROXY header to wait for, not listed, within the budget and the caps)
+   * goes to its tunnel as a bare handle: true. Every other one is handed back to net, whose socket
+   * takes the path below; a flood cap's refusal (the reason returned) with the verdict given.
+   */
+  private readonly onTcpHandle = (accepted: AcceptedTcp): true | L4RefusalReason | undefined => {
+    const ip = accepted.ip;
+    if (this.clientAddress?.readsProxyHeader(ip)) return undefined;
+    if (this.threatIntelligence && this.threatFeed.has(ip)) return undefined;
+    const budget = this.nodeBudget;
+    if (budget !== undefined && !budget.tryAcquire()) return undefined;
+    const slot = this.limiter.acquire(ip);
+    if (typeof slot === 'string') {
+      budget?.release();
+      return slot;
+    }
+    this.openTunnel(accepted, slot, undefined);
+    return true;
+  };
+
+  /**
+   * The socket path (PROXY-header peers, listed sources, refusals; every connection where the
+   * fast path is off): one trie walk, one map lookup, then the tunnel.
+   */
   private readonly onTcpConnection = (socket: Socket): void => {
+    // A flood cap's verdict, given before the socket was made (`onTcpHandle`).
+    const refusal = (socket as Socket & { [ACCEPT_NOTE]?: L4RefusalReason })[ACCEPT_NOTE];
+    if (refusal !== undefined) {
+      this.refuseTcp(socket, refusal);
+      return;
+    }
     const ip = socket.remoteAddress;
     if (ip === undefined) {
       socket.destroy(); // already gone
       return;
     }
     // The node's budget first, before a PROXY header is waited for: every open socket holds a place.
-    // Until a tunnel takes the connection, its close gives the place back; then the tunnel's end does
-    // (the tunnel may move the socket's handle into a socket of its own, the accepted one then closes).
+    // Until a tunnel takes the connection, its close gives the place back; then the tunnel's end does.
     const budget = this.nodeBudget;
     if (budget !== undefined) {
       if (!budget.tryAcquire()) {
@@ -434,14 +465,19 @@ export class L4Proxy {
       this.refuseTcp(socket, slot, proxied);
       return;
     }
+    if (this.nodeBudget !== undefined) socket.off('close', this.releasePlace);
+    this.openTunnel(socket, slot, proxied);
+  }
+
+  /** An admitted connection (its node-budget place and flood-cap slot taken) to its tunnel. */
+  private openTunnel(client: Socket | AcceptedTcp, slot: object, proxied: { ip: string; port: number } | undefined): void {
     // Read now (a closed socket has no addresses), and only for the access log: each is a system
     // call, a measurable share of a short connection's cost (bench/l4, connections per second).
-    const addresses = this.accessLog === undefined ? undefined : socketAddresses(socket);
+    const addresses = this.accessLog === undefined ? undefined : clientAddresses(client);
     const budget = this.nodeBudget;
-    if (budget !== undefined) socket.off('close', this.releasePlace);
     this.metrics?.connectionAccepted(this.id, 'TCP');
     const tunnel: TcpTunnel = new TcpTunnel(
-      socket,
+      client,
       this.tcpRoute,
       {
         onConnectFailure: (host, error) => this.metrics?.originConnectFailed(this.id, 'TCP', host, error),
@@ -644,6 +680,12 @@ interface SocketAddresses {
 
 /** What a TCP line says besides its addresses. */
 type TcpLineFields = Pick<L4AccessLogEntry, 'answeredBy' | 'bytesIn' | 'bytesOut'> & Partial<Pick<L4AccessLogEntry, 'end' | 'refused'>>;
+
+function clientAddresses(client: Socket | AcceptedTcp): SocketAddresses {
+  if (!('handle' in client)) return socketAddresses(client);
+  const local = localEndpoint(client);
+  return { peer: { ip: client.ip, port: client.port }, server: { ip: local.address, port: local.port } };
+}
 
 function socketAddresses(socket: Socket): SocketAddresses {
   return {

@@ -7,31 +7,44 @@
  *   start reading the client -> relay both ways -> half-close passed on in each direction -> both
  *   sides done (or an error, or the idle timeout) -> closed, counted, reported once.
  *
- * The relay is written by hand rather than with `pipe()`, and it is the hot path:
- * - Each direction writes a chunk on as it is read and stops reading while the other side's write
- *   is pending; `drain` resumes it. So at most one socket buffer (the write high-water mark plus one
- *   chunk) waits in memory per direction, whatever the speed difference.
- * - Origin to client (downloads, usually the heavy direction) reads into a buffer the tunnel owns
- *   (`onread` of `net.connect`) instead of a fresh 64 KiB allocation per read: no allocation and no
- *   stream machinery per chunk. A full buffer is written as it is; the buffer is read into again
- *   only once that write is done. Buffers come from a pool and go back when the tunnel closes; a
- *   tunnel starts with a small one and takes a large one once a read fills the small one, so idle
- *   and short connections hold 4 KiB, bulk ones 64 KiB.
- * - Client to origin does the same: Node offers `onread` only for sockets it creates, so once the
- *   origin is connected the accepted socket is given the fields `onread` would have set (net.Socket's
- *   private kBuffer, kBufferCb and kBufferGen, found once by their names: `ONREAD_FIELDS`), or else
- *   its handle is moved into a socket made with `onread` (`adoptClient`). Both rely on private
- *   fields (checked at run time: without them the tunnel falls back to the accepted socket's `data`
- *   events); the first spares a socket object per connection.
- * - Byte counts come from the sockets' own counters when the connection ends.
+ * The relay is written by hand rather than with `pipe()`, and it is the hot path (bench/l4: a short
+ * connection's user-space cost is mostly Node's socket and stream layers, so they are bypassed where
+ * Node's internals allow, and the public API is the fallback where they do not):
+ * - Both sides are bare libuv TCP handles, not net.Sockets (tcp-sides.ts): the origin connected on
+ *   one (after the origin policy's literal-address check); the client admitted on its accepted
+ *   handle before net makes a socket of it (`acceptHandles`, L4Proxy's `onTcpHandle`), or taken
+ *   out of its socket once admitted (refused, listed or PROXY-header connections take net's
+ *   socket path); reads into the tunnel's buffers, writes, shutdown and close straight on the
+ *   handles (stream-handle.ts). The fallback, where Node lacks the internals, is net.Sockets: the
+ *   origin policy's `connect` (also for an origin given by name), the accepted socket itself (also
+ *   when a PROXY header's reader read from it), `data` events and `socket.write`.
+ * - Each direction (`Relay`) writes a chunk on as it is read and stops reading while that write is
+ *   pending (the write's completion resumes it). So at most one chunk per direction waits in
+ *   memory, whatever the speed difference, and the read buffer is read into again only once the
+ *   write from it is done: no allocation per chunk. Buffers come from a pool and go back when the
+ *   tunnel closes; a direction starts with a small one and takes a large one once a read fills the
+ *   small one, so idle and short connections hold 4 KiB, bulk ones 64 KiB.
+ * - Byte counts are the relays' own (bytes read and sent on).
  * - Timeouts (connect, idle) use no per-socket timer: a relayed chunk only sets a flag, and the
  *   proxy's one sweep timer (`checkTimeouts`) reads the flags, so neither a connection nor a chunk
  *   creates or refreshes a timer.
+ * - `useTcpHandles(false)` (tests) runs the public-API path everywhere.
  */
 import { createServer, Socket, type Server } from 'node:net';
 import type { HostPool, PooledHost } from '../balance/index.ts';
 import type { ScopedOriginGuard } from '../../net/origin-guard.ts';
 import { encodeProxyHeader, type ProxyProtocolVersion } from '../../net/proxy-protocol.ts';
+import {
+  type AcceptedTcp,
+  connectOrigin,
+  localEndpoint,
+  type OriginEvents,
+  type SideEvents,
+  type SideReader,
+  type TcpSide,
+  takeAccepted,
+  takeClient,
+} from './tcp-sides.ts';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 5 * 60 * 1000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
@@ -55,34 +68,6 @@ const readBuffers = {
     if (free.length < (buffer.length === LARGE_READ_BUFFER ? 256 : 4096)) free.push(buffer);
   },
 };
-
-/** net.Socket's private fields that hold what its `onread` option gave, by their symbols. */
-interface OnreadFields {
-  buffer: symbol;
-  callback: symbol;
-  generator: symbol;
-}
-
-/**
- * The symbols of those fields, read off a socket made with `onread` (Node names them kBuffer,
- * kBufferCb, kBufferGen); undefined when this Node keeps them otherwise. Exported for the test that
- * fails loudly when they change.
- */
-export const ONREAD_FIELDS: OnreadFields | undefined = findOnreadFields();
-
-function findOnreadFields(): OnreadFields | undefined {
-  const generator = (): Buffer => Buffer.alloc(1);
-  const callback = (): boolean => true;
-  const probe = new Socket({ onread: { buffer: generator, callback } });
-  const fields = probe as unknown as Record<symbol, unknown>;
-  const named = new Map(Object.getOwnPropertySymbols(probe).map((symbol) => [symbol.description, symbol]));
-  probe.destroy();
-  const found = { buffer: named.get('kBuffer'), callback: named.get('kBufferCb'), generator: named.get('kBufferGen') };
-  if (found.buffer === undefined || found.callback === undefined || found.generator === undefined) return undefined;
-  // What the constructor stores for a buffer function: `true` until a handle asks for the first one.
-  if (fields[found.buffer] !== true || fields[found.callback] !== callback || fields[found.generator] !== generator) return undefined;
-  return { buffer: found.buffer, callback: found.callback, generator: found.generator };
-}
 
 /** What a new connection needs to know; the proxy swaps it as a whole on a live update. */
 export interface TcpRoute {
@@ -149,49 +134,63 @@ export function listenTcp(
 }
 
 /**
- * The read buffer of one direction of a tunnel: 4 KiB at first, 64 KiB once a read fills the small
- * one (bulk transfer), from the shared pool and back to it when the tunnel ends.
+ * One direction of a tunnel: reads into buffers it owns (4 KiB at first, 64 KiB once a read fills
+ * the small one: bulk transfer; from the shared pool and back to it when the tunnel ends) and sends
+ * each read on with `send`. The reader of a handle (stream-handle.ts) or of net's `onread`.
  */
-class ReadBuffers {
-  private current: Buffer | undefined;
+class Relay implements SideReader {
+  buffer: Buffer = readBuffers.take(SMALL_READ_BUFFER);
   /** A small buffer replaced by a large one while a write from it was pending: freed at the end. */
   private retired: Buffer | undefined;
+  /** Bytes read (and sent on). */
+  bytes = 0;
+  private released = false;
+  /** Sends bytes on; false: pending, reading stops until the write is done (the buffer is in it). */
+  private readonly send: (bytes: Buffer) => boolean;
 
-  next(): Buffer {
-    this.current ??= readBuffers.take(SMALL_READ_BUFFER);
-    return this.current;
+  constructor(send: (bytes: Buffer) => boolean) {
+    this.send = send;
   }
 
-  /** Writes `buffer[0, length)` to `to`; false (stop reading) while that write is pending. */
-  relay(to: Socket, length: number, buffer: Buffer): boolean {
-    to.write(length === buffer.length ? buffer : buffer.subarray(0, length));
-    const pending = to.writableLength > 0;
-    if (length === buffer.length && buffer.length === SMALL_READ_BUFFER) {
+  onRead(length: number): boolean {
+    this.bytes += length;
+    const buffer = this.buffer;
+    const sent = this.send(length === buffer.length ? buffer : buffer.subarray(0, length));
+    // (A failed write may have ended the tunnel, and released the buffers, within `send`.)
+    if (length === SMALL_READ_BUFFER && buffer.length === SMALL_READ_BUFFER && !this.released) {
       // A full small buffer: this direction carries bulk data, it gets a large one for its next read.
-      if (pending) this.retired = buffer;
-      else readBuffers.give(buffer);
-      this.current = readBuffers.take(LARGE_READ_BUFFER);
+      if (sent) readBuffers.give(buffer);
+      else this.retired = buffer;
+      this.buffer = readBuffers.take(LARGE_READ_BUFFER);
     }
-    // While the write is pending it still reads from the buffer: no read into it until it is done.
-    return !pending;
+    return sent;
+  }
+
+  onChunk(chunk: Buffer): boolean {
+    this.bytes += chunk.length;
+    return this.send(chunk);
   }
 
   release(): void {
-    if (this.current !== undefined) readBuffers.give(this.current);
+    if (this.released) return;
+    this.released = true;
+    readBuffers.give(this.buffer);
     if (this.retired !== undefined) readBuffers.give(this.retired);
-    this.current = undefined;
     this.retired = undefined;
   }
 }
 
-export class TcpTunnel {
-  private client: Socket;
+export class TcpTunnel implements OriginEvents {
+  private readonly client: TcpSide;
   private readonly route: TcpRoute;
   private readonly events: TcpTunnelEvents;
   private readonly clientIp: string;
   private readonly clientPort: number;
-  /** The current connect attempt, then the connected origin socket. */
-  private upstream: Socket | undefined;
+  /** The address the client connected to, for the PROXY header (read only when one is sent). */
+  private readonly frontAddress: string;
+  private readonly frontPort: number;
+  /** The current connect attempt, then the connected origin. */
+  private upstream: TcpSide | undefined;
   private host: PooledHost | undefined;
   private upstreamError: Error | undefined;
   private tried: Set<number> | undefined;
@@ -205,26 +204,42 @@ export class TcpTunnel {
   private active = false;
   /** When the current connect attempt started, then when traffic was last seen (performance.now ms). */
   private since = 0;
-  /** The buffers the origin socket and the (adopted) client socket read into (see the module comment). */
-  private readonly fromUpstream = new ReadBuffers();
-  private readonly fromClient = new ReadBuffers();
+  private readonly fromUpstream = new Relay((bytes) => {
+    this.active = true;
+    return this.client.write(bytes, this.onClientWritten);
+  });
+  private readonly fromClient = new Relay((bytes) => {
+    this.active = true;
+    return this.upstream!.write(bytes, this.onUpstreamWritten);
+  });
   private reason: TcpTunnelResult['reason'] = 'COMPLETED';
   private readonly startedAt = performance.now();
   /** When the origin connection was made; -1 before. */
   private connectedAt = -1;
 
   /**
-   * Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`).
+   * Starts connecting at once; the client socket must be paused (accepted with `pauseOnConnect`),
+   * and is the tunnel's from now on (its handle may be taken out of it: tcp-sides.ts).
    * `clientAddress`: the client a trusted load balancer's PROXY header named, instead of the peer.
    */
-  constructor(client: Socket, route: TcpRoute, events: TcpTunnelEvents, clientAddress?: { ip: string; port: number }) {
-    this.client = client;
+  constructor(client: Socket | AcceptedTcp, route: TcpRoute, events: TcpTunnelEvents, clientAddress?: { ip: string; port: number }) {
     this.route = route;
     this.events = events;
-    this.clientIp = clientAddress?.ip ?? client.remoteAddress ?? '';
-    this.clientPort = clientAddress?.port ?? client.remotePort ?? 0;
-    client.on('error', this.onClientError);
-    client.on('close', this.onClientClose);
+    const clientEvents: SideEvents = { onEnd: this.onClientEnd, onError: this.onClientError, onClose: this.onClientClose };
+    if (client instanceof Socket) {
+      this.clientIp = clientAddress?.ip ?? client.remoteAddress ?? '';
+      this.clientPort = clientAddress?.port ?? client.remotePort ?? 0;
+      this.frontAddress = route.proxyProtocol === undefined ? '' : (client.localAddress ?? '');
+      this.frontPort = route.proxyProtocol === undefined ? 0 : (client.localPort ?? 0);
+      this.client = takeClient(client, this.fromClient, clientEvents);
+    } else {
+      this.clientIp = clientAddress?.ip ?? client.ip;
+      this.clientPort = clientAddress?.port ?? client.port;
+      const front = route.proxyProtocol === undefined ? undefined : localEndpoint(client);
+      this.frontAddress = front?.address ?? '';
+      this.frontPort = front?.port ?? 0;
+      this.client = takeAccepted(client, this.fromClient, clientEvents);
+    }
     this.connectNext();
   }
 
@@ -251,7 +266,7 @@ export class TcpTunnel {
     }
   }
 
-  /** Ends the connection now (the proxy is stopping): both sockets are destroyed. */
+  /** Ends the connection now (the proxy is stopping): both sides are destroyed. */
   close(): void {
     if (this.reason === 'COMPLETED') this.reason = 'CLOSED_BY_PROXY';
     this.client.destroy();
@@ -263,30 +278,20 @@ export class TcpTunnel {
     const host = pool.pick(this.clientIp, this.tried);
     if (host === undefined) {
       this.reason = 'NO_HOST';
-      // A reset, as the client would have seen had it tried the origins itself.
-      this.client.resetAndDestroy();
+      // A reset, as the client would have seen had it tried the origins itself. On the next tick:
+      // a bare handle reports its close at once, and the tunnel may still be in its constructor.
+      process.nextTick(() => this.client.reset());
       return;
     }
     pool.begin(host);
     this.host = host;
     this.upstreamError = undefined;
-    const upstream = this.route.guard.connect({
-      host: host.address,
-      port: host.port,
-      noDelay: true,
-      allowHalfOpen: true,
-      onread: { buffer: this.nextReadBuffer, callback: this.onUpstreamRead },
-    });
-    this.upstream = upstream;
     this.since = performance.now();
-    upstream.on('error', this.onUpstreamError);
-    upstream.on('close', this.onUpstreamClose);
-    upstream.once('connect', this.onUpstreamConnect);
+    this.upstream = connectOrigin(this.route.guard, host.address, host.port, this.fromUpstream, this);
   }
 
-  private readonly onUpstreamConnect = (): void => {
+  onConnect(): void {
     const upstream = this.upstream!;
-    const client = this.client;
     this.connected = true;
     this.connectedAt = performance.now();
     this.route.pool.markUp(this.host!);
@@ -296,104 +301,59 @@ export class TcpTunnel {
     }
     const version = this.route.proxyProtocol;
     if (version !== undefined) {
-      upstream.write(
-        encodeProxyHeader(
-          version,
-          {
-            sourceAddress: this.clientIp,
-            sourcePort: this.clientPort,
-            destinationAddress: client.localAddress ?? '',
-            destinationPort: client.localPort ?? 0,
-          },
-          'TCP',
-        ),
+      const header = encodeProxyHeader(
+        version,
+        {
+          sourceAddress: this.clientIp,
+          sourcePort: this.clientPort,
+          destinationAddress: this.frontAddress,
+          destinationPort: this.frontPort,
+        },
+        'TCP',
       );
+      // Its own bytes: a pending header holds no read buffer, reading need not wait for it.
+      upstream.write(header, noop);
     }
     this.since = performance.now();
-
-    // The hot path, by hand (see the module comment): write on, pause on a full buffer, resume on drain.
-    const readsIntoBuffers = this.adoptClient();
-    const reader = this.client;
-    reader.on('drain', this.onClientDrain);
-    upstream.on('end', this.onUpstreamEnd);
-    upstream.on('drain', this.onUpstreamDrain);
-    reader.on('end', this.onClientEnd);
-    if (!readsIntoBuffers) reader.on('data', this.onClientData);
-    // Accepted with pauseOnConnect, the client is explicitly paused: a listener alone does not start it.
-    reader.resume();
-  };
-
-  private readonly onClientData = (chunk: Buffer): void => {
-    this.active = true;
-    if (!this.upstream!.write(chunk)) this.client.pause();
-  };
-
-  private readonly onUpstreamDrain = (): void => {
-    this.active = true;
+    // Accepted with pauseOnConnect, the client has not been read yet.
     this.client.resume();
-  };
-
-  /** Origin bytes in `buffer[0, length)`; returning false stops reading until `onClientDrain`. */
-  private readonly onUpstreamRead = (length: number, buffer: Buffer): boolean => {
-    this.active = true;
-    return this.fromUpstream.relay(this.client, length, buffer);
-  };
-
-  /** Node asks which buffer the origin socket reads into next: at connect, then after every read. */
-  private readonly nextReadBuffer = (): Buffer => this.fromUpstream.next();
-
-  /** Client bytes (adopted socket); returning false stops reading until `onUpstreamDrain`. */
-  private readonly onClientRead = (length: number, buffer: Buffer): boolean => {
-    this.active = true;
-    return this.fromClient.relay(this.upstream!, length, buffer);
-  };
-
-  private readonly nextClientBuffer = (): Buffer => this.fromClient.next();
-
-  /**
-   * Makes the accepted socket read into the tunnel's buffers (see the module comment): in place
-   * when net's `onread` fields are known, else by moving its handle into a socket made with
-   * `onread`. Only before the first read, while the accepted socket is still paused. False: neither
-   * was possible, the client is read through `data` events.
-   */
-  private adoptClient(): boolean {
-    const accepted = this.client as Socket & { _handle?: { useUserBuffer?: (buffer: Buffer) => void } | null };
-    const handle = accepted._handle;
-    if (handle === undefined || handle === null || accepted.destroyed || accepted.bytesRead > 0) return false;
-    const fields = ONREAD_FIELDS;
-    if (fields !== undefined && typeof handle.useUserBuffer === 'function') {
-      // What the Socket constructor does with `onread` and a handle (initSocketHandle).
-      const own = accepted as unknown as Record<symbol, unknown>;
-      const buffer = this.nextClientBuffer();
-      own[fields.generator] = this.nextClientBuffer;
-      own[fields.callback] = this.onClientRead;
-      own[fields.buffer] = buffer;
-      handle.useUserBuffer(buffer);
-      return true;
-    }
-    accepted.off('error', this.onClientError);
-    accepted.off('close', this.onClientClose);
-    accepted._handle = null;
-    accepted.destroy();
-    const adopted = new Socket({
-      handle: handle as object,
-      allowHalfOpen: true,
-      readable: true,
-      writable: true,
-      // The handle has Nagle off already (the listener's noDelay); saying so here spares the
-      // setsockopt that setNoDelay(true) would repeat on every connection.
-      noDelay: true,
-      onread: { buffer: this.nextClientBuffer, callback: this.onClientRead },
-    } as ConstructorParameters<typeof Socket>[0]);
-    adopted.on('error', this.onClientError);
-    adopted.on('close', this.onClientClose);
-    this.client = adopted;
-    return true;
   }
 
-  private readonly onClientDrain = (): void => {
+  /** The origin sent FIN: pass it on once what it sent before has been written. */
+  onEnd(): void {
+    this.upstreamEnded = true;
+    finishSending(this.client, this.clientEnded);
+  }
+
+  onError(error: Error): void {
+    this.upstreamError = error;
+    if (this.connected && this.reason === 'COMPLETED') this.reason = 'ORIGIN_ERROR';
+  }
+
+  /**
+   * A side that closes after its FIN was passed on leaves the other side to flush and close by
+   * itself (its idle timer still runs); a side that closes any other way takes the other with it.
+   */
+  onClose(hadError: boolean): void {
+    if (!this.connected) {
+      this.onConnectFailed();
+      return;
+    }
+    this.upstreamClosed = true;
+    if (hadError || !this.upstreamEnded) this.client.destroy();
+    this.maybeFinish();
+  }
+
+  /** A write to the client that was pending is out: read the origin again. */
+  private readonly onClientWritten = (): void => {
     this.active = true;
-    this.upstream!.resume();
+    this.upstream?.resume();
+  };
+
+  /** A write to the origin that was pending is out: read the client again. */
+  private readonly onUpstreamWritten = (): void => {
+    this.active = true;
+    this.client.resume();
   };
 
   /** The client sent FIN: pass it on once what it sent before has been written. */
@@ -402,38 +362,14 @@ export class TcpTunnel {
     finishSending(this.upstream!, this.upstreamEnded);
   };
 
-  private readonly onUpstreamEnd = (): void => {
-    this.upstreamEnded = true;
-    finishSending(this.client, this.clientEnded);
-  };
-
   private readonly onClientError = (): void => {
     if (this.reason === 'COMPLETED') this.reason = 'CLIENT_ERROR';
   };
 
-  private readonly onUpstreamError = (error: Error): void => {
-    this.upstreamError = error;
-    if (this.connected && this.reason === 'COMPLETED') this.reason = 'ORIGIN_ERROR';
-  };
-
-  /**
-   * A side that closes after its FIN was passed on leaves the other side to flush and close by
-   * itself (its idle timer still runs); a side that closes any other way takes the other with it.
-   */
   private readonly onClientClose = (hadError: boolean): void => {
     this.clientClosed = true;
     const upstream = this.upstream;
     if (upstream !== undefined && (!this.connected || hadError || !this.clientEnded)) upstream.destroy();
-    this.maybeFinish();
-  };
-
-  private readonly onUpstreamClose = (hadError: boolean): void => {
-    if (!this.connected) {
-      this.onConnectFailed();
-      return;
-    }
-    this.upstreamClosed = true;
-    if (hadError || !this.upstreamEnded) this.client.destroy();
     this.maybeFinish();
   };
 
@@ -458,15 +394,15 @@ export class TcpTunnel {
     if (this.finished || !this.clientClosed) return;
     if (this.upstream !== undefined && !this.upstreamClosed) return;
     this.finished = true;
-    // Both sockets are closed: no write refers to the read buffers any more.
+    // Both sides are closed: no read or write uses the read buffers any more.
     this.fromUpstream.release();
     this.fromClient.release();
     const host = this.host;
     if (host !== undefined) this.route.pool.end(host);
     this.events.onClose({
       host,
-      bytesFromClient: this.client.bytesRead,
-      bytesToClient: this.client.bytesWritten,
+      bytesFromClient: this.fromClient.bytes,
+      bytesToClient: this.fromUpstream.bytes,
       reason: this.reason,
       durationMs: performance.now() - this.startedAt,
       connectMs: this.connectedAt < 0 ? undefined : this.connectedAt - this.startedAt,
@@ -475,11 +411,13 @@ export class TcpTunnel {
 }
 
 /**
- * Sends FIN on `socket` once its pending writes are out. When its peer has already sent FIN too and
- * nothing is pending, closing the socket says the same on the wire (FIN) one system call cheaper
- * than shutdown-then-close, which matters for short connections.
+ * Sends FIN on `side` once its pending writes are out. When its peer has already sent FIN too and
+ * nothing is pending, closing says the same on the wire (FIN) one system call cheaper than
+ * shutdown-then-close, which matters for short connections.
  */
-function finishSending(socket: Socket, peerEnded: boolean): void {
-  if (peerEnded && socket.writableLength === 0) socket.destroy();
-  else socket.end();
+function finishSending(side: TcpSide, peerEnded: boolean): void {
+  if (peerEnded && !side.writePending) side.destroy();
+  else side.end();
 }
+
+function noop(): void {}
