@@ -33,6 +33,7 @@ namespace {
 constexpr size_t kReadSize = 64 * 1024;
 constexpr int kMaxEvents = 256;
 constexpr size_t kMaxAnswersPerRead = 64;
+constexpr int kMaxReadsPerEvent = 16;
 
 enum HandBackKind : int32_t { kBytes = 0, kEnd = 1, kError = 2 };
 
@@ -98,19 +99,22 @@ void Forget(Engine* engine, int32_t id) {
   engine->live--;
 }
 
-void GiveBack(Engine* engine, int32_t id, int32_t kind, const char* input, size_t inputLength, std::string output) {
+// Always false: "read no more", for the callers that return it.
+bool GiveBack(Engine* engine, int32_t id, int32_t kind, const char* input, size_t inputLength, std::string output) {
   const uint32_t refused = engine->connections[id].refused;
   engine->connections[id].refused = 0;
   Forget(engine, id);
   engine->handBacks.push_back(HandBack{id, kind, refused, std::string(input, inputLength), std::move(output)});
+  return false;
 }
 
-void Serve(Engine* engine, int32_t id, double now) {
+// One read of a ready connection and its answers; true: the read filled the buffer, read again.
+bool ReadOnce(Engine* engine, int32_t id, double now) {
   Connection& connection = engine->connections[id];
   const ssize_t got = recv(connection.fd, engine->buffer, kReadSize, 0);
   if (got == 0) return GiveBack(engine, id, kEnd, nullptr, 0, std::string());
   if (got < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
     return GiveBack(engine, id, kError, nullptr, 0, std::string());
   }
   const char* bytes = engine->buffer;
@@ -160,8 +164,23 @@ void Serve(Engine* engine, int32_t id, double now) {
       return GiveBack(engine, id, kBytes, bytes + position, length - position, std::move(rest));
     }
   }
-  if (position < length) GiveBack(engine, id, kBytes, bytes + position, length - position, std::string());
+  if (position < length) return GiveBack(engine, id, kBytes, bytes + position, length - position, std::string());
+  return length == kReadSize;
 }
+
+// Edge-triggered (one poll of the socket per event, as nginx does, where level-triggered polls each
+// ready socket again at the next wait): a connection is read until a read comes back short, the
+// kernel's queue empty then (bytes arriving later raise a new edge). A client that keeps the
+// buffer full that long goes back to JavaScript, which reads it level-triggered.
+void Serve(Engine* engine, int32_t id, double now) {
+  for (int reads = 0; ReadOnce(engine, id, now);)
+    if (++reads == kMaxReadsPerEvent) {
+      GiveBack(engine, id, kBytes, nullptr, 0, std::string());
+      return;
+    }
+}
+
+
 
 void CallHandBack(Engine* engine) {
   napi_env env = engine->env;
@@ -307,7 +326,7 @@ napi_value Adopt(napi_env env, napi_callback_info info) {
     engine->connections.emplace_back();
   }
   epoll_event event{};
-  event.events = EPOLLIN;
+  event.events = EPOLLIN | EPOLLET;
   event.data.u32 = static_cast<uint32_t>(id);
   if (epoll_ctl(engine->epfd, EPOLL_CTL_ADD, copy, &event) != 0) {
     const int error = errno;
