@@ -7,8 +7,9 @@
  * events each a tick of its own, the Writable layer and a WriteWrap per write). The handle is the
  * libuv stream the socket would hold, driven directly: connected with a TCPConnectWrap (origin),
  * read into the tunnel's buffers and written to through stream-handle.ts, shut down with a
- * ShutdownWrap, closed (or reset). The accepted client arrives as a net.Socket (the listener and
- * admission use it); once admitted, its handle is taken out of it (`takeClient`) and the emptied
+ * ShutdownWrap, closed (or reset). An accepted client is admitted on its handle before net makes a
+ * socket of it (`acceptHandles`, `takeAccepted`); one that net made a socket of first (l4-proxy.ts
+ * says which) has its handle taken out of the socket once admitted (`takeClient`), and the emptied
  * socket is destroyed (the server's connection count). The constructors come from
  * `process.binding('tcp_wrap')` and `process.binding('stream_wrap')`, Node internals (checked by
  * tcp-sides.test.ts): where one is missing, or under --pending-deprecation, the sides are
