@@ -11,13 +11,14 @@
 // approved head (each followed by CRLF CRLF, empty lines between them allowed as RFC 9112 2.2 says),
 // a read after the block ended, a write the kernel does not take whole, the peer's FIN and any error
 // hand the connection back to JavaScript with the bytes not consumed and the answer bytes not
-// written, and the engine forgets it. The engine reads from its own duplicate of the descriptor, so
-// that it never reads or writes a descriptor number JavaScript has closed and the kernel reused.
+// written, and the engine forgets it. It uses the socket's own descriptor (a duplicate would count
+// twice against the node's file-descriptor budget) and never closes it: JavaScript releases the
+// connection here before its handle closes the descriptor (refusal-engine.ts), so no number the
+// kernel reuses is ever read or written here.
 #include <node_api.h>
 #include <uv.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -89,7 +90,6 @@ void Forget(Engine* engine, int32_t id) {
   Connection& connection = engine->connections[id];
   if (!connection.live) return;
   epoll_ctl(engine->epfd, EPOLL_CTL_DEL, connection.fd, nullptr);
-  close(connection.fd);
   connection.fd = -1;
   connection.live = false;
   connection.refused = 0;
@@ -315,8 +315,7 @@ napi_value Adopt(napi_env env, napi_callback_info info) {
   if (engine->epfd < 0 || index < 0 || static_cast<size_t>(index) >= engine->answers.size() || headLength == 0 ||
       headLength > kReadSize)
     return Number(env, -EINVAL);
-  const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) return Number(env, -errno);
+  if (fd < 0) return Number(env, -EBADF);
   int32_t id;
   if (!engine->freeIds.empty()) {
     id = engine->freeIds.back();
@@ -328,14 +327,13 @@ napi_value Adopt(napi_env env, napi_callback_info info) {
   epoll_event event{};
   event.events = EPOLLIN | EPOLLET;
   event.data.u32 = static_cast<uint32_t>(id);
-  if (epoll_ctl(engine->epfd, EPOLL_CTL_ADD, copy, &event) != 0) {
+  if (epoll_ctl(engine->epfd, EPOLL_CTL_ADD, fd, &event) != 0) {
     const int error = errno;
-    close(copy);
     engine->freeIds.push_back(id);
     return Number(env, -error);
   }
   Connection& connection = engine->connections[id];
-  connection.fd = copy;
+  connection.fd = fd;
   connection.answer = index;
   connection.head.assign(static_cast<const char*>(head), headLength);
   connection.headOnly = headOnly;

@@ -329,6 +329,23 @@ function stopReading(socket: net.Socket): void {
   }
 }
 
+/**
+ * The engine reads the socket's own descriptor: whatever closes the handle (destroy, reset, the
+ * sweep, stop) releases it there first, so that the engine never reads a number the kernel gives
+ * to the next connection. Own properties in front of the handle's methods, for this handle only.
+ */
+function releaseBeforeClose(handle: StreamHandle, release: () => void): void {
+  const methods = handle as unknown as Record<'close' | 'reset', ((...args: unknown[]) => unknown) | undefined>;
+  for (const name of ['close', 'reset'] as const) {
+    const original = methods[name];
+    if (typeof original !== 'function') continue;
+    methods[name] = function (this: unknown, ...args: unknown[]): unknown {
+      release();
+      return original.apply(this, args);
+    };
+  }
+}
+
 /** The answers gathered so far followed by `last`, as one buffer. */
 function joined(answers: Buffer | Buffer[] | undefined, last: Buffer): Buffer {
   if (answers === undefined) return last;
@@ -476,6 +493,8 @@ class RefusedConnection implements HandleReader, EngineConnection {
     const handle = this.handle;
     const fd = (handle as { fd?: unknown } | undefined)?.fd;
     if (engine === undefined || handle === undefined || typeof fd !== 'number' || fd < 0) return;
+    // Its close must be seen (releaseBeforeClose) for the engine to read the descriptor.
+    if (typeof (handle as { close?: unknown }).close !== 'function') return;
     if ((this.socket as { encrypted?: boolean }).encrypted === true || this.streamWrites || this.socket.writableLength > 0) return;
     handle.reading = false;
     handle.readStop?.();
@@ -486,6 +505,7 @@ class RefusedConnection implements HandleReader, EngineConnection {
     }
     this.engine = engine;
     this.engineId = id;
+    releaseBeforeClose(handle, () => this.leaveEngine());
   }
 
   /** The engine no longer serves the connection (it closes, or is read here again). */

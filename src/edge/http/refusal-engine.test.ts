@@ -240,4 +240,17 @@ describe('the native refusal engine', () => {
     await until(() => engine.stats().connections === held - 1);
     await until(() => proxy.earlyRefusals.connections === 0);
   });
+
+  it('releases a connection its proxy closes before its descriptor is closed', T, async () => {
+    const engine = refusalEngine()!;
+    const client = '127.0.0.65';
+    const { connection } = await blockedConnection(client);
+    connection.write(get('/again'));
+    await connection.read(['GET']);
+    const held = engine.stats().connections;
+    // As the kernel escalation does: the engine lets go in the same turn, before the handle closes.
+    assert.equal(proxy.earlyRefusals.closeConnectionsOf(client), 1);
+    assert.equal(engine.stats().connections, held - 1);
+    await connection.ended();
+  });
 });
