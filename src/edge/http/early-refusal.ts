@@ -58,6 +58,8 @@ interface CachedRefusal extends PrebuiltRefusal {
 }
 
 const EMPTY: Buffer = Buffer.alloc(0);
+/** Longer heads are not handed to the native engine (it copies the head of each connection it serves); a flood's are far shorter. */
+const MAX_ENGINE_HEAD_BYTES = 1024;
 /** How often refused connections are checked against their deadline. */
 const SWEEP_MS = 1_000;
 
@@ -496,9 +498,12 @@ class RefusedConnection implements HandleReader, EngineConnection {
     // Its close must be seen (releaseBeforeClose) for the engine to read the descriptor.
     if (typeof (handle as { close?: unknown }).close !== 'function') return;
     if ((this.socket as { encrypted?: boolean }).encrypted === true || this.streamWrites || this.socket.writableLength > 0) return;
+    // The engine keeps a copy of the head per connection: a long one stays here (memory per connection bounded).
+    const head = this.heads.lastHeadBytes();
+    if (head.length > MAX_ENGINE_HEAD_BYTES) return;
     handle.reading = false;
     handle.readStop?.();
-    const id = engine.adopt(fd, this.refusals.engineAnswer(this.last), this.heads.lastHeadBytes(), this.lastHeadOnly, this);
+    const id = engine.adopt(fd, this.refusals.engineAnswer(this.last), head, this.lastHeadOnly, this);
     if (id === undefined) {
       resumeReading(this.socket);
       return;

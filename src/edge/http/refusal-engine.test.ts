@@ -241,6 +241,22 @@ describe('the native refusal engine', () => {
     await until(() => proxy.earlyRefusals.connections === 0);
   });
 
+  it('keeps a connection whose head is long on the JavaScript path (the engine copies each head it serves)', T, async () => {
+    const engine = refusalEngine()!;
+    const client = '127.0.0.66';
+    const { connection } = await blockedConnection(client);
+    connection.close();
+    const long = `GET /again HTTP/1.1\r\nHost: site.test\r\nCookie: ${'c'.repeat(2048)}\r\n\r\n`;
+    const fresh = await RawConnection.open(port, client);
+    const held = engine.stats().connections;
+    for (let i = 0; i < 5; i++) {
+      fresh.write(long);
+      assert.equal((await fresh.read(['GET']))[0]!.status, 429);
+    }
+    assert.equal(engine.stats().connections, held, 'not adopted');
+    fresh.close();
+  });
+
   it('releases a connection its proxy closes before its descriptor is closed', T, async () => {
     const engine = refusalEngine()!;
     const client = '127.0.0.65';
