@@ -50,7 +50,8 @@ async function tokenOrigin() {
   const portOf = new Map<string, number>();
   socket.on('message', (message, rinfo) => {
     const text = message.toString('latin1');
-    portOf.set(text.slice(text.indexOf('|') + 1), rinfo.port);
+    // After the last '|': a token before the tag is random bytes, and may hold a '|' of its own.
+    portOf.set(text.slice(text.lastIndexOf('|') + 1), rinfo.port);
     socket.send(Buffer.concat([randomBytes(TOKEN_BYTES), Buffer.from('|'), message]), rinfo.port, rinfo.address);
   });
   return { port: socket.address().port, portOf, close: () => socket.close() };
@@ -61,7 +62,7 @@ function exchanger(socket: DatagramSocket, port: number) {
   const replies: Buffer[] = [];
   socket.on('message', (reply) => replies.push(reply));
   return async (payload: Buffer): Promise<Buffer> => {
-    const tag = payload.subarray(payload.indexOf('|') + 1).toString('latin1');
+    const tag = payload.subarray(payload.lastIndexOf('|') + 1).toString('latin1');
     // Datagrams may be lost: send again until the answer is there (a condition, not a duration).
     return waitFor(`the reply to ${tag}`, async () => {
       const found = replies.find((reply) => reply.toString('latin1').endsWith(`|${tag}`));
