@@ -13,8 +13,8 @@
 // hand the connection back to JavaScript with the bytes not consumed and the answer bytes not
 // written, and the engine forgets it. It uses the socket's own descriptor (a duplicate would count
 // twice against the node's file-descriptor budget) and never closes it: JavaScript releases the
-// connection here before its handle closes the descriptor (refusal-engine.ts), so no number the
-// kernel reuses is ever read or written here.
+// connection here before its handle closes the descriptor (early-refusal.ts, releaseBeforeClose),
+// so no number the kernel reuses is ever read or written here.
 #include <node_api.h>
 #include <uv.h>
 
