@@ -343,7 +343,8 @@ napi_value Adopt(napi_env env, napi_callback_info info) {
   return Number(env, id);
 }
 
-// release(id): the engine forgets the connection (JavaScript closes it), no hand-back.
+// release(id): the engine forgets the connection (JavaScript closes it, or reads it again), no
+// hand-back; the requests it refused there since the last collect.
 napi_value Release(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
@@ -351,8 +352,10 @@ napi_value Release(napi_env env, napi_callback_info info) {
   Engine* engine = Get(env);
   int32_t id;
   if (argc < 1 || napi_get_value_int32(env, argv[0], &id) != napi_ok) return Throw(env, "release(id)");
-  if (id >= 0 && static_cast<size_t>(id) < engine->connections.size()) Forget(engine, id);
-  return nullptr;
+  if (id < 0 || static_cast<size_t>(id) >= engine->connections.size() || !engine->connections[id].live) return Number(env, 0);
+  const uint32_t refused = engine->connections[id].refused;
+  Forget(engine, id);
+  return Number(env, refused);
 }
 
 // collect(pairs: Uint32Array): (id, refused) of the connections that refused requests since the

@@ -19,7 +19,8 @@ interface NativeRefusalEngine {
   start(onHandBack: () => void): void;
   setAnswer(index: number, bytes: Buffer, headLength: number, blockedForMs: number): void;
   adopt(fd: number, answerIndex: number, head: Buffer, headOnly: boolean): number;
-  release(id: number): void;
+  /** The requests it refused there since the last `collect`. */
+  release(id: number): number;
   collect(pairs: Uint32Array): number;
   /** [id, kind, refused, input | null, output | null, ...]. */
   takeHandBacks(): (number | Buffer | null)[];
@@ -95,14 +96,14 @@ export class RefusalEngine {
     return id;
   }
 
-  /** The engine forgets `id` (its socket is closing, or goes back to JavaScript); what it refused is gathered first. */
+  /** The engine forgets `id` (its socket is closing, or goes back to JavaScript); what it refused there is counted. */
   release(id: number): void {
     const held = this.connections.get(id);
     if (held === undefined) return;
-    this.gather();
-    this.native.release(id);
+    const refused = this.native.release(id);
     this.connections.delete(id);
     this.unuse(held.slot);
+    if (refused > 0) held.connection.onEngineRefused(refused);
   }
 
   private slotOf(source: EngineAnswerSource): AnswerSlot {
@@ -150,8 +151,6 @@ export class RefusalEngine {
   };
 
   private deliverHandBacks(): void {
-    // The others' counts first: the episodes have every refusal before any connection goes on here.
-    this.gather();
     const list = this.native.takeHandBacks();
     for (let i = 0; i + 4 < list.length; i += 5) {
       const id = list[i] as number;
