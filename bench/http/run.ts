@@ -20,6 +20,11 @@
  * request a JSON line in a file, TPS_ACCESS_LOG's writer), measured in the same rounds, and prints
  * what the log costs (goal: under 10 % of req/s).
  *
+ * BENCH_FLOOR=1 adds `floor`: the least an HTTP/1.1 proxy does on Node (floor-proxy.ts: bare handles,
+ * llhttp, none of the product), and `floor+http`, the same with node:http as its front end, each in
+ * a process of its own on the product's runtime: what a JavaScript data path costs at least, and
+ * what node:http adds, against nginx in the same rounds.
+ *
  * BENCH_BASELINE=<checkout> (with its node_modules) adds two targets, each our proxy in a process of
  * its own on the product's runtime (tps-proxy.ts): `tps@child` of this tree and `tps@baseline` of
  * the checkout, measured in the same rounds, and prints this tree against the baseline.
@@ -28,6 +33,7 @@
  *   BENCH_BASELINE=/tmp/older-tree node bench/http/run.ts
  *   BENCH_SECONDS=6 BENCH_ROUNDS=3 BENCH_CONNECTIONS=64 node bench/http/run.ts
  *   BENCH_ACCESS_LOG=1 node bench/http/run.ts
+ *   BENCH_FLOOR=1 BENCH_ROUNDS=5 node bench/http/run.ts
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -53,6 +59,7 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const ACCESS_LOG = process.env.BENCH_ACCESS_LOG === '1';
+const FLOOR = process.env.BENCH_FLOOR === '1';
 const BASELINE = process.env.BENCH_BASELINE ? path.resolve(process.env.BENCH_BASELINE) : undefined;
 const WARMUP_SECONDS = 2;
 const ORIGIN_IP = '127.0.0.60';
@@ -62,9 +69,9 @@ const BODY = 'hello from the benchmark origin, a small static response\n';
 
 const wrk = (url: string, seconds: number): Promise<WrkResult> => runWrk({ url, seconds, connections: CONNECTIONS });
 
-/** Our proxy in a process of its own (tps-proxy.ts), of this tree or of `root`; resolves once it listens. */
-function startChildProxy(args: HttpTpsProxyArgs): Promise<ChildProcess> {
-  const script = new URL('./tps-proxy.ts', import.meta.url).pathname;
+/** Our proxy in a process of its own (tps-proxy.ts, or `file`), of this tree or of `root`; resolves once it listens. */
+function startChildProxy(args: HttpTpsProxyArgs & { front?: string }, file = './tps-proxy.ts'): Promise<ChildProcess> {
+  const script = new URL(file, import.meta.url).pathname;
   return startReadyChild(
     'a child proxy',
     process.execPath,
@@ -139,6 +146,18 @@ async function main(): Promise<void> {
         childProxies.push(child);
         childTargets.push({ name, url: `http://${TPS_IP}:${port}/`, cpu: () => processCpuSeconds(child.pid!) });
       }
+    }
+
+    for (const [name, front] of FLOOR
+      ? ([
+          ['floor', 'handles'],
+          ['floor+http', 'node:http'],
+        ] as const)
+      : []) {
+      const port = await freePort(TPS_IP);
+      const child = await startChildProxy({ origin: originAddress, listen: { ip: TPS_IP, port }, front }, './floor-proxy.ts');
+      childProxies.push(child);
+      childTargets.push({ name, url: `http://${TPS_IP}:${port}/`, cpu: () => processCpuSeconds(child.pid!) });
     }
 
     const targets = [
@@ -232,6 +251,15 @@ async function main(): Promise<void> {
       console.log(
         `access log: tps+log / tps req/s ${ratioLogged.toFixed(3)} (goal >= 0.90: ${ratioLogged >= 0.9 ? 'MET' : 'NOT MET'}), ` +
           `CPU ${fixed(logged.cpu, 1)} vs ${fixed(tps.cpu, 1)} us/req; ${written} lines written, ${dropped} dropped`,
+      );
+    }
+    const floor = summary.find((s) => s.name === 'floor');
+    const floorHttp = summary.find((s) => s.name === 'floor+http');
+    if (floor !== undefined && floorHttp !== undefined) {
+      console.log(
+        `floor (the least a Node proxy does, floor-proxy.ts): ${fixed(floor.cpu, 1)} us CPU/req, ${(nginx.cpu / floor.cpu).toFixed(2)}x nginx's ` +
+          `efficiency, ${(floor.rps / nginx.rps).toFixed(2)}x its req/s; node:http as its front end adds ${fixed(floorHttp.cpu - floor.cpu, 1)} us, ` +
+          `the product over that ${fixed(tps.cpu - floorHttp.cpu, 1)} us`,
       );
     }
     const child = summary.find((s) => s.name === 'tps@child');
