@@ -298,6 +298,7 @@ export async function startEdge(
     udpMaxUnconfirmedSessions: settings.udpMaxUnconfirmedSessions,
     kernelBlocking: { mode: settings.kernelBlocking, escalationFactor: settings.kernelBlockingEscalationFactor },
     earlyRefusalEngine: settings.earlyRefusalEngine,
+    http1FrontEnd: settings.http1FrontEnd,
     clientAddress: { trustedProxies: settings.trustedProxies, listenerProxyProtocol: settings.listenerProxyProtocol },
     origins: { policy: originPolicy, resolverServers: settings.originResolver },
     crls: (caCertificateIds) => store.crlCache.list(caCertificateIds),

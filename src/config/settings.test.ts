@@ -243,6 +243,9 @@ describe('settings: hostile traffic bounds', () => {
     assert.equal(load({}).earlyRefusalEngine, 'auto');
     assert.equal(load({ TPS_EARLY_REFUSAL_ENGINE: 'javascript' }).earlyRefusalEngine, 'javascript');
     assert.throws(() => load({ TPS_EARLY_REFUSAL_ENGINE: 'native' }), /TPS_EARLY_REFUSAL_ENGINE: must be auto or javascript, got "native"/);
+    assert.equal(load({}).http1FrontEnd, 'handles');
+    assert.equal(load({ TPS_HTTP1_FRONT_END: 'node' }).http1FrontEnd, 'node');
+    assert.throws(() => load({ TPS_HTTP1_FRONT_END: 'fast' }), /TPS_HTTP1_FRONT_END: must be handles or node, got "fast"/);
   });
 
   it("reads the rate limit's failure mode while Redis does not answer, local by default", () => {

@@ -162,6 +162,8 @@ export interface Settings {
   kernelBlockingEscalationFactor: number;
   /** Blocked sources' repeated requests answered by the native engine (`auto`, when it is built) or always on the JavaScript path. */
   earlyRefusalEngine: 'auto' | 'javascript';
+  /** Plain HTTP/1.1 connections: simple GET/HEAD requests served on the handle front end (`handles`), or everything by node:http. */
+  http1FrontEnd: 'handles' | 'node';
   /** Portal sign-ins: password hashes (scrypt, 128 MiB each, on the libuv pool) run at once. */
   passwordHashConcurrency: number;
   /** API calls per minute per client IP on routes that need no token or session (token endpoint, sign-in...). */
@@ -279,6 +281,7 @@ const ENV: Record<keyof Settings, string> = {
   kernelBlocking: 'TPS_KERNEL_BLOCKING',
   kernelBlockingEscalationFactor: 'TPS_KERNEL_BLOCKING_ESCALATION_FACTOR',
   earlyRefusalEngine: 'TPS_EARLY_REFUSAL_ENGINE',
+  http1FrontEnd: 'TPS_HTTP1_FRONT_END',
   passwordHashConcurrency: 'TPS_PASSWORD_HASH_CONCURRENCY',
   apiUnauthenticatedRateLimitPerMinute: 'TPS_API_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE',
   apiHeadersTimeoutSeconds: 'TPS_API_HEADERS_TIMEOUT_SECONDS',
@@ -525,6 +528,8 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
   const earlyRefusalEngine = raw('earlyRefusalEngine') ?? 'auto';
   if (earlyRefusalEngine !== 'auto' && earlyRefusalEngine !== 'javascript')
     fail('earlyRefusalEngine', `must be auto or javascript, got "${earlyRefusalEngine}"`);
+  const http1FrontEnd = raw('http1FrontEnd') ?? 'handles';
+  if (http1FrontEnd !== 'handles' && http1FrontEnd !== 'node') fail('http1FrontEnd', `must be handles or node, got "${http1FrontEnd}"`);
 
   const edge = raw('edge') ?? 'true';
   if (!/^(true|false|1|0|on|off)$/.test(edge)) fail('edge', `must be true or false, got "${edge}"`);
@@ -589,6 +594,7 @@ export function loadSettings(flags: SettingsInput = {}, env: NodeJS.ProcessEnv =
     kernelBlocking: kernelBlocking as Settings['kernelBlocking'],
     kernelBlockingEscalationFactor: integer('kernelBlockingEscalationFactor', 4, 1, 1000),
     earlyRefusalEngine: earlyRefusalEngine as Settings['earlyRefusalEngine'],
+    http1FrontEnd: http1FrontEnd as Settings['http1FrontEnd'],
     passwordHashConcurrency: integer('passwordHashConcurrency', 2, 1, 64),
     apiUnauthenticatedRateLimitPerMinute: integer('apiUnauthenticatedRateLimitPerMinute', 300, 1, 1_000_000),
     apiHeadersTimeoutSeconds,

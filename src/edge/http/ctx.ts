@@ -8,11 +8,12 @@ import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
 import type { ClientAddressSource } from '../../net/types.ts';
+import type { FrontRequest } from './front/front-request.ts';
 import type { ProxySnapshot } from './snapshot.ts';
 import type { PhaseName } from './phases/answer.ts';
 import type { WafEventDraft } from './waf/types.ts';
 
-export type ClientRequest = IncomingMessage | Http2ServerRequest;
+export type ClientRequest = IncomingMessage | Http2ServerRequest | FrontRequest;
 
 /**
  * What the proxy does with a response to the client. Node's HTTP/1 `ServerResponse` and HTTP/2

@@ -23,8 +23,9 @@ import { FloodLimiter, type FloodAdmission, type FloodLimitSettings, type FloodR
 import { unmapIpv4 } from '../../net/ip.ts';
 import { sourceKey } from '../../net/source-key.ts';
 import { EarlyRefusals } from './early-refusal.ts';
+import { HandleFrontEnd } from './front/front-end.ts';
 import { type Http2Refusal, Http2SessionGuard } from './http2-guard.ts';
-import { RequestCtx, type ClientRequest } from './ctx.ts';
+import { RequestCtx, type ClientRequest, type ClientResponse } from './ctx.ts';
 import { recordEpisodeUpdate } from './insight-events.ts';
 import { resolveLimits, type HttpLimits } from './limits.ts';
 import { loggingPhase } from './phases/logging.ts';
@@ -68,11 +69,14 @@ interface ClientCertSwitches {
 class Listener {
   readonly spec: ListenerSpec;
   readonly server: FrontServer;
+  /** The plain listener's handle front end (front/front-end.ts); node:http has the rest of its connections. */
+  private readonly front: HandleFrontEnd | undefined;
   private readonly sockets = new Set<net.Socket>();
 
-  constructor(spec: ListenerSpec, server: FrontServer) {
+  constructor(spec: ListenerSpec, server: FrontServer, front: HandleFrontEnd | undefined) {
     this.spec = spec;
     this.server = server;
+    this.front = front;
     server.on('connection', (socket: net.Socket) => {
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
@@ -111,6 +115,7 @@ class Listener {
 
   /** Stops accepting, lets open connections finish for `graceMs`, then cuts them. */
   close(graceMs: number): Promise<void> {
+    this.front?.close();
     return new Promise((resolve) => {
       if (!this.server.listening) {
         for (const socket of this.sockets) socket.destroy();
@@ -293,13 +298,14 @@ export class HttpProxy {
     }
     // The caps count the client, so they come after the PROXY header (which names it) and before
     // anything that costs: the TLS handshake, the HTTP parser.
-    this.admitConnections(server, spec.secure);
+    const front = spec.secure ? undefined : new HandleFrontEnd({ ...this.limits, serve: this.onRequest });
+    this.admitConnections(server, spec.secure, front);
     // On the wire the PROXY header comes first, before the TLS ClientHello: its reader wraps the rest.
     const clientAddress = this.deps.clientAddress;
     if (clientAddress !== undefined && clientAddress.proxyProtocol !== 'off')
       acceptProxyHeaders(server, clientAddress, { resume: !spec.secure });
     // Last: the listener tracks every connection from its first moment (stop cuts those still reading a header).
-    const listener = new Listener(spec, server);
+    const listener = new Listener(spec, server, front);
     await listener.listen();
     this.listeners.push(listener);
   }
@@ -311,7 +317,7 @@ export class HttpProxy {
    * connection without a header counts towards the proxy's total only (its requests'
    * X-Forwarded-For name many clients, which the rate limits then count one by one).
    */
-  private admitConnections(server: FrontServer, secure: boolean): void {
+  private admitConnections(server: FrontServer, secure: boolean, front: HandleFrontEnd | undefined): void {
     const listeners = server.listeners('connection') as ((socket: net.Socket) => void)[];
     server.removeAllListeners('connection');
     const clientAddress = this.deps.clientAddress;
@@ -356,8 +362,24 @@ export class HttpProxy {
           return;
         }
       }
-      for (const listener of listeners) listener.call(server, socket);
-      if (!secure && limited !== undefined) this.refuseBlockedRequests(socket, limited, proxied === undefined);
+      const toNodeHttp = (): void => {
+        for (const listener of listeners) listener.call(server, socket);
+        if (!secure && limited !== undefined) this.refuseBlockedRequests(socket, limited, proxied === undefined);
+      };
+      if (
+        front?.take(socket, {
+          beforeHead: () => limited !== undefined && this.blockedNow(limited),
+          handOff: (pending) => {
+            // Its reads keep coming to the front end, which hands them on as 'data': node:http must not consume the handle.
+            const handle = (socket as unknown as { _handle?: { _consumed?: boolean } | null })._handle;
+            if (handle) handle._consumed = true;
+            toNodeHttp();
+            if (pending.length > 0) socket.push(pending);
+          },
+        }) === true
+      )
+        return;
+      toNodeHttp();
     });
   }
 
@@ -491,7 +513,13 @@ export class HttpProxy {
     return server;
   }
 
-  private readonly onRequest = (req: ClientRequest, res: http.ServerResponse | http2.Http2ServerResponse): void => {
+  /** Whether the rate limit blocks `source` now (its next request goes to the early path, through node:http's hook). */
+  private blockedNow(source: string): boolean {
+    const limiter = this.snapshot.rateLimiter;
+    return limiter?.hasEpisodes === true && limiter.blockedEpisode(sourceKey(source, this.deps.rateLimit?.ipv6Prefix)) !== undefined;
+  }
+
+  private readonly onRequest = (req: ClientRequest, res: ClientResponse): void => {
     const ctx = new RequestCtx(this.snapshot, req, res);
     res.on('close', () => {
       ctx.upstreamExchange?.clientClosed();

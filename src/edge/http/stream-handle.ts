@@ -213,7 +213,8 @@ export function readFromHandle(socket: net.Socket, buffer: Buffer, reader: Handl
     return undefined;
   const reading = handle as ReadHandle;
   reading[READER] = reader;
-  reading[STREAM_READ] = streamRead;
+  // A handle read this way before (the handle front end's, handed to the early path) keeps the socket's own reader.
+  if (streamRead !== onHandleRead) reading[STREAM_READ] = streamRead;
   // The handle is now a ReadHandle, which onHandleRead needs as `this`.
   handle.onread = onHandleRead as StreamHandle['onread'];
   handle.useUserBuffer(buffer);

@@ -140,6 +140,8 @@ export interface EdgeOptions {
   kernelBlocking?: { mode: KernelBlockingMode; escalationFactor?: number };
   /** Blocked sources' repeated requests on the native engine when it is built, or on the JavaScript path (TPS_EARLY_REFUSAL_ENGINE). Default auto. */
   earlyRefusalEngine?: RefusalEngineMode;
+  /** Simple plain HTTP/1.1 requests on the handle front end, or all on node:http (TPS_HTTP1_FRONT_END). Default handles. */
+  http1FrontEnd?: 'handles' | 'node';
 }
 
 interface Published {
@@ -417,6 +419,7 @@ export class EdgeSupervisor {
       accessLog: o.accessLog,
       kernelBlocking: this.#kernelBlocking.active,
       earlyRefusalEngine: o.earlyRefusalEngine ?? 'auto',
+      http1FrontEnd: o.http1FrontEnd ?? 'handles',
       // Signs challenges and clearance cookies: the same on every node that shares the master key.
       appDdos: { settings: o.appDdos ?? {}, secret: o.secrets.derive('app-ddos clearance') },
     };

@@ -48,6 +48,7 @@ import { HistogramBatch } from './histograms.ts';
 import { AccessLog, type AccessLogCounts, type AccessLogSettings } from '../access-log/access-log.ts';
 import { RefusalTally } from '../kernel-blocking/refusal-tally.ts';
 import type { AppDdosOperatorSettings } from '../http/app-ddos/types.ts';
+import { useHandleFrontEnd } from '../http/front/front-end.ts';
 import { configureRefusalEngine, type RefusalEngineMode, refusalEngineUnavailable } from '../http/refusal-engine.ts';
 
 export interface WorkerSettings {
@@ -107,6 +108,8 @@ export interface WorkerSettings {
   kernelBlocking: boolean;
   /** TPS_EARLY_REFUSAL_ENGINE (src/edge/http/refusal-engine.ts). */
   earlyRefusalEngine: RefusalEngineMode;
+  /** TPS_HTTP1_FRONT_END (src/edge/http/front/front-end.ts). */
+  http1FrontEnd: 'handles' | 'node';
   /** The application-layer DDoS protection's operator settings and signing secret (derived from the master key). */
   appDdos: { settings: Partial<AppDdosOperatorSettings>; secret: Uint8Array };
 }
@@ -334,6 +337,9 @@ setInterval(() => {
 configureRefusalEngine(settings.earlyRefusalEngine);
 const refusalEngineMissing = settings.earlyRefusalEngine === 'auto' ? refusalEngineUnavailable() : undefined;
 if (refusalEngineMissing !== undefined) logger.warn({}, `early refusals on the JavaScript path: ${refusalEngineMissing}`);
+
+// Plain HTTP/1.1: simple requests on the handle front end, or every connection to node:http.
+useHandleFrontEnd(settings.http1FrontEnd === 'handles');
 
 // Kernel blocking: the supervisor adds up every worker's refusals and decides (kernel-blocking/escalation.ts).
 const refusalTally = settings.kernelBlocking ? new RefusalTally((refusals) => send({ kind: 'refusals', refusals })) : undefined;
