@@ -47,6 +47,7 @@ interface StreamWrapInternals {
 /** What this module uses of a socket's handle (a libuv stream). */
 export interface StreamHandle {
   writeBuffer?: (request: WriteRequest, data: Uint8Array) => number;
+  writeLatin1String?: (request: WriteRequest, data: string) => number;
   /** Called by libuv's reads, `this` the handle (an accessor: kept in the handle's internal field). */
   onread?: (this: StreamHandle, arrayBuffer: ArrayBuffer | undefined) => unknown;
   useUserBuffer?: (buffer: Uint8Array) => void;
@@ -121,6 +122,29 @@ export function writeToHandle(
     else if (!socket.destroyed) onWritten();
   };
   return false;
+}
+
+/**
+ * Writes `text` (latin1) to `socket`'s handle, as `socket.write(text, 'latin1')` would with nothing
+ * queued before it, without the stream's layer. true: written, or queued by libuv (which keeps its
+ * own copy of what it could not write at once); a failed write destroys the socket. undefined: not
+ * on this Node or this socket, or the socket has writes queued: nothing was written.
+ */
+export function writeLatin1ToHandle(socket: net.Socket, text: string): boolean | undefined {
+  const internals = STREAM_BASE;
+  const handle = (socket as { _handle?: StreamHandle | null })._handle;
+  if (internals === undefined || handle === null || handle === undefined || typeof handle.writeLatin1String !== 'function')
+    return undefined;
+  if (socket.writableLength !== 0 || socket.connecting) return undefined;
+  const request = spare ?? new internals.WriteWrap();
+  spare = undefined;
+  if (handle.writeLatin1String(request, text) !== 0) {
+    socket.destroy();
+    return true;
+  }
+  if (internals.streamBaseState[internals.kLastWriteWasAsync] === 0) spare = request;
+  else request.oncomplete = (status: number): void => void (status < 0 && socket.destroy());
+  return true;
 }
 
 /** What the reads of a handle are handed to (`readFromHandle`). */

@@ -26,6 +26,7 @@
 import type net from 'node:net';
 import type tls from 'node:tls';
 import type { ScopedOriginGuard } from '../../../net/origin-guard.ts';
+import { writeLatin1ToHandle } from '../stream-handle.ts';
 
 export interface OriginHandler {
   onConnect(abort: (err?: Error) => void): void;
@@ -348,6 +349,8 @@ class Connection {
     written = true;
     const socket = this.socket!;
     if (pending.body === undefined) {
+      // Straight to the handle when nothing is queued before it (plain TCP): no Writable layer per request.
+      if (this.options.tls === undefined && writeLatin1ToHandle(socket, pending.head) !== undefined) return;
       socket.write(pending.head, 'latin1');
       return;
     }
