@@ -298,7 +298,14 @@ export class HttpProxy {
     }
     // The caps count the client, so they come after the PROXY header (which names it) and before
     // anything that costs: the TLS handshake, the HTTP parser.
-    const front = spec.secure ? undefined : new HandleFrontEnd({ ...this.limits, serve: this.onRequest });
+    const front = spec.secure
+      ? undefined
+      : new HandleFrontEnd({
+          ...this.limits,
+          serve: this.onRequest,
+          onHeadersTimeout: (socket) =>
+            this.onClientError(Object.assign(new Error('request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), socket),
+        });
     this.admitConnections(server, spec.secure, front);
     // On the wire the PROXY header comes first, before the TLS ClientHello: its reader wraps the rest.
     const clientAddress = this.deps.clientAddress;

@@ -59,6 +59,7 @@ const CORPUS: Record<string, string> = {
   'leading empty lines': `\r\n\r\n${get('/after-empty', CLOSE)}`,
   'a head over the size limit': get('/big', `X-Big: ${'a'.repeat(20_000)}\r\n${CLOSE}`),
   garbage: 'HELLO THERE\r\n\r\n',
+  'nothing at all (the header timeout)': '',
   'a request line only': 'GET / HTTP/1.1\r\n\r\n',
 };
 
@@ -121,7 +122,10 @@ describe('HTTP/1.1 handle front end', () => {
       },
     });
     port = await freePort(FRONT_IP);
-    proxy = new HttpProxy(resolvedProxy(port, [origin]), testDeps({ limits: { maxHeaderSize: 16 * 1024, keepAliveTimeoutMs: 2_000 } }));
+    proxy = new HttpProxy(
+      resolvedProxy(port, [origin]),
+      testDeps({ limits: { maxHeaderSize: 16 * 1024, keepAliveTimeoutMs: 2_000, headersTimeoutMs: 2_000 } }),
+    );
     await proxy.start();
   });
 

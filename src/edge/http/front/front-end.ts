@@ -17,9 +17,10 @@
  *   meaning, llhttp's, and node:http's answers to what it refuses;
  * - requests on a connection are answered in order, one at a time: pipelined heads wait as bytes.
  *
- * Deadlines, checked every `connectionsCheckingIntervalMs` (as node:http checks its own): an idle
- * connection is closed after `keepAliveTimeoutMs`, one whose request waits without any traffic
- * after `idleTimeoutMs` (node:http's socket timeout). The reads and writes go to the handle
+ * Deadlines, checked every `connectionsCheckingIntervalMs` (as node:http checks its own): a new
+ * connection that sends nothing gets node:http's 408 after `headersTimeoutMs` (counted as its
+ * REQUEST_TIMEOUT), an idle one between requests is closed after `keepAliveTimeoutMs`, one whose
+ * request waits without any traffic after `idleTimeoutMs` (node:http's socket timeout). The reads and writes go to the handle
  * without the socket's stream layer (stream-handle.ts); the socket stays (its close, errors and
  * FIN, and the listener's count of it).
  */
@@ -78,9 +79,12 @@ export interface FrontEndHost {
   readonly maxHeaderSize: number;
   readonly keepAliveTimeoutMs: number;
   readonly idleTimeoutMs: number;
+  readonly headersTimeoutMs: number;
   readonly connectionsCheckingIntervalMs: number;
   /** Serves a request: the phases, then the upstream (HttpProxy's request handler). */
   serve(req: FrontRequest, res: FrontResponse): void;
+  /** A new connection sent nothing for `headersTimeoutMs`: answered and counted as node:http's header timeout is (408). */
+  onHeadersTimeout(socket: Socket): void;
 }
 
 /** Per connection, from the proxy: when a head goes to node:http, and how. */
@@ -190,6 +194,8 @@ class FrontConnection implements ResponseConnection, HandleReader {
   private headerList: string[] = [];
   private urlParts = '';
   private handedOff = false;
+  /** A request was served on this connection. */
+  private served = false;
   private readingStopped = false;
   /** performance.now() of the last read or write, of the last response's end, of the first byte of an incomplete head (-1: none). */
   private lastActivity: number;
@@ -314,7 +320,10 @@ class FrontConnection implements ResponseConnection, HandleReader {
       if (now - this.incompleteSince >= this.host.connectionsCheckingIntervalMs) this.handOff(this.pending);
       return;
     }
-    if (now - this.idleSince >= this.host.keepAliveTimeoutMs) this.socket.destroy();
+    // A connection that has not sent a request yet has node:http's header timeout, one between requests the keep-alive timeout.
+    if (!this.served) {
+      if (now - this.idleSince >= this.host.headersTimeoutMs) this.host.onHeadersTimeout(this.socket);
+    } else if (now - this.idleSince >= this.host.keepAliveTimeoutMs) this.socket.destroy();
   }
 
   private servePending(): void {
@@ -369,6 +378,7 @@ class FrontConnection implements ResponseConnection, HandleReader {
 
   private serve(request: FrontRequest): void {
     this.incompleteSince = -1;
+    this.served = true;
     this.keepAlive = this.parsedKeepAlive && !this.front.closing;
     const response = new FrontResponse(this, request.method);
     this.response = response;
