@@ -60,6 +60,9 @@ const CORPUS: Record<string, string> = {
   'a head over the size limit': get('/big', `X-Big: ${'a'.repeat(20_000)}\r\n${CLOSE}`),
   garbage: 'HELLO THERE\r\n\r\n',
   'nothing at all (the header timeout)': '',
+  'a target the proxy refuses (an encoded NUL)': get('/a%00b', CLOSE),
+  'a HEAD the proxy refuses': `HEAD /a%00b HTTP/1.1\r\nHost: shop.example\r\n${CLOSE}\r\n`,
+  'dot segments above the root': get('/%2e%2e/%2e%2e/etc/passwd', CLOSE),
   'a request line only': 'GET / HTTP/1.1\r\n\r\n',
 };
 
@@ -105,6 +108,9 @@ describe('HTTP/1.1 handle front end', () => {
   let origin: TestOrigin;
   let proxy: HttpProxy;
   let port: number;
+  /** A proxy whose origin refuses connections: its answers are the upstream's error pages. */
+  let deadProxy: HttpProxy;
+  let deadPort: number;
 
   before(async () => {
     // The origin answers with the request as it saw it (raw header order included) and a few headers of its own.
@@ -127,11 +133,19 @@ describe('HTTP/1.1 handle front end', () => {
       testDeps({ limits: { maxHeaderSize: 16 * 1024, keepAliveTimeoutMs: 2_000, headersTimeoutMs: 2_000 } }),
     );
     await proxy.start();
+    const closedPort = await freePort(FRONT_IP);
+    deadPort = await freePort(FRONT_IP);
+    deadProxy = new HttpProxy(
+      resolvedProxy(deadPort, [{ host: FRONT_IP, port: closedPort }], { id: '00000000-0000-4000-8000-0000000000d2' }),
+      testDeps(),
+    );
+    await deadProxy.start();
   });
 
   after(async () => {
     useHandleFrontEnd(true);
     await proxy.stop();
+    await deadProxy.stop();
     await origin.close();
   });
 
@@ -156,6 +170,22 @@ describe('HTTP/1.1 handle front end', () => {
       useHandleFrontEnd(true);
       const byHandles = await exchange(port, bytes);
       assert.equal(byNode.closed, true, 'node:http closed the connection');
+      assert.equal(normalized(byHandles.response), normalized(byNode.response));
+      assert.equal(byHandles.closed, byNode.closed);
+    });
+  }
+
+  for (const [name, bytes] of Object.entries({
+    'a GET': get('/down', CLOSE),
+    'a HEAD': `HEAD /down HTTP/1.1\r\nHost: shop.example\r\n${CLOSE}\r\n`,
+    'two pipelined GETs': get('/1') + get('/2', CLOSE),
+  })) {
+    it(`answers as node:http does when the origin is down: ${name}`, T, async () => {
+      useHandleFrontEnd(false);
+      const byNode = await exchange(deadPort, bytes);
+      useHandleFrontEnd(true);
+      const byHandles = await exchange(deadPort, bytes);
+      assert.match(byNode.response, /^HTTP\/1\.1 50\d/);
       assert.equal(normalized(byHandles.response), normalized(byNode.response));
       assert.equal(byHandles.closed, byNode.closed);
     });

@@ -145,6 +145,8 @@ export class FrontResponse implements ClientResponse {
 
   write(chunk: Uint8Array): boolean {
     if (this.writableEnded) return false;
+    // As Node's implicit head: a 200 when nobody wrote one.
+    if (this.head === undefined && !this.headersSent) this.writeHead(200, []);
     return this.send(chunk, false);
   }
 
