@@ -3,6 +3,9 @@
  * front-end addresses, and the request phases behind them (see `phases/index.ts`).
  *
  * - Plain HTTP/1.1 (no `frontend.certificateId`), or TLS with HTTP/2 and HTTP/1.1 chosen by ALPN.
+ *   A plain connection is read by the front end on handles (front/front-end.ts), which serves its
+ *   bodiless GET and HEAD requests and hands the rest of the connection to node:http when a head
+ *   is anything else; TLS connections go to node:http.
  * - `update` applies a new revision live: with the same front end (addresses, port, TLS or not)
  *   the listeners and open connections stay, the next requests see the new settings, and a new
  *   certificate or client-CA set is served to new connections at once (`setSecureContext`).
