@@ -33,6 +33,60 @@ test('literal scanner: more than 32 rules, and a state that ends literals of rul
   assert.deepEqual(bitsOf(scanner, 'base'), [3, 41]);
 });
 
+/** What the scanner must find: the rules with a literal in the value, bytes (the low 8 bits of a char) folded as ASCII. */
+function naiveRules(rules: readonly (readonly string[])[], input: string): number[] {
+  const fold = (text: string): string => {
+    let out = '';
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i) & 0xff;
+      out += String.fromCharCode(c >= 0x41 && c <= 0x5a ? c + 0x20 : c);
+    }
+    return out;
+  };
+  const value = fold(input);
+  const found: number[] = [];
+  rules.forEach((literals, j) => {
+    if (literals.some((l) => value.includes(fold(l)))) found.push(j);
+  });
+  return found;
+}
+
+test('literal scanner: a long value, scanned as two halves at once, gives the rules one pass over it would (random values)', () => {
+  let seed = 7;
+  const random = (): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return seed / 2 ** 32;
+  };
+  const alphabet = 'abcAB<>/ \\'.split('');
+  const word = (length: number): string => Array.from({ length }, () => alphabet[Math.floor(random() * alphabet.length)]!).join('');
+  // short literals and long ones sharing prefixes, so that a pass is often deep in one at the middle of a value
+  const rules: string[][] = [];
+  for (let j = 0; j < 70; j++) {
+    const stem = word(1 + Math.floor(random() * 4));
+    rules.push([stem + word(Math.floor(random() * 3)), stem + word(10 + Math.floor(random() * 30))]);
+  }
+  const scanner = new LiteralScanner(rules);
+  const all = rules.flat();
+  for (let n = 0; n < 3000; n++) {
+    let value = '';
+    const pieces = 1 + Math.floor(random() * 8);
+    for (let k = 0; k < pieces; k++) {
+      const literal = all[Math.floor(random() * all.length)]!;
+      const piece = random() < 0.5 ? literal : literal.slice(0, Math.floor(random() * literal.length));
+      value += random() < 0.3 ? piece.toUpperCase() : piece;
+      if (random() < 0.3) value += String.fromCharCode(Math.floor(random() * 0x200));
+    }
+    assert.deepEqual(bitsOf(scanner, value), naiveRules(rules, value), JSON.stringify(value));
+  }
+});
+
+test('literal scanner: a literal longer than 255 bytes (values scanned in one pass) is found', () => {
+  const long = `${'x'.repeat(300)}y`;
+  const scanner = new LiteralScanner([[long], ['xy']]);
+  assert.deepEqual(bitsOf(scanner, `a${long}b`), [0, 1]);
+  assert.deepEqual(bitsOf(scanner, `a${long.slice(1)}b`), [1]);
+});
+
 const RULES = `
 SecRuleEngine On
 SecRequestBodyAccess On
