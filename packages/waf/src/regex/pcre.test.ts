@@ -105,6 +105,14 @@ test('ReDoS: catastrophic backtracking falls back to V8 linear engine (known ReD
   }
 });
 
+test('prefilter: a set without one-letter literals is preferred (the command separators before a command name)', async () => {
+  const { requiredLiterals } = await import('./prefilter.ts');
+  const literals = (p: string): string[] | undefined => requiredLiterals(rx(p).translated.source)?.sort();
+  assert.deepEqual(literals('(?:;|&|\\|)\\s*[sp]'), ['&', ';', '|'], 'not the letters, which every value has');
+  assert.deepEqual(literals('[sp]\\s*x'), ['p', 's'], 'letters when nothing else is required');
+  assert.deepEqual(literals('(?:<script|<form)\\s*:'), ['<form', '<script']);
+});
+
 test('prefilter: every match of every CRS expression contains one of its required literals', async () => {
   const { readdirSync, readFileSync } = await import('node:fs');
   const { parseSecLang } = await import('../seclang/parser.ts');

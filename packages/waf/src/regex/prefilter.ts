@@ -22,8 +22,16 @@ const MAX_ANY = 64;
 function score(set: Set<string> | null): number {
   if (set === null || set.size === 0) return -1;
   let min = Infinity;
-  for (const s of set) min = Math.min(min, s.length);
+  let letterOrDigit = false;
+  for (const s of set) {
+    min = Math.min(min, s.length);
+    if (s.length === 1 && /[0-9a-z]/.test(s)) letterOrDigit = true;
+  }
   if (min === 0) return -1;
+  // A one-letter (or digit) literal is in nearly every value: such a set filters nothing, and the
+  // literal prefilter leaves its rule out (literal-prefilter.ts). Any other set is better, e.g.
+  // the command separators that 932105 and 932150 require before their command names.
+  if (letterOrDigit) return 0;
   // a longer shortest literal is better; many alternatives cost a little
   return min * 10 - Math.log2(set.size);
 }
