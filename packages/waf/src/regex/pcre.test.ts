@@ -111,6 +111,26 @@ test('prefilter: a set without one-letter literals is preferred (the command sep
   assert.deepEqual(literals('(?:;|&|\\|)\\s*[sp]'), ['&', ';', '|'], 'not the letters, which every value has');
   assert.deepEqual(literals('[sp]\\s*x'), ['p', 's'], 'letters when nothing else is required');
   assert.deepEqual(literals('(?:<script|<form)\\s*:'), ['<form', '<script']);
+  // a class of more than four bytes: its bytes, when none is a letter or digit (942430's count of "SQL characters")
+  assert.deepEqual(literals('((?:[!-+\\-:-<][^!-+\\-:-<]*?){12})'), [
+    '!',
+    '"',
+    '#',
+    '$',
+    '%',
+    '&',
+    "'",
+    '(',
+    ')',
+    '*',
+    '+',
+    '-',
+    ':',
+    ';',
+    '<',
+  ]);
+  assert.equal(literals('[!-+a]{3}'), undefined, 'a class with a letter tells nothing');
+  assert.equal(literals('[^!-+]{3}'), undefined);
 });
 
 test('prefilter: every match of every CRS expression contains one of its required literals', async () => {
