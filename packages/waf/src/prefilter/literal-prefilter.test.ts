@@ -154,6 +154,42 @@ test('literal prefilter: skipping the rules that cannot match changes no verdict
   }
 });
 
+test('literal prefilter: a multiMatch rule is passed over only when no step of its chain gives a literal (the value as it is, or decoded)', () => {
+  const rules = `
+SecRuleEngine On
+SecRule ARGS "@rx x y" "id:71,phase:1,pass,log,msg:'before the chain removes it',t:none,t:removeWhitespace,multiMatch"
+SecRule ARGS "@rx a\\.\\.b" "id:72,phase:1,pass,log,msg:'once decoded',t:none,t:urlDecodeUni,multiMatch"
+SecRule ARGS "@rx a\\.\\.b" "id:73,phase:1,pass,log,msg:'once decoded, at the end of the chain',t:none,t:urlDecodeUni"
+`;
+  const withPrefilter = compileRuleSet([{ text: rules, name: 'multimatch.conf' }]);
+  const prefiltered = withPrefilter.phaseRules[1]!.filter((r) => r?.prefilter !== undefined).map((r) => [
+    r!.id,
+    r!.prefilter!.sources.length,
+  ]);
+  assert.deepEqual(prefiltered, [
+    [71, 2],
+    [72, 2],
+    [73, 1],
+  ]);
+  const inspectors = [withPrefilter, compileRuleSet([{ text: rules, name: 'multimatch.conf' }], { prefilter: false })].map(
+    (rs) => new CompiledInspector(rs, { request: 1 << 20, response: 1 << 20 }),
+  );
+  const cases: [string, number[]][] = [
+    ['/?q=x%20y', [71]],
+    ['/?q=xy', []],
+    ['/?q=a%252e%252eb', [72, 73]],
+    ['/?q=a..b', [72, 73]],
+    ['/?q=hay&r=x', []],
+    // values with and without the literals side by side: each is checked at each of its steps
+    ['/?a=hay&q=x%20y&r=xy&s=a%252e%252eb&t=x%2520y', [71, 72, 73]],
+  ];
+  for (const [uri, expected] of cases) {
+    const verdicts = inspectors.map((inspector) => inspector.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict);
+    for (const verdict of verdicts) assert.deepEqual([...new Set(verdict.matchedRules.map((m) => m.id))].sort(), expected, uri);
+    assert.deepEqual(verdicts[0]!.matchedRules, verdicts[1]!.matchedRules, `${uri}: the same matches, data and order`);
+  }
+});
+
 test('literal prefilter: a finished transaction hands its buffers to the next ones, an open one keeps its own', () => {
   const inspector = new CompiledInspector(compileRuleSet([{ text: RULES, name: 'prefilter.conf' }]), {
     request: 1 << 20,

@@ -196,13 +196,22 @@ export interface LiteralPrefilters {
 
 /** What the loop needs to ask whether some value of a rule's variables may match (CompiledRule.prefilter). */
 export interface RulePrefilter {
-  /** Per variable (parallel to CompiledRule.refs): its source, or -1 for an XML read. */
+  /**
+   * Per variable (parallel to CompiledRule.refs): its source, or -1 for an XML read. A multiMatch
+   * rule has one such run per chain node its operator sees (the value as it is, then each step):
+   * source k reads variable k % refs.length.
+   */
   readonly sources: Int32Array;
   /** The word and the bit of the rule in the scanner's bit sets. */
   readonly word: number;
   readonly mask: number;
-  /** The chain node its values are scanned after (the rule's, less a final change of case). */
+  /**
+   * The chain node its values are scanned after (the rule's, less a final change of case); the
+   * loop checks a value's own bits there (not for multiMatch, whose values it checks at `steps`).
+   */
   readonly node: number;
+  /** The chain nodes its sources read its variables at, in order: `node`, or for multiMatch the value as it is and each step. */
+  readonly steps: Int32Array;
 }
 
 /**
@@ -213,6 +222,6 @@ export interface RulePrefilter {
 export interface PhasePrefilters {
   /** Per entry of the phase: where its record starts in `records`, or -1 (a marker, or a rule evaluated as such). */
   readonly at: Int32Array;
-  /** Records of [word, mask, variable count, source per variable (-1: an XML read) ...] (RulePrefilter). */
+  /** Records of [word, mask, source count, its sources (RulePrefilter.sources; -1: an XML read) ...]. */
   readonly records: Int32Array;
 }

@@ -326,6 +326,21 @@ export class Transaction extends TransactionLiteralCache {
     }
     // a value no step can give a gate literal: no match at any step (CompiledRule.gateKinds)
     if (rule.gateKinds >= 0 && (byteKinds(entry.box) & rule.gateKinds) === 0 && !containsAny(entry.box.v, op.gate!)) return false;
+    // the union of the variable's values at some step let the rule through; this value may have
+    // the literals at none (its bits were scanned for the union: looked up, not scanned again)
+    const prefilter = rule.prefilter;
+    if (prefilter !== undefined) {
+      let may = false;
+      for (const node of prefilter.steps) {
+        // (boxBits first: a scan may grow scannedBits)
+        const at = this.boxBits(entry.box, node);
+        if ((this.scannedBits![at + prefilter.word]! & prefilter.mask) !== 0) {
+          may = true;
+          break;
+        }
+      }
+      if (!may) return false;
+    }
     // the original value, then each transformation result that changed the value
     let prev = entry.box.v;
     if (this.runOperator(rule, op, prev) !== op.negated) {
