@@ -79,6 +79,8 @@ export function buildLiteralPrefilters(
     readonly changing: boolean;
     /** The slot of the same read's raw source (chain node 0), -1 for single variables. */
     readonly raw: number;
+    /** The first variable read of its key: every read of the key reads the same values. */
+    readonly ref: CompiledRule['refs'][number];
   }
   const sources = new Map<string, Source>();
   const sourceOf = (ref: CompiledRule['refs'][number], node: number): Source => {
@@ -87,7 +89,7 @@ export function buildLiteralPrefilters(
     if (source === undefined) {
       const changing = ref.kind === READ_SINGLE ? computedSingle(ref.index) : growingLists.has(ref.index);
       const raw = ref.kind === READ_SINGLE ? -1 : node === 0 ? sources.size : sourceOf(ref, 0).slot;
-      source = { slot: sources.size, node, changing, raw };
+      source = { slot: sources.size, node, changing, raw, ref };
       sources.set(key, source);
     }
     return source;
@@ -130,6 +132,7 @@ export function buildLiteralPrefilters(
     changing: Uint8Array.from(list.map((s) => (s.changing ? 1 : 0))),
     rawOf: Int32Array.from(list.map((s) => s.raw)),
     chainMask: Int32Array.from(list.map((s) => transformations[s.node]!.chainChangesOn)),
+    refs: list.map((s) => s.ref),
   };
 }
 

@@ -6,6 +6,7 @@
  * byte loop are hand-written (not a library) because they are the hot path.
  */
 import { buildAutomaton } from '../operators/aho-corasick.ts';
+import type { VarRef } from '../seclang/program.ts';
 
 /**
  * Values from this length on are scanned as two halves at once (LiteralScanner.scan): a step
@@ -192,6 +193,12 @@ export interface LiteralPrefilters {
    * rule's values are then checked one by one).
    */
   readonly chainMask: Int32Array;
+  /**
+   * Per source: one of its variable reads (all read the same values: a source is keyed by the
+   * read's kind, list, filter with its exclusions, and name), so that the loop brings a source up
+   * to date without touching the rule that asks.
+   */
+  readonly refs: readonly VarRef[];
 }
 
 /** What the loop needs to ask whether some value of a rule's variables may match (CompiledRule.prefilter). */
