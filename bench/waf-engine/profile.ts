@@ -61,8 +61,15 @@ for (const id of profile.samples ?? []) self.set(id, (self.get(id) ?? 0) + 1);
 const categoryOf = (url: string, name: string): string => {
   if (name.startsWith('RegExp:') || /regex\//.test(url)) return 'regular expressions';
   if (url.includes('/transformations/')) return 'transformations';
-  if (url.includes('/operators/') || url.includes('/prefilter/')) return 'operators (other than rx)';
-  if (url.includes('/variables/') || url.includes('collections') || url.includes('value-cache') || url.includes('literal-cache'))
+  if (url.includes('/operators/')) return 'operators (other than rx)';
+  // the literal prefilter's scan (prefilter/scanner.ts) with the rest of its bookkeeping (literal-cache.ts)
+  if (
+    url.includes('/variables/') ||
+    url.includes('collections') ||
+    url.includes('value-cache') ||
+    url.includes('literal-cache') ||
+    url.includes('/prefilter/')
+  )
     return 'collections / variables';
   if (url.includes('/transaction/') || url.includes('/seclang/')) return 'rule loop / actions';
   if (url.includes('/body/')) return 'body parsing';

@@ -36,8 +36,8 @@ export function runRegex(
   gate: readonly string[] | undefined,
   input: string,
 ): boolean {
-  // a rule the literal prefilter does not cover (multiMatch, some variables) checks here
-  if (gate !== undefined && rule.prefilter === undefined && !containsAny(input, gate)) return false;
+  // a rule the literal prefilter does not check value by value (some variables, multiMatch) checks here
+  if (gate !== undefined && (rule.prefilter === undefined || rule.multiMatch) && !containsAny(input, gate)) return false;
   if (!rule.capture) return re.test(input);
   const m = re.exec(input);
   if (!m) return false;

@@ -33,6 +33,60 @@ test('literal scanner: more than 32 rules, and a state that ends literals of rul
   assert.deepEqual(bitsOf(scanner, 'base'), [3, 41]);
 });
 
+/** What the scanner must find: the rules with a literal in the value, bytes (the low 8 bits of a char) folded as ASCII. */
+function naiveRules(rules: readonly (readonly string[])[], input: string): number[] {
+  const fold = (text: string): string => {
+    let out = '';
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i) & 0xff;
+      out += String.fromCharCode(c >= 0x41 && c <= 0x5a ? c + 0x20 : c);
+    }
+    return out;
+  };
+  const value = fold(input);
+  const found: number[] = [];
+  rules.forEach((literals, j) => {
+    if (literals.some((l) => value.includes(fold(l)))) found.push(j);
+  });
+  return found;
+}
+
+test('literal scanner: a long value, scanned as two halves at once, gives the rules one pass over it would (random values)', () => {
+  let seed = 7;
+  const random = (): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return seed / 2 ** 32;
+  };
+  const alphabet = 'abcAB<>/ \\'.split('');
+  const word = (length: number): string => Array.from({ length }, () => alphabet[Math.floor(random() * alphabet.length)]!).join('');
+  // short literals and long ones sharing prefixes, so that a pass is often deep in one at the middle of a value
+  const rules: string[][] = [];
+  for (let j = 0; j < 70; j++) {
+    const stem = word(1 + Math.floor(random() * 4));
+    rules.push([stem + word(Math.floor(random() * 3)), stem + word(10 + Math.floor(random() * 30))]);
+  }
+  const scanner = new LiteralScanner(rules);
+  const all = rules.flat();
+  for (let n = 0; n < 3000; n++) {
+    let value = '';
+    const pieces = 1 + Math.floor(random() * 8);
+    for (let k = 0; k < pieces; k++) {
+      const literal = all[Math.floor(random() * all.length)]!;
+      const piece = random() < 0.5 ? literal : literal.slice(0, Math.floor(random() * literal.length));
+      value += random() < 0.3 ? piece.toUpperCase() : piece;
+      if (random() < 0.3) value += String.fromCharCode(Math.floor(random() * 0x200));
+    }
+    assert.deepEqual(bitsOf(scanner, value), naiveRules(rules, value), JSON.stringify(value));
+  }
+});
+
+test('literal scanner: a literal longer than 255 bytes (values scanned in one pass) is found', () => {
+  const long = `${'x'.repeat(300)}y`;
+  const scanner = new LiteralScanner([[long], ['xy']]);
+  assert.deepEqual(bitsOf(scanner, `a${long}b`), [0, 1]);
+  assert.deepEqual(bitsOf(scanner, `a${long.slice(1)}b`), [1]);
+});
+
 const RULES = `
 SecRuleEngine On
 SecRequestBodyAccess On
@@ -97,6 +151,42 @@ test('literal prefilter: skipping the rules that cannot match changes no verdict
       );
     assert.deepEqual(ids(withPrefilter), expected, `${req.uri} ${req.body?.toString() ?? ''}`);
     assert.deepEqual(ids(without), expected, `${req.uri} ${req.body?.toString() ?? ''} (no prefilter)`);
+  }
+});
+
+test('literal prefilter: a multiMatch rule is passed over only when no step of its chain gives a literal (the value as it is, or decoded)', () => {
+  const rules = `
+SecRuleEngine On
+SecRule ARGS "@rx x y" "id:71,phase:1,pass,log,msg:'before the chain removes it',t:none,t:removeWhitespace,multiMatch"
+SecRule ARGS "@rx a\\.\\.b" "id:72,phase:1,pass,log,msg:'once decoded',t:none,t:urlDecodeUni,multiMatch"
+SecRule ARGS "@rx a\\.\\.b" "id:73,phase:1,pass,log,msg:'once decoded, at the end of the chain',t:none,t:urlDecodeUni"
+`;
+  const withPrefilter = compileRuleSet([{ text: rules, name: 'multimatch.conf' }]);
+  const prefiltered = withPrefilter.phaseRules[1]!.filter((r) => r?.prefilter !== undefined).map((r) => [
+    r!.id,
+    r!.prefilter!.sources.length,
+  ]);
+  assert.deepEqual(prefiltered, [
+    [71, 2],
+    [72, 2],
+    [73, 1],
+  ]);
+  const inspectors = [withPrefilter, compileRuleSet([{ text: rules, name: 'multimatch.conf' }], { prefilter: false })].map(
+    (rs) => new CompiledInspector(rs, { request: 1 << 20, response: 1 << 20 }),
+  );
+  const cases: [string, number[]][] = [
+    ['/?q=x%20y', [71]],
+    ['/?q=xy', []],
+    ['/?q=a%252e%252eb', [72, 73]],
+    ['/?q=a..b', [72, 73]],
+    ['/?q=hay&r=x', []],
+    // values with and without the literals side by side: each is checked at each of its steps
+    ['/?a=hay&q=x%20y&r=xy&s=a%252e%252eb&t=x%2520y', [71, 72, 73]],
+  ];
+  for (const [uri, expected] of cases) {
+    const verdicts = inspectors.map((inspector) => inspector.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict);
+    for (const verdict of verdicts) assert.deepEqual([...new Set(verdict.matchedRules.map((m) => m.id))].sort(), expected, uri);
+    assert.deepEqual(verdicts[0]!.matchedRules, verdicts[1]!.matchedRules, `${uri}: the same matches, data and order`);
   }
 });
 

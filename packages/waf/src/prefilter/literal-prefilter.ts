@@ -32,7 +32,7 @@ import type { LiteralPrefilters, PhasePrefilters } from './scanner.ts';
 /** The literals without which a rule's operator cannot match, or undefined when it has none. */
 export function operatorLiterals(rule: CompiledRule): readonly string[] | undefined {
   const op = rule.operator;
-  if (op === undefined || op.negated || rule.multiMatch) return undefined;
+  if (op === undefined || op.negated) return undefined;
   if (op.name === 'rx') {
     if (!(op.regex instanceof CompiledRegex)) return undefined;
     const literals = requiredLiterals(op.regex.translated.source);
@@ -79,6 +79,8 @@ export function buildLiteralPrefilters(
     readonly changing: boolean;
     /** The slot of the same read's raw source (chain node 0), -1 for single variables. */
     readonly raw: number;
+    /** The first variable read of its key: every read of the key reads the same values. */
+    readonly ref: CompiledRule['refs'][number];
   }
   const sources = new Map<string, Source>();
   const sourceOf = (ref: CompiledRule['refs'][number], node: number): Source => {
@@ -87,7 +89,7 @@ export function buildLiteralPrefilters(
     if (source === undefined) {
       const changing = ref.kind === READ_SINGLE ? computedSingle(ref.index) : growingLists.has(ref.index);
       const raw = ref.kind === READ_SINGLE ? -1 : node === 0 ? sources.size : sourceOf(ref, 0).slot;
-      source = { slot: sources.size, node, changing, raw };
+      source = { slot: sources.size, node, changing, raw, ref };
       sources.set(key, source);
     }
     return source;
@@ -105,14 +107,23 @@ export function buildLiteralPrefilters(
     const literals = operatorLiterals(rule);
     if (literals === undefined || literals.some(isLetterOrDigit)) continue;
     if (!rule.refs.every((ref) => SCANNABLE.has(ref.kind) || ref.kind === READ_XML)) continue;
+    // a multiMatch rule with a gate (930110's `..`) passes over most values by their byte kinds
+    // already; its values read at every step of a long chain cost more scans than they save
+    if (rule.multiMatch && rule.gateKinds >= 0) continue;
     const j = literalsByRule.length;
     literalsByRule.push(literals);
-    const slots = new Int32Array(rule.refs.length).fill(-1);
     const node = scannedNode(rule.tnode);
-    rule.refs.forEach((ref, vi) => {
-      if (ref.kind !== READ_XML) slots[vi] = sourceOf(ref, node).slot;
+    // multiMatch runs the operator on the value as it is and after each step of the chain: the
+    // literals may be in any of them, so each variable is read at each of those nodes
+    const nodes = rule.multiMatch ? [...new Set([0, ...rule.tpath].map(scannedNode))] : [node];
+    const refs = rule.refs.length;
+    const slots = new Int32Array(nodes.length * refs).fill(-1);
+    nodes.forEach((n, k) => {
+      rule.refs.forEach((ref, vi) => {
+        if (ref.kind !== READ_XML) slots[k * refs + vi] = sourceOf(ref, n).slot;
+      });
     });
-    rule.prefilter = { sources: slots, word: j >> 5, mask: 1 << (j & 31), node };
+    rule.prefilter = { sources: slots, word: j >> 5, mask: 1 << (j & 31), node, steps: Int32Array.from(nodes) };
   }
   const list = [...sources.values()];
   return {
@@ -121,6 +132,7 @@ export function buildLiteralPrefilters(
     changing: Uint8Array.from(list.map((s) => (s.changing ? 1 : 0))),
     rawOf: Int32Array.from(list.map((s) => s.raw)),
     chainMask: Int32Array.from(list.map((s) => transformations[s.node]!.chainChangesOn)),
+    refs: list.map((s) => s.ref),
   };
 }
 

@@ -105,6 +105,34 @@ test('ReDoS: catastrophic backtracking falls back to V8 linear engine (known ReD
   }
 });
 
+test('prefilter: a set without one-letter literals is preferred (the command separators before a command name)', async () => {
+  const { requiredLiterals } = await import('./prefilter.ts');
+  const literals = (p: string): string[] | undefined => requiredLiterals(rx(p).translated.source)?.sort();
+  assert.deepEqual(literals('(?:;|&|\\|)\\s*[sp]'), ['&', ';', '|'], 'not the letters, which every value has');
+  assert.deepEqual(literals('[sp]\\s*x'), ['p', 's'], 'letters when nothing else is required');
+  assert.deepEqual(literals('(?:<script|<form)\\s*:'), ['<form', '<script']);
+  // a class of more than four bytes: its bytes, when none is a letter or digit (942430's count of "SQL characters")
+  assert.deepEqual(literals('((?:[!-+\\-:-<][^!-+\\-:-<]*?){12})'), [
+    '!',
+    '"',
+    '#',
+    '$',
+    '%',
+    '&',
+    "'",
+    '(',
+    ')',
+    '*',
+    '+',
+    '-',
+    ':',
+    ';',
+    '<',
+  ]);
+  assert.equal(literals('[!-+a]{3}'), undefined, 'a class with a letter tells nothing');
+  assert.equal(literals('[^!-+]{3}'), undefined);
+});
+
 test('prefilter: every match of every CRS expression contains one of its required literals', async () => {
   const { readdirSync, readFileSync } = await import('node:fs');
   const { parseSecLang } = await import('../seclang/parser.ts');

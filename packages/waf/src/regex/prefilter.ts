@@ -22,8 +22,16 @@ const MAX_ANY = 64;
 function score(set: Set<string> | null): number {
   if (set === null || set.size === 0) return -1;
   let min = Infinity;
-  for (const s of set) min = Math.min(min, s.length);
+  let letterOrDigit = false;
+  for (const s of set) {
+    min = Math.min(min, s.length);
+    if (s.length === 1 && /[0-9a-z]/.test(s)) letterOrDigit = true;
+  }
   if (min === 0) return -1;
+  // A one-letter (or digit) literal is in nearly every value: such a set filters nothing, and the
+  // literal prefilter leaves its rule out (literal-prefilter.ts). Any other set is better, e.g.
+  // the command separators that 932105 and 932150 require before their command names.
+  if (letterOrDigit) return 0;
   // a longer shortest literal is better; many alternatives cost a little
   return min * 10 - Math.log2(set.size);
 }
@@ -169,10 +177,15 @@ class Parser {
       this.i = end + 1;
       if (body.startsWith('^')) return UNKNOWN();
       const codes = parseClassBody(body);
-      if (codes === null || codes.length > 8) return UNKNOWN();
+      if (codes === null) return UNKNOWN();
       const chars = new Set<string>();
       for (const code of codes) chars.add(String.fromCharCode(lower(code)));
-      return chars.size <= 4 ? { exact: chars, any: null } : UNKNOWN();
+      if (chars.size <= 4) return { exact: chars, any: null };
+      // A larger class of punctuation (942420-942432's "restricted SQL characters", thirty of
+      // them): one of its bytes is in every match, a literal set that passes over the values
+      // without any. Not one with a letter or digit, which nearly every value has.
+      for (const ch of chars) if (/[0-9a-z]/.test(ch)) return UNKNOWN();
+      return { exact: null, any: chars };
     }
     if (c === '^' || c === '$') {
       this.i++;
@@ -211,7 +224,7 @@ class Parser {
   }
 }
 
-/** Codes of a class body written by pcre.ts (chars, \xHH, ranges a-b), or null when large. */
+/** Codes of a class body written by pcre.ts (chars, \xHH, ranges a-b), or null when large (more than MAX_ANY). */
 function parseClassBody(body: string): number[] | null {
   const items: number[] = [];
   let k = 0;
@@ -228,10 +241,10 @@ function parseClassBody(body: string): number[] | null {
     if (body[k] === '-' && k + 1 < body.length) {
       k++;
       const b = read();
-      if (b - a > 8) return null;
+      if (b - a >= MAX_ANY) return null;
       for (let c = a; c <= b; c++) items.push(c);
     } else items.push(a);
-    if (items.length > 16) return null;
+    if (items.length > MAX_ANY) return null;
   }
   return items;
 }

@@ -32,7 +32,7 @@ import type {
   VarRef,
   VarResolver,
 } from './program.ts';
-import { txCheckOf } from './tx-check.ts';
+import { txCheckOf, txGateOf } from './tx-check.ts';
 
 /** One piece of SecLang to load (the shape of rule-set.ts's RulesSource). */
 export type CompileSource = { readonly text: string; readonly name: string } | { readonly file: string };
@@ -292,6 +292,9 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     phasePrefilters: phasePrefilters(phases),
     txKeySlots,
     phaseTxChecks: phases.map((list) => list.map((entry) => entry.rule?.txCheck)),
+    phaseTxGates: phases.map((list) =>
+      list.map((entry) => (entry.rule !== undefined && options.txChecks !== false ? txGateOf(entry.rule, txKeySlots) : undefined)),
+    ),
     phaseRules: phases.map((list) => list.map((entry) => entry.rule)),
     phaseMarkers: phases.map((list) => list.map((entry) => entry.marker)),
     defaults: defaults as DefaultActions[],

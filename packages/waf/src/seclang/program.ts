@@ -282,6 +282,22 @@ export interface TxCheck {
   readonly skipTarget: number;
 }
 
+/**
+ * A rule whose one variable is a TX value compared with a number (`TX:sql_error_match "@eq 1"`,
+ * chained or logging, so not a TxCheck): the loop passes it over from this record when the value
+ * is absent or fails the comparison, as it would not match (the CRS's response-phase leakage
+ * chains and score checks, about 25 rule runs of a request).
+ */
+export interface TxGate {
+  readonly lowerKey: string;
+  /** The key's index in CompiledRuleSet.txKeySlots (Transaction.txSlotVars). */
+  readonly slot: number;
+  /** The operator's static comparison (CompiledOperator.numeric, never 0 here) and negation. */
+  readonly numeric: number;
+  readonly operand: number;
+  readonly negated: boolean;
+}
+
 /** A `!VAR` target of SecRuleUpdateTargetById/ByTag (ModSecurity's run-time exclusion list). */
 export interface UpdateExclusion {
   readonly fullName: string;
@@ -312,6 +328,8 @@ export interface CompiledRuleSet {
   readonly txKeySlots: ReadonlyMap<string, number>;
   /** Per phase, parallel to `phases`: the entry's TxCheck, when it is one (the loop runs it from the record). */
   readonly phaseTxChecks: readonly (readonly (TxCheck | undefined)[])[];
+  /** Per phase, parallel to `phases`: the entry's TxGate, when it has one (not a TxCheck). */
+  readonly phaseTxGates: readonly (readonly (TxGate | undefined)[])[];
   /**
    * Per phase, parallel to `phases`: each entry's rule and marker, in arrays of their own (the loop
    * reads them for every entry; the entry objects lie wherever the compiler left them).

@@ -115,3 +115,40 @@ SecRule REQUEST_URI "@rx ." "id:5,phase:1,pass,log,msg:'4 matched:%{tx.seen}'"
   }
   assert.ok(short.ruleSet.rulesById.get(2)?.txCheck !== undefined, 'rule 2 runs as a TxCheck');
 });
+
+test('TX gates: a chained or logging rule on one TX number is passed over only when it could not match', () => {
+  const rules = `
+SecRuleEngine On
+SecRule ARGS:err "@rx ^[0-9]$" "id:1,phase:1,pass,nolog,setvar:tx.err=%{MATCHED_VAR}"
+SecRule ARGS:drop "@streq 1" "id:2,phase:1,pass,nolog,setvar:!tx.err"
+SecRule ARGS:notarget "@streq 1" "id:3,phase:1,pass,nolog,ctl:ruleRemoveTargetById=10;TX:err"
+SecRule TX:err "@eq 1" "id:10,phase:1,pass,log,msg:'err is one',chain"
+  SecRule REQUEST_URI "@rx x" "t:none"
+SecRule TX:ERR "!@ge 5" "id:11,phase:1,pass,log,msg:'err below five (%{MATCHED_VAR_NAME}=%{MATCHED_VAR})'"
+SecRule TX:err "@gt 7" "id:12,phase:1,pass,log,msg:'err above seven'"
+SecRule MATCHED_VARS "@rx ." "id:20,phase:1,pass,log,msg:'left by 12: %{MATCHED_VAR}'"
+`;
+  const inspector = (txChecks: boolean): CompiledInspector =>
+    new CompiledInspector(compileRuleSet([{ text: rules, name: 'tx-gate.conf' }], { txChecks }), { request: 1 << 20, response: 1 << 20 });
+  const gated = inspector(true);
+  assert.ok(gated.ruleSet.phaseTxGates[1]!.filter((g) => g !== undefined).length === 3, 'rules 10, 11 and 12 have gates');
+  const general = inspector(false);
+  const cases: [string, string[]][] = [
+    // no TX:err: none of 10-12 has a value (11 is negated, and still does not match); 12 leaves
+    // MATCHED_VARS empty for 20 unless it matched
+    ['/x', []],
+    ['/x?err=1', ['10 err is one', '11 err below five (TX:ERR=1)']],
+    ['/y?err=1', ['11 err below five (TX:ERR=1)']],
+    ['/x?err=6', []],
+    ['/x?err=9', ['12 err above seven', '20 left by 12: 9']],
+    ['/x?err=1&drop=1', []],
+    // 10's variable removed by ctl: it cannot match
+    ['/x?err=1&notarget=1', ['11 err below five (TX:ERR=1)']],
+  ];
+  for (const [uri, expected] of cases) {
+    const run = (i: CompiledInspector): string[] =>
+      i.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => `${m.id} ${m.message}`);
+    assert.deepEqual(run(gated), expected, uri);
+    assert.deepEqual(run(general), expected, `${uri} (general loop)`);
+  }
+});

@@ -4,7 +4,7 @@
  * gates and "is this setting set?" checks, about 130 of a request's 280 rule runs.
  */
 import { READ_TX_KEY } from './program.ts';
-import type { CompiledRule, DefaultActions, TxCheck } from './program.ts';
+import type { CompiledRule, DefaultActions, TxCheck, TxGate } from './program.ts';
 
 const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);
 
@@ -23,11 +23,7 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
   if (save) return undefined;
   const ref = rule.refs[0]!;
   const pass = rule.disruptive?.kind === 'pass';
-  const slotOf = (lowerKey: string): number => {
-    let slot = slots.get(lowerKey);
-    if (slot === undefined) slots.set(lowerKey, (slot = slots.size));
-    return slot;
-  };
+  const slotOf = (lowerKey: string): number => txKeySlot(slots, lowerKey);
   const op = rule.operator;
   // (skipMarker and skipTarget are set by now: compileRuleSet computes them first)
   const loop = {
@@ -57,4 +53,25 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
     pass,
     ...loop,
   };
+}
+
+function txKeySlot(slots: Map<string, number>, lowerKey: string): number {
+  let slot = slots.get(lowerKey);
+  if (slot === undefined) slots.set(lowerKey, (slot = slots.size));
+  return slot;
+}
+
+/**
+ * The rule's TxGate (program.ts), when it is a rule (not a TxCheck) whose one variable is a TX
+ * value read as it is and compared with a static number: without that value, or with one that
+ * fails the comparison, it has no value to match (exclusions and ctl removals only take values
+ * away), so its effect is MATCHED_VARS cleared.
+ */
+export function txGateOf(rule: CompiledRule, slots: Map<string, number>): TxGate | undefined {
+  if (rule.type !== 'rule' || rule.parent !== undefined || rule.txCheck !== undefined || rule.multiMatch) return undefined;
+  const op = rule.operator;
+  if (op === undefined || op.numeric === 0 || rule.tnode !== 0 || rule.refs.length !== 1) return undefined;
+  const ref = rule.refs[0]!;
+  if (ref.kind !== READ_TX_KEY) return undefined;
+  return { lowerKey: ref.name, slot: txKeySlot(slots, ref.name), numeric: op.numeric, operand: op.operand, negated: op.negated };
 }

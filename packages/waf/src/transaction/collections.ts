@@ -264,11 +264,15 @@ export class TransactionCollections {
   /** store() with the collection and the lower-cased key at hand. */
   storeIn(c: Map<string, DynVar>, key: string, lk: string, value: string): void {
     const v = c.get(lk);
-    if (v) {
-      v.value = value;
-      v.box = undefined;
-      v.entry = undefined;
-    } else c.set(lk, { key, lowerKey: lk, value, box: undefined, entry: undefined });
+    if (v) this.update(v, value);
+    else c.set(lk, { key, lowerKey: lk, value, box: undefined, entry: undefined });
+  }
+
+  /** store() of a variable already looked up (setvar's `+=`, which read it first). */
+  update(v: DynVar, value: string): void {
+    v.value = value;
+    v.box = undefined;
+    v.entry = undefined;
   }
 
   setTx(key: string, value: string): void {

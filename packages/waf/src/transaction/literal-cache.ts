@@ -113,7 +113,7 @@ export class TransactionLiteralCache extends TransactionCollections {
       const unions = this.unions;
       if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined)
         at += UNION_HEADER;
-      else at = this.sourceBits(slot, rule.refs[vi]!, rule);
+      else at = this.sourceBits(slot, all.refs[slot]!, rule);
       if ((this.unions![at + word]! & mask) !== 0) return true;
     }
     return false;

@@ -15,7 +15,7 @@ import { containsAny, runRegex } from '../operators/rx.ts';
 import type { RulePrefilter } from '../prefilter/scanner.ts';
 import { runSetVar } from '../seclang/actions/setvar.ts';
 import { READ_FILTERED, READ_LIST, READ_NAMES, READ_SINGLE, READ_TX_KEY, READ_XML } from '../seclang/program.ts';
-import type { CompiledOperator, CompiledRule, CompiledRuleSet, TxCheck } from '../seclang/program.ts';
+import type { CompiledOperator, CompiledRule, CompiledRuleSet, TxCheck, TxGate } from '../seclang/program.ts';
 import { actionsAfterFullMatch, actionsOnMatch } from './actions.ts';
 import { ALLOW_ALL, ALLOW_REQUEST, clearIntervention, NONE_ALLOW, takeIntervention } from './interventions.ts';
 import type { Intervention } from './interventions.ts';
@@ -46,6 +46,7 @@ export class Transaction extends TransactionLiteralCache {
     const rs = this.rs;
     const { at: prefilterAt, records } = rs.phasePrefilters[phase]!;
     const txChecks = rs.phaseTxChecks[phase]!;
+    const txGates = rs.phaseTxGates[phase]!;
     const rules = rs.phaseRules[phase]!;
     const markers = rs.phaseMarkers[phase]!;
     for (let i = 0; i < list.length; i++) {
@@ -63,6 +64,12 @@ export class Transaction extends TransactionLiteralCache {
         this.evaluateTxCheck(check);
         if (this.intervention.disruptive) break;
         if (this.marker !== undefined && this.marker === check.skipMarker) i = check.skipTarget - 1;
+        continue;
+      }
+      const gate = txGates[i];
+      if (gate !== undefined && this.runsAsItComes() && !this.txGateMayMatch(gate)) {
+        // its TX value is absent or fails the comparison: no match, decided from the record (TxGate)
+        this.cleanMatchedVars();
         continue;
       }
       const marker = markers[i];
@@ -209,6 +216,17 @@ export class Transaction extends TransactionLiteralCache {
     if (check.pass && this.engineState() === 'On') clearIntervention(this.intervention);
   }
 
+  /** Whether the TX value of a TxGate exists and passes its comparison (then the rule runs as any other). */
+  private txGateMayMatch(gate: TxGate): boolean {
+    let v = this.txSlotVars[gate.slot];
+    if (v === undefined) {
+      v = this.txStore.get(gate.lowerKey);
+      if (v === undefined) return false;
+      this.txSlotVars[gate.slot] = v;
+    }
+    return compareNumeric(gate.numeric, gate.operand, v.value) !== gate.negated;
+  }
+
   /** One value of a TxCheck: the operator, and on a match MATCHED_VAR* and the rule's setvars. */
   private txCheckValue(check: TxCheck, value: string, name: string): boolean {
     const rule = check.rule;
@@ -326,6 +344,21 @@ export class Transaction extends TransactionLiteralCache {
     }
     // a value no step can give a gate literal: no match at any step (CompiledRule.gateKinds)
     if (rule.gateKinds >= 0 && (byteKinds(entry.box) & rule.gateKinds) === 0 && !containsAny(entry.box.v, op.gate!)) return false;
+    // the union of the variable's values at some step let the rule through; this value may have
+    // the literals at none (its bits were scanned for the union: looked up, not scanned again)
+    const prefilter = rule.prefilter;
+    if (prefilter !== undefined) {
+      let may = false;
+      for (const node of prefilter.steps) {
+        // (boxBits first: a scan may grow scannedBits)
+        const at = this.boxBits(entry.box, node);
+        if ((this.scannedBits![at + prefilter.word]! & prefilter.mask) !== 0) {
+          may = true;
+          break;
+        }
+      }
+      if (!may) return false;
+    }
     // the original value, then each transformation result that changed the value
     let prev = entry.box.v;
     if (this.runOperator(rule, op, prev) !== op.negated) {

@@ -189,3 +189,18 @@ test('transformations: none makes a letter-free literal appear without a byte of
   assert.equal(literalEffect('cmdline', 'a.'), undefined, 'a literal with a letter: not known');
   assert.equal(literalEffect('cmdline', ' /'), undefined, 'a literal cmdLine can join across a space: not known');
 });
+
+test('transformations: compressWhitespace gives every run of whitespace as one space (random values, single spaces left as they are)', () => {
+  let seed = 5;
+  const random = (): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return seed / 2 ** 32;
+  };
+  const alphabet = ['a', 'b', ' ', ' ', '\t', '\n', '\v', '\f', '\r', '\xa0'];
+  for (let n = 0; n < 5000; n++) {
+    let value = '';
+    const length = Math.floor(random() * 12);
+    for (let i = 0; i < length; i++) value += alphabet[Math.floor(random() * (random() < 0.7 ? 3 : alphabet.length))]!;
+    assert.equal(compressWhitespace(value), value.replace(/[\t-\r ]+/g, ' '), JSON.stringify(value));
+  }
+});

@@ -80,7 +80,10 @@ export function runSetVar(tx: TransactionCollections, sv: SetVarAction, rule: Co
       const p = stoi(pre);
       const cur = coll.get(lk);
       const value = cur ? stoi(cur.value) : 0;
-      tx.storeIn(coll, name, lk, String(sv.op === 'add' ? value + p : value - p));
+      const result = String(sv.op === 'add' ? value + p : value - p);
+      // (the variable at hand: the CRS's score increments, one per matched value, look it up once)
+      if (cur !== undefined) tx.update(cur, result);
+      else tx.storeIn(coll, name, lk, result);
     }
   }
 }
