@@ -380,9 +380,8 @@ export class HttpProxy {
         front?.take(socket, {
           beforeHead: () => limited !== undefined && this.blockedNow(limited),
           handOff: (pending) => {
-            // Its reads keep coming to the front end, which hands them on as 'data': node:http must not consume the handle.
-            const handle = (socket as unknown as { _handle?: { _consumed?: boolean } | null })._handle;
-            if (handle) handle._consumed = true;
+            // node:http's parser reads the handle from now on (it consumes it, its listener above the
+            // front end's, which still sees the end and errors); the bytes read already come first.
             toNodeHttp();
             if (pending.length > 0) socket.push(pending);
           },
