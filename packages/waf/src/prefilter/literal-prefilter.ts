@@ -72,7 +72,7 @@ export function buildLiteralPrefilters(
   growingLists: ReadonlySet<number>,
   computedSingle: (slot: number) => boolean,
   transformations: readonly TransformationNode[],
-): LiteralPrefilters {
+): LiteralPrefilters<CompiledRule['refs'][number]> {
   interface Source {
     readonly slot: number;
     readonly node: number;

@@ -6,7 +6,6 @@
  * byte loop are hand-written (not a library) because they are the hot path.
  */
 import { buildAutomaton } from '../operators/aho-corasick.ts';
-import type { VarRef } from '../seclang/program.ts';
 
 /**
  * Values from this length on are scanned as two halves at once (LiteralScanner.scan): a step
@@ -165,7 +164,11 @@ export class LiteralScanner {
   }
 }
 
-export interface LiteralPrefilters {
+/**
+ * `Ref`: a rule's variable read (the program's VarRef), a parameter so that this module, which the
+ * program's types import, imports nothing of the program back.
+ */
+export interface LiteralPrefilters<Ref = unknown> {
   /** The literals of every prefiltered rule, a bit per rule (RulePrefilter.word and mask). */
   readonly scanner: LiteralScanner;
   /**
@@ -198,7 +201,7 @@ export interface LiteralPrefilters {
    * read's kind, list, filter with its exclusions, and name), so that the loop brings a source up
    * to date without touching the rule that asks.
    */
-  readonly refs: readonly VarRef[];
+  readonly refs: readonly Ref[];
 }
 
 /** What the loop needs to ask whether some value of a rule's variables may match (CompiledRule.prefilter). */

@@ -321,7 +321,7 @@ export interface CompiledRuleSet {
   /** Number of distinct transformation functions used. */
   readonly transformationKinds: number;
   /** Which rules may match the values of a variable, per variable and chain node (literal-prefilter.ts). */
-  readonly prefilter: LiteralPrefilters;
+  readonly prefilter: LiteralPrefilters<VarRef>;
   /** The same per phase, by position in `phases` (literal-prefilter.ts). */
   readonly phasePrefilters: readonly PhasePrefilters[];
   /** TX keys the TxChecks read (lower-cased) -> their slot in a transaction's cache of TX variables. */
