@@ -25,6 +25,8 @@ const { _checkIsHttpToken: isHttpToken, _checkInvalidHeaderChar: hasInvalidHeade
 
 /** Node's `RE_CONN_CLOSE`: a Connection header that asks to close. */
 const CONNECTION_CLOSE = /(?:^|\W)close(?:$|\W)/i;
+/** Node's `chunkExpression`. */
+const CHUNKED = /(?:^|\W)chunked(?:$|\W)/i;
 const LAST_CHUNK = Buffer.from('0\r\n\r\n', 'latin1');
 const EMPTY = Buffer.alloc(0);
 
@@ -119,7 +121,11 @@ export class FrontResponse implements ClientResponse {
           if (name.toLowerCase() === 'content-length') lengthGiven = true;
           break;
         case 17:
-          if (name.toLowerCase() === 'transfer-encoding') encodingGiven = true;
+          if (name.toLowerCase() === 'transfer-encoding') {
+            encodingGiven = true;
+            // As Node: a given chunked coding is framed here.
+            if (CHUNKED.test(value)) this.chunked = true;
+          }
           break;
       }
       head += `${name}: ${value}\r\n`;
