@@ -25,6 +25,7 @@ import { type HandleReader, readFromHandle, type StreamHandle, writeToHandle } f
 import type { RateEpisode, RateLimiter } from './rate-limit/limiter.ts';
 import { HeadScanner } from './request-heads.ts';
 import { lingerAfterEnd } from './lingering-close.ts';
+import { httpDate } from './http-date.ts';
 import { type EngineAnswerSource, type EngineConnection, type HandBackKind, type RefusalEngine, refusalEngine } from './refusal-engine.ts';
 
 export interface EarlyRefusalHost {
@@ -267,14 +268,6 @@ export class EarlyRefusals {
     }, SWEEP_MS);
     this.sweeper.unref();
   }
-}
-
-/** The Date header's value for one second, formatted once for every episode rebuilt in that second. */
-let lastDate = { second: Number.NaN, text: '' };
-
-function httpDate(second: number): string {
-  if (second !== lastDate.second) lastDate = { second, text: new Date(second * 1000).toUTCString() };
-  return lastDate.text;
 }
 
 function onError(this: net.Socket): void {

@@ -24,44 +24,11 @@
  * without the socket's stream layer (stream-handle.ts); the socket stays (its close, errors and
  * FIN, and the listener's count of it).
  */
-import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
 import { type HandleReader, readFromHandle, writeToHandle } from '../stream-handle.ts';
 import { FrontRequest } from './front-request.ts';
 import { FrontResponse, type ResponseConnection } from './front-response.ts';
-
-/** What is used of llhttp's binding (`_http_common`'s HTTPParser: node:http's own parser; its callbacks sit at numeric keys). */
-interface LlhttpParser {
-  initialize(type: number, resource: object, maxHeaderSize: number, lenientFlags: number): void;
-  execute(data: Uint8Array): number | Error;
-  [callback: number]: unknown;
-}
-interface LlhttpBinding {
-  HTTPParser: {
-    new (): LlhttpParser;
-    REQUEST: number;
-    kOnHeaders: number;
-    kOnHeadersComplete: number;
-    kOnBody: number;
-    kOnMessageComplete: number;
-    kLenientNone: number;
-  };
-  methods: string[];
-}
-
-const llhttp: LlhttpBinding | undefined = ((): LlhttpBinding | undefined => {
-  try {
-    const common = createRequire(import.meta.url)('_http_common') as Partial<LlhttpBinding>;
-    const parser = common.HTTPParser;
-    if (typeof parser !== 'function' || !Array.isArray(common.methods)) return undefined;
-    for (const key of ['REQUEST', 'kOnHeaders', 'kOnHeadersComplete', 'kOnBody', 'kOnMessageComplete', 'kLenientNone'] as const) {
-      if (typeof parser[key] !== 'number') return undefined;
-    }
-    return common as LlhttpBinding;
-  } catch {
-    return undefined;
-  }
-})();
+import { type LlhttpParser, NODE_HTTP_COMMON } from './node-http-common.ts';
 
 /** Whether plain HTTP/1.1 connections go to the handle front end (on by default where Node has what it needs; the setting and tests turn it off). */
 let enabled = true;
@@ -72,7 +39,7 @@ export function useHandleFrontEnd(on: boolean): void {
 }
 
 export function handleFrontEndAvailable(): boolean {
-  return enabled && llhttp !== undefined;
+  return enabled && NODE_HTTP_COMMON !== undefined;
 }
 
 export interface FrontEndHost {
@@ -210,7 +177,7 @@ class FrontConnection implements ResponseConnection, HandleReader {
     this.handOffTo = handOff;
     this.keepAliveSeconds = Math.floor(host.keepAliveTimeoutMs / 1000);
     this.lastActivity = this.idleSince = performance.now();
-    const binding = llhttp!;
+    const binding = NODE_HTTP_COMMON!;
     const Parser = binding.HTTPParser;
     const parser = new Parser();
     // As node:http initializes its own: the server's header size limit, nothing lenient.

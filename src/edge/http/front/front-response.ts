@@ -15,13 +15,15 @@
  *   leaves first; 'drain' once a write the kernel did not take at once is out.
  */
 import { STATUS_CODES } from 'node:http';
-import { createRequire } from 'node:module';
 import type { ClientResponse } from '../ctx.ts';
+import { httpDate } from '../http-date.ts';
+import { NODE_HTTP_COMMON } from './node-http-common.ts';
 
-/** Node's header checks (`_http_common`), the ones its `writeHead` runs, so that a header it would refuse is refused here too. */
-const { _checkIsHttpToken: isHttpToken, _checkInvalidHeaderChar: hasInvalidHeaderChar } = createRequire(import.meta.url)(
-  '_http_common',
-) as { _checkIsHttpToken(name: string): boolean; _checkInvalidHeaderChar(value: string): boolean };
+// Only built where the front end is available (NODE_HTTP_COMMON defined: front-end.ts checks).
+const { _checkIsHttpToken: isHttpToken, _checkInvalidHeaderChar: hasInvalidHeaderChar } = NODE_HTTP_COMMON ?? {
+  _checkIsHttpToken: () => false,
+  _checkInvalidHeaderChar: () => true,
+};
 
 /** Node's `RE_CONN_CLOSE`: a Connection header that asks to close. */
 const CONNECTION_CLOSE = /(?:^|\W)close(?:$|\W)/i;
@@ -38,25 +40,11 @@ export interface ResponseConnection {
   readonly keepAliveSeconds: number;
   /** The socket is gone: nothing more can be written. */
   readonly gone: boolean;
-  /** true: the kernel has the bytes; false: pending, `onDrained` follows (or the socket closes). */
+  /** true: the kernel has the bytes; false: pending, the response's `drained` follows (or the socket closes). */
   write(bytes: Uint8Array, response: FrontResponse): boolean;
   /** The response is over (its last byte is with the kernel); `close`: the connection ends after it. */
   finished(response: FrontResponse, close: boolean): void;
   destroy(error?: Error): void;
-}
-
-let cachedSecond = -1;
-let cachedDate = '';
-
-/** Node's `utcDate()`: the Date header's value, renewed once a second. */
-function httpDate(): string {
-  const now = Date.now();
-  const second = Math.floor(now / 1000);
-  if (second !== cachedSecond) {
-    cachedSecond = second;
-    cachedDate = new Date(second * 1000).toUTCString();
-  }
-  return cachedDate;
 }
 
 function headerError(code: string, message: string): TypeError {
