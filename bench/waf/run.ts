@@ -28,6 +28,9 @@
  *   BENCH_BASELINE=/path/to/checkout ...                              (another side, tps@baseline: that checkout's proxy, e.g.
  *                                                                      a `git worktree` of an older commit, in the same rounds;
  *                                                                      prints this tree against it: req/s, CPU, per thread)
+ *   BENCH_BASELINE_FLAGS='<node flags>' ...                           (more Node/V8 flags for the baseline side, after this
+ *                                                                      tree's: a runtime setting measured against this tree's
+ *                                                                      in the same rounds, with BENCH_BASELINE=.)
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -57,6 +60,7 @@ const ENGINE = process.env.BENCH_ENGINE === 'compiled' ? 'compiled' : 'modsecuri
 const ACCESS_LOG = process.env.BENCH_ACCESS_LOG === '1';
 /** Another checkout (with its node_modules) whose proxy runs as one more side, in the same rounds. */
 const BASELINE = process.env.BENCH_BASELINE ? path.resolve(process.env.BENCH_BASELINE) : undefined;
+const BASELINE_FLAGS = (process.env.BENCH_BASELINE_FLAGS ?? '').split(' ').filter(Boolean);
 const ORIGIN_IP = '127.0.0.70';
 const NGINX_IP = '127.0.0.71';
 const TPS_IP = '127.0.0.72';
@@ -150,7 +154,7 @@ function startTps(args: TpsProxyArgs, cpus: string, checkout?: string): Promise<
   return startReadyChild(
     'our proxy',
     'taskset',
-    ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, script, JSON.stringify(args)],
+    ['-c', cpus, process.execPath, ...PRODUCT_V8_FLAGS, ...(checkout === undefined ? [] : BASELINE_FLAGS), script, JSON.stringify(args)],
     { env: productEnvironment(), ...(checkout !== undefined && { cwd: checkout }) },
     60_000,
   );
@@ -457,7 +461,9 @@ async function main(): Promise<void> {
     }
     if (BASELINE) {
       const { rows: baseRows, rpsMean, cpuMean } = sameRounds(sideNamed('tps@baseline'), sideNamed('tps'));
-      console.log(`\nthis tree against the baseline (${BASELINE}), in the same rounds`);
+      console.log(
+        `\nthis tree against the baseline (${BASELINE}${BASELINE_FLAGS.length > 0 ? `, also ${BASELINE_FLAGS.join(' ')}` : ''}), in the same rounds`,
+      );
       printTable(['PL', 'request', 'baseline req/s', 'tps req/s', 'tps/baseline', 'baseline CPU us/req', 'tps CPU us/req'], baseRows);
       const threadRows: string[][] = [];
       for (const level of PARANOIA_LEVELS) {
