@@ -79,6 +79,33 @@ SecRule REQUEST_URI "@rx ." "id:9,phase:1,pass,log,msg:'gone=%{tx.gone} back=%{t
   }
 });
 
+test('TX variables named by a macro are seen by the reads of their key (made, then deleted, after a read found none)', () => {
+  // the TX checks of TX:dyn keep the variable they found (Transaction.txSlotVars); a setvar
+  // whose name is a macro makes and deletes it without naming that key
+  const rules = `
+SecRuleEngine On
+SecRule &TX:dyn "@eq 0" "id:1,phase:1,pass,nolog,setvar:tx.before=absent"
+SecRule ARGS:name "@rx ^[a-z]+$" "id:2,phase:1,pass,nolog,setvar:tx.%{MATCHED_VAR}=made"
+SecRule &TX:dyn "@eq 1" "id:3,phase:1,pass,nolog,setvar:tx.after=%{tx.dyn}"
+SecRule ARGS:drop "@rx ^[a-z]+$" "id:4,phase:1,pass,nolog,setvar:!tx.%{MATCHED_VAR}"
+SecRule &TX:dyn "@eq 0" "id:5,phase:1,pass,nolog,setvar:tx.dropped=yes"
+SecRule TX:dyn "@streq made" "id:6,phase:1,pass,nolog,setvar:tx.dyn=+1"
+SecRule REQUEST_URI "@rx ." "id:9,phase:1,pass,log,msg:'before=%{tx.before} after=%{tx.after} dropped=%{tx.dropped} dyn=%{tx.dyn}'"
+`;
+  const inspector = (txChecks: boolean): CompiledInspector =>
+    new CompiledInspector(compileRuleSet([{ text: rules, name: 'tx-dynamic.conf' }], { txChecks }), {
+      request: 1 << 20,
+      response: 1 << 20,
+    });
+  for (const i of [inspector(true), inspector(false)]) {
+    const run = (uri: string): string[] =>
+      i.inspectRequest(request(uri), { paranoiaLevel: 1, mode: 'LOGGING' }).verdict.matchedRules.map((m) => m.message);
+    assert.deepEqual(run('/?name=dyn'), ['before=absent after=made dropped= dyn=1']);
+    assert.deepEqual(run('/?name=dyn&drop=dyn'), ['before=absent after=made dropped=yes dyn=']);
+    assert.deepEqual(run('/?name=other'), ['before=absent after= dropped=yes dyn=']);
+  }
+});
+
 test('TX checks of a count and the value of the same key (&TX:name|TX:name): each variable matches on its own, as in the general loop', () => {
   // the CRS's "exclusions for this application?" shape: skip unless the setting is there and not 0
   const rules = `
