@@ -50,28 +50,7 @@ export class Transaction extends TransactionLiteralCache {
     const rules = rs.phaseRules[phase]!;
     const markers = rs.phaseMarkers[phase]!;
     for (let i = 0; i < list.length; i++) {
-      const record = prefilterAt[i]!;
-      if (record >= 0 && this.runsAsItComes()) {
-        // a rule that cannot match: its effect (MATCHED_VARS cleared), decided from its record alone
-        if (!this.sourcesMayMatch(records, record + 3, records[record + 2]!, records[record]!, records[record + 1]!, rules[i]!)) {
-          this.cleanMatchedVars();
-          continue;
-        }
-      }
-      const check = txChecks[i];
-      if (check !== undefined && this.runsAsItComes() && !this.removesTargets()) {
-        // a TxCheck (about 90 per request), from its record: its entry and rule are not read
-        this.evaluateTxCheck(check);
-        if (this.intervention.disruptive) break;
-        if (this.marker !== undefined && this.marker === check.skipMarker) i = check.skipTarget - 1;
-        continue;
-      }
-      const gate = txGates[i];
-      if (gate !== undefined && this.runsAsItComes() && !this.txGateMayMatch(gate)) {
-        // its TX value is absent or fails the comparison: no match, decided from the record (TxGate)
-        this.cleanMatchedVars();
-        continue;
-      }
+      // markers first: a third of a phase's entries, which then need no other look
       const marker = markers[i];
       if (this.marker !== undefined) {
         if (marker === undefined) {
@@ -93,6 +72,36 @@ export class Transaction extends TransactionLiteralCache {
         continue;
       }
       if (marker !== undefined) continue;
+      // No jump or skip pending, nothing allowed, no rule removed: the rule runs as it comes, so
+      // the loop may decide it from its prefilter record or run it from its TxCheck record.
+      let prefiltered = false;
+      if (this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule()) {
+        const record = prefilterAt[i]!;
+        // a rule that cannot match: its effect (MATCHED_VARS cleared), decided from its record alone
+        if (
+          record >= 0 &&
+          !this.sourcesMayMatch(records, record + 3, records[record + 2]!, records[record]!, records[record + 1]!, rules[i]!)
+        ) {
+          this.cleanMatchedVars();
+          continue;
+        }
+        // (the rule runs next, as it comes: its variables are read in the state just looked at)
+        prefiltered = record >= 0;
+        const check = txChecks[i];
+        if (check !== undefined && !this.removesTargets()) {
+          // a TxCheck (about 90 per request), from its record: its entry and rule are not read
+          this.evaluateTxCheck(check);
+          if (this.intervention.disruptive) break;
+          if (this.marker !== undefined && this.marker === check.skipMarker) i = check.skipTarget - 1;
+          continue;
+        }
+        const gate = txGates[i];
+        if (gate !== undefined && !this.txGateMayMatch(gate)) {
+          // its TX value is absent or fails the comparison: no match, decided from the record (TxGate)
+          this.cleanMatchedVars();
+          continue;
+        }
+      }
       const rule = rules[i]!;
       if (this.skipNext > 0) {
         this.skipNext--;
@@ -106,7 +115,7 @@ export class Transaction extends TransactionLiteralCache {
       // hundred rules at most.
       if (rule.type === 'action') this.evaluateUnconditional(rule);
       else if (rule.txCheck !== undefined && !this.removesTargets()) this.evaluateTxCheck(rule.txCheck);
-      else this.evaluateRule(rule, resetMessage(this.msg, rule));
+      else this.evaluateRule(rule, resetMessage(this.msg, rule), prefiltered);
       if (this.intervention.disruptive) break;
       // the rule's own skipAfter: on to its marker (whose entry then clears it)
       if (this.marker !== undefined && this.marker === rule.skipMarker) i = rule.skipTarget - 1;
@@ -168,10 +177,13 @@ export class Transaction extends TransactionLiteralCache {
     return false;
   }
 
-  /** RuleWithOperator::evaluate. Returns whether the rule (and its chain) matched. */
-  private evaluateRule(rule: CompiledRule, msg: MutableMessage): boolean {
+  /**
+   * RuleWithOperator::evaluate. Returns whether the rule (and its chain) matched. `prefiltered`:
+   * the loop found that some value of its variables has a literal its operator needs, just now.
+   */
+  private evaluateRule(rule: CompiledRule, msg: MutableMessage, prefiltered = false): boolean {
     if (this.removedById(rule)) return true;
-    const globalRet = this.scan(rule, msg);
+    const globalRet = this.scan(rule, msg, prefiltered);
     if (!globalRet) {
       this.cleanMatchedVars();
       return false;
@@ -241,9 +253,9 @@ export class Transaction extends TransactionLiteralCache {
   }
 
   /** The variables and the operator of a rule: true when some value matched. */
-  private scan(rule: CompiledRule, msg: MutableMessage): boolean {
+  private scan(rule: CompiledRule, msg: MutableMessage, prefiltered: boolean): boolean {
     // no value holds a literal the operator needs: the rule cannot match (exclusions only remove values)
-    if (rule.prefilter !== undefined && !this.someMayMatch(rule, rule.prefilter)) return false;
+    if (!prefiltered && rule.prefilter !== undefined && !this.someMayMatch(rule, rule.prefilter)) return false;
     const removals = this.removesTargets();
     const hasExclusions = rule.exclusions.length > 0;
     let globalRet = false;
@@ -304,14 +316,6 @@ export class Transaction extends TransactionLiteralCache {
   /** Whether the rule set or the transaction removes rules (then each rule is looked at as evaluatePhase does). */
   private removesAnyRule(): boolean {
     return this.rs.removesRules || this.ruleRemoveByTag.length > 0 || this.ruleRemoveById.length > 0 || this.ruleRemoveByIdRange.length > 0;
-  }
-
-  /**
-   * No jump or skip pending, nothing allowed, no rule removed: the next rule runs as it comes, so
-   * the loop may decide it from its prefilter record or run it from its TxCheck record.
-   */
-  private runsAsItComes(): boolean {
-    return this.marker === undefined && this.skipNext === 0 && this.allowType === NONE_ALLOW && !this.removesAnyRule();
   }
 
   /** Whether ctl:ruleRemoveTargetById/ByTag took variables from some rules in this transaction. */
