@@ -43,7 +43,22 @@ import {
   DEFAULT_QUEUE_PER_WORKER,
   FairAdmission,
 } from './fair-admission.ts';
-import type { FromPoolWorker, PoolReply, PoolWorkerData, ToPoolWorker } from './protocol.ts';
+import {
+  bodyText,
+  END,
+  FORGET_SETTINGS,
+  flatHeaders,
+  REQUEST,
+  RESPONSE,
+  RESULT,
+  unpackVerdict,
+  type FromPoolWorker,
+  type PoolReply,
+  type PoolWorkerData,
+  type RequestMessage,
+  type ResponseMessage,
+  type ToPoolWorker,
+} from './protocol.ts';
 import { RunWatch } from './run-watch.ts';
 
 /** The scheduling options an engine passes on from its own (the defaults are the pool's). */
@@ -97,8 +112,10 @@ export interface WorkerPoolOptions<Options> extends PoolSchedulingOptions {
   readonly requestBudgetMs?: number | undefined;
 }
 
-type Call = Extract<ToPoolWorker, { id: number }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
-type Result = { verdict: WafEngineVerdict; exchange?: number | undefined };
+/** A message that gets an answer: its id (element 1) is set when it is sent. */
+type Call = RequestMessage | ResponseMessage;
+/** `exchange`: the thread's open transaction of a request, 0 when it kept none. */
+type Result = { verdict: WafEngineVerdict; exchange: number };
 
 interface Pending {
   resolve(value: Result): void;
@@ -154,6 +171,7 @@ class PoolWorker {
     });
     this.ready.catch(() => {});
     this.worker.on('message', (m: FromPoolWorker) => {
+      if (Array.isArray(m)) return this.settle(m);
       switch (m.type) {
         case 'ready':
           this.wasReady = true;
@@ -165,8 +183,6 @@ class PoolWorker {
         case 'batch':
           for (const reply of m.messages) this.settle(reply);
           return;
-        default:
-          this.settle(m);
       }
     });
     this.worker.on('error', (error) => {
@@ -196,7 +212,8 @@ class PoolWorker {
       if (this.pending.size === 0) this.busy();
       this.pending.set(id, { resolve, reject, cost, estimateMs });
       this.queuedMs += estimateMs;
-      this.post({ ...message, id } as ToPoolWorker);
+      message[1] = id;
+      this.post(message);
     });
   }
 
@@ -209,17 +226,20 @@ class PoolWorker {
   }
 
   private settle(reply: PoolReply): void {
-    const p = this.pending.get(reply.id);
+    const id = reply[1];
+    const p = this.pending.get(id);
     if (!p) return;
-    this.pending.delete(reply.id);
+    this.pending.delete(id);
     this.queuedMs = this.pending.size === 0 ? 0 : this.queuedMs - p.estimateMs;
     if (this.pending.size === 0) this.idle();
-    if (reply.cpuMs !== undefined) p.cost?.(reply.cpuMs);
-    if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
-    if (reply.code === 'ERR_WAF_SETTINGS') return p.reject(new WafSettingsError(reply.message));
-    if (reply.code === 'ERR_WAF_BUDGET') return p.reject(new WafBudgetExceededError(reply.message));
-    const error = new Error(reply.message) as Error & { code?: string };
-    if (reply.code) error.code = reply.code;
+    const cpuMs = reply[2];
+    if (cpuMs !== undefined) p.cost?.(cpuMs);
+    if (reply[0] === RESULT) return p.resolve({ verdict: unpackVerdict(reply[4]), exchange: reply[3] });
+    const [, , , message, , code] = reply;
+    if (code === 'ERR_WAF_SETTINGS') return p.reject(new WafSettingsError(message));
+    if (code === 'ERR_WAF_BUDGET') return p.reject(new WafBudgetExceededError(message));
+    const error = new Error(message) as Error & { code?: string };
+    if (code) error.code = code;
     p.reject(error);
   }
 
@@ -303,27 +323,34 @@ export class WorkerPool<Options> {
 
   async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
     const { verdict, exchange, worker } = await this.admitted(request, settings, true);
-    let done = exchange === undefined;
+    let done = exchange === 0;
     return {
       requestVerdict: verdict,
       inspectResponse: async (response: WafResponse): Promise<WafEngineVerdict> => {
         // A request the rules interrupted has no response to inspect. Otherwise an exchange has one
         // response: a second call, or one for a transaction the thread did not keep, has nothing to
         // inspect it with, and says so (the proxy applies its failMode).
-        if (exchange === undefined && verdict.interrupt !== undefined) return { matchedRules: [] };
-        if (done || exchange === undefined) throw new WafUnavailableError('this WAF exchange has no open transaction');
+        if (exchange === 0 && verdict.interrupt !== undefined) return { matchedRules: [] };
+        if (done || exchange === 0) throw new WafUnavailableError('this WAF exchange has no open transaction');
         done = true;
         if (this.closed) throw new WafUnavailableError('WAF engine closed');
         if (worker.dead) throw new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`);
         const body = response.body;
-        const sent = body && compactBody(body, this.options.limits.response + 1);
-        return (await this.run(worker, { type: 'response', exchange, response: sent === body ? response : { ...response, body: sent } }))
-          .verdict;
+        const message: ResponseMessage = [
+          RESPONSE,
+          0,
+          exchange,
+          response.status,
+          response.httpVersion,
+          flatHeaders(response.headers),
+          body && bodyText(body, this.options.limits.response + 1),
+        ];
+        return (await this.run(worker, message)).verdict;
       },
       end: (): void => {
-        if (done || exchange === undefined) return;
+        if (done || exchange === 0) return;
         done = true;
-        if (!this.closed && !worker.dead) worker.post({ type: 'end', exchange });
+        if (!this.closed && !worker.dead) worker.post([END, exchange]);
       },
     };
   }
@@ -351,7 +378,7 @@ export class WorkerPool<Options> {
   /** A settings object no request can have any more: the threads that have it drop it. */
   private forgetSettings(id: number): void {
     for (const worker of this.workers) {
-      if (worker.settingsSent.delete(id) && !worker.dead) worker.post({ type: 'forgetSettings', settingsId: id });
+      if (worker.settingsSent.delete(id) && !worker.dead) worker.post([FORGET_SETTINGS, id]);
     }
   }
 
@@ -388,18 +415,28 @@ export class WorkerPool<Options> {
       }
       if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
       const body = request.body;
-      const sent = body && compactBody(body, this.options.limits.request + 1);
       const settingsId = this.settingsId(settings);
       // A thread gets a settings object once; later requests name it.
       const first = !worker.settingsSent.has(settingsId);
       if (first) worker.settingsSent.add(settingsId);
-      const message: Call = {
-        type: 'request',
-        request: sent === body ? request : { ...request, body: sent },
+      const message: RequestMessage = [
+        REQUEST,
+        0,
         settingsId,
-        settings: first ? settings : undefined,
         keepOpen,
-      };
+        request.clientIp,
+        request.clientPort,
+        request.serverIp,
+        request.serverPort,
+        request.method,
+        request.uri,
+        request.path,
+        request.httpVersion,
+        flatHeaders(request.headers),
+        body && bodyText(body, this.options.limits.request + 1),
+        request.id,
+        first ? settings : undefined,
+      ];
       const result = await this.run(worker, message, estimateMs, charge);
       return { ...result, worker };
     } catch (error) {
@@ -419,16 +456,4 @@ export class WorkerPool<Options> {
       this.inFlight--;
     }
   }
-}
-
-/**
- * The bytes of a body that go to a thread: at most `max`, in a buffer of their own. postMessage
- * copies a typed array's whole backing ArrayBuffer, and a body is often a small view into a big one
- * (an origin response chunk is a slice of a 64 KiB socket read buffer): sent as is, a 57-byte body
- * would cost a 64 KiB copy and allocation on both threads.
- */
-function compactBody(body: Uint8Array, max: number): Uint8Array {
-  const length = Math.min(body.length, max);
-  if (body.byteOffset === 0 && length === body.buffer.byteLength) return body;
-  return new Uint8Array(body.buffer, body.byteOffset, length).slice();
 }
