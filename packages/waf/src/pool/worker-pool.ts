@@ -116,10 +116,18 @@ export interface WorkerPoolOptions<Options> extends PoolSchedulingOptions {
 type Call = RequestMessage | ResponseMessage;
 /** `exchange`: the thread's open transaction of a request, 0 when it kept none. */
 type Result = { verdict: WafEngineVerdict; exchange: number };
+/** A request's result, with the thread that holds its exchange. */
+type Admitted = Result & { worker: PoolWorker };
 
-interface Pending {
+const verdictOf = (result: Result): WafEngineVerdict => result.verdict;
+
+/** How a call's answer is taken: one of the two is called, once. */
+interface Answer {
   resolve(value: Result): void;
   reject(error: Error): void;
+}
+
+interface Pending extends Answer {
   /** The thread's CPU time for this call, when it said. */
   cost: ((cpuMs: number) => void) | undefined;
   /** What the call was reckoned to cost, in this thread's `queuedMs` until it is settled. */
@@ -205,16 +213,15 @@ class PoolWorker {
     return this.wasReady ? this.queuedMs : this.queuedMs + 1000;
   }
 
-  call(message: Call, estimateMs = 0, cost?: (cpuMs: number) => void): Promise<Result> {
+  /** Sends `message`; `answer` gets the thread's answer, or the error that means there is none. */
+  call(message: Call, answer: Answer, estimateMs = 0, cost?: (cpuMs: number) => void): void {
     const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      // A thread keeps the process alive only while it has work, like a socket with a request.
-      if (this.pending.size === 0) this.busy();
-      this.pending.set(id, { resolve, reject, cost, estimateMs });
-      this.queuedMs += estimateMs;
-      message[1] = id;
-      this.post(message);
-    });
+    // A thread keeps the process alive only while it has work, like a socket with a request.
+    if (this.pending.size === 0) this.busy();
+    this.pending.set(id, { resolve: answer.resolve, reject: answer.reject, cost, estimateMs });
+    this.queuedMs += estimateMs;
+    message[1] = id;
+    this.post(message);
   }
 
   failAll(error: Error): void {
@@ -317,24 +324,29 @@ export class WorkerPool<Options> {
     return this.inFlight;
   }
 
-  async inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
-    return (await this.admitted(request, settings, false)).verdict;
+  inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
+    return this.admitted(request, settings, false).then(verdictOf);
   }
 
-  async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
-    const { verdict, exchange, worker } = await this.admitted(request, settings, true);
+  beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
+    return this.admitted(request, settings, true).then((admitted) => this.exchange(admitted));
+  }
+
+  /** The exchange of a request the thread answered: its response goes to the thread that holds its transaction. */
+  private exchange({ verdict, exchange, worker }: Admitted): WafExchange {
     let done = exchange === 0;
     return {
       requestVerdict: verdict,
-      inspectResponse: async (response: WafResponse): Promise<WafEngineVerdict> => {
+      inspectResponse: (response: WafResponse): Promise<WafEngineVerdict> => {
         // A request the rules interrupted has no response to inspect. Otherwise an exchange has one
         // response: a second call, or one for a transaction the thread did not keep, has nothing to
         // inspect it with, and says so (the proxy applies its failMode).
-        if (exchange === 0 && verdict.interrupt !== undefined) return { matchedRules: [] };
-        if (done || exchange === 0) throw new WafUnavailableError('this WAF exchange has no open transaction');
+        if (exchange === 0 && verdict.interrupt !== undefined) return Promise.resolve({ matchedRules: [] });
+        if (done || exchange === 0) return Promise.reject(new WafUnavailableError('this WAF exchange has no open transaction'));
         done = true;
-        if (this.closed) throw new WafUnavailableError('WAF engine closed');
-        if (worker.dead) throw new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`);
+        if (this.closed) return Promise.reject(new WafUnavailableError('WAF engine closed'));
+        if (worker.dead)
+          return Promise.reject(new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`));
         const body = response.body;
         const message: ResponseMessage = [
           RESPONSE,
@@ -345,7 +357,19 @@ export class WorkerPool<Options> {
           flatHeaders(response.headers),
           body && bodyText(body, this.options.limits.response + 1),
         ];
-        return (await this.run(worker, message)).verdict;
+        return new Promise((resolve, reject) => {
+          this.inFlight++;
+          worker.call(message, {
+            resolve: (result) => {
+              this.inFlight--;
+              resolve(result.verdict);
+            },
+            reject: (error) => {
+              this.inFlight--;
+              reject(error);
+            },
+          });
+        });
       },
       end: (): void => {
         if (done || exchange === 0) return;
@@ -391,69 +415,93 @@ export class WorkerPool<Options> {
     });
   }
 
-  /** A request's run once fair admission gave it a place, on the least busy thread. */
-  private async admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Result & { worker: PoolWorker }> {
-    if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    const entered = this.admission.enter(request.clientIp, request.tenant, request.body?.length ?? 0);
-    const ticket: AdmissionTicket = entered instanceof Promise ? await entered : entered;
+  /**
+   * A request's run once fair admission gave it a place, on the least busy thread. One promise per
+   * request: the rest is callbacks (each promise and each await on the loop is a microtask or more).
+   */
+  private admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Admitted> {
+    try {
+      if (this.closed) throw new WafUnavailableError('WAF engine closed');
+      const entered = this.admission.enter(request.clientIp, request.tenant, request.body?.length ?? 0);
+      if (entered instanceof Promise) return entered.then((ticket) => this.dispatch(ticket, request, settings, keepOpen));
+      return this.dispatch(entered, request, settings, keepOpen);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Sends an admitted request to the thread with the least work ahead; its ticket is left when the answer (or failure) comes. */
+  private dispatch(ticket: AdmissionTicket, request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Admitted> {
     let charged = false;
     const charge = (cpuMs: number): void => {
       charged = true;
       this.admission.charge(ticket, cpuMs);
     };
-    try {
-      const estimateMs = this.admission.estimatedCostMs(ticket);
-      let worker: PoolWorker | undefined;
-      for (const w of this.workers) {
-        if (w.dead) continue;
-        if (
-          worker === undefined ||
-          w.workAhead() < worker.workAhead() ||
-          (w.workAhead() === worker.workAhead() && w.pending.size < worker.pending.size)
-        )
-          worker = w;
-      }
-      if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
-      const body = request.body;
-      const settingsId = this.settingsId(settings);
-      // A thread gets a settings object once; later requests name it.
-      const first = !worker.settingsSent.has(settingsId);
-      if (first) worker.settingsSent.add(settingsId);
-      const message: RequestMessage = [
-        REQUEST,
-        0,
-        settingsId,
-        keepOpen,
-        request.clientIp,
-        request.clientPort,
-        request.serverIp,
-        request.serverPort,
-        request.method,
-        request.uri,
-        request.path,
-        request.httpVersion,
-        flatHeaders(request.headers),
-        body && bodyText(body, this.options.limits.request + 1),
-        request.id,
-        first ? settings : undefined,
-      ];
-      const result = await this.run(worker, message, estimateMs, charge);
-      return { ...result, worker };
-    } catch (error) {
+    const failed = (error: Error): void => {
       // A thread ended by the watchdog reports nothing: the request ran at least that long.
       if (!charged && isBudgetOverrun(error)) charge(this.options.runawayMs ?? this.options.requestBudgetMs ?? 0);
-      throw error;
-    } finally {
       this.admission.leave(ticket);
-    }
-  }
-
-  private async run(worker: PoolWorker, message: Call, estimateMs?: number, cost?: (cpuMs: number) => void): Promise<Result> {
-    this.inFlight++;
-    try {
-      return await worker.call(message, estimateMs, cost);
-    } finally {
-      this.inFlight--;
-    }
+    };
+    return new Promise<Admitted>((resolve, reject) => {
+      let worker: PoolWorker | undefined;
+      try {
+        const estimateMs = this.admission.estimatedCostMs(ticket);
+        for (const w of this.workers) {
+          if (w.dead) continue;
+          if (
+            worker === undefined ||
+            w.workAhead() < worker.workAhead() ||
+            (w.workAhead() === worker.workAhead() && w.pending.size < worker.pending.size)
+          )
+            worker = w;
+        }
+        if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
+        const body = request.body;
+        const settingsId = this.settingsId(settings);
+        // A thread gets a settings object once; later requests name it.
+        const first = !worker.settingsSent.has(settingsId);
+        if (first) worker.settingsSent.add(settingsId);
+        const message: RequestMessage = [
+          REQUEST,
+          0,
+          settingsId,
+          keepOpen,
+          request.clientIp,
+          request.clientPort,
+          request.serverIp,
+          request.serverPort,
+          request.method,
+          request.uri,
+          request.path,
+          request.httpVersion,
+          flatHeaders(request.headers),
+          body && bodyText(body, this.options.limits.request + 1),
+          request.id,
+          first ? settings : undefined,
+        ];
+        const chosen = worker;
+        this.inFlight++;
+        chosen.call(
+          message,
+          {
+            resolve: (result) => {
+              this.inFlight--;
+              this.admission.leave(ticket);
+              resolve({ verdict: result.verdict, exchange: result.exchange, worker: chosen });
+            },
+            reject: (error) => {
+              this.inFlight--;
+              failed(error);
+              reject(error);
+            },
+          },
+          estimateMs,
+          charge,
+        );
+      } catch (error) {
+        failed(error as Error);
+        reject(error);
+      }
+    });
   }
 }
