@@ -80,14 +80,23 @@ export class ModSecurityEngine implements WafEngine {
     return this.pool.pending;
   }
 
-  async inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
-    checkSettings(settings);
-    return this.pool.inspectRequest(request, settings);
+  // (not async: the pool's promise is returned as it is, without another one around it)
+  inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
+    try {
+      checkSettings(settings);
+      return this.pool.inspectRequest(request, settings);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
-  async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
-    checkSettings(settings);
-    return this.pool.beginExchange(request, settings);
+  beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
+    try {
+      checkSettings(settings);
+      return this.pool.beginExchange(request, settings);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   close(): Promise<void> {

@@ -116,11 +116,16 @@ export class CompiledEngine implements WafEngine {
     if (this.pool) await this.pool.ready();
   }
 
-  async inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
-    if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    checkSettings(settings);
-    if (this.inspector) return this.inspector.inspectRequest(request, settings, false).verdict;
-    return this.pool!.inspectRequest(request, settings);
+  // (not async: the pool's promise is returned as it is, without another one around it)
+  inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
+    try {
+      if (this.closed) throw new WafUnavailableError('WAF engine closed');
+      checkSettings(settings);
+      if (this.inspector) return Promise.resolve(this.inspector.inspectRequest(request, settings, false).verdict);
+      return this.pool!.inspectRequest(request, settings);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /** Synchronous inspection (in-process mode only): for benchmarks and tests. */
@@ -129,11 +134,18 @@ export class CompiledEngine implements WafEngine {
     return this.inspector.inspectRequest(request, settings, false).verdict;
   }
 
-  async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
-    if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    checkSettings(settings);
-    if (!this.inspector) return this.pool!.beginExchange(request, settings);
-    const inspector = this.inspector;
+  beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
+    try {
+      if (this.closed) throw new WafUnavailableError('WAF engine closed');
+      checkSettings(settings);
+      if (!this.inspector) return this.pool!.beginExchange(request, settings);
+      return Promise.resolve(this.inProcessExchange(this.inspector, request, settings));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  private inProcessExchange(inspector: CompiledInspector, request: WafRequest, settings: WafEngineSettings): WafExchange {
     const { verdict, open } = inspector.inspectRequest(request, settings, true);
     let done = open === undefined;
     return {

@@ -9,8 +9,25 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { batchedMessages } from './batched-messages.ts';
-import type { WafEngineSettings } from '../engine.ts';
-import type { PoolInspector, PoolReply, PoolWorkerData, ToPoolWorker, ToPoolWorkerPost } from './protocol.ts';
+import type { WafEngineSettings, WafRequest, WafResponse } from '../engine.ts';
+import {
+  bodyBytes,
+  END,
+  FAILURE,
+  FORGET_SETTINGS,
+  headerPairs,
+  packVerdict,
+  REQUEST,
+  RESPONSE,
+  RESULT,
+  type PoolInspector,
+  type PoolReply,
+  type PoolWorkerData,
+  type RequestMessage,
+  type ResponseMessage,
+  type ToPoolWorker,
+  type ToPoolWorkerPost,
+} from './protocol.ts';
 import { RunWatch } from './run-watch.ts';
 import { threadCpuMicros } from '../thread-cpu.ts';
 
@@ -80,7 +97,7 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
   };
   const failure = (id: number, error: unknown, cpuMs: number): void => {
     const e = error as Error & { code?: string };
-    reply({ type: 'failure', id, message: e?.message ?? String(error), name: e?.name ?? 'Error', code: e?.code, cpuMs });
+    reply([FAILURE, id, cpuMs, e?.message ?? String(error), e?.name ?? 'Error', e?.code]);
   };
   /**
    * This thread's CPU time at the end of the last inspection (threadCpuMicros), -1 when another
@@ -97,58 +114,66 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
     return (lastReading - start) / 1000;
   };
 
+  const request = (m: RequestMessage): void => {
+    const [, id, settingsId, keepOpen] = m;
+    const sent = m[15];
+    if (sent !== undefined) settingsById.set(settingsId, sent);
+    const settings = settingsById.get(settingsId);
+    if (settings === undefined) {
+      // (the pool sends a thread each settings object before the requests that name it)
+      failure(id, new Error(`no WAF settings ${settingsId} on this thread`), 0);
+      return;
+    }
+    watch.begin(id);
+    const start = startReading();
+    try {
+      const { verdict, open } = inspector.inspectRequest(engineRequest(m), settings, keepOpen, start);
+      const exchange = open === undefined ? 0 : hold(open);
+      reply([RESULT, id, cpuSince(start), exchange, packVerdict(verdict)]);
+    } catch (error) {
+      failure(id, error, cpuSince(start));
+    } finally {
+      watch.end();
+    }
+  };
+  const response = (m: ResponseMessage): void => {
+    const [, id, exchange] = m;
+    const open = release(exchange);
+    if (open === undefined) {
+      // Its transaction expired (or was ended): nothing left to inspect the response with.
+      reply([
+        FAILURE,
+        id,
+        undefined,
+        'the WAF transaction of this exchange expired before its response',
+        'WafUnavailableError',
+        'ERR_WAF_UNAVAILABLE',
+      ]);
+      return;
+    }
+    watch.begin(id);
+    const start = startReading();
+    try {
+      const verdict = inspector.inspectResponse(open, engineResponse(m), start);
+      reply([RESULT, id, cpuSince(start), 0, packVerdict(verdict)]);
+    } catch (error) {
+      failure(id, error, cpuSince(start));
+    } finally {
+      watch.end();
+    }
+  };
+
   const handle = (m: ToPoolWorker): void => {
-    switch (m.type) {
-      case 'request': {
-        if (m.settings !== undefined) settingsById.set(m.settingsId, m.settings);
-        const settings = settingsById.get(m.settingsId);
-        if (settings === undefined) {
-          // (the pool sends a thread each settings object before the requests that name it)
-          failure(m.id, new Error(`no WAF settings ${m.settingsId} on this thread`), 0);
-          return;
-        }
-        watch.begin(m.id);
-        const start = startReading();
-        try {
-          const { verdict, open } = inspector.inspectRequest(m.request, settings, m.keepOpen, start);
-          const exchange = open === undefined ? undefined : hold(open);
-          reply({ type: 'result', id: m.id, verdict, exchange, cpuMs: cpuSince(start) });
-        } catch (error) {
-          failure(m.id, error, cpuSince(start));
-        } finally {
-          watch.end();
-        }
+    switch (m[0]) {
+      case REQUEST:
+        return request(m);
+      case RESPONSE:
+        return response(m);
+      case FORGET_SETTINGS:
+        settingsById.delete(m[1]);
         return;
-      }
-      case 'response': {
-        const open = release(m.exchange);
-        if (open === undefined) {
-          // Its transaction expired (or was ended): nothing left to inspect the response with.
-          reply({
-            type: 'failure',
-            id: m.id,
-            message: 'the WAF transaction of this exchange expired before its response',
-            name: 'WafUnavailableError',
-            code: 'ERR_WAF_UNAVAILABLE',
-          });
-          return;
-        }
-        watch.begin(m.id);
-        const start = startReading();
-        try {
-          reply({ type: 'result', id: m.id, verdict: inspector.inspectResponse(open, m.response, start), cpuMs: cpuSince(start) });
-        } catch (error) {
-          failure(m.id, error, cpuSince(start));
-        } finally {
-          watch.end();
-        }
-        return;
-      }
-      case 'forgetSettings':
-        settingsById.delete(m.settingsId);
-        return;
-      case 'end': {
-        const open = release(m.exchange);
+      case END: {
+        const open = release(m[1]);
         // (its logging phase is no part of the next inspection's cost)
         if (open !== undefined) {
           end(open);
@@ -160,7 +185,29 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
   };
 
   port.on('message', (m: ToPoolWorkerPost) => {
-    if (m.type === 'batch') for (const one of m.messages) handle(one);
-    else handle(m);
+    if (Array.isArray(m)) handle(m);
+    else for (const one of m.messages) handle(one);
   });
+}
+
+function engineRequest(m: RequestMessage): WafRequest {
+  const body = m[13];
+  return {
+    clientIp: m[4],
+    clientPort: m[5],
+    serverIp: m[6],
+    serverPort: m[7],
+    method: m[8],
+    uri: m[9],
+    path: m[10],
+    httpVersion: m[11],
+    headers: headerPairs(m[12]),
+    body: body === undefined ? undefined : bodyBytes(body),
+    id: m[14],
+  };
+}
+
+function engineResponse(m: ResponseMessage): WafResponse {
+  const body = m[6];
+  return { status: m[3], httpVersion: m[4], headers: headerPairs(m[5]), body: body === undefined ? undefined : bodyBytes(body) };
 }

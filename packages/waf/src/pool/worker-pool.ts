@@ -43,7 +43,22 @@ import {
   DEFAULT_QUEUE_PER_WORKER,
   FairAdmission,
 } from './fair-admission.ts';
-import type { FromPoolWorker, PoolReply, PoolWorkerData, ToPoolWorker } from './protocol.ts';
+import {
+  bodyText,
+  END,
+  FORGET_SETTINGS,
+  flatHeaders,
+  REQUEST,
+  RESPONSE,
+  RESULT,
+  unpackVerdict,
+  type FromPoolWorker,
+  type PoolReply,
+  type PoolWorkerData,
+  type RequestMessage,
+  type ResponseMessage,
+  type ToPoolWorker,
+} from './protocol.ts';
 import { RunWatch } from './run-watch.ts';
 
 /** The scheduling options an engine passes on from its own (the defaults are the pool's). */
@@ -97,12 +112,22 @@ export interface WorkerPoolOptions<Options> extends PoolSchedulingOptions {
   readonly requestBudgetMs?: number | undefined;
 }
 
-type Call = Extract<ToPoolWorker, { id: number }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
-type Result = { verdict: WafEngineVerdict; exchange?: number | undefined };
+/** A message that gets an answer: its id (element 1) is set when it is sent. */
+type Call = RequestMessage | ResponseMessage;
+/** `exchange`: the thread's open transaction of a request, 0 when it kept none. */
+type Result = { verdict: WafEngineVerdict; exchange: number };
+/** A request's result, with the thread that holds its exchange. */
+type Admitted = Result & { worker: PoolWorker };
 
-interface Pending {
+const verdictOf = (result: Result): WafEngineVerdict => result.verdict;
+
+/** How a call's answer is taken: one of the two is called, once. */
+interface Answer {
   resolve(value: Result): void;
   reject(error: Error): void;
+}
+
+interface Pending extends Answer {
   /** The thread's CPU time for this call, when it said. */
   cost: ((cpuMs: number) => void) | undefined;
   /** What the call was reckoned to cost, in this thread's `queuedMs` until it is settled. */
@@ -154,6 +179,7 @@ class PoolWorker {
     });
     this.ready.catch(() => {});
     this.worker.on('message', (m: FromPoolWorker) => {
+      if (Array.isArray(m)) return this.settle(m);
       switch (m.type) {
         case 'ready':
           this.wasReady = true;
@@ -165,8 +191,6 @@ class PoolWorker {
         case 'batch':
           for (const reply of m.messages) this.settle(reply);
           return;
-        default:
-          this.settle(m);
       }
     });
     this.worker.on('error', (error) => {
@@ -189,15 +213,15 @@ class PoolWorker {
     return this.wasReady ? this.queuedMs : this.queuedMs + 1000;
   }
 
-  call(message: Call, estimateMs = 0, cost?: (cpuMs: number) => void): Promise<Result> {
+  /** Sends `message`; `answer` gets the thread's answer, or the error that means there is none. */
+  call(message: Call, answer: Answer, estimateMs = 0, cost?: (cpuMs: number) => void): void {
     const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      // A thread keeps the process alive only while it has work, like a socket with a request.
-      if (this.pending.size === 0) this.busy();
-      this.pending.set(id, { resolve, reject, cost, estimateMs });
-      this.queuedMs += estimateMs;
-      this.post({ ...message, id } as ToPoolWorker);
-    });
+    // A thread keeps the process alive only while it has work, like a socket with a request.
+    if (this.pending.size === 0) this.busy();
+    this.pending.set(id, { resolve: answer.resolve, reject: answer.reject, cost, estimateMs });
+    this.queuedMs += estimateMs;
+    message[1] = id;
+    this.post(message);
   }
 
   failAll(error: Error): void {
@@ -209,17 +233,20 @@ class PoolWorker {
   }
 
   private settle(reply: PoolReply): void {
-    const p = this.pending.get(reply.id);
+    const id = reply[1];
+    const p = this.pending.get(id);
     if (!p) return;
-    this.pending.delete(reply.id);
+    this.pending.delete(id);
     this.queuedMs = this.pending.size === 0 ? 0 : this.queuedMs - p.estimateMs;
     if (this.pending.size === 0) this.idle();
-    if (reply.cpuMs !== undefined) p.cost?.(reply.cpuMs);
-    if (reply.type === 'result') return p.resolve({ verdict: reply.verdict, exchange: reply.exchange });
-    if (reply.code === 'ERR_WAF_SETTINGS') return p.reject(new WafSettingsError(reply.message));
-    if (reply.code === 'ERR_WAF_BUDGET') return p.reject(new WafBudgetExceededError(reply.message));
-    const error = new Error(reply.message) as Error & { code?: string };
-    if (reply.code) error.code = reply.code;
+    const cpuMs = reply[2];
+    if (cpuMs !== undefined) p.cost?.(cpuMs);
+    if (reply[0] === RESULT) return p.resolve({ verdict: unpackVerdict(reply[4]), exchange: reply[3] });
+    const [, , , message, , code] = reply;
+    if (code === 'ERR_WAF_SETTINGS') return p.reject(new WafSettingsError(message));
+    if (code === 'ERR_WAF_BUDGET') return p.reject(new WafBudgetExceededError(message));
+    const error = new Error(message) as Error & { code?: string };
+    if (code) error.code = code;
     p.reject(error);
   }
 
@@ -297,33 +324,57 @@ export class WorkerPool<Options> {
     return this.inFlight;
   }
 
-  async inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
-    return (await this.admitted(request, settings, false)).verdict;
+  inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
+    return this.admitted(request, settings, false).then(verdictOf);
   }
 
-  async beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
-    const { verdict, exchange, worker } = await this.admitted(request, settings, true);
-    let done = exchange === undefined;
+  beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
+    return this.admitted(request, settings, true).then((admitted) => this.exchange(admitted));
+  }
+
+  /** The exchange of a request the thread answered: its response goes to the thread that holds its transaction. */
+  private exchange({ verdict, exchange, worker }: Admitted): WafExchange {
+    let done = exchange === 0;
     return {
       requestVerdict: verdict,
-      inspectResponse: async (response: WafResponse): Promise<WafEngineVerdict> => {
+      inspectResponse: (response: WafResponse): Promise<WafEngineVerdict> => {
         // A request the rules interrupted has no response to inspect. Otherwise an exchange has one
         // response: a second call, or one for a transaction the thread did not keep, has nothing to
         // inspect it with, and says so (the proxy applies its failMode).
-        if (exchange === undefined && verdict.interrupt !== undefined) return { matchedRules: [] };
-        if (done || exchange === undefined) throw new WafUnavailableError('this WAF exchange has no open transaction');
+        if (exchange === 0 && verdict.interrupt !== undefined) return Promise.resolve({ matchedRules: [] });
+        if (done || exchange === 0) return Promise.reject(new WafUnavailableError('this WAF exchange has no open transaction'));
         done = true;
-        if (this.closed) throw new WafUnavailableError('WAF engine closed');
-        if (worker.dead) throw new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`);
+        if (this.closed) return Promise.reject(new WafUnavailableError('WAF engine closed'));
+        if (worker.dead)
+          return Promise.reject(new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`));
         const body = response.body;
-        const sent = body && compactBody(body, this.options.limits.response + 1);
-        return (await this.run(worker, { type: 'response', exchange, response: sent === body ? response : { ...response, body: sent } }))
-          .verdict;
+        const message: ResponseMessage = [
+          RESPONSE,
+          0,
+          exchange,
+          response.status,
+          response.httpVersion,
+          flatHeaders(response.headers),
+          body && bodyText(body, this.options.limits.response + 1),
+        ];
+        return new Promise((resolve, reject) => {
+          this.inFlight++;
+          worker.call(message, {
+            resolve: (result) => {
+              this.inFlight--;
+              resolve(result.verdict);
+            },
+            reject: (error) => {
+              this.inFlight--;
+              reject(error);
+            },
+          });
+        });
       },
       end: (): void => {
-        if (done || exchange === undefined) return;
+        if (done || exchange === 0) return;
         done = true;
-        if (!this.closed && !worker.dead) worker.post({ type: 'end', exchange });
+        if (!this.closed && !worker.dead) worker.post([END, exchange]);
       },
     };
   }
@@ -351,7 +402,7 @@ export class WorkerPool<Options> {
   /** A settings object no request can have any more: the threads that have it drop it. */
   private forgetSettings(id: number): void {
     for (const worker of this.workers) {
-      if (worker.settingsSent.delete(id) && !worker.dead) worker.post({ type: 'forgetSettings', settingsId: id });
+      if (worker.settingsSent.delete(id) && !worker.dead) worker.post([FORGET_SETTINGS, id]);
     }
   }
 
@@ -364,71 +415,93 @@ export class WorkerPool<Options> {
     });
   }
 
-  /** A request's run once fair admission gave it a place, on the least busy thread. */
-  private async admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Result & { worker: PoolWorker }> {
-    if (this.closed) throw new WafUnavailableError('WAF engine closed');
-    const entered = this.admission.enter(request.clientIp, request.tenant, request.body?.length ?? 0);
-    const ticket: AdmissionTicket = entered instanceof Promise ? await entered : entered;
+  /**
+   * A request's run once fair admission gave it a place, on the least busy thread. One promise per
+   * request: the rest is callbacks (each promise and each await on the loop is a microtask or more).
+   */
+  private admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Admitted> {
+    try {
+      if (this.closed) throw new WafUnavailableError('WAF engine closed');
+      const entered = this.admission.enter(request.clientIp, request.tenant, request.body?.length ?? 0);
+      if (entered instanceof Promise) return entered.then((ticket) => this.dispatch(ticket, request, settings, keepOpen));
+      return this.dispatch(entered, request, settings, keepOpen);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Sends an admitted request to the thread with the least work ahead; its ticket is left when the answer (or failure) comes. */
+  private dispatch(ticket: AdmissionTicket, request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Admitted> {
     let charged = false;
     const charge = (cpuMs: number): void => {
       charged = true;
       this.admission.charge(ticket, cpuMs);
     };
-    try {
-      const estimateMs = this.admission.estimatedCostMs(ticket);
-      let worker: PoolWorker | undefined;
-      for (const w of this.workers) {
-        if (w.dead) continue;
-        if (
-          worker === undefined ||
-          w.workAhead() < worker.workAhead() ||
-          (w.workAhead() === worker.workAhead() && w.pending.size < worker.pending.size)
-        )
-          worker = w;
-      }
-      if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
-      const body = request.body;
-      const sent = body && compactBody(body, this.options.limits.request + 1);
-      const settingsId = this.settingsId(settings);
-      // A thread gets a settings object once; later requests name it.
-      const first = !worker.settingsSent.has(settingsId);
-      if (first) worker.settingsSent.add(settingsId);
-      const message: Call = {
-        type: 'request',
-        request: sent === body ? request : { ...request, body: sent },
-        settingsId,
-        settings: first ? settings : undefined,
-        keepOpen,
-      };
-      const result = await this.run(worker, message, estimateMs, charge);
-      return { ...result, worker };
-    } catch (error) {
+    const failed = (error: Error): void => {
       // A thread ended by the watchdog reports nothing: the request ran at least that long.
       if (!charged && isBudgetOverrun(error)) charge(this.options.runawayMs ?? this.options.requestBudgetMs ?? 0);
-      throw error;
-    } finally {
       this.admission.leave(ticket);
-    }
+    };
+    return new Promise<Admitted>((resolve, reject) => {
+      let worker: PoolWorker | undefined;
+      try {
+        const estimateMs = this.admission.estimatedCostMs(ticket);
+        for (const w of this.workers) {
+          if (w.dead) continue;
+          if (
+            worker === undefined ||
+            w.workAhead() < worker.workAhead() ||
+            (w.workAhead() === worker.workAhead() && w.pending.size < worker.pending.size)
+          )
+            worker = w;
+        }
+        if (this.closed || worker === undefined) throw new WafUnavailableError('WAF engine closed');
+        const body = request.body;
+        const settingsId = this.settingsId(settings);
+        // A thread gets a settings object once; later requests name it.
+        const first = !worker.settingsSent.has(settingsId);
+        if (first) worker.settingsSent.add(settingsId);
+        const message: RequestMessage = [
+          REQUEST,
+          0,
+          settingsId,
+          keepOpen,
+          request.clientIp,
+          request.clientPort,
+          request.serverIp,
+          request.serverPort,
+          request.method,
+          request.uri,
+          request.path,
+          request.httpVersion,
+          flatHeaders(request.headers),
+          body && bodyText(body, this.options.limits.request + 1),
+          request.id,
+          first ? settings : undefined,
+        ];
+        const chosen = worker;
+        this.inFlight++;
+        chosen.call(
+          message,
+          {
+            resolve: (result) => {
+              this.inFlight--;
+              this.admission.leave(ticket);
+              resolve({ verdict: result.verdict, exchange: result.exchange, worker: chosen });
+            },
+            reject: (error) => {
+              this.inFlight--;
+              failed(error);
+              reject(error);
+            },
+          },
+          estimateMs,
+          charge,
+        );
+      } catch (error) {
+        failed(error as Error);
+        reject(error);
+      }
+    });
   }
-
-  private async run(worker: PoolWorker, message: Call, estimateMs?: number, cost?: (cpuMs: number) => void): Promise<Result> {
-    this.inFlight++;
-    try {
-      return await worker.call(message, estimateMs, cost);
-    } finally {
-      this.inFlight--;
-    }
-  }
-}
-
-/**
- * The bytes of a body that go to a thread: at most `max`, in a buffer of their own. postMessage
- * copies a typed array's whole backing ArrayBuffer, and a body is often a small view into a big one
- * (an origin response chunk is a slice of a 64 KiB socket read buffer): sent as is, a 57-byte body
- * would cost a 64 KiB copy and allocation on both threads.
- */
-function compactBody(body: Uint8Array, max: number): Uint8Array {
-  const length = Math.min(body.length, max);
-  if (body.byteOffset === 0 && length === body.buffer.byteLength) return body;
-  return new Uint8Array(body.buffer, body.byteOffset, length).slice();
 }

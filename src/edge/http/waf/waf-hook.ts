@@ -196,8 +196,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
           );
         }
         // Rules already reported with the request are not reported twice.
-        const seen = new Set(open.requestVerdict.matchedRules.map((rule) => rule.id));
-        const fresh = { ...verdict, matchedRules: verdict.matchedRules.filter((rule) => !seen.has(rule.id)) };
+        const fresh = withoutRulesOf(verdict, open.requestVerdict);
         if (fresh.matchedRules.length > 0) onRulesMatched?.(fresh.matchedRules);
         return toProxyVerdict(fresh, input.request.settings);
       } finally {
@@ -205,6 +204,13 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
       }
     },
   };
+}
+
+/** `verdict` without the rules `earlier` reported (the same object when there are none). */
+function withoutRulesOf(verdict: WafEngineVerdict, earlier: WafEngineVerdict): WafEngineVerdict {
+  if (verdict.matchedRules.length === 0 || earlier.matchedRules.length === 0) return verdict;
+  const seen = new Set(earlier.matchedRules.map((rule) => rule.id));
+  return { ...verdict, matchedRules: verdict.matchedRules.filter((rule) => !seen.has(rule.id)) };
 }
 
 /** `[name, value, name, value...]` as the proxy has headers, into the engine's pairs. */
