@@ -323,10 +323,17 @@ async function main(): Promise<void> {
         }
       }
     }
-    for (let round = 1; round <= ROUNDS; round++) {
+    // nginx first in every row, then our sides, their order turned by one each round, and as many
+    // rounds as it takes for each of ours to come right after nginx equally often: the side that
+    // follows nginx + ModSecurity on the core reads more CPU per request (bench/waf/README.md).
+    const [reference, ...ours] = sides;
+    const rounds = Math.ceil(ROUNDS / ours.length) * ours.length;
+    for (let round = 1; round <= rounds; round++) {
+      const turn = (round - 1) % ours.length;
+      const order = [reference!, ...ours.slice(turn), ...ours.slice(0, turn)];
       for (const level of PARANOIA_LEVELS) {
         for (const scenario of scenarios) {
-          for (const side of round % 2 ? sides : [...sides].reverse()) {
+          for (const side of order) {
             const cpuBefore = side.cpu();
             const partsBefore = side.parts();
             const r = await wrk(side, level, scenario, SECONDS);
@@ -386,7 +393,7 @@ async function main(): Promise<void> {
     const geomean = (values: number[]) => Math.exp(values.reduce((sum, v) => sum + Math.log(v), 0) / values.length);
 
     console.log(
-      `\nwrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s, median; ${cores} of ${cpus.length} cores per side; Node ${process.version}; ` +
+      `\nwrk -t1 -c${CONNECTIONS}, ${rounds} rounds of ${SECONDS} s, median; ${cores} of ${cpus.length} cores per side; Node ${process.version}; ` +
         `CRS 3.3.4, BLOCKING, anomaly threshold 5; nginx: ModSecurity 3.0.9, ${nginxMalloc}; tps: the ${ENGINE} engine, ${tpsMalloc}`,
     );
     printTable(
