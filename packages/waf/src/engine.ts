@@ -214,3 +214,17 @@ export class WafSettingsError extends Error {
     this.name = 'WafSettingsError';
   }
 }
+
+/** Headers as the proxy and the pool's messages have them, `[name, value, name, value...]`, into the engine's pairs. */
+export function headerPairs(flat: readonly string[]): [string, string][] {
+  const pairs: [string, string][] = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([flat[i]!, flat[i + 1]!]);
+  return pairs;
+}
+
+/** The engine's header pairs as one array `[name, value, name, value...]` (one array to clone, not one per header). */
+export function flatHeaders(pairs: ReadonlyArray<readonly [string, string]>): string[] {
+  const flat: string[] = [];
+  for (const [name, value] of pairs) flat.push(name, value);
+  return flat;
+}

@@ -16,7 +16,14 @@ export type {
   WafResponse,
   WafRuleExclusion,
 } from './engine.ts';
-export { WafBudgetExceededError, WafCostShareError, WafOverloadedError, WafSettingsError, WafUnavailableError } from './engine.ts';
+export {
+  headerPairs,
+  WafBudgetExceededError,
+  WafCostShareError,
+  WafOverloadedError,
+  WafSettingsError,
+  WafUnavailableError,
+} from './engine.ts';
 export { isBudgetOverrun } from './budget-overrun.ts';
 export { checkSettings } from './settings.ts';
 export { normalizedPath, pathUnderPrefix, removalsFor, validateExclusion } from './exclusions.ts';

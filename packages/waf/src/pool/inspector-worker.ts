@@ -9,13 +9,12 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { batchedMessages } from './batched-messages.ts';
-import type { WafEngineSettings, WafRequest, WafResponse } from '../engine.ts';
+import { headerPairs, type WafEngineSettings, type WafRequest, type WafResponse } from '../engine.ts';
 import {
   bodyBytes,
   END,
   FAILURE,
   FORGET_SETTINGS,
-  headerPairs,
   packVerdict,
   REQUEST,
   RESPONSE,

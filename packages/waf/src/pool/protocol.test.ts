@@ -8,7 +8,8 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { createCompiledEngine } from '../compiled-engine.ts';
 import type { WafEngineSettings, WafEngineVerdict, WafRequest, WafResponse } from '../engine.ts';
-import { bodyBytes, bodyText, flatHeaders, headerPairs, packVerdict, unpackVerdict } from './protocol.ts';
+import { flatHeaders, headerPairs } from '../engine.ts';
+import { bodyBytes, bodyText, packVerdict, unpackVerdict } from './protocol.ts';
 
 const latin1 = fc.string({ unit: fc.integer({ min: 0, max: 255 }).map((c) => String.fromCharCode(c)) });
 

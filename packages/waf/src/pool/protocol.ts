@@ -163,16 +163,3 @@ export function bodyText(body: Uint8Array, max: number): string {
 export function bodyBytes(text: string): Buffer {
   return Buffer.from(text, 'latin1');
 }
-
-/** The engine's header pairs as one array `[name, value, name, value...]` (one array to clone, not one per header). */
-export function flatHeaders(pairs: ReadonlyArray<readonly [string, string]>): string[] {
-  const flat: string[] = [];
-  for (const [name, value] of pairs) flat.push(name, value);
-  return flat;
-}
-
-export function headerPairs(flat: readonly string[]): [string, string][] {
-  const pairs: [string, string][] = [];
-  for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([flat[i]!, flat[i + 1]!]);
-  return pairs;
-}

@@ -33,7 +33,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest, WafResponse } from '../engine.ts';
-import { WafBudgetExceededError, WafSettingsError, WafUnavailableError } from '../engine.ts';
+import { flatHeaders, WafBudgetExceededError, WafSettingsError, WafUnavailableError } from '../engine.ts';
 import { batchedMessages } from './batched-messages.ts';
 import { isBudgetOverrun } from '../budget-overrun.ts';
 import {
@@ -47,7 +47,6 @@ import {
   bodyText,
   END,
   FORGET_SETTINGS,
-  flatHeaders,
   REQUEST,
   RESPONSE,
   RESULT,

@@ -22,7 +22,7 @@
  *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
-import { WafUnavailableError } from '@tps/waf';
+import { headerPairs, WafUnavailableError } from '@tps/waf';
 import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from './types.ts';
 import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
@@ -211,13 +211,6 @@ function withoutRulesOf(verdict: WafEngineVerdict, earlier: WafEngineVerdict): W
   if (verdict.matchedRules.length === 0 || earlier.matchedRules.length === 0) return verdict;
   const seen = new Set(earlier.matchedRules.map((rule) => rule.id));
   return { ...verdict, matchedRules: verdict.matchedRules.filter((rule) => !seen.has(rule.id)) };
-}
-
-/** `[name, value, name, value...]` as the proxy has headers, into the engine's pairs. */
-function headerPairs(flat: readonly string[]): [string, string][] {
-  const pairs: [string, string][] = [];
-  for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([flat[i]!, flat[i + 1]!]);
-  return pairs;
 }
 
 function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest {
