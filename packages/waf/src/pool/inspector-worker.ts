@@ -9,6 +9,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { batchedMessages } from './batched-messages.ts';
+import { clock } from './clock.ts';
 import { headerPairs, type WafEngineSettings, type WafRequest, type WafResponse } from '../engine.ts';
 import {
   bodyBytes,
@@ -55,7 +56,7 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
   const sweepEveryMs = Math.max(1, Math.min(1000, Math.ceil(data.exchangeTimeoutMs / 4)));
   let sweeper: NodeJS.Timeout | undefined;
   const sweep = (): void => {
-    const now = performance.now();
+    const now = clock.now();
     for (const [exchange, held] of exchanges) {
       if (held.expiresAt > now) break;
       exchanges.delete(exchange);
@@ -69,7 +70,7 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
   };
   const hold = (open: Open): number => {
     const exchange = nextExchange++;
-    exchanges.set(exchange, { open, expiresAt: performance.now() + data.exchangeTimeoutMs });
+    exchanges.set(exchange, { open, expiresAt: clock.now() + data.exchangeTimeoutMs });
     if (sweeper === undefined) {
       sweeper = setInterval(sweep, sweepEveryMs);
       sweeper.unref();

@@ -35,6 +35,7 @@ import { Worker } from 'node:worker_threads';
 import type { WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest, WafResponse } from '../engine.ts';
 import { flatHeaders, WafBudgetExceededError, WafSettingsError, WafUnavailableError } from '../engine.ts';
 import { batchedMessages } from './batched-messages.ts';
+import { clock } from './clock.ts';
 import { isBudgetOverrun } from '../budget-overrun.ts';
 import {
   type AdmissionTicket,
@@ -276,7 +277,7 @@ class PoolWorker {
   private check(runawayMs: number): void {
     if (this.pending.size === 0) return this.stopWatchdog();
     const request = this.watch.running();
-    const now = performance.now();
+    const now = clock.now();
     if (request !== this.seen.request) {
       this.seen = { request, since: now };
       return;

@@ -27,6 +27,9 @@ import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVer
 import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
 
+/** `performance`, read once (the global is an accessor: a getter call on each read). */
+const clock: typeof performance = performance;
+
 export interface WafHookOptions {
   /** Request body bytes inspected, for proxies that do not set `waf.requestBodyLimit`. Default 128 KiB. */
   requestBodyLimit?: number;
@@ -97,7 +100,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
   const sweepEveryMs = Math.max(1, Math.min(1000, Math.ceil(ttlMs / 4)));
   let sweeper: NodeJS.Timeout | undefined;
   const sweep = (): void => {
-    const now = performance.now();
+    const now = clock.now();
     for (const [supportId, open] of exchanges) {
       if (open.expiresAt > now) break;
       end(supportId, 'expired');
@@ -159,7 +162,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
             exchange.end();
           } else {
             counts.opened++;
-            exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, expiresAt: performance.now() + ttlMs });
+            exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, expiresAt: clock.now() + ttlMs });
             if (sweeper === undefined) {
               sweeper = setInterval(sweep, sweepEveryMs);
               sweeper.unref();
@@ -182,12 +185,10 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
       }
       let inspected: Promise<WafEngineVerdict>;
       try {
-        inspected = open.exchange.inspectResponse({
-          status: input.statusCode,
-          httpVersion: open.request.httpVersion,
-          headers: headerPairs(input.headers),
-          ...(input.body && { body: input.body }),
-        });
+        const headers = headerPairs(input.headers);
+        const { statusCode: status, body } = input;
+        const httpVersion = open.request.httpVersion;
+        inspected = open.exchange.inspectResponse(body ? { status, httpVersion, headers, body } : { status, httpVersion, headers });
       } catch (error) {
         end(supportId, 'inspected');
         return Promise.reject(error);
