@@ -10,7 +10,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { batchedMessages } from './batched-messages.ts';
 import { clock } from './clock.ts';
-import { headerPairs, type WafEngineSettings, type WafRequest, type WafResponse } from '../engine.ts';
+import type { WafEngineSettings, WafRequest, WafResponse } from '../engine.ts';
 import {
   bodyBytes,
   END,
@@ -201,7 +201,7 @@ function engineRequest(m: RequestMessage): WafRequest {
     uri: m[9],
     path: m[10],
     httpVersion: m[11],
-    headers: headerPairs(m[12]),
+    headers: m[12],
     body: body === undefined ? undefined : bodyBytes(body),
     id: m[14],
   };
@@ -209,5 +209,5 @@ function engineRequest(m: RequestMessage): WafRequest {
 
 function engineResponse(m: ResponseMessage): WafResponse {
   const body = m[6];
-  return { status: m[3], httpVersion: m[4], headers: headerPairs(m[5]), body: body === undefined ? undefined : bodyBytes(body) };
+  return { status: m[3], httpVersion: m[4], headers: m[5], body: body === undefined ? undefined : bodyBytes(body) };
 }

@@ -22,7 +22,7 @@
  *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
-import { headerPairs, WafUnavailableError } from '@tps/waf';
+import { WafUnavailableError } from '@tps/waf';
 import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from './types.ts';
 import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
@@ -185,7 +185,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
       }
       let inspected: Promise<WafEngineVerdict>;
       try {
-        const headers = headerPairs(input.headers);
+        const headers = input.headers;
         const { statusCode: status, body } = input;
         const httpVersion = open.request.httpVersion;
         inspected = open.exchange.inspectResponse(body ? { status, httpVersion, headers, body } : { status, httpVersion, headers });
@@ -241,7 +241,6 @@ function withoutRulesOf(verdict: WafEngineVerdict, earlier: WafEngineVerdict): W
 }
 
 function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest {
-  const headers = headerPairs(head.headers);
   return {
     clientIp: head.client.ip,
     clientPort: head.client.port,
@@ -251,7 +250,8 @@ function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest 
     uri: head.url,
     path: head.path,
     httpVersion: head.httpVersion === '2.0' ? '2.0' : head.httpVersion,
-    headers,
+    // (flat, as received: the engine reads both forms, and a pool sends this list as it is)
+    headers: head.headers,
     ...(body && { body }),
     id: head.supportId,
     tenant: head.tenantId,
