@@ -280,3 +280,22 @@ test('closing the engine or exiting the process while its workers are busy ends 
     assert.doesNotMatch(stderr, /terminate called|FATAL ERROR/);
   }
 });
+
+test('headers as a flat list (as the proxy hands them over) or as pairs give the same verdicts', { skip }, async () => {
+  const scanner: [string, string][] = [...BROWSER_HEADERS.filter(([name]) => name !== 'User-Agent'), ['User-Agent', 'nikto/2.5.0']];
+  const flat = (pairs: readonly (readonly [string, string])[]): string[] => pairs.flat();
+  const settings: WafEngineSettings = { paranoiaLevel: 2, mode: 'LOGGING' };
+  const byPairs = await engine.beginExchange(get('/?q=1', { headers: scanner }), settings);
+  const byFlat = await engine.beginExchange(get('/?q=1', { headers: flat(scanner) }), settings);
+  assert.deepEqual(byFlat.requestVerdict, byPairs.requestVerdict);
+  assert.ok(ids(byFlat.requestVerdict).includes(913100), `got ${ids(byFlat.requestVerdict).join(',')}`);
+  const response = { status: 500, httpVersion: '1.1', body: Buffer.from('You have an error in your SQL syntax; check the manual') };
+  const headers: [string, string][] = [
+    ['Content-Type', 'text/html'],
+    ['Content-Length', '53'],
+  ];
+  const answerPairs = await byPairs.inspectResponse({ ...response, headers });
+  const answerFlat = await byFlat.inspectResponse({ ...response, headers: flat(headers) });
+  assert.deepEqual(answerFlat, answerPairs);
+  assert.ok(ids(answerFlat).includes(950100), `got ${ids(answerFlat).join(',')}`);
+});

@@ -16,7 +16,7 @@
  */
 import { loadModSecurity } from './addon.ts';
 import type { ModSecurityAddon, NativeMatchedRule, NativeRuleSet, NativeTransaction } from './addon.ts';
-import { checkSettings, removalsFor, resolvedLimits, ruleSetSources } from '@tps/waf';
+import { checkSettings, headerPairs, removalsFor, resolvedLimits, ruleSetSources } from '@tps/waf';
 import type {
   PoolInspector,
   RuleSetOptions,
@@ -141,7 +141,7 @@ export class ModSecurityInspector implements PoolInspector<OpenTransaction> {
       }
       tx.processConnection(request.clientIp, request.clientPort, request.serverIp, request.serverPort);
       tx.processUri(request.uri, request.method, request.httpVersion);
-      tx.addRequestHeaders(request.headers);
+      tx.addRequestHeaders(headerPairs(request.headers));
       tx.processRequestHeaders();
       let interrupt = this.interruption(tx, 1);
       let bodyTruncated = false;
@@ -185,7 +185,7 @@ export class ModSecurityInspector implements PoolInspector<OpenTransaction> {
   inspectResponse(open: OpenTransaction, response: WafResponse): WafEngineVerdict {
     const { tx } = open;
     try {
-      tx.addResponseHeaders(response.headers);
+      tx.addResponseHeaders(headerPairs(response.headers));
       tx.processResponseHeaders(response.status, `HTTP/${response.httpVersion}`);
       let interrupt = this.interruption(tx, 3);
       let bodyTruncated = false;

@@ -246,3 +246,43 @@ test('compiled engine (worker pool): past its queue it sheds the flooding client
     await pool.close();
   }
 });
+
+/** The same headers as the flat list the proxy hands over. */
+const flat = (pairs: readonly (readonly [string, string])[]): string[] => pairs.flat();
+
+test('compiled engine: headers as a flat list or as pairs give the same verdicts, in process and in the pool', async () => {
+  const scanner: [string, string][] = [
+    ...BROWSER.filter(([name]) => name !== 'User-Agent'),
+    ['User-Agent', 'nikto/2.5.0'],
+    ['X-Forwarded-For', '1.2.3.4'],
+  ];
+  const excluded: WafEngineSettings = {
+    paranoiaLevel: 2,
+    mode: 'LOGGING',
+    ruleExclusions: [{ ruleIds: [913100], target: 'REQUEST_HEADERS:user-agent' }],
+  };
+  const response = { status: 500, httpVersion: '1.1', body: Buffer.from('You have an error in your SQL syntax; check the manual') };
+  const responseHeaders: [string, string][] = [
+    ['Content-Type', 'text/html'],
+    ['Content-Length', '53'],
+  ];
+  const pool = await createCompiledEngine({ workers: 1 });
+  try {
+    for (const eng of [engine, pool]) {
+      for (const settings of [{ paranoiaLevel: 2, mode: 'LOGGING' } as const, excluded]) {
+        const byPairs = await eng.beginExchange(get('/?q=1', scanner), settings);
+        const byFlat = await eng.beginExchange({ ...get('/?q=1'), headers: flat(scanner) }, settings);
+        assert.deepEqual(byFlat.requestVerdict, byPairs.requestVerdict);
+        if (settings === excluded) assert.ok(!ids(byFlat.requestVerdict).includes(913100));
+        else assert.ok(ids(byFlat.requestVerdict).includes(913100), `got ${ids(byFlat.requestVerdict).join(',')}`);
+        const answerPairs = await byPairs.inspectResponse({ ...response, headers: responseHeaders });
+        const answerFlat = await byFlat.inspectResponse({ ...response, headers: flat(responseHeaders) });
+        assert.deepEqual(answerFlat, answerPairs);
+        // a 5xx status (950100) and a SQL error in the body (951230): response headers and body both read
+        assert.deepEqual(ids(answerFlat), [950100, 951230, 959100]);
+      }
+    }
+  } finally {
+    await pool.close();
+  }
+});

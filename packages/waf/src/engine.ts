@@ -13,6 +13,14 @@
  * (latin1), exactly as Node's http module hands them over; bodies are Buffers.
  */
 
+/**
+ * Headers in the order received, duplicates kept (binary strings), in either form: the flat list
+ * `[name, value, name, value...]` that Node's `rawHeaders` and the proxy have (handed over as it
+ * is: no array per header on the event loop, none to clone to an engine thread, none made there)
+ * or `[name, value]` pairs. Engines read both (`isFlatHeaders`).
+ */
+export type WafHeaders = readonly string[] | ReadonlyArray<readonly [name: string, value: string]>;
+
 /** One rule exclusion of a proxy (DESIGN: `waf.ruleExclusions[]`, schema RuleExclusion). */
 export interface WafRuleExclusion {
   readonly ruleIds: readonly number[];
@@ -78,8 +86,8 @@ export interface WafRequest {
   readonly path?: string | undefined;
   /** "1.0", "1.1", "2" ... (without "HTTP/"). */
   readonly httpVersion: string;
-  /** In the order received, duplicates kept (binary strings). */
-  readonly headers: ReadonlyArray<readonly [name: string, value: string]>;
+  /** In the order received, duplicates kept (binary strings); read until the verdict. */
+  readonly headers: WafHeaders;
   /** The request body, or the part of it the proxy buffered; absent = no body. */
   readonly body?: Uint8Array | undefined;
   /** Support id of this exchange (32 hex): the engine uses it as its transaction id. */
@@ -95,7 +103,8 @@ export interface WafResponse {
   readonly status: number;
   /** "1.1" ... (without "HTTP/"). */
   readonly httpVersion: string;
-  readonly headers: ReadonlyArray<readonly [name: string, value: string]>;
+  /** In the order received (binary strings); read until the verdict. */
+  readonly headers: WafHeaders;
   /** Body (text types only are inspected, see the engine's options); absent = not inspected. */
   readonly body?: Uint8Array | undefined;
 }
@@ -215,16 +224,32 @@ export class WafSettingsError extends Error {
   }
 }
 
-/** Headers as the proxy and the pool's messages have them, `[name, value, name, value...]`, into the engine's pairs. */
-export function headerPairs(flat: readonly string[]): [string, string][] {
+/** Whether `headers` is the flat form `[name, value, name, value...]` (an empty list is both). */
+export function isFlatHeaders(headers: WafHeaders): headers is readonly string[] {
+  return headers.length === 0 || typeof headers[0] === 'string';
+}
+
+/** Headers as `[name, value]` pairs: these when they are already, else made from the flat list. */
+export function headerPairs(headers: WafHeaders): ReadonlyArray<readonly [name: string, value: string]> {
+  if (!isFlatHeaders(headers)) return headers;
   const pairs: [string, string][] = [];
-  for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([flat[i]!, flat[i + 1]!]);
+  for (let i = 0; i + 1 < headers.length; i += 2) pairs.push([headers[i]!, headers[i + 1]!]);
   return pairs;
 }
 
-/** The engine's header pairs as one array `[name, value, name, value...]` (one array to clone, not one per header). */
-export function flatHeaders(pairs: ReadonlyArray<readonly [string, string]>): string[] {
+/** Headers as one flat array `[name, value, name, value...]`: these when they are already (one array to clone, not one per header). */
+export function flatHeaders(headers: WafHeaders): readonly string[] {
+  if (isFlatHeaders(headers)) return headers;
   const flat: string[] = [];
-  for (const [name, value] of pairs) flat.push(name, value);
+  for (const [name, value] of headers) flat.push(name, value);
   return flat;
+}
+
+/** Calls `each` with every header, in order, whatever the form. */
+export function forEachHeader(headers: WafHeaders, each: (name: string, value: string) => void): void {
+  if (isFlatHeaders(headers)) {
+    for (let i = 0; i + 1 < headers.length; i += 2) each(headers[i]!, headers[i + 1]!);
+  } else {
+    for (const [name, value] of headers) each(name, value);
+  }
 }

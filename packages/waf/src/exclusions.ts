@@ -11,7 +11,7 @@
  * normalized path (below) rather than on ModSecurity's REQUEST_FILENAME.
  */
 import type { WafRequest, WafRuleExclusion } from './engine.ts';
-import { WafSettingsError } from './engine.ts';
+import { forEachHeader, WafSettingsError } from './engine.ts';
 
 /** One removal for one transaction: the rule, or the rule for one field only. */
 export interface RuleRemoval {
@@ -133,6 +133,8 @@ function expandTarget(target: string, headers: WafRequest['headers']): string[] 
   if (collection !== 'REQUEST_HEADERS' && collection !== 'REQUEST_HEADERS_NAMES') return [target];
   const names = new Set<string>([key]);
   const lower = key.toLowerCase();
-  for (const [name] of headers) if (name.toLowerCase() === lower) names.add(name);
+  forEachHeader(headers, (name) => {
+    if (name.toLowerCase() === lower) names.add(name);
+  });
   return [...names].map((name) => `${collection}:${name}`);
 }

@@ -9,6 +9,7 @@ export type {
   WafEngineSettings,
   WafEngineVerdict,
   WafExchange,
+  WafHeaders,
   WafInputLimits,
   WafInterrupt,
   WafMatchedRule,
@@ -17,6 +18,7 @@ export type {
   WafRuleExclusion,
 } from './engine.ts';
 export {
+  forEachHeader,
   headerPairs,
   WafBudgetExceededError,
   WafCostShareError,

@@ -8,6 +8,7 @@
  *   after each phase and goes on, as the ModSecurity engine does.
  */
 import type { WafInterrupt, WafMatchedRule, WafRequest, WafResponse, WafEngineSettings, WafEngineVerdict } from './engine.ts';
+import { isFlatHeaders } from './engine.ts';
 import { removalsFor } from './exclusions.ts';
 import { ruleSetSources, resolvedLimits } from './rule-set.ts';
 import type { RuleSetOptions } from './rule-set.ts';
@@ -211,7 +212,9 @@ export class CompiledInspector {
     }
     processConnection(tx, request.clientIp, request.clientPort, request.serverIp, request.serverPort);
     processUri(tx, request.uri, request.method, request.httpVersion);
-    for (const [name, value] of request.headers) addRequestHeader(tx, name, value);
+    const headers = request.headers;
+    if (isFlatHeaders(headers)) for (let i = 0; i + 1 < headers.length; i += 2) addRequestHeader(tx, headers[i]!, headers[i + 1]!);
+    else for (const [name, value] of headers) addRequestHeader(tx, name, value);
     processRequestHeaders(tx);
     let interrupt: WafInterrupt | undefined;
     const it1 = tx.takeIntervention();
@@ -247,12 +250,9 @@ export class CompiledInspector {
   inspectResponse(open: OpenCompiledTransaction, response: WafResponse, cpuAtStartMicros?: number): WafEngineVerdict {
     const { tx } = open;
     this.startClock(tx, cpuAtStartMicros);
-    for (const [name, value] of response.headers) {
-      tx.responseHeadersNames.push({ key: name, full: `RESPONSE_HEADERS_NAMES:${name}`, box: newBox(name), uk: undefined });
-      tx.responseHeaders.push({ key: name, full: `RESPONSE_HEADERS:${name}`, box: newBox(value), uk: undefined });
-      if (name.toLowerCase() === 'content-type') tx.setSingle('RESPONSE_CONTENT_TYPE', value);
-      if (name.toLowerCase() === 'content-length') tx.setSingle('RESPONSE_CONTENT_LENGTH', value);
-    }
+    const headers = response.headers;
+    if (isFlatHeaders(headers)) for (let i = 0; i + 1 < headers.length; i += 2) addResponseHeader(tx, headers[i]!, headers[i + 1]!);
+    else for (const [name, value] of headers) addResponseHeader(tx, name, value);
     tx.setSingle('RESPONSE_STATUS', String(response.status));
     tx.setSingle('RESPONSE_PROTOCOL', `HTTP/${response.httpVersion}`);
     let interrupt: WafInterrupt | undefined;
@@ -295,4 +295,11 @@ export class CompiledInspector {
     processLogging(open.tx);
     open.tx.dispose();
   }
+}
+
+function addResponseHeader(tx: Transaction, name: string, value: string): void {
+  tx.responseHeadersNames.push({ key: name, full: `RESPONSE_HEADERS_NAMES:${name}`, box: newBox(name), uk: undefined });
+  tx.responseHeaders.push({ key: name, full: `RESPONSE_HEADERS:${name}`, box: newBox(value), uk: undefined });
+  if (name.toLowerCase() === 'content-type') tx.setSingle('RESPONSE_CONTENT_TYPE', value);
+  if (name.toLowerCase() === 'content-length') tx.setSingle('RESPONSE_CONTENT_LENGTH', value);
 }

@@ -2,7 +2,7 @@
  * The live oracle: run a small SecLang rule set on both engines (the ModSecurity addon and ours)
  * for the same request, to compare transformations, operators and body processors one at a time.
  */
-import { CompiledInspector, compileRuleSet } from '@tps/waf';
+import { CompiledInspector, compileRuleSet, headerPairs } from '@tps/waf';
 import { SMALL_RULE_SET_PREAMBLE } from '../golden/vectors.ts';
 import type { WafRequest } from '@tps/waf';
 import { loadModSecurity, modSecurityAddonBuilt } from '@tps/waf-modsecurity';
@@ -35,7 +35,7 @@ export function smallRuleSets(rules: string): SmallRuleSets {
       try {
         tx.processConnection(request.clientIp, request.clientPort, request.serverIp, request.serverPort);
         tx.processUri(request.uri, request.method, request.httpVersion);
-        tx.addRequestHeaders(request.headers);
+        tx.addRequestHeaders(headerPairs(request.headers));
         tx.processRequestHeaders();
         if (request.body && request.body.length > 0) tx.appendRequestBody(request.body);
         tx.processRequestBody();

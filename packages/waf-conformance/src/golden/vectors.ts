@@ -10,6 +10,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { headerPairs } from '@tps/waf';
 import type { RuleSetOptions, WafEngineSettings, WafRequest } from '@tps/waf';
 
 /** The folder of the golden vectors: @tps/waf's testdata/ (beside its src/, where its entry is). */
@@ -94,7 +95,7 @@ export function encodeRequest(request: WafRequest): GoldenRequest {
     method: request.method,
     uri: request.uri,
     httpVersion: request.httpVersion,
-    headers: request.headers.map(([name, value]) => [name, value] as const),
+    headers: headerPairs(request.headers).map(([name, value]) => [name, value] as const),
     ...(request.body !== undefined
       ? { body: Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString('base64') }
       : {}),

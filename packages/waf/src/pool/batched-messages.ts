@@ -10,6 +10,8 @@
  * before. An idle side sends at once (a batch of one); a long queue does not hold its first
  * messages back for longer than `maxDelayMs` plus one request.
  */
+import { clock } from './clock.ts';
+
 export function batchedMessages<Message>(target: { postMessage(value: unknown): void }, maxDelayMs = 20): (message: Message) => void {
   let outbox: Message[] = [];
   let oldest = 0;
@@ -20,7 +22,7 @@ export function batchedMessages<Message>(target: { postMessage(value: unknown): 
     target.postMessage(batch.length === 1 ? batch[0] : { type: 'batch', messages: batch });
   };
   return (message) => {
-    const now = performance.now();
+    const now = clock.now();
     if (outbox.push(message) === 1) {
       oldest = now;
       setImmediate(flush);

@@ -37,6 +37,7 @@
  * waiting clients are only looked at while requests wait.
  */
 import { WafCostShareError, WafOverloadedError } from '../engine.ts';
+import { clock } from './clock.ts';
 
 /**
  * The engines' pool defaults: requests handed to each thread at once, waiting per thread, longest
@@ -199,7 +200,7 @@ export class FairAdmission {
     this.allowanceRate = share * threads;
     // A share of 1 is every thread's whole time: never reached, no cap.
     this.allowanceMs = share >= 1 ? Infinity : this.allowanceRate * this.costWindowMs;
-    this.now = options.now ?? (() => performance.now());
+    this.now = options.now ?? (() => clock.now());
   }
 
   /** Requests holding a slot. */

@@ -9,7 +9,8 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { batchedMessages } from './batched-messages.ts';
-import { headerPairs, type WafEngineSettings, type WafRequest, type WafResponse } from '../engine.ts';
+import { clock } from './clock.ts';
+import type { WafEngineSettings, WafRequest, WafResponse } from '../engine.ts';
 import {
   bodyBytes,
   END,
@@ -55,7 +56,7 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
   const sweepEveryMs = Math.max(1, Math.min(1000, Math.ceil(data.exchangeTimeoutMs / 4)));
   let sweeper: NodeJS.Timeout | undefined;
   const sweep = (): void => {
-    const now = performance.now();
+    const now = clock.now();
     for (const [exchange, held] of exchanges) {
       if (held.expiresAt > now) break;
       exchanges.delete(exchange);
@@ -69,7 +70,7 @@ export function serveInspector<Options, Open>(load: (options: Options, budgetMs:
   };
   const hold = (open: Open): number => {
     const exchange = nextExchange++;
-    exchanges.set(exchange, { open, expiresAt: performance.now() + data.exchangeTimeoutMs });
+    exchanges.set(exchange, { open, expiresAt: clock.now() + data.exchangeTimeoutMs });
     if (sweeper === undefined) {
       sweeper = setInterval(sweep, sweepEveryMs);
       sweeper.unref();
@@ -200,7 +201,7 @@ function engineRequest(m: RequestMessage): WafRequest {
     uri: m[9],
     path: m[10],
     httpVersion: m[11],
-    headers: headerPairs(m[12]),
+    headers: m[12],
     body: body === undefined ? undefined : bodyBytes(body),
     id: m[14],
   };
@@ -208,5 +209,5 @@ function engineRequest(m: RequestMessage): WafRequest {
 
 function engineResponse(m: ResponseMessage): WafResponse {
   const body = m[6];
-  return { status: m[3], httpVersion: m[4], headers: headerPairs(m[5]), body: body === undefined ? undefined : bodyBytes(body) };
+  return { status: m[3], httpVersion: m[4], headers: m[5], body: body === undefined ? undefined : bodyBytes(body) };
 }

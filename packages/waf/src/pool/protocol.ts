@@ -66,7 +66,7 @@ export type RequestMessage = [
   uri: string,
   path: string | undefined,
   httpVersion: string,
-  headers: string[],
+  headers: readonly string[],
   body: string | undefined,
   transactionId: string | undefined,
   settings: WafEngineSettings | undefined,
@@ -79,7 +79,7 @@ export type ResponseMessage = [
   exchange: number,
   status: number,
   httpVersion: string,
-  headers: string[],
+  headers: readonly string[],
   body: string | undefined,
 ];
 

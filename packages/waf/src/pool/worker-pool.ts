@@ -35,6 +35,7 @@ import { Worker } from 'node:worker_threads';
 import type { WafEngineSettings, WafEngineVerdict, WafExchange, WafRequest, WafResponse } from '../engine.ts';
 import { flatHeaders, WafBudgetExceededError, WafSettingsError, WafUnavailableError } from '../engine.ts';
 import { batchedMessages } from './batched-messages.ts';
+import { clock } from './clock.ts';
 import { isBudgetOverrun } from '../budget-overrun.ts';
 import {
   type AdmissionTicket,
@@ -115,10 +116,8 @@ export interface WorkerPoolOptions<Options> extends PoolSchedulingOptions {
 type Call = RequestMessage | ResponseMessage;
 /** `exchange`: the thread's open transaction of a request, 0 when it kept none. */
 type Result = { verdict: WafEngineVerdict; exchange: number };
-/** A request's result, with the thread that holds its exchange. */
-type Admitted = Result & { worker: PoolWorker };
-
-const verdictOf = (result: Result): WafEngineVerdict => result.verdict;
+/** What a request's promise resolves with, made from its result and the thread that answered it. */
+type Outcome<T> = (result: Result, worker: PoolWorker) => T;
 
 /** How a call's answer is taken: one of the two is called, once. */
 interface Answer {
@@ -152,7 +151,11 @@ class PoolWorker {
   private readonly runawayMs: number | undefined;
   /** Set when the watchdog terminated the thread (its exit is then a `runaway` restart, not a crash). */
   terminatedAsRunaway = false;
-  /** Checks the running request while any is pending (with a budget). */
+  /**
+   * Checks the running request while any is pending (with a budget). Once started it stays until
+   * a check finds the thread idle: a thread that is idle between two turns' batches (most are,
+   * under load) does not make and clear a timer each time.
+   */
   private watchdog: NodeJS.Timeout | undefined;
   /** The request seen running at the last check, and since when (this thread's clock). */
   private seen = { request: -1, since: 0 };
@@ -228,6 +231,7 @@ class PoolWorker {
     this.pending.clear();
     this.queuedMs = 0;
     this.idle();
+    this.stopWatchdog();
     for (const p of all) p.reject(error);
   }
 
@@ -251,22 +255,29 @@ class PoolWorker {
 
   private busy(): void {
     this.worker.ref();
-    if (this.runawayMs === undefined) return;
-    this.seen = { request: -1, since: 0 };
+    const runawayMs = this.runawayMs;
+    if (runawayMs === undefined) return;
+    this.seen.request = -1;
+    this.seen.since = 0;
+    if (this.watchdog !== undefined) return;
     // A quarter of the bound between checks: a runaway is caught within 1.25 bounds.
-    this.watchdog = setInterval(() => this.check(this.runawayMs!), Math.max(10, this.runawayMs / 4));
+    this.watchdog = setInterval(() => this.check(runawayMs), Math.max(10, runawayMs / 4));
     this.watchdog.unref();
   }
 
   private idle(): void {
-    clearInterval(this.watchdog);
-    this.watchdog = undefined;
     this.worker.unref();
   }
 
+  private stopWatchdog(): void {
+    clearInterval(this.watchdog);
+    this.watchdog = undefined;
+  }
+
   private check(runawayMs: number): void {
+    if (this.pending.size === 0) return this.stopWatchdog();
     const request = this.watch.running();
-    const now = performance.now();
+    const now = clock.now();
     if (request !== this.seen.request) {
       this.seen = { request, since: now };
       return;
@@ -324,58 +335,49 @@ export class WorkerPool<Options> {
   }
 
   inspectRequest(request: WafRequest, settings: WafEngineSettings): Promise<WafEngineVerdict> {
-    return this.admitted(request, settings, false).then(verdictOf);
+    return this.admitted(request, settings, false, verdictOf);
   }
 
   beginExchange(request: WafRequest, settings: WafEngineSettings): Promise<WafExchange> {
-    return this.admitted(request, settings, true).then((admitted) => this.exchange(admitted));
+    return this.admitted(request, settings, true, this.exchangeOf);
   }
 
   /** The exchange of a request the thread answered: its response goes to the thread that holds its transaction. */
-  private exchange({ verdict, exchange, worker }: Admitted): WafExchange {
-    let done = exchange === 0;
-    return {
-      requestVerdict: verdict,
-      inspectResponse: (response: WafResponse): Promise<WafEngineVerdict> => {
-        // A request the rules interrupted has no response to inspect. Otherwise an exchange has one
-        // response: a second call, or one for a transaction the thread did not keep, has nothing to
-        // inspect it with, and says so (the proxy applies its failMode).
-        if (exchange === 0 && verdict.interrupt !== undefined) return Promise.resolve({ matchedRules: [] });
-        if (done || exchange === 0) return Promise.reject(new WafUnavailableError('this WAF exchange has no open transaction'));
-        done = true;
-        if (this.closed) return Promise.reject(new WafUnavailableError('WAF engine closed'));
-        if (worker.dead)
-          return Promise.reject(new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`));
-        const body = response.body;
-        const message: ResponseMessage = [
-          RESPONSE,
-          0,
-          exchange,
-          response.status,
-          response.httpVersion,
-          flatHeaders(response.headers),
-          body && bodyText(body, this.options.limits.response + 1),
-        ];
-        return new Promise((resolve, reject) => {
-          this.inFlight++;
-          worker.call(message, {
-            resolve: (result) => {
-              this.inFlight--;
-              resolve(result.verdict);
-            },
-            reject: (error) => {
-              this.inFlight--;
-              reject(error);
-            },
-          });
-        });
-      },
-      end: (): void => {
-        if (done || exchange === 0) return;
-        done = true;
-        if (!this.closed && !worker.dead) worker.post([END, exchange]);
-      },
-    };
+  private readonly exchangeOf: Outcome<WafExchange> = (result, worker) =>
+    new PoolExchange(this as WorkerPool<unknown>, result.verdict, result.exchange, worker);
+
+  /** Sends an exchange's response to the thread that holds its transaction. */
+  inspectResponseOn(worker: PoolWorker, exchange: number, response: WafResponse): Promise<WafEngineVerdict> {
+    if (this.closed) return Promise.reject(new WafUnavailableError('WAF engine closed'));
+    if (worker.dead) return Promise.reject(new WafUnavailableError(`the ${this.options.engineName} WAF worker of this exchange is gone`));
+    const body = response.body;
+    const message: ResponseMessage = [
+      RESPONSE,
+      0,
+      exchange,
+      response.status,
+      response.httpVersion,
+      flatHeaders(response.headers),
+      body && bodyText(body, this.options.limits.response + 1),
+    ];
+    return new Promise((resolve, reject) => {
+      this.inFlight++;
+      worker.call(message, {
+        resolve: (result) => {
+          this.inFlight--;
+          resolve(result.verdict);
+        },
+        reject: (error) => {
+          this.inFlight--;
+          reject(error);
+        },
+      });
+    });
+  }
+
+  /** Ends an exchange's transaction on its thread without a response. */
+  endOn(worker: PoolWorker, exchange: number): void {
+    if (!this.closed && !worker.dead) worker.post([END, exchange]);
   }
 
   async close(): Promise<void> {
@@ -416,21 +418,28 @@ export class WorkerPool<Options> {
 
   /**
    * A request's run once fair admission gave it a place, on the least busy thread. One promise per
-   * request: the rest is callbacks (each promise and each await on the loop is a microtask or more).
+   * request, resolved with what the caller wants of the thread's answer (`outcome`): the rest is
+   * callbacks (each promise and each await on the loop is a microtask or more).
    */
-  private admitted(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Admitted> {
+  private admitted<T>(request: WafRequest, settings: WafEngineSettings, keepOpen: boolean, outcome: Outcome<T>): Promise<T> {
     try {
       if (this.closed) throw new WafUnavailableError('WAF engine closed');
       const entered = this.admission.enter(request.clientIp, request.tenant, request.body?.length ?? 0);
-      if (entered instanceof Promise) return entered.then((ticket) => this.dispatch(ticket, request, settings, keepOpen));
-      return this.dispatch(entered, request, settings, keepOpen);
+      if (entered instanceof Promise) return entered.then((ticket) => this.dispatch(ticket, request, settings, keepOpen, outcome));
+      return this.dispatch(entered, request, settings, keepOpen, outcome);
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
   /** Sends an admitted request to the thread with the least work ahead; its ticket is left when the answer (or failure) comes. */
-  private dispatch(ticket: AdmissionTicket, request: WafRequest, settings: WafEngineSettings, keepOpen: boolean): Promise<Admitted> {
+  private dispatch<T>(
+    ticket: AdmissionTicket,
+    request: WafRequest,
+    settings: WafEngineSettings,
+    keepOpen: boolean,
+    outcome: Outcome<T>,
+  ): Promise<T> {
     let charged = false;
     const charge = (cpuMs: number): void => {
       charged = true;
@@ -441,7 +450,7 @@ export class WorkerPool<Options> {
       if (!charged && isBudgetOverrun(error)) charge(this.options.runawayMs ?? this.options.requestBudgetMs ?? 0);
       this.admission.leave(ticket);
     };
-    return new Promise<Admitted>((resolve, reject) => {
+    return new Promise<T>((resolve, reject) => {
       let worker: PoolWorker | undefined;
       try {
         const estimateMs = this.admission.estimatedCostMs(ticket);
@@ -486,7 +495,7 @@ export class WorkerPool<Options> {
             resolve: (result) => {
               this.inFlight--;
               this.admission.leave(ticket);
-              resolve({ verdict: result.verdict, exchange: result.exchange, worker: chosen });
+              resolve(outcome(result, chosen));
             },
             reject: (error) => {
               this.inFlight--;
@@ -502,5 +511,43 @@ export class WorkerPool<Options> {
         reject(error);
       }
     });
+  }
+}
+
+const verdictOf: Outcome<WafEngineVerdict> = (result) => result.verdict;
+
+/**
+ * A request whose thread keeps its transaction for the response (`exchange`, 0 when it kept
+ * none). One object per request, its methods on the prototype: no closures made per request.
+ */
+class PoolExchange implements WafExchange {
+  readonly requestVerdict: WafEngineVerdict;
+  private readonly pool: WorkerPool<unknown>;
+  private readonly exchange: number;
+  private readonly worker: PoolWorker;
+  private done: boolean;
+
+  constructor(pool: WorkerPool<unknown>, requestVerdict: WafEngineVerdict, exchange: number, worker: PoolWorker) {
+    this.pool = pool;
+    this.requestVerdict = requestVerdict;
+    this.exchange = exchange;
+    this.worker = worker;
+    this.done = exchange === 0;
+  }
+
+  inspectResponse(response: WafResponse): Promise<WafEngineVerdict> {
+    // A request the rules interrupted has no response to inspect. Otherwise an exchange has one
+    // response: a second call, or one for a transaction the thread did not keep, has nothing to
+    // inspect it with, and says so (the proxy applies its failMode).
+    if (this.exchange === 0 && this.requestVerdict.interrupt !== undefined) return Promise.resolve({ matchedRules: [] });
+    if (this.done) return Promise.reject(new WafUnavailableError('this WAF exchange has no open transaction'));
+    this.done = true;
+    return this.pool.inspectResponseOn(this.worker, this.exchange, response);
+  }
+
+  end(): void {
+    if (this.done) return;
+    this.done = true;
+    this.pool.endOn(this.worker, this.exchange);
   }
 }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { WafRequest } from '../engine.ts';
+import { headerPairs, type WafRequest } from '../engine.ts';
 import { compileRuleSet } from '../seclang/compiler.ts';
 import { CompiledInspector } from '../inspector.ts';
 import { LiteralScanner } from './scanner.ts';
@@ -234,7 +234,9 @@ function sameWithAndWithoutPrefilter(rules: string, cases: readonly (readonly [W
       assert.deepEqual(
         logged,
         expected,
-        `${req.uri} ${req.headers.map((h) => h.join(': ')).join(', ')}${k === 1 ? ' (no prefilter)' : ''}`,
+        `${req.uri} ${headerPairs(req.headers)
+          .map((h) => h.join(': '))
+          .join(', ')}${k === 1 ? ' (no prefilter)' : ''}`,
       );
     }
   }

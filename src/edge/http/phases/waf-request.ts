@@ -30,7 +30,7 @@ import { sourceKey } from '../../../net/source-key.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { bodyUnread, pageAnswer } from './respond.ts';
 import type { Answer, PhaseName, PhaseOutcome } from './answer.ts';
-import type { WafFailureReason, WafHook, WafRequestHead, WafVerdict } from '../waf/types.ts';
+import type { WafFailureReason, WafHook, WafRequestHead, WafRequestInput, WafVerdict } from '../waf/types.ts';
 import type { RequestPhase } from './phase.ts';
 import { refuse as refuseMalformed } from './request-target.ts';
 
@@ -151,7 +151,7 @@ function bodyLimitRule(ctx: RequestCtx, limit: number, refused: boolean): Matche
 function inspect(ctx: RequestCtx, waf: WafHook, body: Buffer | null, truncatedAt: number): PhaseOutcome | Promise<PhaseOutcome> {
   let verdict: WafVerdict | Promise<WafVerdict>;
   try {
-    verdict = waf.inspectRequest({ ...wafRequestHead(ctx), body, bodyTruncated: truncatedAt >= 0 });
+    verdict = waf.inspectRequest(wafRequestInput(ctx, body, truncatedAt >= 0));
   } catch (err) {
     return cannotInspect(ctx, err, 'waf');
   }
@@ -228,7 +228,13 @@ function failureReason(err: unknown): WafFailureReason {
   return 'error';
 }
 
+/** The request as the hook sees it, without its body (the response side's). */
 export function wafRequestHead(ctx: RequestCtx): WafRequestHead {
+  return wafRequestInput(ctx, null, false);
+}
+
+/** The head and the body in one object (a spread of the head would copy it property by property). */
+function wafRequestInput(ctx: RequestCtx, body: Buffer | null, bodyTruncated: boolean): WafRequestInput {
   const req = ctx.req;
   return {
     proxyId: ctx.proxy.id,
@@ -242,6 +248,8 @@ export function wafRequestHead(ctx: RequestCtx): WafRequestHead {
     path: ctx.path,
     httpVersion: ctx.http2 ? '2.0' : req.httpVersion === '1.0' ? '1.0' : '1.1',
     headers: ctx.http2 ? withoutPseudoHeaders(req.rawHeaders, ctx.host) : req.rawHeaders,
+    body,
+    bodyTruncated,
   };
 }
 

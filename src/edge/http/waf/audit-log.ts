@@ -31,7 +31,8 @@
 import { createWriteStream, mkdirSync } from 'node:fs';
 import type { WriteStream } from 'node:fs';
 import { dirname } from 'node:path';
-import type { WafMatchedRule, WafRequest, WafEngineVerdict } from '@tps/waf';
+import type { WafMatchedRule, WafRequest, WafEngineVerdict, WafHeaders } from '@tps/waf';
+import { headerPairs } from '@tps/waf';
 
 export const WAF_AUDIT_SCHEMA = 'tps.waf.audit/1';
 
@@ -112,7 +113,7 @@ export function wafAuditRecord(input: WafAuditInput): WafAuditRecord | null {
   const matched = verdicts.flatMap((v) => v?.matchedRules ?? []);
   if (matched.length === 0) return null;
   const withData = input.logMatchedData === true;
-  const host = input.request.headers.find(([name]) => name.toLowerCase() === 'host')?.[1];
+  const host = hostOf(input.request.headers);
   const interrupt = input.requestVerdict.interrupt ?? input.responseVerdict?.interrupt;
   const record: WafAuditRecord = {
     schema: WAF_AUDIT_SCHEMA,
@@ -230,4 +231,10 @@ export class WafAuditLog {
       this.stream.end(() => resolve());
     });
   }
+}
+
+/** The Host header's value, the first one when repeated. */
+function hostOf(headers: WafHeaders): string | undefined {
+  for (const [name, value] of headerPairs(headers)) if (name.toLowerCase() === 'host') return value;
+  return undefined;
 }

@@ -22,10 +22,13 @@
  *   that do not set `waf.requestBodyLimit` / `waf.bodyLimitAction`.
  */
 import type { WafEngine, WafExchange, WafMatchedRule, WafRequest, WafEngineSettings, WafEngineVerdict } from '@tps/waf';
-import { headerPairs, WafUnavailableError } from '@tps/waf';
+import { WafUnavailableError } from '@tps/waf';
 import type { WafHook, WafRequestHead, WafRequestInput, WafResponseInput, WafVerdict } from './types.ts';
 import type { MatchedRule } from '@tps/model';
 import type { WafAuditLog } from './audit-log.ts';
+
+/** `performance`, read once (the global is an accessor: a getter call on each read). */
+const clock: typeof performance = performance;
 
 export interface WafHookOptions {
   /** Request body bytes inspected, for proxies that do not set `waf.requestBodyLimit`. Default 128 KiB. */
@@ -97,7 +100,7 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
   const sweepEveryMs = Math.max(1, Math.min(1000, Math.ceil(ttlMs / 4)));
   let sweeper: NodeJS.Timeout | undefined;
   const sweep = (): void => {
-    const now = performance.now();
+    const now = clock.now();
     for (const [supportId, open] of exchanges) {
       if (open.expiresAt > now) break;
       end(supportId, 'expired');
@@ -145,65 +148,89 @@ export function createWafHook(engine: WafEngine, options: WafHookOptions = {}): 
       end(supportId, 'abandoned');
     },
 
-    async inspectRequest(input: WafRequestInput): Promise<WafVerdict> {
-      const request = toEngineRequest(input, input.body);
-      const settings = engineSettings(input.settings);
-      let verdict: WafEngineVerdict;
-      if (engine.beginExchange) {
-        const exchange = await engine.beginExchange(request, settings);
-        verdict = exchange.requestVerdict;
-        if (verdict.interrupt && input.settings.mode === 'BLOCKING') {
-          exchange.end();
-        } else {
-          counts.opened++;
-          exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, expiresAt: performance.now() + ttlMs });
-          if (sweeper === undefined) {
-            sweeper = setInterval(sweep, sweepEveryMs);
-            sweeper.unref();
+    // (not async: the engine's promise is followed by one `then`, without an async function's
+    // own promise and resumption around it on the event loop)
+    inspectRequest(input: WafRequestInput): Promise<WafVerdict> {
+      try {
+        const request = toEngineRequest(input, input.body);
+        const settings = engineSettings(input.settings);
+        if (!engine.beginExchange)
+          return engine.inspectRequest(request, settings).then((verdict) => requestVerdict(input, request, verdict));
+        return engine.beginExchange(request, settings).then((exchange) => {
+          const verdict = exchange.requestVerdict;
+          if (verdict.interrupt && input.settings.mode === 'BLOCKING') {
+            exchange.end();
+          } else {
+            counts.opened++;
+            exchanges.set(input.supportId, { exchange, request, requestVerdict: verdict, expiresAt: clock.now() + ttlMs });
+            if (sweeper === undefined) {
+              sweeper = setInterval(sweep, sweepEveryMs);
+              sweeper.unref();
+            }
           }
-        }
-      } else {
-        verdict = await engine.inspectRequest(request, settings);
+          return requestVerdict(input, request, verdict);
+        });
+      } catch (error) {
+        return Promise.reject(error);
       }
-      if (verdict.matchedRules.length > 0) {
-        onRulesMatched?.(verdict.matchedRules);
-        if (!engine.beginExchange || verdict.interrupt) audit(input, request, verdict);
-      }
-      return toProxyVerdict(verdict, input.settings);
     },
 
-    async inspectResponse(input: WafResponseInput): Promise<WafVerdict> {
-      const open = exchanges.get(input.request.supportId);
+    inspectResponse(input: WafResponseInput): Promise<WafVerdict> {
+      const supportId = input.request.supportId;
+      const open = exchanges.get(supportId);
       if (!open) {
         // An engine without exchanges inspects no response; with them, this one's is gone.
-        if (!engine.beginExchange) return { action: 'continue' };
-        throw new WafUnavailableError('the WAF transaction of this request ended before its response');
+        if (!engine.beginExchange) return Promise.resolve({ action: 'continue' });
+        return Promise.reject(new WafUnavailableError('the WAF transaction of this request ended before its response'));
       }
+      let inspected: Promise<WafEngineVerdict>;
       try {
-        const verdict = await open.exchange.inspectResponse({
-          status: input.statusCode,
-          httpVersion: open.request.httpVersion,
-          headers: headerPairs(input.headers),
-          ...(input.body && { body: input.body }),
-        });
-        if (open.requestVerdict.matchedRules.length > 0 || verdict.matchedRules.length > 0) {
-          audit(
-            input.request,
-            open.request,
-            open.requestVerdict,
-            verdict,
-            verdict.interrupt && input.request.settings.mode === 'BLOCKING' ? 403 : input.statusCode,
-          );
-        }
-        // Rules already reported with the request are not reported twice.
-        const fresh = withoutRulesOf(verdict, open.requestVerdict);
-        if (fresh.matchedRules.length > 0) onRulesMatched?.(fresh.matchedRules);
-        return toProxyVerdict(fresh, input.request.settings);
-      } finally {
-        end(input.request.supportId, 'inspected');
+        const headers = input.headers;
+        const { statusCode: status, body } = input;
+        const httpVersion = open.request.httpVersion;
+        inspected = open.exchange.inspectResponse(body ? { status, httpVersion, headers, body } : { status, httpVersion, headers });
+      } catch (error) {
+        end(supportId, 'inspected');
+        return Promise.reject(error);
       }
+      return inspected.then(
+        (verdict) => {
+          end(supportId, 'inspected');
+          return responseVerdict(input, open, verdict);
+        },
+        (error: unknown) => {
+          end(supportId, 'inspected');
+          throw error;
+        },
+      );
     },
   };
+
+  /** What the proxy gets of a request's verdict; its matched rules counted, and audited unless its response is still to come. */
+  function requestVerdict(input: WafRequestInput, request: WafRequest, verdict: WafEngineVerdict): WafVerdict {
+    if (verdict.matchedRules.length > 0) {
+      onRulesMatched?.(verdict.matchedRules);
+      if (!engine.beginExchange || verdict.interrupt) audit(input, request, verdict);
+    }
+    return toProxyVerdict(verdict, input.settings);
+  }
+
+  /** What the proxy gets of a response's verdict: the exchange audited when either side matched, its new rules counted. */
+  function responseVerdict(input: WafResponseInput, open: OpenExchange, verdict: WafEngineVerdict): WafVerdict {
+    if (open.requestVerdict.matchedRules.length > 0 || verdict.matchedRules.length > 0) {
+      audit(
+        input.request,
+        open.request,
+        open.requestVerdict,
+        verdict,
+        verdict.interrupt && input.request.settings.mode === 'BLOCKING' ? 403 : input.statusCode,
+      );
+    }
+    // Rules already reported with the request are not reported twice.
+    const fresh = withoutRulesOf(verdict, open.requestVerdict);
+    if (fresh.matchedRules.length > 0) onRulesMatched?.(fresh.matchedRules);
+    return toProxyVerdict(fresh, input.request.settings);
+  }
 }
 
 /** `verdict` without the rules `earlier` reported (the same object when there are none). */
@@ -214,7 +241,6 @@ function withoutRulesOf(verdict: WafEngineVerdict, earlier: WafEngineVerdict): W
 }
 
 function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest {
-  const headers = headerPairs(head.headers);
   return {
     clientIp: head.client.ip,
     clientPort: head.client.port,
@@ -224,7 +250,8 @@ function toEngineRequest(head: WafRequestHead, body: Buffer | null): WafRequest 
     uri: head.url,
     path: head.path,
     httpVersion: head.httpVersion === '2.0' ? '2.0' : head.httpVersion,
-    headers,
+    // (flat, as received: the engine reads both forms, and a pool sends this list as it is)
+    headers: head.headers,
     ...(body && { body }),
     id: head.supportId,
     tenant: head.tenantId,
