@@ -27,6 +27,7 @@ import type net from 'node:net';
 import type tls from 'node:tls';
 import type { ScopedOriginGuard } from '../../../net/origin-guard.ts';
 import { writeLatin1ToHandle } from '../stream-handle.ts';
+import { emptyResponseHead, parseResponseHead, type ResponseHead } from './response-head.ts';
 
 export interface OriginHandler {
   onConnect(abort: (err?: Error) => void): void;
@@ -80,7 +81,6 @@ const CRLF_CRLF = Buffer.from('\r\n\r\n');
  * the read: body chunks handed on are copies, and bytes left unparsed are copied out.
  */
 const READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const EMPTY = Buffer.alloc(0);
 
 interface Pending {
@@ -272,6 +272,8 @@ class Connection {
   private deadline = 0;
   private deadlineCode = HEADERS_TIMEOUT;
   private keepAliveMs: number;
+  /** The last response head read (one record per connection, refilled by each head). */
+  private readonly head: ResponseHead = emptyResponseHead();
   /** The current request's resume function (given to its handler; inert once the request is over). */
   private resume: () => void = () => {};
 
@@ -502,64 +504,18 @@ class Connection {
     }
   }
 
-  /** Parses a response head; false when parsing must stop (error, or paused). */
-  private onHead(head: string): boolean {
-    const lines = head.split('\r\n');
-    const status = /^HTTP\/1\.([01]) ([1-9]\d\d)(?: [^\r\n]*)?$/.exec(lines[0]!);
-    if (status === null) return this.badHead('bad status line');
-    const http10 = status[1] === '0';
-    const code = Number(status[2]);
-    const raw: string[] = [];
-    let length = -1;
-    let chunked = false;
-    let transferEncoding = false;
-    let close = http10;
-    for (let i = 1; i < lines.length; i++) {
-      const line = lines[i]!;
-      const colon = line.indexOf(':');
-      // A bare CR or LF inside a line would split it differently for the next reader: refuse it.
-      if (colon <= 0 || line.indexOf('\n') !== -1 || line.indexOf('\r') !== -1) return this.badHead('bad header line');
-      const name = line.slice(0, colon);
-      if (!TOKEN.test(name)) return this.badHead('bad header name');
-      let start = colon + 1;
-      let end = line.length;
-      while (start < end && (line.charCodeAt(start) === 32 || line.charCodeAt(start) === 9)) start++;
-      while (end > start && (line.charCodeAt(end - 1) === 32 || line.charCodeAt(end - 1) === 9)) end--;
-      const value = line.slice(start, end);
-      raw.push(name, value);
-      switch (name.length) {
-        case 10:
-          if (name.toLowerCase() === 'connection') {
-            const v = value.toLowerCase();
-            if (v.includes('close')) close = true;
-            else if (http10 && v.includes('keep-alive')) close = false;
-          } else if (name.toLowerCase() === 'keep-alive') {
-            const hint = /timeout=(\d+)/i.exec(value);
-            if (hint) this.keepAliveMs = Math.min(this.options.keepAliveTimeoutMs, Number(hint[1]) * 1000 - 1000);
-          }
-          break;
-        case 14:
-          if (name.toLowerCase() === 'content-length') {
-            if (!/^\d{1,15}$/.test(value)) return this.badHead('bad content-length');
-            const n = Number(value);
-            if (length !== -1 && length !== n) return this.badHead('conflicting content-length');
-            length = n;
-          }
-          break;
-        case 17:
-          if (name.toLowerCase() === 'transfer-encoding') {
-            transferEncoding = true;
-            chunked = /(?:^|,)\s*chunked\s*$/i.test(value);
-          }
-          break;
-      }
-    }
-    if (transferEncoding && length !== -1) return this.badHead('both Transfer-Encoding and Content-Length');
-    if (code < 200) {
-      // Interim response (100, 102, 103): the final one follows on the same connection.
-      if (code === 101) return this.badHead('unexpected protocol switch');
-      return true;
-    }
+  /** Reads a response head; false when parsing must stop (error, or paused). */
+  private onHead(text: string): boolean {
+    const head = this.head;
+    const refused = parseResponseHead(text, head);
+    if (refused !== undefined) return this.badHead(refused);
+    if (head.keepAliveTimeoutSeconds >= 0)
+      this.keepAliveMs = Math.min(this.options.keepAliveTimeoutMs, head.keepAliveTimeoutSeconds * 1000 - 1000);
+    const code = head.status;
+    // Interim response (100, 102, 103; 101 is refused): the final one follows on the same connection.
+    if (code < 200) return true;
+    const { chunked, transferEncoding, close } = head;
+    const length = head.contentLength;
     if (close) this.reusable = false;
     const pending = this.pending!;
     const bodiless = pending.method === 'HEAD' || code === 204 || code === 304;
@@ -581,7 +537,7 @@ class Connection {
     }
     this.deadline = Date.now() + this.options.bodyTimeoutMs;
     this.deadlineCode = BODY_TIMEOUT;
-    const go = pending.handler.onHeaders(code, raw, this.resume);
+    const go = pending.handler.onHeaders(code, head.headers, this.resume);
     if (this.pending !== pending) return false; // aborted from the handler
     if (!go) {
       // Also for a bodiless response: the handler may still be deciding what to send (response WAF).
