@@ -31,7 +31,7 @@ import { emptyResponseHead, parseResponseHead, type ResponseHead } from './respo
 
 export interface OriginHandler {
   onConnect(abort: (err?: Error) => void): void;
-  /** Return false to pause the response until `resume` is called. */
+  /** `rawHeaders`: a new list for each response, the handler's to keep or change. Return false to pause the response until `resume` is called. */
   onHeaders(statusCode: number, rawHeaders: string[], resume: () => void): boolean;
   /** Return false to pause. */
   onData(chunk: Buffer): boolean;
@@ -271,6 +271,11 @@ class Connection {
   /** Date.now() past which the current phase has waited too long; 0 = none. */
   private deadline = 0;
   private deadlineCode = HEADERS_TIMEOUT;
+  /**
+   * Date.now() when the bytes being parsed arrived (or parsing resumed): the deadlines set while
+   * parsing them count from it, one clock read per read rather than one per deadline.
+   */
+  private parsedAt = 0;
   private keepAliveMs: number;
   /** The last response head read (one record per connection, refilled by each head). */
   private readonly head: ResponseHead = emptyResponseHead();
@@ -328,7 +333,8 @@ class Connection {
     this.resume = () => {
       if (this.pending !== pending || !this.paused) return;
       this.paused = false;
-      this.deadline = Date.now() + this.options.bodyTimeoutMs;
+      this.parsedAt = Date.now();
+      this.deadline = this.parsedAt + this.options.bodyTimeoutMs;
       this.deadlineCode = BODY_TIMEOUT;
       this.socket?.resume();
       this.parse();
@@ -395,11 +401,13 @@ class Connection {
     }
     if (this.state === S.closed) return;
     this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
-    if (this.state !== S.head) this.deadline = Date.now() + this.options.bodyTimeoutMs;
+    this.parsedAt = Date.now();
+    if (this.state !== S.head) this.deadline = this.parsedAt + this.options.bodyTimeoutMs;
     if (!this.paused) this.parse();
   }
 
   private onEnd(): void {
+    this.parsedAt = Date.now();
     if (this.state === S.untilClose && !this.paused) {
       this.reusable = false;
       return this.complete();
@@ -535,7 +543,7 @@ class Connection {
       this.state = S.untilClose;
       this.reusable = false;
     }
-    this.deadline = Date.now() + this.options.bodyTimeoutMs;
+    this.deadline = this.parsedAt + this.options.bodyTimeoutMs;
     this.deadlineCode = BODY_TIMEOUT;
     const go = pending.handler.onHeaders(code, head.headers, this.resume);
     if (this.pending !== pending) return false; // aborted from the handler
@@ -586,7 +594,7 @@ class Connection {
     }
     if (clean) {
       this.state = S.idle;
-      this.deadline = Date.now() + Math.max(0, this.keepAliveMs);
+      this.deadline = this.parsedAt + Math.max(0, this.keepAliveMs);
       this.deadlineCode = CLOSED;
     } else {
       this.state = S.closed;
