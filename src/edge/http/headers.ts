@@ -121,6 +121,34 @@ export function clientResponseHeaders(raw: readonly (Buffer | string)[]): string
   return out;
 }
 
+/**
+ * `clientResponseHeaders` for a list the caller owns and will not read again (the origin client's,
+ * strings): the same result, made in `flat` itself rather than in a copy.
+ */
+export function clientResponseHeadersInPlace(flat: string[]): string[] {
+  let listed: Set<string> | undefined;
+  let w = 0;
+  for (let r = 0; r + 1 < flat.length; r += 2) {
+    const name = flat[r]!;
+    const length = name.length;
+    if (length === 2 || length === 7 || length === 10 || length === 16 || length === 17) {
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower)) {
+        if (lower === 'connection') listed = connectionTokens(flat[r + 1]!, listed);
+        continue;
+      }
+    }
+    if (w !== r) {
+      flat[w] = name;
+      flat[w + 1] = flat[r + 1]!;
+    }
+    w += 2;
+  }
+  flat.length = w;
+  if (listed !== undefined) removeListed(flat, listed);
+  return flat;
+}
+
 /** The first value of `lowerName` in a flat `[name, value, ...]` list, names in any case. */
 export function headerValue(flat: readonly string[], lowerName: string): string | undefined {
   for (let i = 0; i + 1 < flat.length; i += 2) {

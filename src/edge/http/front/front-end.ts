@@ -155,6 +155,8 @@ class FrontConnection implements ResponseConnection, HandleReader {
   /** Bytes read and not served yet (the next heads), when a request is under way or a head is not complete. */
   private pending: Buffer = EMPTY;
   private response: FrontResponse | undefined = undefined;
+  /** The responses whose writes libuv queued, oldest first (each told when its write is out). */
+  private queuedWrites: FrontResponse[] | undefined = undefined;
   /** The request the parser just read (set by its callbacks during `execute`). */
   private parsed: FrontRequest | undefined = undefined;
   private parsedKeepAlive = false;
@@ -250,14 +252,16 @@ class FrontConnection implements ResponseConnection, HandleReader {
 
   write(bytes: Uint8Array, response: FrontResponse): boolean {
     this.lastActivity = performance.now();
-    const written = writeToHandle(this.socket, bytes, () => response.drained());
+    const written = writeToHandle(this.socket, bytes, this.onQueuedWriteDone);
+    if (written === false) (this.queuedWrites ??= []).push(response);
     if (written !== undefined) return written;
     return this.socket.write(bytes, () => response.drained());
   }
 
-  finished(_response: FrontResponse, close: boolean): void {
+  finished(_response: FrontResponse, close: boolean, justWritten: boolean): void {
     this.response = undefined;
-    this.idleSince = this.lastActivity = performance.now();
+    // Right after the response's own write (which read the clock), not later: the clock is not read again.
+    this.idleSince = justWritten ? this.lastActivity : (this.lastActivity = performance.now());
     const socket = this.socket;
     if (close || !this.keepAlive || this.front.closing) {
       // node:http's way: the lingering close when a phase set it up (respond.ts), else end after the writes.
@@ -318,17 +322,18 @@ class FrontConnection implements ResponseConnection, HandleReader {
       if (end - from > this.host.maxHeaderSize || !isSimpleHead(bytes.toString('latin1', from, end)) || this.handOffTo.beforeHead()) {
         return this.handOff(bytes.subarray(from));
       }
-      const request = this.parse(bytes.subarray(from, end + 4));
+      // Most reads are one head: the read's own view, not a new one.
+      const request = this.parse(from === 0 && end + 4 === bytes.length ? bytes : bytes.subarray(from, end + 4));
       if (request === undefined) return this.handOff(bytes.subarray(from));
       from = end + 4;
       this.serve(request);
     }
-    const rest = bytes.subarray(from);
-    if (rest.length === 0) {
+    if (from === bytes.length) {
       this.pending = EMPTY;
       this.incompleteSince = -1;
       return;
     }
+    const rest = from === 0 ? bytes : bytes.subarray(from);
     // The shared read buffer is reused by the next read: what is kept is copied.
     this.pending = rest.buffer === this.front.buffer.buffer ? Buffer.from(rest) : rest;
     if (this.response === undefined && this.incompleteSince < 0) this.incompleteSince = performance.now();
@@ -374,6 +379,11 @@ class FrontConnection implements ResponseConnection, HandleReader {
     handle.reading = true;
     handle.readStart?.();
   }
+
+  /** libuv completes a handle's queued writes in order: the first one waiting is the one done. */
+  private readonly onQueuedWriteDone = (): void => {
+    this.queuedWrites?.shift()?.drained();
+  };
 
   /** The client's FIN: as node:http (no half-open connections), the socket ends once what is written is out. */
   private readonly onEnd = (): void => {

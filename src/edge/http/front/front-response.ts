@@ -16,7 +16,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { ClientResponse } from '../ctx.ts';
-import { httpDate } from '../http-date.ts';
+import { currentHttpDate } from '../http-date.ts';
 import { NODE_HTTP_COMMON } from './node-http-common.ts';
 
 // Only built where the front end is available (NODE_HTTP_COMMON defined: front-end.ts checks).
@@ -42,8 +42,11 @@ export interface ResponseConnection {
   readonly gone: boolean;
   /** true: the kernel has the bytes; false: pending, the response's `drained` follows (or the socket closes). */
   write(bytes: Uint8Array, response: FrontResponse): boolean;
-  /** The response is over (its last byte is with the kernel); `close`: the connection ends after it. */
-  finished(response: FrontResponse, close: boolean): void;
+  /**
+   * The response is over (its last byte is with the kernel); `close`: the connection ends after it.
+   * `justWritten`: it ends with the `write` just made, which the kernel took at once.
+   */
+  finished(response: FrontResponse, close: boolean, justWritten: boolean): void;
   destroy(error?: Error): void;
 }
 
@@ -66,6 +69,8 @@ export class FrontResponse implements ClientResponse {
   private closeListeners: (() => void)[] | undefined = undefined;
   private drainListeners: (() => void)[] | undefined = undefined;
   private finishOnDrain = false;
+  /** `send` handed bytes to the connection (read by `end`). */
+  private wrote = false;
   private readonly connection: ResponseConnection;
 
   constructor(connection: ResponseConnection, method: string) {
@@ -118,7 +123,7 @@ export class FrontResponse implements ClientResponse {
       }
       head += `${name}: ${value}\r\n`;
     }
-    if (!dateGiven) head += `Date: ${httpDate()}\r\n`;
+    if (!dateGiven) head += `Date: ${currentHttpDate()}\r\n`;
     const connection = this.connection;
     if (!connectionGiven) {
       if (connection.keepAlive) {
@@ -149,7 +154,8 @@ export class FrontResponse implements ClientResponse {
     this.writableEnded = true;
     const body = data === undefined ? EMPTY : typeof data === 'string' ? Buffer.from(data) : data;
     if (this.head === undefined && !this.headersSent) this.writeHead(200, []);
-    if (this.send(body, true)) this.finish();
+    this.wrote = false;
+    if (this.send(body, true)) this.finish(this.wrote);
     else this.finishOnDrain = true;
     return this;
   }
@@ -175,7 +181,7 @@ export class FrontResponse implements ClientResponse {
   drained(): void {
     if (this.finishOnDrain) {
       this.finishOnDrain = false;
-      this.finish();
+      this.finish(false);
       return;
     }
     const listeners = this.drainListeners;
@@ -218,11 +224,12 @@ export class FrontResponse implements ClientResponse {
       bytes = body;
     }
     this.headersSent = true;
+    this.wrote = true;
     return connection.write(bytes, this);
   }
 
-  private finish(): void {
-    this.connection.finished(this, this.last);
+  private finish(justWritten: boolean): void {
+    this.connection.finished(this, this.last, justWritten);
     this.emitClose();
   }
 
