@@ -165,6 +165,8 @@ function latin1(value: Buffer | string): string {
 
 /** Header names listed in a Connection value (besides close, keep-alive and upgrade); undefined when none. */
 function connectionTokens(value: string, into: Set<string> | undefined): Set<string> | undefined {
+  // What nearly every origin sends lists no header: nothing to split.
+  if (value === 'keep-alive' || value === 'close') return into;
   let tokens = into;
   for (const token of value.split(',')) {
     const t = token.trim().toLowerCase();
