@@ -2,6 +2,9 @@
  * The one per-request state object every phase reads and fills (Pingora's `CTX`). Created when the
  * request head is parsed, with every field present from the start so that V8 sees one object shape.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import { performance } from 'node:perf_hooks';
 import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';

@@ -24,6 +24,10 @@
  * without the socket's stream layer (stream-handle.ts); the socket stays (its close, errors and
  * FIN, and the listener's count of it).
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import { performance } from 'node:perf_hooks';
+import process from 'node:process';
 import type { Socket } from 'node:net';
 import { type HandleReader, readFromHandle, writeToHandle } from '../stream-handle.ts';
 import { FrontRequest } from './front-request.ts';

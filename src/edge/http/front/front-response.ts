@@ -14,6 +14,9 @@
  * - 'close' is emitted on the next tick once the last byte is with the kernel, or when the client
  *   leaves first; 'drain' once a write the kernel did not take at once is out.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import process from 'node:process';
 import { STATUS_CODES } from 'node:http';
 import type { ClientResponse } from '../ctx.ts';
 import { currentHttpDate } from '../http-date.ts';

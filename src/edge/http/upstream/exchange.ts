@@ -16,6 +16,9 @@
  * end of the response in one write. Running the response phases allocates nothing: a loop over
  * the shared list, and the index of the phase that holds the response.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import { performance } from 'node:perf_hooks';
 import net from 'node:net';
 import type { Dispatcher } from 'undici';
 import type { PooledHost } from '../../balance/index.ts';

@@ -23,6 +23,8 @@
  * The handler interface is undici's native one (onConnect, onHeaders, onData, onComplete, onError),
  * so the same exchange object drives both clients.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
 import type net from 'node:net';
 import type tls from 'node:tls';
 import type { ScopedOriginGuard } from '../../../net/origin-guard.ts';
