@@ -69,6 +69,8 @@ export interface ConnectionHandOff {
 const CR = 13;
 const LF = 10;
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
+/** Bytes of a read decoded to look for the end of a head at once; a longer head is found in the Buffer. */
+const HEAD_WINDOW = 2048;
 const SIMPLE_REQUEST_LINE = /^(?:GET|HEAD) [\x21-\x7e]+ HTTP\/1\.1(?:\r\n|$)/;
 /** Fields that make a request more than a head (a body, an upgrade, an expectation): node:http's. */
 const NOT_SIMPLE_FIELD = /\r\n(?:content-length|transfer-encoding|upgrade|expect)[ \t]*:/i;
@@ -317,13 +319,26 @@ class FrontConnection implements ResponseConnection, HandleReader {
       const first = bytes[from];
       // Empty lines before a request line: node:http's business.
       if (first === CR || first === LF) return this.handOff(bytes.subarray(from));
-      const end = bytes.indexOf(HEAD_END, from);
+      // The start of the bytes decoded once and searched as text (a head nearly always fits in it):
+      // no native search over the Buffer, no second decoding of the head.
+      const window = bytes.length - from < HEAD_WINDOW ? bytes.length : from + HEAD_WINDOW;
+      const text = bytes.toString('latin1', from, window);
+      const found = text.indexOf('\r\n\r\n');
+      // A CRLF CRLF that the window cuts starts at most 3 bytes before its end.
+      const end = found !== -1 ? from + found : window === bytes.length ? -1 : bytes.indexOf(HEAD_END, window - 3);
       if (end === -1) {
-        if (bytes.length - from > this.host.maxHeaderSize || !mayBecomeSimple(bytes.toString('latin1', from)))
+        if (
+          bytes.length - from > this.host.maxHeaderSize ||
+          !mayBecomeSimple(window === bytes.length ? text : bytes.toString('latin1', from))
+        )
           return this.handOff(bytes.subarray(from));
         break;
       }
-      if (end - from > this.host.maxHeaderSize || !isSimpleHead(bytes.toString('latin1', from, end)) || this.handOffTo.beforeHead()) {
+      if (
+        end - from > this.host.maxHeaderSize ||
+        !isSimpleHead(found !== -1 ? text.slice(0, found) : bytes.toString('latin1', from, end)) ||
+        this.handOffTo.beforeHead()
+      ) {
         return this.handOff(bytes.subarray(from));
       }
       // Most reads are one head: the read's own view, not a new one.

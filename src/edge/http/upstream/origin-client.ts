@@ -75,6 +75,8 @@ export const BODY_TIMEOUT = 'TPS_ORIGIN_BODY_TIMEOUT';
 export const CONNECT_TIMEOUT = 'TPS_ORIGIN_CONNECT_TIMEOUT';
 
 const CRLF_CRLF = Buffer.from('\r\n\r\n');
+/** Bytes of a response decoded to look for the end of its head at once; a longer head is found in the Buffer. */
+const HEAD_WINDOW = 2048;
 
 /**
  * Where plain TCP connections read into (`net.connect`'s `onread`): one buffer for all of them,
@@ -428,15 +430,23 @@ class Connection {
       const buffer = this.buffer;
       switch (this.state) {
         case S.head: {
-          const end = buffer.indexOf(CRLF_CRLF);
+          // The start of the bytes decoded once and searched as text (a head nearly always fits in
+          // it): no native search over the Buffer, no second decoding of the head.
+          const window = Math.min(buffer.length, HEAD_WINDOW);
+          let text = buffer.toString('latin1', 0, window);
+          let end = text.indexOf('\r\n\r\n');
+          if (end === -1 && window < buffer.length) {
+            // A CRLF CRLF that the window cuts starts at most 3 bytes before its end.
+            end = buffer.indexOf(CRLF_CRLF, window - 3);
+            if (end !== -1 && end <= this.options.maxHeaderSize) text = buffer.toString('latin1', 0, end + 4);
+          }
           if (end === -1) {
             if (buffer.length > this.options.maxHeaderSize) return this.bad('response head too large');
             return;
           }
           if (end > this.options.maxHeaderSize) return this.bad('response head too large');
-          const head = buffer.toString('latin1', 0, end);
           this.buffer = buffer.subarray(end + 4);
-          if (!this.onHead(head)) return;
+          if (!this.onHead(text, end)) return;
           break;
         }
         case S.length: {
@@ -514,10 +524,10 @@ class Connection {
     }
   }
 
-  /** Reads a response head; false when parsing must stop (error, or paused). */
-  private onHead(text: string): boolean {
+  /** Reads the response head `text[0, size)` (its CRLF CRLF follows); false when parsing must stop (error, or paused). */
+  private onHead(text: string, size: number): boolean {
     const head = this.head;
-    const refused = parseResponseHead(text, head);
+    const refused = parseResponseHead(text, size, head);
     if (refused !== undefined) return this.badHead(refused);
     if (head.keepAliveTimeoutSeconds >= 0)
       this.keepAliveMs = Math.min(this.options.keepAliveTimeoutMs, head.keepAliveTimeoutSeconds * 1000 - 1000);

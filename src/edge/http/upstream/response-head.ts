@@ -64,13 +64,13 @@ const CHUNKED_LAST = /(?:^|,)\s*chunked\s*$/i;
 const KEEP_ALIVE_TIMEOUT = /timeout=(\d+)/i;
 
 /**
- * Reads `head` (the bytes before the blank line as latin1, without its CRLF CRLF) into `into`.
- * Returns why it is refused, or undefined when it is a well-formed head (`into` filled).
+ * Reads the head `text[0, size)` (bytes as latin1), which `text[size, size + 4)`, its CRLF CRLF,
+ * ends (what follows it, the start of the body, is not read), into `into`. Returns why it is
+ * refused, or undefined when it is a well-formed head (`into` filled).
  */
-export function parseResponseHead(head: string, into: ResponseHead): string | undefined {
-  const size = head.length;
+export function parseResponseHead(head: string, size: number, into: ResponseHead): string | undefined {
+  // Every line ends with a CRLF, the last one with the first half of the CRLF CRLF at `size`.
   let lineEnd = head.indexOf('\r\n');
-  if (lineEnd === -1) lineEnd = size;
   if (lineEnd < 12 || !head.startsWith('HTTP/1.') || head.charCodeAt(8) !== SP) return 'bad status line';
   const minor = head.charCodeAt(7);
   const d0 = head.charCodeAt(9);
@@ -78,7 +78,7 @@ export function parseResponseHead(head: string, into: ResponseHead): string | un
   const d2 = head.charCodeAt(11);
   if ((minor !== ZERO && minor !== ZERO + 1) || d0 <= ZERO || d0 > NINE || d1 < ZERO || d1 > NINE || d2 < ZERO || d2 > NINE)
     return 'bad status line';
-  if (lineEnd > 12 && (head.charCodeAt(12) !== SP || hasBareBreak(head, 13, lineEnd, size))) return 'bad status line';
+  if (lineEnd > 12 && (head.charCodeAt(12) !== SP || hasBareBreak(head, 13, lineEnd))) return 'bad status line';
   const status = (d0 - ZERO) * 100 + (d1 - ZERO) * 10 + (d2 - ZERO);
   const http10 = minor === ZERO;
   const headers: string[] = [];
@@ -90,9 +90,8 @@ export function parseResponseHead(head: string, into: ResponseHead): string | un
   while (lineEnd < size) {
     const start = lineEnd + 2;
     lineEnd = head.indexOf('\r\n', start);
-    if (lineEnd === -1) lineEnd = size;
     // A bare CR or LF inside a line would split it differently for the next reader: refuse it.
-    if (hasBareBreak(head, start, lineEnd, size)) return 'bad header line';
+    if (hasBareBreak(head, start, lineEnd)) return 'bad header line';
     const colon = head.indexOf(':', start);
     if (colon <= start || colon >= lineEnd) return 'bad header line';
     for (let i = start; i < colon; i++) {
@@ -145,15 +144,11 @@ export function parseResponseHead(head: string, into: ResponseHead): string | un
 }
 
 /**
- * Whether `head[from, lineEnd)` holds a CR or an LF. `lineEnd` is the line's CRLF (or `size` for
- * the last line), so the first CR from `from` must be at `lineEnd` and the first LF right after it.
+ * Whether `head[from, lineEnd)` holds a CR or an LF. `lineEnd` is the line's (first) CRLF, so the
+ * first CR from `from` must be at `lineEnd` and the first LF right after it.
  */
-function hasBareBreak(head: string, from: number, lineEnd: number, size: number): boolean {
-  const last = lineEnd === size;
-  const cr = head.indexOf('\r', from);
-  if (cr !== (last ? -1 : lineEnd)) return true;
-  const lf = head.indexOf('\n', from);
-  return lf !== (last ? -1 : lineEnd + 1);
+function hasBareBreak(head: string, from: number, lineEnd: number): boolean {
+  return head.indexOf('\r', from) !== lineEnd || head.indexOf('\n', from) !== lineEnd + 1;
 }
 
 /**
