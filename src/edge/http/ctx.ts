@@ -11,7 +11,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
 import type { ClientAddressSource } from '../../net/types.ts';
-import type { FrontRequest } from './front/front-request.ts';
+import { FrontRequest } from './front/front-request.ts';
 import type { ProxySnapshot } from './snapshot.ts';
 import type { PhaseName } from './phases/answer.ts';
 import type { WafEventDraft } from './waf/types.ts';
@@ -142,7 +142,8 @@ export class RequestCtx {
     this.upgradeSocket = upgrade?.socket;
     this.upgradeHead = upgrade?.head;
     this.http2 = req.httpVersionMajor === 2;
-    this.startedAt = performance.now();
+    // A request the handle front end read started when its head was read: no second clock read.
+    this.startedAt = req instanceof FrontRequest ? req.receivedAt : performance.now();
     this.supportId = newSupportId();
     this.requestId = this.supportId;
   }

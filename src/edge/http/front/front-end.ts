@@ -166,6 +166,8 @@ class FrontConnection implements ResponseConnection, HandleReader {
   /** The request the parser just read (set by its callbacks during `execute`). */
   private parsed: FrontRequest | undefined = undefined;
   private parsedKeepAlive = false;
+  /** When the heads being served were read (or taken from `pending`): their requests' start. */
+  private headsReadAt = 0;
   private headerList: string[] = [];
   private urlParts = '';
   private handedOff = false;
@@ -211,7 +213,7 @@ class FrontConnection implements ResponseConnection, HandleReader {
       this.urlParts = '';
       // An upgrade, or more fields than node:http builds its header object from: node:http's.
       if (upgrade || list.length > MAX_HEADER_FIELDS * 2) return 0;
-      this.parsed = new FrontRequest(binding.methods[method] ?? '', target, list, this.socket);
+      this.parsed = new FrontRequest(binding.methods[method] ?? '', target, list, this.socket, this.headsReadAt);
       this.parsedKeepAlive = shouldKeepAlive;
       return 0;
     };
@@ -245,14 +247,14 @@ class FrontConnection implements ResponseConnection, HandleReader {
     if (this.handedOff) return this.socket.push(Buffer.from(view));
     if (this.response !== undefined || this.pending.length > 0) {
       this.pending = this.pending.length === 0 ? Buffer.from(view) : Buffer.concat([this.pending, view]);
-      if (this.response === undefined) this.serveHeads(this.pending);
+      if (this.response === undefined) this.serveHeads(this.pending, this.lastActivity);
       else if (this.pending.length > MAX_PENDING_BYTES) {
         this.readingStopped = true;
         return false;
       }
       return true;
     }
-    this.serveHeads(view);
+    this.serveHeads(view, this.lastActivity);
     return true;
   }
 
@@ -307,12 +309,13 @@ class FrontConnection implements ResponseConnection, HandleReader {
     if (this.handedOff || this.socket.destroyed || this.response !== undefined) return;
     const pending = this.pending;
     this.pending = EMPTY;
-    this.serveHeads(pending);
+    this.serveHeads(pending, performance.now());
     if (this.readingStopped && this.pending.length <= MAX_PENDING_BYTES) this.resumeReading();
   }
 
-  /** Serves the heads in `bytes` one by one until one is under way; keeps (a copy of) the rest. */
-  private serveHeads(bytes: Buffer): void {
+  /** Serves the heads in `bytes`, there since `readAt` (performance.now()), one by one until one is under way; keeps (a copy of) the rest. */
+  private serveHeads(bytes: Buffer, readAt: number): void {
+    this.headsReadAt = readAt;
     let from = 0;
     while (from < bytes.length) {
       if (this.response !== undefined) break;

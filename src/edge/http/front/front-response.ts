@@ -69,6 +69,8 @@ export class FrontResponse implements ClientResponse {
   private last = false;
   /** 'close' emitted, or scheduled. */
   private closed = false;
+  /** The first 'close' listener (the proxy's, the only one as a rule), then any others. */
+  private closeListener: (() => void) | undefined = undefined;
   private closeListeners: (() => void)[] | undefined = undefined;
   private drainListeners: (() => void)[] | undefined = undefined;
   private finishOnDrain = false;
@@ -171,7 +173,8 @@ export class FrontResponse implements ClientResponse {
   }
 
   on(_event: 'close', listener: () => void): this {
-    (this.closeListeners ??= []).push(listener);
+    if (this.closeListener === undefined) this.closeListener = listener;
+    else (this.closeListeners ??= []).push(listener);
     return this;
   }
 
@@ -239,12 +242,16 @@ export class FrontResponse implements ClientResponse {
   private emitClose(): void {
     if (this.closed) return;
     this.closed = true;
+    const first = this.closeListener;
     const listeners = this.closeListeners;
+    this.closeListener = undefined;
     this.closeListeners = undefined;
-    if (listeners !== undefined) process.nextTick(runAll, listeners);
+    if (listeners !== undefined) process.nextTick(runAll, first, listeners);
+    else if (first !== undefined) process.nextTick(first);
   }
 }
 
-function runAll(listeners: (() => void)[]): void {
+function runAll(first: () => void, listeners: (() => void)[]): void {
+  first();
   for (const listener of listeners) listener();
 }
