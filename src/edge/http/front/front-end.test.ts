@@ -68,8 +68,16 @@ const CORPUS: Record<string, string> = {
   'a head of 3 KiB': get('/long', `X-Fill: ${'a'.repeat(3000)}\r\n${CLOSE}`),
   'a head whose end straddles 2 KiB': filledTo(2046, '/edge'),
   'a head ending at 2 KiB, then another': filledTo(2044, '/at', '') + get('/next', CLOSE),
+  // llhttp hands more than 32 fields over in parts (kOnHeaders) before the head is complete.
+  'forty fields, twice, pipelined': get('/many1', fields(40)) + get('/many2', `${fields(40)}${CLOSE}`),
   'pipelined heads across 2 KiB': get('/p1', `X-Fill: ${'b'.repeat(1500)}\r\n`) + get('/p2', `X-Fill: ${'c'.repeat(1500)}\r\n${CLOSE}`),
 };
+
+function fields(count: number): string {
+  let out = '';
+  for (let i = 0; i < count; i++) out += `X-Field-${i}: ${i}\r\n`;
+  return out;
+}
 
 /** A GET whose CRLF CRLF starts at `at`, asking to close unless `close` is ''. */
 function filledTo(at: number, path: string, close = CLOSE): string {

@@ -209,7 +209,8 @@ class FrontConnection implements ResponseConnection, HandleReader {
     ): number => {
       const list = headers === undefined ? this.headerList : this.headerList.length > 0 ? [...this.headerList, ...headers] : headers;
       const target = url === undefined ? this.urlParts : this.urlParts + url;
-      this.headerList = [];
+      // A new list only when this one was handed on or filled (most heads come whole, in `headers`).
+      if (list === this.headerList || this.headerList.length > 0) this.headerList = [];
       this.urlParts = '';
       // An upgrade, or more fields than node:http builds its header object from: node:http's.
       if (upgrade || list.length > MAX_HEADER_FIELDS * 2) return 0;
