@@ -149,11 +149,25 @@ export function clientResponseHeadersInPlace(flat: string[]): string[] {
   return flat;
 }
 
+/**
+ * Whether `name` is `lower` (an ASCII lower-case name) in any case: `name.toLowerCase() === lower`
+ * for the latin1 names parsers hand over (a letter outside ASCII never lower-cases onto one in
+ * it), without making the lower-case copy. The caller has checked that the lengths are equal.
+ */
+export function isNamed(name: string, lower: string): boolean {
+  for (let i = 0; i < lower.length; i++) {
+    const c = name.charCodeAt(i);
+    const l = lower.charCodeAt(i);
+    if (c !== l && (c < 0x41 || c > 0x5a || c + 0x20 !== l)) return false;
+  }
+  return true;
+}
+
 /** The first value of `lowerName` in a flat `[name, value, ...]` list, names in any case. */
 export function headerValue(flat: readonly string[], lowerName: string): string | undefined {
   for (let i = 0; i + 1 < flat.length; i += 2) {
     const name = flat[i]!;
-    if (name.length === lowerName.length && name.toLowerCase() === lowerName) return flat[i + 1];
+    if (name.length === lowerName.length && isNamed(name, lowerName)) return flat[i + 1];
   }
   return undefined;
 }

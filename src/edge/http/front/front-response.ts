@@ -19,6 +19,7 @@ import { Buffer } from 'node:buffer';
 import process from 'node:process';
 import { STATUS_CODES } from 'node:http';
 import type { ClientResponse } from '../ctx.ts';
+import { isNamed } from '../headers.ts';
 import { currentHttpDate } from '../http-date.ts';
 import { NODE_HTTP_COMMON } from './node-http-common.ts';
 
@@ -107,19 +108,19 @@ export class FrontResponse implements ClientResponse {
       if (hasInvalidHeaderChar(value)) throw headerError('ERR_INVALID_CHAR', `Invalid character in header content ["${name}"]`);
       switch (name.length) {
         case 4:
-          if (name.toLowerCase() === 'date') dateGiven = true;
+          if (isNamed(name, 'date')) dateGiven = true;
           break;
         case 10:
-          if (name.toLowerCase() === 'connection') {
+          if (isNamed(name, 'connection')) {
             connectionGiven = true;
             if (CONNECTION_CLOSE.test(value)) this.last = true;
           }
           break;
         case 14:
-          if (name.toLowerCase() === 'content-length') lengthGiven = true;
+          if (isNamed(name, 'content-length')) lengthGiven = true;
           break;
         case 17:
-          if (name.toLowerCase() === 'transfer-encoding') {
+          if (isNamed(name, 'transfer-encoding')) {
             encodingGiven = true;
             // As Node: a given chunked coding is framed here.
             if (CHUNKED.test(value)) this.chunked = true;
