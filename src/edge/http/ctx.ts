@@ -2,13 +2,16 @@
  * The one per-request state object every phase reads and fills (Pingora's `CTX`). Created when the
  * request head is parsed, with every field present from the start so that V8 sees one object shape.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import { performance } from 'node:perf_hooks';
 import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { PooledHost } from '../balance/index.ts';
 import type { ClientAddressSource } from '../../net/types.ts';
-import type { FrontRequest } from './front/front-request.ts';
+import { FrontRequest } from './front/front-request.ts';
 import type { ProxySnapshot } from './snapshot.ts';
 import type { PhaseName } from './phases/answer.ts';
 import type { WafEventDraft } from './waf/types.ts';
@@ -139,7 +142,8 @@ export class RequestCtx {
     this.upgradeSocket = upgrade?.socket;
     this.upgradeHead = upgrade?.head;
     this.http2 = req.httpVersionMajor === 2;
-    this.startedAt = performance.now();
+    // A request the handle front end read started when its head was read: no second clock read.
+    this.startedAt = req instanceof FrontRequest ? req.receivedAt : performance.now();
     this.supportId = newSupportId();
     this.requestId = this.supportId;
   }

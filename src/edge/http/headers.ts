@@ -121,11 +121,53 @@ export function clientResponseHeaders(raw: readonly (Buffer | string)[]): string
   return out;
 }
 
+/**
+ * `clientResponseHeaders` for a list the caller owns and will not read again (the origin client's,
+ * strings): the same result, made in `flat` itself rather than in a copy.
+ */
+export function clientResponseHeadersInPlace(flat: string[]): string[] {
+  let listed: Set<string> | undefined;
+  let w = 0;
+  for (let r = 0; r + 1 < flat.length; r += 2) {
+    const name = flat[r]!;
+    const length = name.length;
+    if (length === 2 || length === 7 || length === 10 || length === 16 || length === 17) {
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower)) {
+        if (lower === 'connection') listed = connectionTokens(flat[r + 1]!, listed);
+        continue;
+      }
+    }
+    if (w !== r) {
+      flat[w] = name;
+      flat[w + 1] = flat[r + 1]!;
+    }
+    w += 2;
+  }
+  flat.length = w;
+  if (listed !== undefined) removeListed(flat, listed);
+  return flat;
+}
+
+/**
+ * Whether `name` is `lower` (an ASCII lower-case name) in any case: `name.toLowerCase() === lower`
+ * for the latin1 names parsers hand over (a letter outside ASCII never lower-cases onto one in
+ * it), without making the lower-case copy. The caller has checked that the lengths are equal.
+ */
+export function isNamed(name: string, lower: string): boolean {
+  for (let i = 0; i < lower.length; i++) {
+    const c = name.charCodeAt(i);
+    const l = lower.charCodeAt(i);
+    if (c !== l && (c < 0x41 || c > 0x5a || c + 0x20 !== l)) return false;
+  }
+  return true;
+}
+
 /** The first value of `lowerName` in a flat `[name, value, ...]` list, names in any case. */
 export function headerValue(flat: readonly string[], lowerName: string): string | undefined {
   for (let i = 0; i + 1 < flat.length; i += 2) {
     const name = flat[i]!;
-    if (name.length === lowerName.length && name.toLowerCase() === lowerName) return flat[i + 1];
+    if (name.length === lowerName.length && isNamed(name, lowerName)) return flat[i + 1];
   }
   return undefined;
 }
@@ -137,6 +179,8 @@ function latin1(value: Buffer | string): string {
 
 /** Header names listed in a Connection value (besides close, keep-alive and upgrade); undefined when none. */
 function connectionTokens(value: string, into: Set<string> | undefined): Set<string> | undefined {
+  // What nearly every origin sends lists no header: nothing to split.
+  if (value === 'keep-alive' || value === 'close') return into;
   let tokens = into;
   for (const token of value.split(',')) {
     const t = token.trim().toLowerCase();

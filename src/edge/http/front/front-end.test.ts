@@ -64,7 +64,26 @@ const CORPUS: Record<string, string> = {
   'a HEAD the proxy refuses': `HEAD /a%00b HTTP/1.1\r\nHost: shop.example\r\n${CLOSE}\r\n`,
   'dot segments above the root': get('/%2e%2e/%2e%2e/etc/passwd', CLOSE),
   'a request line only': 'GET / HTTP/1.1\r\n\r\n',
+  // The front end looks for a head's end in its first 2 KiB as text, then in the bytes: around that bound and past it.
+  'a head of 3 KiB': get('/long', `X-Fill: ${'a'.repeat(3000)}\r\n${CLOSE}`),
+  'a head whose end straddles 2 KiB': filledTo(2046, '/edge'),
+  'a head ending at 2 KiB, then another': filledTo(2044, '/at', '') + get('/next', CLOSE),
+  // llhttp hands more than 32 fields over in parts (kOnHeaders) before the head is complete.
+  'forty fields, twice, pipelined': get('/many1', fields(40)) + get('/many2', `${fields(40)}${CLOSE}`),
+  'pipelined heads across 2 KiB': get('/p1', `X-Fill: ${'b'.repeat(1500)}\r\n`) + get('/p2', `X-Fill: ${'c'.repeat(1500)}\r\n${CLOSE}`),
 };
+
+function fields(count: number): string {
+  let out = '';
+  for (let i = 0; i < count; i++) out += `X-Field-${i}: ${i}\r\n`;
+  return out;
+}
+
+/** A GET whose CRLF CRLF starts at `at`, asking to close unless `close` is ''. */
+function filledTo(at: number, path: string, close = CLOSE): string {
+  const bare = get(path, `X-Fill: \r\n${close}`);
+  return get(path, `X-Fill: ${'f'.repeat(at + 4 - bare.length)}\r\n${close}`);
+}
 
 /**
  * node:http parses pipelined heads all at once: a malformed third head makes it answer 400 and

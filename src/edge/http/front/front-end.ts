@@ -24,6 +24,10 @@
  * without the socket's stream layer (stream-handle.ts); the socket stays (its close, errors and
  * FIN, and the listener's count of it).
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import { performance } from 'node:perf_hooks';
+import process from 'node:process';
 import type { Socket } from 'node:net';
 import { type HandleReader, readFromHandle, writeToHandle } from '../stream-handle.ts';
 import { FrontRequest } from './front-request.ts';
@@ -65,6 +69,8 @@ export interface ConnectionHandOff {
 const CR = 13;
 const LF = 10;
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
+/** Bytes of a read decoded to look for the end of a head at once; a longer head is found in the Buffer. */
+const HEAD_WINDOW = 2048;
 const SIMPLE_REQUEST_LINE = /^(?:GET|HEAD) [\x21-\x7e]+ HTTP\/1\.1(?:\r\n|$)/;
 /** Fields that make a request more than a head (a body, an upgrade, an expectation): node:http's. */
 const NOT_SIMPLE_FIELD = /\r\n(?:content-length|transfer-encoding|upgrade|expect)[ \t]*:/i;
@@ -155,9 +161,13 @@ class FrontConnection implements ResponseConnection, HandleReader {
   /** Bytes read and not served yet (the next heads), when a request is under way or a head is not complete. */
   private pending: Buffer = EMPTY;
   private response: FrontResponse | undefined = undefined;
+  /** The responses whose writes libuv queued, oldest first (each told when its write is out). */
+  private queuedWrites: FrontResponse[] | undefined = undefined;
   /** The request the parser just read (set by its callbacks during `execute`). */
   private parsed: FrontRequest | undefined = undefined;
   private parsedKeepAlive = false;
+  /** When the heads being served were read (or taken from `pending`): their requests' start. */
+  private headsReadAt = 0;
   private headerList: string[] = [];
   private urlParts = '';
   private handedOff = false;
@@ -199,11 +209,12 @@ class FrontConnection implements ResponseConnection, HandleReader {
     ): number => {
       const list = headers === undefined ? this.headerList : this.headerList.length > 0 ? [...this.headerList, ...headers] : headers;
       const target = url === undefined ? this.urlParts : this.urlParts + url;
-      this.headerList = [];
+      // A new list only when this one was handed on or filled (most heads come whole, in `headers`).
+      if (list === this.headerList || this.headerList.length > 0) this.headerList = [];
       this.urlParts = '';
       // An upgrade, or more fields than node:http builds its header object from: node:http's.
       if (upgrade || list.length > MAX_HEADER_FIELDS * 2) return 0;
-      this.parsed = new FrontRequest(binding.methods[method] ?? '', target, list, this.socket);
+      this.parsed = new FrontRequest(binding.methods[method] ?? '', target, list, this.socket, this.headsReadAt);
       this.parsedKeepAlive = shouldKeepAlive;
       return 0;
     };
@@ -237,27 +248,29 @@ class FrontConnection implements ResponseConnection, HandleReader {
     if (this.handedOff) return this.socket.push(Buffer.from(view));
     if (this.response !== undefined || this.pending.length > 0) {
       this.pending = this.pending.length === 0 ? Buffer.from(view) : Buffer.concat([this.pending, view]);
-      if (this.response === undefined) this.serveHeads(this.pending);
+      if (this.response === undefined) this.serveHeads(this.pending, this.lastActivity);
       else if (this.pending.length > MAX_PENDING_BYTES) {
         this.readingStopped = true;
         return false;
       }
       return true;
     }
-    this.serveHeads(view);
+    this.serveHeads(view, this.lastActivity);
     return true;
   }
 
   write(bytes: Uint8Array, response: FrontResponse): boolean {
     this.lastActivity = performance.now();
-    const written = writeToHandle(this.socket, bytes, () => response.drained());
+    const written = writeToHandle(this.socket, bytes, this.onQueuedWriteDone);
+    if (written === false) (this.queuedWrites ??= []).push(response);
     if (written !== undefined) return written;
     return this.socket.write(bytes, () => response.drained());
   }
 
-  finished(_response: FrontResponse, close: boolean): void {
+  finished(_response: FrontResponse, close: boolean, justWritten: boolean): void {
     this.response = undefined;
-    this.idleSince = this.lastActivity = performance.now();
+    // Right after the response's own write (which read the clock), not later: the clock is not read again.
+    this.idleSince = justWritten ? this.lastActivity : (this.lastActivity = performance.now());
     const socket = this.socket;
     if (close || !this.keepAlive || this.front.closing) {
       // node:http's way: the lingering close when a phase set it up (respond.ts), else end after the writes.
@@ -297,38 +310,53 @@ class FrontConnection implements ResponseConnection, HandleReader {
     if (this.handedOff || this.socket.destroyed || this.response !== undefined) return;
     const pending = this.pending;
     this.pending = EMPTY;
-    this.serveHeads(pending);
+    this.serveHeads(pending, performance.now());
     if (this.readingStopped && this.pending.length <= MAX_PENDING_BYTES) this.resumeReading();
   }
 
-  /** Serves the heads in `bytes` one by one until one is under way; keeps (a copy of) the rest. */
-  private serveHeads(bytes: Buffer): void {
+  /** Serves the heads in `bytes`, there since `readAt` (performance.now()), one by one until one is under way; keeps (a copy of) the rest. */
+  private serveHeads(bytes: Buffer, readAt: number): void {
+    this.headsReadAt = readAt;
     let from = 0;
     while (from < bytes.length) {
       if (this.response !== undefined) break;
       const first = bytes[from];
       // Empty lines before a request line: node:http's business.
       if (first === CR || first === LF) return this.handOff(bytes.subarray(from));
-      const end = bytes.indexOf(HEAD_END, from);
+      // The start of the bytes decoded once and searched as text (a head nearly always fits in it):
+      // no native search over the Buffer, no second decoding of the head.
+      const window = bytes.length - from < HEAD_WINDOW ? bytes.length : from + HEAD_WINDOW;
+      const text = bytes.toString('latin1', from, window);
+      const found = text.indexOf('\r\n\r\n');
+      // A CRLF CRLF that the window cuts starts at most 3 bytes before its end.
+      const end = found !== -1 ? from + found : window === bytes.length ? -1 : bytes.indexOf(HEAD_END, window - 3);
       if (end === -1) {
-        if (bytes.length - from > this.host.maxHeaderSize || !mayBecomeSimple(bytes.toString('latin1', from)))
+        if (
+          bytes.length - from > this.host.maxHeaderSize ||
+          !mayBecomeSimple(window === bytes.length ? text : bytes.toString('latin1', from))
+        )
           return this.handOff(bytes.subarray(from));
         break;
       }
-      if (end - from > this.host.maxHeaderSize || !isSimpleHead(bytes.toString('latin1', from, end)) || this.handOffTo.beforeHead()) {
+      if (
+        end - from > this.host.maxHeaderSize ||
+        !isSimpleHead(found !== -1 ? text.slice(0, found) : bytes.toString('latin1', from, end)) ||
+        this.handOffTo.beforeHead()
+      ) {
         return this.handOff(bytes.subarray(from));
       }
-      const request = this.parse(bytes.subarray(from, end + 4));
+      // Most reads are one head: the read's own view, not a new one.
+      const request = this.parse(from === 0 && end + 4 === bytes.length ? bytes : bytes.subarray(from, end + 4));
       if (request === undefined) return this.handOff(bytes.subarray(from));
       from = end + 4;
       this.serve(request);
     }
-    const rest = bytes.subarray(from);
-    if (rest.length === 0) {
+    if (from === bytes.length) {
       this.pending = EMPTY;
       this.incompleteSince = -1;
       return;
     }
+    const rest = from === 0 ? bytes : bytes.subarray(from);
     // The shared read buffer is reused by the next read: what is kept is copied.
     this.pending = rest.buffer === this.front.buffer.buffer ? Buffer.from(rest) : rest;
     if (this.response === undefined && this.incompleteSince < 0) this.incompleteSince = performance.now();
@@ -374,6 +402,11 @@ class FrontConnection implements ResponseConnection, HandleReader {
     handle.reading = true;
     handle.readStart?.();
   }
+
+  /** libuv completes a handle's queued writes in order: the first one waiting is the one done. */
+  private readonly onQueuedWriteDone = (): void => {
+    this.queuedWrites?.shift()?.drained();
+  };
 
   /** The client's FIN: as node:http (no half-open connections), the socket ends once what is written is out. */
   private readonly onEnd = (): void => {

@@ -33,6 +33,8 @@ export class FrontRequest {
   readonly url: string;
   readonly rawHeaders: string[];
   readonly socket: Socket;
+  /** performance.now() when its head was read (the request's start). */
+  readonly receivedAt: number;
   readonly httpVersion = '1.1';
   readonly httpVersionMajor = 1;
   readonly httpVersionMinor = 1;
@@ -40,11 +42,12 @@ export class FrontRequest {
   readonly complete = true;
   private headerObject: IncomingHttpHeaders | undefined = undefined;
 
-  constructor(method: string, url: string, rawHeaders: string[], socket: Socket) {
+  constructor(method: string, url: string, rawHeaders: string[], socket: Socket, receivedAt: number) {
     this.method = method;
     this.url = url;
     this.rawHeaders = rawHeaders;
     this.socket = socket;
+    this.receivedAt = receivedAt;
   }
 
   /** Lower-cased names, duplicates combined as Node combines them; built on first use (few requests need it). */

@@ -14,9 +14,13 @@
  * - 'close' is emitted on the next tick once the last byte is with the kernel, or when the client
  *   leaves first; 'drain' once a write the kernel did not take at once is out.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import process from 'node:process';
 import { STATUS_CODES } from 'node:http';
 import type { ClientResponse } from '../ctx.ts';
-import { httpDate } from '../http-date.ts';
+import { isNamed } from '../headers.ts';
+import { currentHttpDate } from '../http-date.ts';
 import { NODE_HTTP_COMMON } from './node-http-common.ts';
 
 // Only built where the front end is available (NODE_HTTP_COMMON defined: front-end.ts checks).
@@ -42,8 +46,11 @@ export interface ResponseConnection {
   readonly gone: boolean;
   /** true: the kernel has the bytes; false: pending, the response's `drained` follows (or the socket closes). */
   write(bytes: Uint8Array, response: FrontResponse): boolean;
-  /** The response is over (its last byte is with the kernel); `close`: the connection ends after it. */
-  finished(response: FrontResponse, close: boolean): void;
+  /**
+   * The response is over (its last byte is with the kernel); `close`: the connection ends after it.
+   * `justWritten`: it ends with the `write` just made, which the kernel took at once.
+   */
+  finished(response: FrontResponse, close: boolean, justWritten: boolean): void;
   destroy(error?: Error): void;
 }
 
@@ -63,9 +70,13 @@ export class FrontResponse implements ClientResponse {
   private last = false;
   /** 'close' emitted, or scheduled. */
   private closed = false;
+  /** The first 'close' listener (the proxy's, the only one as a rule), then any others. */
+  private closeListener: (() => void) | undefined = undefined;
   private closeListeners: (() => void)[] | undefined = undefined;
   private drainListeners: (() => void)[] | undefined = undefined;
   private finishOnDrain = false;
+  /** `send` handed bytes to the connection (read by `end`). */
+  private wrote = false;
   private readonly connection: ResponseConnection;
 
   constructor(connection: ResponseConnection, method: string) {
@@ -97,19 +108,19 @@ export class FrontResponse implements ClientResponse {
       if (hasInvalidHeaderChar(value)) throw headerError('ERR_INVALID_CHAR', `Invalid character in header content ["${name}"]`);
       switch (name.length) {
         case 4:
-          if (name.toLowerCase() === 'date') dateGiven = true;
+          if (isNamed(name, 'date')) dateGiven = true;
           break;
         case 10:
-          if (name.toLowerCase() === 'connection') {
+          if (isNamed(name, 'connection')) {
             connectionGiven = true;
             if (CONNECTION_CLOSE.test(value)) this.last = true;
           }
           break;
         case 14:
-          if (name.toLowerCase() === 'content-length') lengthGiven = true;
+          if (isNamed(name, 'content-length')) lengthGiven = true;
           break;
         case 17:
-          if (name.toLowerCase() === 'transfer-encoding') {
+          if (isNamed(name, 'transfer-encoding')) {
             encodingGiven = true;
             // As Node: a given chunked coding is framed here.
             if (CHUNKED.test(value)) this.chunked = true;
@@ -118,7 +129,7 @@ export class FrontResponse implements ClientResponse {
       }
       head += `${name}: ${value}\r\n`;
     }
-    if (!dateGiven) head += `Date: ${httpDate()}\r\n`;
+    if (!dateGiven) head += `Date: ${currentHttpDate()}\r\n`;
     const connection = this.connection;
     if (!connectionGiven) {
       if (connection.keepAlive) {
@@ -149,7 +160,8 @@ export class FrontResponse implements ClientResponse {
     this.writableEnded = true;
     const body = data === undefined ? EMPTY : typeof data === 'string' ? Buffer.from(data) : data;
     if (this.head === undefined && !this.headersSent) this.writeHead(200, []);
-    if (this.send(body, true)) this.finish();
+    this.wrote = false;
+    if (this.send(body, true)) this.finish(this.wrote);
     else this.finishOnDrain = true;
     return this;
   }
@@ -162,7 +174,8 @@ export class FrontResponse implements ClientResponse {
   }
 
   on(_event: 'close', listener: () => void): this {
-    (this.closeListeners ??= []).push(listener);
+    if (this.closeListener === undefined) this.closeListener = listener;
+    else (this.closeListeners ??= []).push(listener);
     return this;
   }
 
@@ -175,7 +188,7 @@ export class FrontResponse implements ClientResponse {
   drained(): void {
     if (this.finishOnDrain) {
       this.finishOnDrain = false;
-      this.finish();
+      this.finish(false);
       return;
     }
     const listeners = this.drainListeners;
@@ -218,23 +231,28 @@ export class FrontResponse implements ClientResponse {
       bytes = body;
     }
     this.headersSent = true;
+    this.wrote = true;
     return connection.write(bytes, this);
   }
 
-  private finish(): void {
-    this.connection.finished(this, this.last);
+  private finish(justWritten: boolean): void {
+    this.connection.finished(this, this.last, justWritten);
     this.emitClose();
   }
 
   private emitClose(): void {
     if (this.closed) return;
     this.closed = true;
+    const first = this.closeListener;
     const listeners = this.closeListeners;
+    this.closeListener = undefined;
     this.closeListeners = undefined;
-    if (listeners !== undefined) process.nextTick(runAll, listeners);
+    if (listeners !== undefined) process.nextTick(runAll, first, listeners);
+    else if (first !== undefined) process.nextTick(first);
   }
 }
 
-function runAll(listeners: (() => void)[]): void {
+function runAll(first: () => void, listeners: (() => void)[]): void {
+  first();
   for (const listener of listeners) listener();
 }

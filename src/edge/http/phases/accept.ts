@@ -14,6 +14,7 @@ import { pageAnswer } from './respond.ts';
 import { unmapIpv4 } from '../../../net/ip.ts';
 import type { PhaseOutcome } from './answer.ts';
 import type { RequestPhase } from './phase.ts';
+import { isNamed } from '../headers.ts';
 
 /** Per TLS connection: the certificate is the same for every request on it. */
 const certificates = new WeakMap<object, ClientCertificate>();
@@ -50,22 +51,22 @@ export const acceptPhase: RequestPhase = {
         const name = raw[i]!;
         switch (name.length) {
           case 4:
-            if (ctx.host === '' && name.toLowerCase() === 'host') ctx.host = raw[i + 1]!;
+            if (ctx.host === '' && isNamed(name, 'host')) ctx.host = raw[i + 1]!;
             break;
           case 12:
-            if (name.toLowerCase() === 'x-request-id') requestId = raw[i + 1]!;
+            if (isNamed(name, 'x-request-id')) requestId = raw[i + 1]!;
             break;
           case 14:
-            if (name.toLowerCase() === 'content-length') declared = raw[i + 1]!;
+            if (isNamed(name, 'content-length')) declared = raw[i + 1]!;
             break;
           case 15:
             // Read only when someone is trusted to set it (Accept-Encoding/-Language have this length too).
-            if (clientAddress !== undefined && name.toLowerCase() === 'x-forwarded-for') {
+            if (clientAddress !== undefined && isNamed(name, 'x-forwarded-for')) {
               forwardedFor = forwardedFor === undefined ? raw[i + 1]! : `${forwardedFor}, ${raw[i + 1]!}`;
             }
             break;
           case 17:
-            if (name.toLowerCase() === 'transfer-encoding') chunked = true;
+            if (isNamed(name, 'transfer-encoding')) chunked = true;
             break;
         }
       }

@@ -5,6 +5,8 @@
  * did not end it), its WAF_EVENTs (recorded now that the final status is known: insight-events.ts),
  * one access-log entry (when an access log is wired), and its metrics.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { performance } from 'node:perf_hooks';
 import { unmapIpv4 } from '../../../net/ip.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { recordWafEvent } from '../insight-events.ts';

@@ -24,6 +24,7 @@ import { canonicalTarget, type RequestRefusal } from '../request-target.ts';
 import type { Answer, PhaseOutcome } from './answer.ts';
 import { pageAnswer } from './respond.ts';
 import type { RequestPhase } from './phase.ts';
+import { isNamed } from '../headers.ts';
 
 /** HTTP/2 request fields that are connection-specific in HTTP/1.1 (RFC 9113 8.2.2). */
 const CONNECTION_SPECIFIC = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
@@ -50,7 +51,7 @@ function http1HeadRefusal(ctx: RequestCtx): RequestRefusal | undefined {
   let hosts = 0;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
-    if (name.length === 4 && name.toLowerCase() === 'host') hosts++;
+    if (name.length === 4 && isNamed(name, 'host')) hosts++;
   }
   return hosts > 1 ? 'DUPLICATE_HOST' : undefined;
 }

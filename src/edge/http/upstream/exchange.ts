@@ -16,11 +16,14 @@
  * end of the response in one write. Running the response phases allocates nothing: a loop over
  * the shared list, and the index of the phase that holds the response.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
+import { performance } from 'node:perf_hooks';
 import net from 'node:net';
 import type { Dispatcher } from 'undici';
 import type { PooledHost } from '../../balance/index.ts';
 import type { RequestCtx } from '../ctx.ts';
-import { clientResponseHeaders, headerValue, originRequestHeaders } from '../headers.ts';
+import { clientResponseHeaders, clientResponseHeadersInPlace, headerValue, originRequestHeaders } from '../headers.ts';
 import type { OriginHandler } from './origin-client.ts';
 import { isConnectFailure } from './origins.ts';
 import { decideAfterFailure, failurePage } from './retry-decision.ts';
@@ -163,7 +166,8 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     if (host.downUntil !== 0) ctx.proxy.origins.hostPool.markUp(host);
     this.responseStarted = true;
     this.resumeAttempt = resume;
-    const flat = clientResponseHeaders(rawHeaders);
+    // Our origin client's list (strings) is ours to change; undici's (Buffers) is copied.
+    const flat = isStringList(rawHeaders) ? clientResponseHeadersInPlace(rawHeaders) : clientResponseHeaders(rawHeaders);
     const outcome = this.runResponsePhases(0, statusCode, flat, undefined);
     if (outcome !== 'passed') return outcome === 'reading';
     if (this.method !== 'HEAD' && statusCode !== 204 && statusCode !== 304) {
@@ -359,6 +363,10 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     if (held.ended) res.end();
     else this.resumeAttempt?.();
   }
+}
+
+function isStringList(list: Buffer[] | string[]): list is string[] {
+  return list.length === 0 || typeof list[0] === 'string';
 }
 
 function hostHeader(host: PooledHost): string {

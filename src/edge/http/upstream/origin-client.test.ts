@@ -285,6 +285,30 @@ describe('origin client', () => {
     assert.ok(kept.length >= 2, `${kept.length} chunks`);
   });
 
+  it('finds the end of a head at any length up to maxHeaderSize, in one read or split, and refuses a longer one', T, async () => {
+    // The head is looked for in the first 2 KiB decoded, then in the Buffer: around that bound and past it.
+    const head = (length: number): string => {
+      const start = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Fill: ';
+      return `${start}${'f'.repeat(length - start.length)}\r\n\r\n`;
+    };
+    for (const length of [2040, 2042, 2043, 2044, 2045, 2046, 2047, 2048, 5000, 16 * 1024 - 1]) {
+      for (const split of [0, 2046, 2047, 2049]) {
+        const { c } = await setup(async (socket) => {
+          const bytes = `${head(length)}ok`;
+          if (split === 0 || split >= bytes.length) return void socket.write(bytes);
+          socket.write(bytes.slice(0, split));
+          await new Promise((r) => setTimeout(r, 10));
+          socket.write(bytes.slice(split));
+        });
+        const outcome = await send(c);
+        assert.equal(outcome.body, 'ok', `head of ${length + 4} bytes, split at ${split}: ${outcome.error}`);
+        assert.equal(outcome.headers[3]!.length, length - 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Fill: '.length);
+      }
+    }
+    const { c } = await setup((socket) => void socket.write(`${head(16 * 1024 + 1)}ok`));
+    assert.equal((await send(c)).error, BAD_RESPONSE);
+  });
+
   it('queues requests over maxConnections and serves them on the freed connection', T, async () => {
     const { origin, c } = await setup(
       (socket, _head, index) => void setTimeout(() => socket.write(`HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n${index}`), 20),

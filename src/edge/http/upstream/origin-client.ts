@@ -23,14 +23,17 @@
  * The handler interface is undici's native one (onConnect, onHeaders, onData, onComplete, onError),
  * so the same exchange object drives both clients.
  */
+// Imported: on globalThis, Buffer, performance and process are accessors, a slow lookup on every use in the hot path.
+import { Buffer } from 'node:buffer';
 import type net from 'node:net';
 import type tls from 'node:tls';
 import type { ScopedOriginGuard } from '../../../net/origin-guard.ts';
 import { writeLatin1ToHandle } from '../stream-handle.ts';
+import { emptyResponseHead, parseResponseHead, type ResponseHead } from './response-head.ts';
 
 export interface OriginHandler {
   onConnect(abort: (err?: Error) => void): void;
-  /** Return false to pause the response until `resume` is called. */
+  /** `rawHeaders`: a new list for each response, the handler's to keep or change. Return false to pause the response until `resume` is called. */
   onHeaders(statusCode: number, rawHeaders: string[], resume: () => void): boolean;
   /** Return false to pause. */
   onData(chunk: Buffer): boolean;
@@ -72,6 +75,8 @@ export const BODY_TIMEOUT = 'TPS_ORIGIN_BODY_TIMEOUT';
 export const CONNECT_TIMEOUT = 'TPS_ORIGIN_CONNECT_TIMEOUT';
 
 const CRLF_CRLF = Buffer.from('\r\n\r\n');
+/** Bytes of a response decoded to look for the end of its head at once; a longer head is found in the Buffer. */
+const HEAD_WINDOW = 2048;
 
 /**
  * Where plain TCP connections read into (`net.connect`'s `onread`): one buffer for all of them,
@@ -80,7 +85,6 @@ const CRLF_CRLF = Buffer.from('\r\n\r\n');
  * the read: body chunks handed on are copies, and bytes left unparsed are copied out.
  */
 const READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const EMPTY = Buffer.alloc(0);
 
 interface Pending {
@@ -271,7 +275,14 @@ class Connection {
   /** Date.now() past which the current phase has waited too long; 0 = none. */
   private deadline = 0;
   private deadlineCode = HEADERS_TIMEOUT;
+  /**
+   * Date.now() when the bytes being parsed arrived (or parsing resumed): the deadlines set while
+   * parsing them count from it, one clock read per read rather than one per deadline.
+   */
+  private parsedAt = 0;
   private keepAliveMs: number;
+  /** The last response head read (one record per connection, refilled by each head). */
+  private readonly head: ResponseHead = emptyResponseHead();
   /** The current request's resume function (given to its handler; inert once the request is over). */
   private resume: () => void = () => {};
 
@@ -326,7 +337,8 @@ class Connection {
     this.resume = () => {
       if (this.pending !== pending || !this.paused) return;
       this.paused = false;
-      this.deadline = Date.now() + this.options.bodyTimeoutMs;
+      this.parsedAt = Date.now();
+      this.deadline = this.parsedAt + this.options.bodyTimeoutMs;
       this.deadlineCode = BODY_TIMEOUT;
       this.socket?.resume();
       this.parse();
@@ -393,11 +405,13 @@ class Connection {
     }
     if (this.state === S.closed) return;
     this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
-    if (this.state !== S.head) this.deadline = Date.now() + this.options.bodyTimeoutMs;
+    this.parsedAt = Date.now();
+    if (this.state !== S.head) this.deadline = this.parsedAt + this.options.bodyTimeoutMs;
     if (!this.paused) this.parse();
   }
 
   private onEnd(): void {
+    this.parsedAt = Date.now();
     if (this.state === S.untilClose && !this.paused) {
       this.reusable = false;
       return this.complete();
@@ -416,15 +430,23 @@ class Connection {
       const buffer = this.buffer;
       switch (this.state) {
         case S.head: {
-          const end = buffer.indexOf(CRLF_CRLF);
+          // The start of the bytes decoded once and searched as text (a head nearly always fits in
+          // it): no native search over the Buffer, no second decoding of the head.
+          const window = Math.min(buffer.length, HEAD_WINDOW);
+          let text = buffer.toString('latin1', 0, window);
+          let end = text.indexOf('\r\n\r\n');
+          if (end === -1 && window < buffer.length) {
+            // A CRLF CRLF that the window cuts starts at most 3 bytes before its end.
+            end = buffer.indexOf(CRLF_CRLF, window - 3);
+            if (end !== -1 && end <= this.options.maxHeaderSize) text = buffer.toString('latin1', 0, end + 4);
+          }
           if (end === -1) {
             if (buffer.length > this.options.maxHeaderSize) return this.bad('response head too large');
             return;
           }
           if (end > this.options.maxHeaderSize) return this.bad('response head too large');
-          const head = buffer.toString('latin1', 0, end);
           this.buffer = buffer.subarray(end + 4);
-          if (!this.onHead(head)) return;
+          if (!this.onHead(text, end)) return;
           break;
         }
         case S.length: {
@@ -502,64 +524,18 @@ class Connection {
     }
   }
 
-  /** Parses a response head; false when parsing must stop (error, or paused). */
-  private onHead(head: string): boolean {
-    const lines = head.split('\r\n');
-    const status = /^HTTP\/1\.([01]) ([1-9]\d\d)(?: [^\r\n]*)?$/.exec(lines[0]!);
-    if (status === null) return this.badHead('bad status line');
-    const http10 = status[1] === '0';
-    const code = Number(status[2]);
-    const raw: string[] = [];
-    let length = -1;
-    let chunked = false;
-    let transferEncoding = false;
-    let close = http10;
-    for (let i = 1; i < lines.length; i++) {
-      const line = lines[i]!;
-      const colon = line.indexOf(':');
-      // A bare CR or LF inside a line would split it differently for the next reader: refuse it.
-      if (colon <= 0 || line.indexOf('\n') !== -1 || line.indexOf('\r') !== -1) return this.badHead('bad header line');
-      const name = line.slice(0, colon);
-      if (!TOKEN.test(name)) return this.badHead('bad header name');
-      let start = colon + 1;
-      let end = line.length;
-      while (start < end && (line.charCodeAt(start) === 32 || line.charCodeAt(start) === 9)) start++;
-      while (end > start && (line.charCodeAt(end - 1) === 32 || line.charCodeAt(end - 1) === 9)) end--;
-      const value = line.slice(start, end);
-      raw.push(name, value);
-      switch (name.length) {
-        case 10:
-          if (name.toLowerCase() === 'connection') {
-            const v = value.toLowerCase();
-            if (v.includes('close')) close = true;
-            else if (http10 && v.includes('keep-alive')) close = false;
-          } else if (name.toLowerCase() === 'keep-alive') {
-            const hint = /timeout=(\d+)/i.exec(value);
-            if (hint) this.keepAliveMs = Math.min(this.options.keepAliveTimeoutMs, Number(hint[1]) * 1000 - 1000);
-          }
-          break;
-        case 14:
-          if (name.toLowerCase() === 'content-length') {
-            if (!/^\d{1,15}$/.test(value)) return this.badHead('bad content-length');
-            const n = Number(value);
-            if (length !== -1 && length !== n) return this.badHead('conflicting content-length');
-            length = n;
-          }
-          break;
-        case 17:
-          if (name.toLowerCase() === 'transfer-encoding') {
-            transferEncoding = true;
-            chunked = /(?:^|,)\s*chunked\s*$/i.test(value);
-          }
-          break;
-      }
-    }
-    if (transferEncoding && length !== -1) return this.badHead('both Transfer-Encoding and Content-Length');
-    if (code < 200) {
-      // Interim response (100, 102, 103): the final one follows on the same connection.
-      if (code === 101) return this.badHead('unexpected protocol switch');
-      return true;
-    }
+  /** Reads the response head `text[0, size)` (its CRLF CRLF follows); false when parsing must stop (error, or paused). */
+  private onHead(text: string, size: number): boolean {
+    const head = this.head;
+    const refused = parseResponseHead(text, size, head);
+    if (refused !== undefined) return this.badHead(refused);
+    if (head.keepAliveTimeoutSeconds >= 0)
+      this.keepAliveMs = Math.min(this.options.keepAliveTimeoutMs, head.keepAliveTimeoutSeconds * 1000 - 1000);
+    const code = head.status;
+    // Interim response (100, 102, 103; 101 is refused): the final one follows on the same connection.
+    if (code < 200) return true;
+    const { chunked, transferEncoding, close } = head;
+    const length = head.contentLength;
     if (close) this.reusable = false;
     const pending = this.pending!;
     const bodiless = pending.method === 'HEAD' || code === 204 || code === 304;
@@ -579,9 +555,9 @@ class Connection {
       this.state = S.untilClose;
       this.reusable = false;
     }
-    this.deadline = Date.now() + this.options.bodyTimeoutMs;
+    this.deadline = this.parsedAt + this.options.bodyTimeoutMs;
     this.deadlineCode = BODY_TIMEOUT;
-    const go = pending.handler.onHeaders(code, raw, this.resume);
+    const go = pending.handler.onHeaders(code, head.headers, this.resume);
     if (this.pending !== pending) return false; // aborted from the handler
     if (!go) {
       // Also for a bodiless response: the handler may still be deciding what to send (response WAF).
@@ -630,7 +606,7 @@ class Connection {
     }
     if (clean) {
       this.state = S.idle;
-      this.deadline = Date.now() + Math.max(0, this.keepAliveMs);
+      this.deadline = this.parsedAt + Math.max(0, this.keepAliveMs);
       this.deadlineCode = CLOSED;
     } else {
       this.state = S.closed;
