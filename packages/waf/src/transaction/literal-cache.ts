@@ -65,7 +65,7 @@ export class TransactionLiteralCache extends TransactionCollections {
   private filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[] = [];
 
   constructor(rs: CompiledRuleSet, id?: string) {
-    super(rs.config, rs.txKeySlots, id);
+    super(rs.config, id);
     this.rs = rs;
     this.nodes = rs.transformations;
   }

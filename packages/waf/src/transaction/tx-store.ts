@@ -1,0 +1,120 @@
+/**
+ * The TX collection of a transaction. The keys a rule set names as constants (setvar names,
+ * TX:key variables and macros, &TX:key, the TxChecks') get a slot when the rule set compiles
+ * (txSlot()), and their variables live in an array by slot: the CRS sets and reads ~60 of them
+ * per request, which as a Map cost a hash of the key on every read and the Map's growth (a few KB
+ * of garbage a transaction). Keys made at run time (`tx.header_name_%{tx.0}`, `tx.%{rule.id}-...`)
+ * that no rule names as a constant go to a Map of their own. Iteration follows insertion order
+ * over both, as a Map's does (a variable deleted and set again comes last).
+ */
+import type { DynVar } from './dyn-var.ts';
+
+/** Slots of the TX keys (lower-cased) rule sets name as constants, process-wide. */
+const TX_SLOTS = new Map<string, number>();
+
+/**
+ * The slot of a constant TX key (lower-cased), given on first use: for the compiler only. Keys
+ * made at run time must not come here (knownTxSlot()): a client could make the table grow.
+ */
+export function txSlot(lowerKey: string): number {
+  let slot = TX_SLOTS.get(lowerKey);
+  if (slot === undefined) {
+    slot = TX_SLOTS.size;
+    TX_SLOTS.set(lowerKey, slot);
+  }
+  return slot;
+}
+
+/** The slot of a TX key (lower-cased) if a rule set named it as a constant, else -1. */
+export function knownTxSlot(lowerKey: string): number {
+  return TX_SLOTS.get(lowerKey) ?? -1;
+}
+
+/** TX keys of the first captures ('0' ... '99'). */
+const CAPTURE_KEYS: readonly string[] = Array.from({ length: 100 }, (_, g) => String(g));
+
+export class TxStore {
+  /** Variables of constant keys, by slot. */
+  private readonly slots: (DynVar | undefined)[];
+  /** Variables of the other keys, by lower-cased key (made when the first one is set). */
+  private other: Map<string, DynVar> | undefined;
+  /** Every variable, in the order they were set. */
+  private readonly order: DynVar[];
+
+  /** `frozen`: a store that throws when written (a disposed transaction's). */
+  constructor(frozen = false) {
+    this.slots = frozen ? (Object.freeze([]) as unknown as DynVar[]) : new Array(TX_SLOTS.size);
+    this.order = frozen ? (Object.freeze([]) as unknown as DynVar[]) : [];
+  }
+
+  get size(): number {
+    return this.order.length;
+  }
+
+  /** The variable of a constant key's slot (txSlot()). */
+  at(slot: number): DynVar | undefined {
+    return this.slots[slot];
+  }
+
+  get(lowerKey: string): DynVar | undefined {
+    const slot = TX_SLOTS.get(lowerKey);
+    return slot !== undefined ? this.slots[slot] : this.other?.get(lowerKey);
+  }
+
+  has(lowerKey: string): boolean {
+    return this.get(lowerKey) !== undefined;
+  }
+
+  /** The variables in the order they were set (a live view: not to be kept across a change). */
+  values(): readonly DynVar[] {
+    return this.order;
+  }
+
+  /**
+   * storeOrUpdateFirst: sets `lowerKey` (slot `slot`, or -1 for a key without one) to `value`,
+   * naming a new variable `key`.
+   */
+  store(slot: number, key: string, lowerKey: string, value: string): void {
+    const v = slot >= 0 ? this.slots[slot] : this.other?.get(lowerKey);
+    if (v !== undefined) updateVar(v, value);
+    else this.insert(slot, { key, lowerKey, value, box: undefined, entry: undefined });
+  }
+
+  /** Adds a variable known to be absent (the caller looked it up by the same slot or key). */
+  insert(slot: number, v: DynVar): void {
+    if (slot >= 0) this.slots[slot] = v;
+    else (this.other ??= new Map()).set(v.lowerKey, v);
+    this.order.push(v);
+  }
+
+  /** The variable of `lowerKey` with `slot` (-1: none) as store() and insert() take them. */
+  find(slot: number, lowerKey: string): DynVar | undefined {
+    return slot >= 0 ? this.slots[slot] : this.other?.get(lowerKey);
+  }
+
+  delete(slot: number, lowerKey: string): boolean {
+    const v = this.find(slot, lowerKey);
+    if (v === undefined) return false;
+    if (slot >= 0) this.slots[slot] = undefined;
+    else this.other!.delete(lowerKey);
+    this.order.splice(this.order.indexOf(v), 1);
+    return true;
+  }
+
+  /** TX.n of a capture (operators with `capture`). */
+  setCapture(group: number, value: string): void {
+    // (digits: no case to fold; the slot only when a rule names the capture, %{tx.1} ...)
+    const key = group < CAPTURE_KEYS.length ? CAPTURE_KEYS[group]! : String(group);
+    this.store(knownTxSlot(key), key, key, value);
+  }
+}
+
+/** A disposed transaction's TX (frozen: writing to it throws). */
+export const DISPOSED_TX = new TxStore(true);
+
+/** A variable set again: its value, and what was made from the old one dropped. */
+export function updateVar(v: DynVar, value: string): void {
+  v.value = value;
+  v.box = undefined;
+  v.entry = undefined;
+}
