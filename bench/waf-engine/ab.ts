@@ -9,6 +9,7 @@
  *   BASE=/tmp/base node bench/waf-engine/ab.ts
  *   BASE=/tmp/base SCENARIO=post PARANOIA=4 ROUNDS=21 N=150 node bench/waf-engine/ab.ts
  *
+ * REVERSE=1: this tree loaded and measured first (run both orders: the first one loaded can differ).
  * SCENARIO: get (default), post (1 KB form), json (10 KB), attack, minimal (requests.ts EXTRA_SCENARIOS). RESPONSE=1 adds the response
  * phases (a 57-byte text/plain answer). BUDGET=250 runs each inspection under the cooperative
  * budget, as the engine's threads do. Same requests as bench/waf-engine/run.ts.
@@ -71,24 +72,28 @@ function cpuMicrosPerRequest(inspector: CompiledInspector, n: number): number {
 
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[values.length >> 1]!;
 
+// REVERSE=1: this tree is loaded first and measured first in each round (the other load order)
+const reverse = process.env.REVERSE === '1';
+const current = reverse ? await load(process.cwd()) : undefined;
 const old = await load(base);
-const current = await load(process.cwd());
+const currentInspector = current ?? (await load(process.cwd()));
 if (process.env.WARM) {
   (old as { warmUp?: () => void }).warmUp?.();
-  current.warmUp();
+  currentInspector.warmUp();
 }
 // both tiered up to their steady state first (run.ts: WARMUP_MS)
 const warmEnd = performance.now() + Number(process.env.WARMUP_MS ?? 6000);
 while (performance.now() < warmEnd) {
   cpuMicrosPerRequest(old, 300);
-  cpuMicrosPerRequest(current, 300);
+  cpuMicrosPerRequest(currentInspector, 300);
 }
 const a: number[] = [];
 const b: number[] = [];
 const ratios: number[] = [];
 for (let r = 0; r < rounds; r++) {
+  const y0 = reverse ? cpuMicrosPerRequest(currentInspector, perRound) : 0;
   const x = cpuMicrosPerRequest(old, perRound);
-  const y = cpuMicrosPerRequest(current, perRound);
+  const y = reverse ? y0 : cpuMicrosPerRequest(currentInspector, perRound);
   a.push(x);
   b.push(y);
   ratios.push(y / x);
