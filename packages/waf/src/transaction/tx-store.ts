@@ -30,6 +30,17 @@ export function knownTxSlot(lowerKey: string): number {
   return TX_SLOTS.get(lowerKey) ?? -1;
 }
 
+/** How many constant keys have a slot (it grows when a rule set compiles). */
+export function txSlotCount(): number {
+  return TX_SLOTS.size;
+}
+
+/** Whether some constant key (lower-cased) passes `test`. */
+export function someTxSlotKey(test: (lowerKey: string) => boolean): boolean {
+  for (const key of TX_SLOTS.keys()) if (test(key)) return true;
+  return false;
+}
+
 /** TX keys of the first captures ('0' ... '99'). */
 const CAPTURE_KEYS: readonly string[] = Array.from({ length: 100 }, (_, g) => String(g));
 
@@ -63,6 +74,11 @@ export class TxStore {
 
   has(lowerKey: string): boolean {
     return this.get(lowerKey) !== undefined;
+  }
+
+  /** The variables of keys without a slot, in the order they were set (undefined: none yet). */
+  dynamicValues(): MapIterator<DynVar> | undefined {
+    return this.other?.values();
   }
 
   /** The variables in the order they were set (a live view: not to be kept across a change). */

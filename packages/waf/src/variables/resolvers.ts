@@ -14,7 +14,7 @@ import { lowerAscii, upperAscii } from '../ascii.ts';
 import { singleSlot } from '../transaction/collections.ts';
 import type { TransactionCollections } from '../transaction/collections.ts';
 import { newEntry } from '../transaction/value-cache.ts';
-import { txSlot } from '../transaction/tx-store.ts';
+import { someTxSlotKey, txSlot, txSlotCount } from '../transaction/tx-store.ts';
 import type { DynVar } from '../transaction/dyn-var.ts';
 import { ruleValue } from './rule.ts';
 import type { Entry } from '../transaction/value-cache.ts';
@@ -298,6 +298,12 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
       if (exclusions.length > 0 && excluded(v.key, exclusions)) return;
       out.push(tx.dynamicEntry(collection, v.key, v));
     };
+    // A plain-word selector (TX:/^header_name_/) that no constant key passes can only select keys
+    // made at run time, which the TxStore keeps apart: those are read, not every TX variable (in
+    // the same order among themselves). Looked at again when more keys got a slot.
+    const testLowerCase = isTx ? keyRe?.testLowerCase : undefined;
+    let slotsLookedAt = -1;
+    let dynamicOnly = false;
     return {
       ...common,
       direct:
@@ -313,6 +319,17 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
           return;
         }
         if (isTx) {
+          if (testLowerCase !== undefined) {
+            if (slotsLookedAt !== txSlotCount()) {
+              slotsLookedAt = txSlotCount();
+              dynamicOnly = !someTxSlotKey(testLowerCase);
+            }
+            if (dynamicOnly) {
+              const dynamic = tx.txStore.dynamicValues();
+              if (dynamic !== undefined) for (const v of dynamic) push(tx, out, v);
+              return;
+            }
+          }
           const all = tx.txStore.values();
           for (let k = 0; k < all.length; k++) push(tx, out, all[k]!);
           return;
