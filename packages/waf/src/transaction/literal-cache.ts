@@ -39,6 +39,9 @@ function giveBuffer(buffer: Int32Array): void {
   if (free !== undefined && free.length < FREE_BUFFERS_PER_LENGTH) free.push(buffer);
 }
 
+/** unionSources before the first union (and after finish()): nothing computed. */
+const NO_SOURCES: (object | undefined)[] = Object.freeze([]) as unknown as (object | undefined)[];
+
 /** Last scanEpoch given out. */
 let scanEpochs = 0;
 
@@ -53,7 +56,7 @@ export class TransactionLiteralCache extends TransactionCollections {
    */
   private unions: Int32Array | undefined;
   /** Per source: what its union was computed from (its list, or its single entry). */
-  private readonly unionSources: (object | undefined)[] = [];
+  private unionSources: (object | undefined)[] = NO_SOURCES;
   /** Rule bits of the strings scanned in this transaction, `words` cells each (literalBits()). */
   protected scannedBits: Int32Array | undefined;
   private scannedCount = 0;
@@ -124,7 +127,12 @@ export class TransactionLiteralCache extends TransactionCollections {
     const prefilter = this.rs.prefilter;
     const words = prefilter.scanner.words;
     const stride = words + UNION_HEADER;
-    const unions = (this.unions ??= takeBuffer(prefilter.nodes.length * stride));
+    let unions = this.unions;
+    if (unions === undefined) {
+      unions = this.unions = takeBuffer(prefilter.nodes.length * stride);
+      // its full length at once: filled by slot, out of order, it grew by steps (a few KB a request)
+      this.unionSources = new Array(prefilter.nodes.length);
+    }
     const at = slot * stride;
     const source = this.unionSources[slot];
     if (source !== undefined && unions[at + 1] === this.phaseRun && prefilter.changing[slot] === 0) return at + UNION_HEADER;
@@ -225,7 +233,7 @@ export class TransactionLiteralCache extends TransactionCollections {
     if (this.scannedBits !== undefined) giveBuffer(this.scannedBits);
     this.unions = undefined;
     this.scannedBits = undefined;
-    this.unionSources.length = 0;
+    this.unionSources = NO_SOURCES;
     if (this.scanned.size > 0) this.scanned = new Map();
     this.scannedCount = 0;
     this.scanEpoch = ++scanEpochs;
