@@ -109,8 +109,8 @@ export class TransactionCollections {
   matchedVar: string | undefined;
   matchedVarName: string | undefined;
   /** Single variables by slot (singleSlot()): values and their entries (built on first read). */
-  private sv: (string | undefined)[] = [];
-  private se: (Entry | undefined)[] = [];
+  private sv: (string | undefined)[];
+  private se: (Entry | undefined)[];
   /** ARGS_NAMES & co, built from their collection as it grows. */
   private nameLists = new Map<readonly Entry[], Entry[]>();
   private argsCombinedSize = 0;
@@ -161,6 +161,9 @@ export class TransactionCollections {
 
   constructor(config: EngineConfig, id?: string) {
     this.config = config;
+    // at their full length at once: set by slot, out of order, they grew by steps in every request
+    this.sv = new Array(SLOTS.size);
+    this.se = new Array(SLOTS.size);
     this.sv[URLENCODED_ERROR_SLOT] = '0';
     this.uniqueId = id;
   }

@@ -65,12 +65,14 @@ export class TransactionLiteralCache extends TransactionCollections {
   /** Tells this transaction's ValueBox.scanAt from others' (and from its own before finish()). */
   private scanEpoch = ++scanEpochs;
   /** READ_FILTERED variables' values by VarRef.cacheSlot, with the length of their list when read. */
-  private filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[] = [];
+  private filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[];
 
   constructor(rs: CompiledRuleSet, id?: string) {
     super(rs.config, id);
     this.rs = rs;
     this.nodes = rs.transformations;
+    // (at its full length at once, as collections.ts's single variables)
+    this.filteredLists = new Array(rs.filteredSlots);
   }
 
   /**
