@@ -150,11 +150,22 @@ export class TransactionLiteralCache extends TransactionCollections {
       unions[at + 1] = this.phaseRun;
       return at + UNION_HEADER;
     }
+    const list = this.listRead(ref, rule);
+    if (list.length === 0) {
+      // no value (most lists of most requests: no cookie, no argument, no file): no bits, and
+      // no raw source to bring up to date first
+      if (source !== list) {
+        for (let k = at + UNION_HEADER; k < at + stride; k++) unions[k] = 0;
+        this.unionSources[slot] = list;
+      }
+      unions[at] = 0;
+      unions[at + 1] = this.phaseRun;
+      return at + UNION_HEADER;
+    }
     const raw = prefilter.rawOf[slot]!;
     const chain = prefilter.chainMask[slot]!;
     // values without a byte that would make the chain change them have their raw bits
     const rawAt = raw !== slot && chain >= 0 ? this.sourceBits(raw, ref, rule) : -1;
-    const list = this.listRead(ref, rule);
     if (source !== list) {
       // the buffer may come from a finished transaction (or the source held another list)
       for (let k = at; k < at + stride; k++) unions[k] = 0;
