@@ -205,7 +205,10 @@ export class TransactionLiteralCache extends TransactionCollections {
     const value = transformed(this.nodes, box, node);
     if (value !== box.v) return this.literalBits(value);
     if (box.scanEpoch === this.scanEpoch) return box.scanAt;
-    const at = this.literalBits(value);
+    // (a value as it came is scanned for its box, not looked up: the lookup by string, a hash of
+    // a string seen for the first time, is for the results of transformations, which different
+    // chains give alike)
+    const at = this.scanInto(value);
     box.scanAt = at;
     box.scanEpoch = this.scanEpoch;
     return at;
@@ -219,21 +222,27 @@ export class TransactionLiteralCache extends TransactionCollections {
   private literalBits(value: string): number {
     let offset = this.scanned.get(value);
     if (offset === undefined) {
-      const scanner = this.rs.prefilter.scanner;
-      const words = scanner.words;
-      offset = this.scannedCount * words;
-      let pool = this.scannedBits;
-      if (pool === undefined) pool = this.scannedBits = takeBuffer(SCANNED_STRINGS * words);
-      else if (pool.length < offset + words) {
-        const grown = new Int32Array(2 * (offset + words));
-        grown.set(pool);
-        pool = this.scannedBits = grown;
-      }
-      for (let w = 0; w < words; w++) pool[offset + w] = 0;
-      scanner.scan(value, pool, offset);
-      this.scannedCount++;
+      offset = this.scanInto(value);
       this.scanned.set(value, offset);
     }
+    return offset;
+  }
+
+  /** Scans `value` into the next record of scannedBits: its offset. */
+  private scanInto(value: string): number {
+    const scanner = this.rs.prefilter.scanner;
+    const words = scanner.words;
+    const offset = this.scannedCount * words;
+    let pool = this.scannedBits;
+    if (pool === undefined) pool = this.scannedBits = takeBuffer(SCANNED_STRINGS * words);
+    else if (pool.length < offset + words) {
+      const grown = new Int32Array(2 * (offset + words));
+      grown.set(pool);
+      pool = this.scannedBits = grown;
+    }
+    for (let w = 0; w < words; w++) pool[offset + w] = 0;
+    scanner.scan(value, pool, offset);
+    this.scannedCount++;
     return offset;
   }
 
