@@ -24,8 +24,13 @@ const UNION_HEADER = 2;
  */
 const FREE_BUFFERS = new Map<number, Int32Array[]>();
 const FREE_BUFFERS_PER_LENGTH = 16;
-/** Distinct strings a transaction's first scan buffer holds (it grows past that). */
+/** Distinct strings a transaction's first scan buffer holds (it grows past that, doubling). */
 const SCANNED_STRINGS = 128;
+/**
+ * Scan buffers grown up to this many strings are kept for reuse too (a 1 KB form scans ~150
+ * strings: its grown buffer was garbage in every request); past it (32 KB a buffer) not.
+ */
+const POOLED_SCANNED_STRINGS = 8 * SCANNED_STRINGS;
 
 function takeBuffer(length: number): Int32Array {
   let free = FREE_BUFFERS.get(length);
@@ -33,7 +38,7 @@ function takeBuffer(length: number): Int32Array {
   return free?.pop() ?? new Int32Array(length);
 }
 
-/** Keeps a buffer for reuse if its length is one transactions ask for (not one grown by a large request). */
+/** Keeps a buffer for reuse if its length is one transactions ask for (not one grown past the pooled lengths). */
 function giveBuffer(buffer: Int32Array): void {
   const free = FREE_BUFFERS.get(buffer.length);
   if (free !== undefined && free.length < FREE_BUFFERS_PER_LENGTH) free.push(buffer);
@@ -236,8 +241,11 @@ export class TransactionLiteralCache extends TransactionCollections {
     let pool = this.scannedBits;
     if (pool === undefined) pool = this.scannedBits = takeBuffer(SCANNED_STRINGS * words);
     else if (pool.length < offset + words) {
-      const grown = new Int32Array(2 * (offset + words));
+      // (twice the strings: the lengths stay those the pool keeps, up to its bound)
+      const length = 2 * pool.length;
+      const grown = length <= POOLED_SCANNED_STRINGS * words ? takeBuffer(length) : new Int32Array(length);
       grown.set(pool);
+      giveBuffer(pool);
       pool = this.scannedBits = grown;
     }
     for (let w = 0; w < words; w++) pool[offset + w] = 0;
