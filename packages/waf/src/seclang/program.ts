@@ -103,7 +103,7 @@ export const READ_XML = 6;
  */
 export interface VarRef {
   readonly kind: number;
-  /** READ_LIST/READ_NAMES/READ_FILTERED: list index (Transaction.listAt); READ_SINGLE: the slot; READ_TX_KEY: the TxStore slot. */
+  /** READ_LIST/READ_NAMES/READ_FILTERED: list index (Transaction.listAt); READ_SINGLE: the slot; READ_TX_KEY: the TxStore slot (-1: none). */
   readonly index: number;
   /** READ_FILTERED: the place of its filter (one per distinct filter) in the transaction's cache of filtered lists. */
   readonly cacheSlot: number;
@@ -258,7 +258,7 @@ export interface CompiledRule {
  */
 export interface TxCheck {
   readonly lowerKey: string;
-  /** The key's slot in a transaction's TxStore (txSlot()). */
+  /** The key's slot in a transaction's TxStore (txSlot(); -1: none). */
   readonly slot: number;
   /** &TX:name: the value is "1" or "0". */
   readonly count: boolean;
@@ -294,7 +294,7 @@ export interface TxCheck {
  */
 export interface TxGate {
   readonly lowerKey: string;
-  /** The key's slot in a transaction's TxStore (txSlot()). */
+  /** The key's slot in a transaction's TxStore (txSlot(); -1: none). */
   readonly slot: number;
   /** The operator's static comparison (CompiledOperator.numeric, never 0 here) and negation. */
   readonly numeric: number;

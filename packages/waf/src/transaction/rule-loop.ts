@@ -207,13 +207,13 @@ export class Transaction extends TransactionLiteralCache {
     const rule = check.rule;
     if (this.removedById(rule)) return;
     const store = this.txStore;
-    let v = store.at(check.slot);
+    let v = store.find(check.slot, check.lowerKey);
     let matched: boolean;
     if (check.count) {
       matched = this.txCheckValue(check, v !== undefined ? '1' : '0', check.matchedName);
       if (check.valueName !== undefined) {
         // the value as it is after the count's setvars (the general loop resolves it then)
-        if (check.hasSetvars) v = store.at(check.slot);
+        if (check.hasSetvars) v = store.find(check.slot, check.lowerKey);
         if (v !== undefined && this.txCheckValue(check, v.value, check.valueName)) matched = true;
       }
     } else matched = v !== undefined && this.txCheckValue(check, v.value, check.matchedName);
@@ -227,7 +227,7 @@ export class Transaction extends TransactionLiteralCache {
 
   /** Whether the TX value of a TxGate exists and passes its comparison (then the rule runs as any other). */
   private txGateMayMatch(gate: TxGate): boolean {
-    const v = this.txStore.at(gate.slot);
+    const v = this.txStore.find(gate.slot, gate.lowerKey);
     if (v === undefined) return false;
     return compareNumeric(gate.numeric, gate.operand, v.value) !== gate.negated;
   }
@@ -263,7 +263,7 @@ export class Transaction extends TransactionLiteralCache {
           if (this.checkEntry(rule, msg, this.singleAt(ref.index, ref.name), hasExclusions, removals)) globalRet = true;
           continue;
         case READ_TX_KEY: {
-          const v = this.txStore.at(ref.index);
+          const v = this.txStore.find(ref.index, ref.name);
           if (v !== undefined && this.checkEntry(rule, msg, this.dynamicEntry('TX', ref.key, v), hasExclusions, removals)) globalRet = true;
           continue;
         }
@@ -281,7 +281,7 @@ export class Transaction extends TransactionLiteralCache {
           // its constant entry, without a list
           const counted = ref.resolver.countEntries;
           if (counted !== undefined) {
-            const entry = counted[this.txStore.at(ref.resolver.countedTxSlot!) !== undefined ? 1 : 0];
+            const entry = counted[this.txStore.find(ref.resolver.countedTxSlot!, ref.resolver.countedTxKey!) !== undefined ? 1 : 0];
             if (this.checkEntry(rule, msg, entry, hasExclusions, removals)) globalRet = true;
             continue;
           }

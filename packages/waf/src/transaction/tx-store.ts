@@ -11,14 +11,22 @@ import type { DynVar } from './dyn-var.ts';
 
 /** Slots of the TX keys (lower-cased) rule sets name as constants, process-wide. */
 const TX_SLOTS = new Map<string, number>();
+/**
+ * Constant keys given a slot, at most: every transaction's TX has an array of that many at most
+ * (8 KB). The CRS names ~80; a process compiling rule set after rule set with other names stops
+ * giving slots there, and the keys past it live in the Map of keys made at run time.
+ */
+const MAX_TX_SLOTS = 1024;
 
 /**
- * The slot of a constant TX key (lower-cased), given on first use: for the compiler only. Keys
- * made at run time must not come here (knownTxSlot()): a client could make the table grow.
+ * The slot of a constant TX key (lower-cased), given on first use, or -1 past MAX_TX_SLOTS: for
+ * the compiler only. Keys made at run time must not come here (knownTxSlot()): a client could
+ * make the table grow.
  */
 export function txSlot(lowerKey: string): number {
   let slot = TX_SLOTS.get(lowerKey);
   if (slot === undefined) {
+    if (TX_SLOTS.size >= MAX_TX_SLOTS) return -1;
     slot = TX_SLOTS.size;
     TX_SLOTS.set(lowerKey, slot);
   }
@@ -62,11 +70,6 @@ export class TxStore {
     return this.order.length;
   }
 
-  /** The variable of a constant key's slot (txSlot()). */
-  at(slot: number): DynVar | undefined {
-    return this.slots[slot];
-  }
-
   get(lowerKey: string): DynVar | undefined {
     const slot = TX_SLOTS.get(lowerKey);
     return slot !== undefined ? this.slots[slot] : this.other?.get(lowerKey);
@@ -103,7 +106,7 @@ export class TxStore {
     this.order.push(v);
   }
 
-  /** The variable of `lowerKey` with `slot` (-1: none) as store() and insert() take them. */
+  /** The variable of `lowerKey`, by its slot (txSlot(), knownTxSlot(); -1: none, then by the key). */
   find(slot: number, lowerKey: string): DynVar | undefined {
     return slot >= 0 ? this.slots[slot] : this.other?.get(lowerKey);
   }

@@ -215,7 +215,7 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
       countedTxSlot: slot,
       countEntries: [zero, one],
       resolve(tx, _rule, out) {
-        out.push(tx.txStore.at(slot) !== undefined ? one : zero);
+        out.push(tx.txStore.find(slot, txKey) !== undefined ? one : zero);
       },
     };
   }
@@ -312,7 +312,7 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
           : undefined,
       resolve(tx, _rule, out) {
         if (keyLower !== undefined) {
-          const v = isTx ? tx.txStore.at(slot) : tx.collection(collection).get(keyLower);
+          const v = isTx ? tx.txStore.find(slot, keyLower) : tx.collection(collection).get(keyLower);
           // ModSecurity names the value with the key as the rule wrote it.
           if (v !== undefined && !(exclusions.length > 0 && excluded(spec.key!, exclusions)))
             out.push(tx.dynamicEntry(collection, spec.key!, v));
