@@ -141,9 +141,10 @@ export class TransactionCollections {
   protected currentPhase = 0;
   /**
    * Counts evaluatePhase() calls and single variables set (a list or a single variable read in
-   * one is up to date for the rest of it).
+   * one is up to date for the rest of it). From 1: a prefilter union stamped 0 is never current
+   * (literal-cache.ts).
    */
-  protected phaseRun = 0;
+  protected phaseRun = 1;
   /**
    * performance.now() at which the budget is looked at (startBudget): the earliest moment this
    * inspection may have used it up. Infinity: no budget.

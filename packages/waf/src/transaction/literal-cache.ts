@@ -121,8 +121,8 @@ export class TransactionLiteralCache extends TransactionCollections {
       }
       let at = slot * stride;
       const unions = this.unions;
-      if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined)
-        at += UNION_HEADER;
+      // (a union stamped with this phaseRun is this transaction's and up to date: sourceBits())
+      if (unions !== undefined && unions[at + 1] === phaseRun) at += UNION_HEADER;
       else at = this.sourceBits(slot, all.refs[slot]!, rule);
       if ((this.unions![at + word]! & mask) !== 0) return true;
     }
@@ -136,13 +136,17 @@ export class TransactionLiteralCache extends TransactionCollections {
     const stride = words + UNION_HEADER;
     let unions = this.unions;
     if (unions === undefined) {
-      unions = this.unions = takeBuffer(prefilter.nodes.length * stride);
+      // zeroed: no stale stamp (the buffer may come from a finished transaction) reads as current
+      unions = this.unions = takeBuffer(prefilter.nodes.length * stride).fill(0);
       // its full length at once: filled by slot, out of order, it grew by steps (a few KB a request)
       this.unionSources = new Array(prefilter.nodes.length);
     }
     const at = slot * stride;
     const source = this.unionSources[slot];
-    if (source !== undefined && unions[at + 1] === this.phaseRun && prefilter.changing[slot] === 0) return at + UNION_HEADER;
+    if (unions[at + 1] === this.phaseRun) return at + UNION_HEADER;
+    // the stamp a union gets: this phaseRun, or 0 (never current) for a source whose values change
+    // while a phase runs, which is looked at again at every read
+    const stamp = prefilter.changing[slot] === 0 ? this.phaseRun : 0;
     const node = prefilter.nodes[slot]!;
     if (ref.kind === READ_SINGLE) {
       const entry = this.singleAt(ref.index, ref.name);
@@ -152,7 +156,7 @@ export class TransactionLiteralCache extends TransactionCollections {
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w] = scanned[found + w]!;
       }
-      unions[at + 1] = this.phaseRun;
+      unions[at + 1] = stamp;
       return at + UNION_HEADER;
     }
     const list = this.listRead(ref, rule);
@@ -164,7 +168,7 @@ export class TransactionLiteralCache extends TransactionCollections {
         this.unionSources[slot] = list;
       }
       unions[at] = 0;
-      unions[at + 1] = this.phaseRun;
+      unions[at + 1] = stamp;
       return at + UNION_HEADER;
     }
     const raw = prefilter.rawOf[slot]!;
@@ -201,7 +205,7 @@ export class TransactionLiteralCache extends TransactionCollections {
       }
     }
     unions[at] = list.length;
-    unions[at + 1] = this.phaseRun;
+    unions[at + 1] = stamp;
     return at + UNION_HEADER;
   }
 
