@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { knownTxSlot, TxStore, txSlot } from './tx-store.ts';
+import { DISPOSED_TX, knownTxSlot, TxStore, txSlot } from './tx-store.ts';
 
 test("TxStore: keys with and without a slot keep a Map's insertion order through sets and deletes (random operations)", () => {
   let seed = 9;
@@ -37,4 +37,12 @@ test("TxStore: keys with and without a slot keep a Map's insertion order through
       assert.equal(store.size, model.size);
     }
   }
+});
+
+test('TxStore: the disposed store throws when written, and stays empty', () => {
+  assert.throws(() => DISPOSED_TX.store(-1, 'tx-store-run-x', 'tx-store-run-x', '1'), TypeError);
+  assert.throws(() => DISPOSED_TX.store(txSlot('tx-store-test-a'), 'tx-store-test-a', 'tx-store-test-a', '1'), TypeError);
+  assert.equal(DISPOSED_TX.size, 0);
+  assert.equal(DISPOSED_TX.dynamicValues(), undefined);
+  assert.equal(DISPOSED_TX.find(-1, 'tx-store-run-x'), undefined);
 });

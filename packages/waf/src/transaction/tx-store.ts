@@ -128,8 +128,12 @@ export class TxStore {
   }
 }
 
-/** A disposed transaction's TX (frozen: writing to it throws). */
+/**
+ * A disposed transaction's TX, shared: frozen, it and its arrays, so that writing to it throws
+ * before anything of it changes (its Map of run-time keys is never made).
+ */
 export const DISPOSED_TX = new TxStore(true);
+Object.freeze(DISPOSED_TX);
 
 /** A variable set again: its value, and what was made from the old one dropped. */
 export function updateVar(v: DynVar, value: string): void {
