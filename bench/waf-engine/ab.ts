@@ -9,7 +9,8 @@
  *   BASE=/tmp/base node bench/waf-engine/ab.ts
  *   BASE=/tmp/base SCENARIO=post PARANOIA=4 ROUNDS=21 N=150 node bench/waf-engine/ab.ts
  *
- * SCENARIO: get (default), post (1 KB form), json (10 KB), attack. RESPONSE=1 adds the response
+ * REVERSE=1: this tree loaded and measured first (run both orders: the first one loaded can differ).
+ * SCENARIO: get (default), post (1 KB form), json (10 KB), attack, minimal (requests.ts EXTRA_SCENARIOS). RESPONSE=1 adds the response
  * phases (a 57-byte text/plain answer). BUDGET=250 runs each inspection under the cooperative
  * budget, as the engine's threads do. Same requests as bench/waf-engine/run.ts.
  */
@@ -18,7 +19,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { WafRequest, WafResponse, WafEngineSettings } from '@tps/waf';
 import type { CompiledInspector } from '@tps/waf';
-import { SCENARIOS } from './requests.ts';
+import { scenarioOf } from './requests.ts';
 
 const base = process.env.BASE;
 if (!base) throw new Error('BASE=<path of the other checkout> is required');
@@ -36,8 +37,7 @@ async function load(root: string): Promise<CompiledInspector> {
 
 /** BUDGET=<ms>: each inspection with the cooperative budget on, as the engine's threads run it (250 by default there). */
 const budgetMs = Number(process.env.BUDGET ?? 0);
-const scenario = SCENARIOS.find((s) => s.key === (process.env.SCENARIO ?? 'get'));
-if (!scenario) throw new Error(`SCENARIO: one of ${SCENARIOS.map((s) => s.key).join(', ')}`);
+const scenario = scenarioOf(process.env.SCENARIO);
 const settings: WafEngineSettings = {
   paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'],
   mode: 'BLOCKING',
@@ -65,31 +65,35 @@ function exchange(inspector: CompiledInspector, request: WafRequest): void {
 
 function cpuMicrosPerRequest(inspector: CompiledInspector, n: number): number {
   const start = process.cpuUsage();
-  for (let i = 0; i < n; i++) exchange(inspector, scenario!.request);
+  for (let i = 0; i < n; i++) exchange(inspector, scenario.request);
   const used = process.cpuUsage(start);
   return (used.user + used.system) / n;
 }
 
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[values.length >> 1]!;
 
+// REVERSE=1: this tree is loaded first and measured first in each round (the other load order)
+const reverse = process.env.REVERSE === '1';
+const current = reverse ? await load(process.cwd()) : undefined;
 const old = await load(base);
-const current = await load(process.cwd());
+const currentInspector = current ?? (await load(process.cwd()));
 if (process.env.WARM) {
   (old as { warmUp?: () => void }).warmUp?.();
-  current.warmUp();
+  currentInspector.warmUp();
 }
 // both tiered up to their steady state first (run.ts: WARMUP_MS)
 const warmEnd = performance.now() + Number(process.env.WARMUP_MS ?? 6000);
 while (performance.now() < warmEnd) {
   cpuMicrosPerRequest(old, 300);
-  cpuMicrosPerRequest(current, 300);
+  cpuMicrosPerRequest(currentInspector, 300);
 }
 const a: number[] = [];
 const b: number[] = [];
 const ratios: number[] = [];
 for (let r = 0; r < rounds; r++) {
+  const y0 = reverse ? cpuMicrosPerRequest(currentInspector, perRound) : 0;
   const x = cpuMicrosPerRequest(old, perRound);
-  const y = cpuMicrosPerRequest(current, perRound);
+  const y = reverse ? y0 : cpuMicrosPerRequest(currentInspector, perRound);
   a.push(x);
   b.push(y);
   ratios.push(y / x);

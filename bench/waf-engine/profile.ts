@@ -12,12 +12,11 @@ import { Session } from 'node:inspector/promises';
 import type { WafResponse, WafEngineSettings } from '@tps/waf';
 import { CompiledInspector } from '@tps/waf';
 import { restartOnProductRuntime } from '../../src/cli/runtime.ts';
-import { SCENARIOS } from './requests.ts';
+import { scenarioOf } from './requests.ts';
 
 restartOnProductRuntime();
 
-const scenario = SCENARIOS.find((s) => s.key === (process.env.SCENARIO ?? 'get'));
-if (!scenario) throw new Error(`SCENARIO: one of ${SCENARIOS.map((s) => s.key).join(', ')}`);
+const scenario = scenarioOf(process.env.SCENARIO);
 const settings: WafEngineSettings = {
   paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'],
   mode: 'BLOCKING',

@@ -82,3 +82,37 @@ export const SCENARIOS: { key: string; name: string; request: WafRequest }[] = [
     request: request('GET', '/products?id=1%27%20UNION%20SELECT%20username,password%20FROM%20users--%20-'),
   },
 ];
+
+/**
+ * Requests the A/B and profile scripts take (SCENARIO=<key>) beside SCENARIOS, outside run.ts's
+ * table: `minimal`, a GET of three short headers to `/`, is the engine's fixed cost per
+ * transaction (the rule loop, the CRS setup, the collections), whatever the request holds.
+ */
+export const EXTRA_SCENARIOS: { key: string; name: string; request: WafRequest }[] = [
+  {
+    key: 'minimal',
+    name: 'minimal GET',
+    request: {
+      clientIp: '192.0.2.10',
+      clientPort: 51234,
+      serverIp: '198.51.100.1',
+      serverPort: 80,
+      method: 'GET',
+      uri: '/',
+      httpVersion: '1.1',
+      headers: [
+        ['Host', 'example.com'],
+        ['User-Agent', 'curl/8.5.0'],
+        ['Accept', '*/*'],
+      ],
+    },
+  },
+];
+
+/** The scenario of SCENARIOS or EXTRA_SCENARIOS with this key (the scripts' SCENARIO; default get). */
+export function scenarioOf(key = 'get'): { key: string; name: string; request: WafRequest } {
+  const all = [...SCENARIOS, ...EXTRA_SCENARIOS];
+  const scenario = all.find((s) => s.key === key);
+  if (!scenario) throw new Error(`SCENARIO: one of ${all.map((s) => s.key).join(', ')}`);
+  return scenario;
+}

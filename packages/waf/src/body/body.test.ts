@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { extractArguments, getlineSplit, urlDecodeNonStrict } from './urlencoded.ts';
+import { extractArguments, getlineSplit, urlDecodeNonStrict, urlDecodeNonStrictWide } from './urlencoded.ts';
 import { parseJsonBody } from './json.ts';
 import { parseXml } from './xml.ts';
 
@@ -68,4 +68,21 @@ test('urlencoded: the parse stops when an argument is refused (a limit)', () => 
   let calls = 0;
   extractArguments({ addArgument: () => ++calls < 3 }, 'POST', 'a=1&b=2&c=3&d=4&e=5');
   assert.equal(calls, 3);
+});
+
+test('urlencoded: urlDecodeNonStrict gives, through the scratch buffer, what the string path gives (random values)', () => {
+  let seed = 7;
+  const random = (): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return seed / 2 ** 32;
+  };
+  // the bytes that steer the decoder, and some that do not (a wide character: the string path)
+  const alphabet = ['%', '+', '0', '9', 'a', 'F', 'g', 'G', '2', '=', ' ', '\xff', '\x00', '\u0100', '\u20ac'];
+  for (let n = 0; n < 20000; n++) {
+    let value = '';
+    const length = Math.floor(random() * 12);
+    const wide = random() < 0.1;
+    for (let i = 0; i < length; i++) value += alphabet[Math.floor(random() * (wide ? alphabet.length : alphabet.length - 2))]!;
+    assert.deepEqual(urlDecodeNonStrict(value), urlDecodeNonStrictWide(value), JSON.stringify(value));
+  }
 });

@@ -4,9 +4,39 @@
  * token, empty tokens in the middle kept as empty arguments), split each at the first '=',
  * decode both halves (%XX when valid, '+' to space; an invalid % sets URLENCODED_ERROR).
  */
+import { isHex, scratchFor, x2c } from '../transformations/bytes.ts';
 
 /** urldecode_nonstrict_inplace: returns the decoded text and whether an invalid % was seen. */
 export function urlDecodeNonStrict(s: string): { text: string; invalid: boolean } {
+  if (s.indexOf('%') < 0 && s.indexOf('+') < 0) return { text: s, invalid: false };
+  const n = s.length;
+  // bytes into the shared scratch buffer (the result is never longer), read back once: the
+  // string built piece by piece was a form request's largest garbage after the transformations'
+  const out = scratchFor(n);
+  let o = 0;
+  // the OR of the characters copied as they are: past 0xFF (not a binary string) the string path
+  let copied = 0;
+  let invalid = false;
+  let i = 0;
+  while (i < n) {
+    const c = s.charCodeAt(i);
+    if (c === 0x25) {
+      if (i + 2 < n && isHex(s.charCodeAt(i + 1)) && isHex(s.charCodeAt(i + 2))) {
+        out[o++] = x2c(s.charCodeAt(i + 1), s.charCodeAt(i + 2));
+        i += 3;
+        continue;
+      }
+      invalid = true;
+    }
+    copied |= c;
+    out[o++] = c === 0x2b ? 0x20 : c;
+    i++;
+  }
+  return copied > 0xff ? urlDecodeNonStrictWide(s) : { text: out.toString('latin1', 0, o), invalid };
+}
+
+/** urlDecodeNonStrict of a string with characters past 0xFF (kept as they are). */
+export function urlDecodeNonStrictWide(s: string): { text: string; invalid: boolean } {
   if (s.indexOf('%') < 0 && s.indexOf('+') < 0) return { text: s, invalid: false };
   let out = '';
   let invalid = false;

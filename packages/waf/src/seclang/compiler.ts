@@ -280,8 +280,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
       if (rule.skipMarker !== undefined) rule.skipTarget = markerIndex[phase]!.get(rule.skipMarker)?.find((at) => at > k) ?? list.length;
     });
   });
-  const txKeySlots = new Map<string, number>();
-  if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase], txKeySlots);
+  if (options.txChecks !== false) for (const rule of allRules) rule.txCheck = txCheckOf(rule, defaults[rule.phase]);
   return {
     config,
     phases,
@@ -290,10 +289,9 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     transformationKinds: trie.kinds.length,
     prefilter,
     phasePrefilters: phasePrefilters(phases),
-    txKeySlots,
     phaseTxChecks: phases.map((list) => list.map((entry) => entry.rule?.txCheck)),
     phaseTxGates: phases.map((list) =>
-      list.map((entry) => (entry.rule !== undefined && options.txChecks !== false ? txGateOf(entry.rule, txKeySlots) : undefined)),
+      list.map((entry) => (entry.rule !== undefined && options.txChecks !== false ? txGateOf(entry.rule) : undefined)),
     ),
     phaseRules: phases.map((list) => list.map((entry) => entry.rule)),
     phaseMarkers: phases.map((list) => list.map((entry) => entry.marker)),
@@ -344,7 +342,7 @@ function varRef(resolver: VarResolver, own: boolean, slots: Map<string, number>)
     case READ_SINGLE:
       return { ...base, kind: d.kind, index: d.slot, name: d.name };
     case READ_TX_KEY:
-      return { ...base, kind: d.kind, name: d.lowerKey, key: d.key };
+      return { ...base, kind: d.kind, index: d.slot, name: d.lowerKey, key: d.key };
     case READ_FILTERED: {
       let cacheSlot = slots.get(d.filter);
       if (cacheSlot === undefined) {

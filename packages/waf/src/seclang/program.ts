@@ -41,6 +41,8 @@ export interface VarResolver {
   readonly direct?: DirectRead | undefined;
   /** &TX:name without exclusions: the key, lower-cased (whether it exists is the value). */
   readonly countedTxKey?: string | undefined;
+  /** With countedTxKey: its slot in a transaction's TxStore. */
+  readonly countedTxSlot?: number | undefined;
   /** With countedTxKey: the value's two constant entries, absent ("0") and present ("1"). */
   readonly countEntries?: readonly [Entry, Entry] | undefined;
 }
@@ -49,7 +51,7 @@ export interface VarResolver {
 export type DirectRead =
   | { readonly kind: typeof READ_LIST | typeof READ_NAMES; readonly list: number; readonly collection: string }
   | { readonly kind: typeof READ_SINGLE; readonly slot: number; readonly name: string }
-  | { readonly kind: typeof READ_TX_KEY; readonly lowerKey: string; readonly key: string }
+  | { readonly kind: typeof READ_TX_KEY; readonly lowerKey: string; readonly key: string; readonly slot: number }
   | { readonly kind: typeof READ_FILTERED; readonly list: number; readonly filter: string }
   | { readonly kind: typeof READ_XML };
 
@@ -101,7 +103,7 @@ export const READ_XML = 6;
  */
 export interface VarRef {
   readonly kind: number;
-  /** READ_LIST/READ_NAMES/READ_FILTERED: list index (Transaction.listAt); READ_SINGLE: the slot. */
+  /** READ_LIST/READ_NAMES/READ_FILTERED: list index (Transaction.listAt); READ_SINGLE: the slot; READ_TX_KEY: the TxStore slot (-1: none). */
   readonly index: number;
   /** READ_FILTERED: the place of its filter (one per distinct filter) in the transaction's cache of filtered lists. */
   readonly cacheSlot: number;
@@ -149,6 +151,8 @@ export interface SetVarAction {
   readonly name: Expand;
   /** The name lower-cased (the collection key), when it has no macros. */
   readonly lowerName: string | undefined;
+  /** TX with a name without macros: its slot in a transaction's TxStore (txSlot()); else -1. */
+  readonly txSlot: number;
   readonly op: SetVarOp;
   readonly value?: Expand | undefined;
 }
@@ -254,7 +258,7 @@ export interface CompiledRule {
  */
 export interface TxCheck {
   readonly lowerKey: string;
-  /** The key's index in CompiledRuleSet.txKeySlots (Transaction.txSlotVars). */
+  /** The key's slot in a transaction's TxStore (txSlot(); -1: none). */
   readonly slot: number;
   /** &TX:name: the value is "1" or "0". */
   readonly count: boolean;
@@ -290,7 +294,7 @@ export interface TxCheck {
  */
 export interface TxGate {
   readonly lowerKey: string;
-  /** The key's index in CompiledRuleSet.txKeySlots (Transaction.txSlotVars). */
+  /** The key's slot in a transaction's TxStore (txSlot(); -1: none). */
   readonly slot: number;
   /** The operator's static comparison (CompiledOperator.numeric, never 0 here) and negation. */
   readonly numeric: number;
@@ -324,8 +328,6 @@ export interface CompiledRuleSet {
   readonly prefilter: LiteralPrefilters<VarRef>;
   /** The same per phase, by position in `phases` (literal-prefilter.ts). */
   readonly phasePrefilters: readonly PhasePrefilters[];
-  /** TX keys the TxChecks read (lower-cased) -> their slot in a transaction's cache of TX variables. */
-  readonly txKeySlots: ReadonlyMap<string, number>;
   /** Per phase, parallel to `phases`: the entry's TxCheck, when it is one (the loop runs it from the record). */
   readonly phaseTxChecks: readonly (readonly (TxCheck | undefined)[])[];
   /** Per phase, parallel to `phases`: the entry's TxGate, when it has one (not a TxCheck). */

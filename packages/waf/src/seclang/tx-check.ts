@@ -3,13 +3,14 @@
  * the rule loop runs from a record of their own (program.ts TxCheck): the CRS's paranoia-level
  * gates and "is this setting set?" checks, about 130 of a request's 280 rule runs.
  */
+import { txSlot } from '../transaction/tx-store.ts';
 import { READ_TX_KEY } from './program.ts';
 import type { CompiledRule, DefaultActions, TxCheck, TxGate } from './program.ts';
 
 const LOG_ACTIONS = new Set(['log', 'nolog', 'auditlog', 'noauditlog']);
 
 /** The rule as a TxCheck, when it is one (program.ts). */
-export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined, slots: Map<string, number>): TxCheck | undefined {
+export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefined): TxCheck | undefined {
   if (rule.type !== 'rule' || rule.parent !== undefined || rule.chained || rule.multiMatch || rule.capture) return undefined;
   if (rule.refs.length > 2 || rule.exclusions.length > 0 || rule.tnode !== 0 || rule.operator === undefined) return undefined;
   if (rule.tags.length > 0 || rule.severity !== undefined || rule.msg !== undefined || rule.logdata !== undefined || rule.hasBlock)
@@ -23,7 +24,6 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
   if (save) return undefined;
   const ref = rule.refs[0]!;
   const pass = rule.disruptive?.kind === 'pass';
-  const slotOf = (lowerKey: string): number => txKeySlot(slots, lowerKey);
   const op = rule.operator;
   // (skipMarker and skipTarget are set by now: compileRuleSet computes them first)
   const loop = {
@@ -38,7 +38,7 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
   const second = rule.refs[1];
   if (ref.kind === READ_TX_KEY) {
     if (second !== undefined) return undefined;
-    return { lowerKey: ref.name, slot: slotOf(ref.name), count: false, matchedName: `TX:${ref.key}`, valueName: undefined, pass, ...loop };
+    return { lowerKey: ref.name, slot: txSlot(ref.name), count: false, matchedName: `TX:${ref.key}`, valueName: undefined, pass, ...loop };
   }
   const counted = ref.resolver.countedTxKey;
   if (counted === undefined) return undefined;
@@ -46,7 +46,7 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
   if (second !== undefined && !(second.kind === READ_TX_KEY && second.name === counted)) return undefined;
   return {
     lowerKey: counted,
-    slot: slotOf(counted),
+    slot: txSlot(counted),
     count: true,
     matchedName: ref.resolver.fullName,
     valueName: second && `TX:${second.key}`,
@@ -55,23 +55,17 @@ export function txCheckOf(rule: CompiledRule, defaults: DefaultActions | undefin
   };
 }
 
-function txKeySlot(slots: Map<string, number>, lowerKey: string): number {
-  let slot = slots.get(lowerKey);
-  if (slot === undefined) slots.set(lowerKey, (slot = slots.size));
-  return slot;
-}
-
 /**
  * The rule's TxGate (program.ts), when it is a rule (not a TxCheck) whose one variable is a TX
  * value read as it is and compared with a static number: without that value, or with one that
  * fails the comparison, it has no value to match (exclusions and ctl removals only take values
  * away), so its effect is MATCHED_VARS cleared.
  */
-export function txGateOf(rule: CompiledRule, slots: Map<string, number>): TxGate | undefined {
+export function txGateOf(rule: CompiledRule): TxGate | undefined {
   if (rule.type !== 'rule' || rule.parent !== undefined || rule.txCheck !== undefined || rule.multiMatch) return undefined;
   const op = rule.operator;
   if (op === undefined || op.numeric === 0 || rule.tnode !== 0 || rule.refs.length !== 1) return undefined;
   const ref = rule.refs[0]!;
   if (ref.kind !== READ_TX_KEY) return undefined;
-  return { lowerKey: ref.name, slot: txKeySlot(slots, ref.name), numeric: op.numeric, operand: op.operand, negated: op.negated };
+  return { lowerKey: ref.name, slot: txSlot(ref.name), numeric: op.numeric, operand: op.operand, negated: op.negated };
 }

@@ -17,23 +17,10 @@ import type { EngineConfig } from '../seclang/engine-config.ts';
 import { NONE_ALLOW, noIntervention } from './interventions.ts';
 import type { Intervention } from './interventions.ts';
 import type { LoggedMessage } from './messages.ts';
+import type { DynVar } from './dyn-var.ts';
+import { DISPOSED_TX, knownTxSlot, TxStore, updateVar } from './tx-store.ts';
 import { newBox, newEntry } from './value-cache.ts';
 import type { Entry, ValueBox } from './value-cache.ts';
-
-/** A variable of a dynamic collection (TX, IP, GLOBAL ...). */
-export interface DynVar {
-  key: string;
-  /** The key lower-cased (the collection's own key for it). */
-  readonly lowerKey: string;
-  value: string;
-  /**
-   * The value's box and entry, made when a rule reads the variable as a value (dynamicEntry());
-   * most TX variables are only compared by TxChecks and read by macros, which need neither.
-   * Setting the variable drops both.
-   */
-  box: ValueBox | undefined;
-  entry: Entry | undefined;
-}
 
 /** The XML body's document (XML:/*, XML://@*), when the XML processor built one. */
 export interface XmlValues {
@@ -76,13 +63,9 @@ export const DISPOSED = Object.freeze([]) as unknown as Entry[];
 
 /** Per-process counter for unique ids when the caller gives none. */
 let uniqueCounter = 0;
-/** TX keys of the first captures ('0' ... '99'). */
-const CAPTURE_KEYS: readonly string[] = Array.from({ length: 100 }, (_, g) => String(g));
 
 export class TransactionCollections {
   readonly config: EngineConfig;
-  /** TX keys the rule set's TxChecks read (lower-cased) -> their slot in txSlotVars (CompiledRuleSet.txKeySlots). */
-  readonly txKeySlots: ReadonlyMap<string, number>;
   /** The caller's id, or the one made when UNIQUE_ID is first read (most transactions never read it). */
   private uniqueId: string | undefined;
 
@@ -118,21 +101,16 @@ export class TransactionCollections {
   responseHeadersNames: Entry[] = [];
   geo: Entry[] = [];
   env = new Map<string, string>();
-  private collections = new Map<string, Map<string, DynVar>>();
-  /** The TX collection (also in `collections`). */
-  txStore = new Map<string, DynVar>();
-  /**
-   * TX variables the TxChecks read, by txKeySlots: each undefined or the one `txStore` holds under
-   * that key (a variable keeps its object when set again; a deleted one leaves its slot with it).
-   * Saves a TX check (~90 per request) its Map lookup.
-   */
-  txSlotVars: (DynVar | undefined)[] = [];
+  /** The dynamic collections other than TX (IP, GLOBAL ...), made on first use. */
+  private collections: Map<string, Map<string, DynVar>> | undefined;
+  /** The TX collection. */
+  txStore = new TxStore();
   /** MATCHED_VAR and MATCHED_VAR_NAME. */
   matchedVar: string | undefined;
   matchedVarName: string | undefined;
   /** Single variables by slot (singleSlot()): values and their entries (built on first read). */
-  private sv: (string | undefined)[] = [];
-  private se: (Entry | undefined)[] = [];
+  private sv: (string | undefined)[];
+  private se: (Entry | undefined)[];
   /** ARGS_NAMES & co, built from their collection as it grows. */
   private nameLists = new Map<readonly Entry[], Entry[]>();
   private argsCombinedSize = 0;
@@ -163,9 +141,10 @@ export class TransactionCollections {
   protected currentPhase = 0;
   /**
    * Counts evaluatePhase() calls and single variables set (a list or a single variable read in
-   * one is up to date for the rest of it).
+   * one is up to date for the rest of it). From 1: a prefilter union stamped 0 is never current
+   * (literal-cache.ts).
    */
-  protected phaseRun = 0;
+  protected phaseRun = 1;
   /**
    * performance.now() at which the budget is looked at (startBudget): the earliest moment this
    * inspection may have used it up. Infinity: no budget.
@@ -181,10 +160,11 @@ export class TransactionCollections {
   /** The input limit this request went past (its parser stopped there), if any. */
   inputLimitExceeded: InputLimitName | undefined;
 
-  constructor(config: EngineConfig, txKeySlots: ReadonlyMap<string, number>, id?: string) {
+  constructor(config: EngineConfig, id?: string) {
     this.config = config;
-    this.txKeySlots = txKeySlots;
-    this.collections.set('TX', this.txStore);
+    // at their full length at once: set by slot, out of order, they grew by steps in every request
+    this.sv = new Array(SLOTS.size);
+    this.se = new Array(SLOTS.size);
     this.sv[URLENCODED_ERROR_SLOT] = '0';
     this.uniqueId = id;
   }
@@ -246,19 +226,16 @@ export class TransactionCollections {
 
   // ------------------------------------------------------------------ dynamic collections
 
-  /** TX, IP, GLOBAL ... (created on first use). */
+  /** IP, GLOBAL ... (created on first use); TX is txStore. */
   collection(name: string): Map<string, DynVar> {
+    if (name === 'TX') throw new Error('the TX collection is txStore');
+    this.collections ??= new Map();
     let c = this.collections.get(name);
     if (!c) {
       c = new Map();
       this.collections.set(name, c);
     }
     return c;
-  }
-
-  /** storeOrUpdateFirst on a dynamic collection. */
-  store(collection: string, key: string, value: string): void {
-    this.storeIn(this.collection(collection), key, lowerAscii(key), value);
   }
 
   /** store() with the collection and the lower-cased key at hand. */
@@ -270,19 +247,17 @@ export class TransactionCollections {
 
   /** store() of a variable already looked up (setvar's `+=`, which read it first). */
   update(v: DynVar, value: string): void {
-    v.value = value;
-    v.box = undefined;
-    v.entry = undefined;
+    updateVar(v, value);
   }
 
   setTx(key: string, value: string): void {
-    this.storeIn(this.txStore, key, lowerAscii(key), value);
+    const lk = lowerAscii(key);
+    this.txStore.store(knownTxSlot(lk), key, lk, value);
   }
 
   /** TX.n of a capture (operators with `capture`): the keys are digits, no case to fold. */
   setCapture(group: number, value: string): void {
-    const key = group < CAPTURE_KEYS.length ? CAPTURE_KEYS[group]! : String(group);
-    this.storeIn(this.txStore, key, key, value);
+    this.txStore.setCapture(group, value);
   }
 
   getTx(key: string): string | undefined {
@@ -505,9 +480,8 @@ export class TransactionCollections {
     this.matchedVar = this.matchedVarName = undefined;
     // new empty containers rather than clear(): V8 gives an old Map's cleared table old memory
     this.env = new Map();
-    this.collections = new Map();
-    this.txStore = new Map();
-    this.txSlotVars = [];
+    this.collections = undefined;
+    this.txStore = DISPOSED_TX;
     this.sv = [];
     this.se = [];
     this.nameLists = new Map();

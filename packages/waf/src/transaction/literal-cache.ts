@@ -24,8 +24,13 @@ const UNION_HEADER = 2;
  */
 const FREE_BUFFERS = new Map<number, Int32Array[]>();
 const FREE_BUFFERS_PER_LENGTH = 16;
-/** Distinct strings a transaction's first scan buffer holds (it grows past that). */
+/** Distinct strings a transaction's first scan buffer holds (it grows past that, doubling). */
 const SCANNED_STRINGS = 128;
+/**
+ * Scan buffers grown up to this many strings are kept for reuse too (a 1 KB form scans ~150
+ * strings: its grown buffer was garbage in every request); past it (32 KB a buffer) not.
+ */
+const POOLED_SCANNED_STRINGS = 8 * SCANNED_STRINGS;
 
 function takeBuffer(length: number): Int32Array {
   let free = FREE_BUFFERS.get(length);
@@ -33,11 +38,14 @@ function takeBuffer(length: number): Int32Array {
   return free?.pop() ?? new Int32Array(length);
 }
 
-/** Keeps a buffer for reuse if its length is one transactions ask for (not one grown by a large request). */
+/** Keeps a buffer for reuse if its length is one transactions ask for (not one grown past the pooled lengths). */
 function giveBuffer(buffer: Int32Array): void {
   const free = FREE_BUFFERS.get(buffer.length);
   if (free !== undefined && free.length < FREE_BUFFERS_PER_LENGTH) free.push(buffer);
 }
+
+/** unionSources before the first union (and after finish()): nothing computed. */
+const NO_SOURCES: (object | undefined)[] = Object.freeze([]) as unknown as (object | undefined)[];
 
 /** Last scanEpoch given out. */
 let scanEpochs = 0;
@@ -53,7 +61,7 @@ export class TransactionLiteralCache extends TransactionCollections {
    */
   private unions: Int32Array | undefined;
   /** Per source: what its union was computed from (its list, or its single entry). */
-  private readonly unionSources: (object | undefined)[] = [];
+  private unionSources: (object | undefined)[] = NO_SOURCES;
   /** Rule bits of the strings scanned in this transaction, `words` cells each (literalBits()). */
   protected scannedBits: Int32Array | undefined;
   private scannedCount = 0;
@@ -62,12 +70,14 @@ export class TransactionLiteralCache extends TransactionCollections {
   /** Tells this transaction's ValueBox.scanAt from others' (and from its own before finish()). */
   private scanEpoch = ++scanEpochs;
   /** READ_FILTERED variables' values by VarRef.cacheSlot, with the length of their list when read. */
-  private filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[] = [];
+  private filteredLists: ({ readonly length: number; readonly entries: Entry[] } | undefined)[];
 
   constructor(rs: CompiledRuleSet, id?: string) {
-    super(rs.config, rs.txKeySlots, id);
+    super(rs.config, id);
     this.rs = rs;
     this.nodes = rs.transformations;
+    // (at its full length at once, as collections.ts's single variables)
+    this.filteredLists = new Array(rs.filteredSlots);
   }
 
   /**
@@ -111,8 +121,8 @@ export class TransactionLiteralCache extends TransactionCollections {
       }
       let at = slot * stride;
       const unions = this.unions;
-      if (unions !== undefined && unions[at + 1] === phaseRun && all.changing[slot] === 0 && this.unionSources[slot] !== undefined)
-        at += UNION_HEADER;
+      // (a union stamped with this phaseRun is this transaction's and up to date: sourceBits())
+      if (unions !== undefined && unions[at + 1] === phaseRun) at += UNION_HEADER;
       else at = this.sourceBits(slot, all.refs[slot]!, rule);
       if ((this.unions![at + word]! & mask) !== 0) return true;
     }
@@ -124,10 +134,19 @@ export class TransactionLiteralCache extends TransactionCollections {
     const prefilter = this.rs.prefilter;
     const words = prefilter.scanner.words;
     const stride = words + UNION_HEADER;
-    const unions = (this.unions ??= takeBuffer(prefilter.nodes.length * stride));
+    let unions = this.unions;
+    if (unions === undefined) {
+      // zeroed: no stale stamp (the buffer may come from a finished transaction) reads as current
+      unions = this.unions = takeBuffer(prefilter.nodes.length * stride).fill(0);
+      // its full length at once: filled by slot, out of order, it grew by steps (a few KB a request)
+      this.unionSources = new Array(prefilter.nodes.length);
+    }
     const at = slot * stride;
     const source = this.unionSources[slot];
-    if (source !== undefined && unions[at + 1] === this.phaseRun && prefilter.changing[slot] === 0) return at + UNION_HEADER;
+    if (unions[at + 1] === this.phaseRun) return at + UNION_HEADER;
+    // the stamp a union gets: this phaseRun, or 0 (never current) for a source whose values change
+    // while a phase runs, which is looked at again at every read
+    const stamp = prefilter.changing[slot] === 0 ? this.phaseRun : 0;
     const node = prefilter.nodes[slot]!;
     if (ref.kind === READ_SINGLE) {
       const entry = this.singleAt(ref.index, ref.name);
@@ -137,14 +156,25 @@ export class TransactionLiteralCache extends TransactionCollections {
         const scanned = this.scannedBits!;
         for (let w = 0; w < words; w++) unions[at + UNION_HEADER + w] = scanned[found + w]!;
       }
-      unions[at + 1] = this.phaseRun;
+      unions[at + 1] = stamp;
+      return at + UNION_HEADER;
+    }
+    const list = this.listRead(ref, rule);
+    if (list.length === 0) {
+      // no value (most lists of most requests: no cookie, no argument, no file): no bits, and
+      // no raw source to bring up to date first
+      if (source !== list) {
+        for (let k = at + UNION_HEADER; k < at + stride; k++) unions[k] = 0;
+        this.unionSources[slot] = list;
+      }
+      unions[at] = 0;
+      unions[at + 1] = stamp;
       return at + UNION_HEADER;
     }
     const raw = prefilter.rawOf[slot]!;
     const chain = prefilter.chainMask[slot]!;
     // values without a byte that would make the chain change them have their raw bits
     const rawAt = raw !== slot && chain >= 0 ? this.sourceBits(raw, ref, rule) : -1;
-    const list = this.listRead(ref, rule);
     if (source !== list) {
       // the buffer may come from a finished transaction (or the source held another list)
       for (let k = at; k < at + stride; k++) unions[k] = 0;
@@ -175,7 +205,7 @@ export class TransactionLiteralCache extends TransactionCollections {
       }
     }
     unions[at] = list.length;
-    unions[at + 1] = this.phaseRun;
+    unions[at + 1] = stamp;
     return at + UNION_HEADER;
   }
 
@@ -184,7 +214,10 @@ export class TransactionLiteralCache extends TransactionCollections {
     const value = transformed(this.nodes, box, node);
     if (value !== box.v) return this.literalBits(value);
     if (box.scanEpoch === this.scanEpoch) return box.scanAt;
-    const at = this.literalBits(value);
+    // (a value as it came is scanned for its box, not looked up: the lookup by string, a hash of
+    // a string seen for the first time, is for the results of transformations, which different
+    // chains give alike)
+    const at = this.scanInto(value);
     box.scanAt = at;
     box.scanEpoch = this.scanEpoch;
     return at;
@@ -198,21 +231,30 @@ export class TransactionLiteralCache extends TransactionCollections {
   private literalBits(value: string): number {
     let offset = this.scanned.get(value);
     if (offset === undefined) {
-      const scanner = this.rs.prefilter.scanner;
-      const words = scanner.words;
-      offset = this.scannedCount * words;
-      let pool = this.scannedBits;
-      if (pool === undefined) pool = this.scannedBits = takeBuffer(SCANNED_STRINGS * words);
-      else if (pool.length < offset + words) {
-        const grown = new Int32Array(2 * (offset + words));
-        grown.set(pool);
-        pool = this.scannedBits = grown;
-      }
-      for (let w = 0; w < words; w++) pool[offset + w] = 0;
-      scanner.scan(value, pool, offset);
-      this.scannedCount++;
+      offset = this.scanInto(value);
       this.scanned.set(value, offset);
     }
+    return offset;
+  }
+
+  /** Scans `value` into the next record of scannedBits: its offset. */
+  private scanInto(value: string): number {
+    const scanner = this.rs.prefilter.scanner;
+    const words = scanner.words;
+    const offset = this.scannedCount * words;
+    let pool = this.scannedBits;
+    if (pool === undefined) pool = this.scannedBits = takeBuffer(SCANNED_STRINGS * words);
+    else if (pool.length < offset + words) {
+      // (twice the strings: the lengths stay those the pool keeps, up to its bound)
+      const length = 2 * pool.length;
+      const grown = length <= POOLED_SCANNED_STRINGS * words ? takeBuffer(length) : new Int32Array(length);
+      grown.set(pool);
+      giveBuffer(pool);
+      pool = this.scannedBits = grown;
+    }
+    for (let w = 0; w < words; w++) pool[offset + w] = 0;
+    scanner.scan(value, pool, offset);
+    this.scannedCount++;
     return offset;
   }
 
@@ -225,7 +267,7 @@ export class TransactionLiteralCache extends TransactionCollections {
     if (this.scannedBits !== undefined) giveBuffer(this.scannedBits);
     this.unions = undefined;
     this.scannedBits = undefined;
-    this.unionSources.length = 0;
+    this.unionSources = NO_SOURCES;
     if (this.scanned.size > 0) this.scanned = new Map();
     this.scannedCount = 0;
     this.scanEpoch = ++scanEpochs;

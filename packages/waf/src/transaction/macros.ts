@@ -19,7 +19,7 @@ export function expand(tx: TransactionCollections, e: Expand, rule: CompiledRule
     }
     const direct = part.resolver.direct;
     if (direct !== undefined && direct.kind === READ_TX_KEY) {
-      const v = tx.txStore.get(direct.lowerKey);
+      const v = tx.txStore.find(direct.slot, direct.lowerKey);
       if (v !== undefined) out += v.value;
       continue;
     }

@@ -206,17 +206,14 @@ export class Transaction extends TransactionLiteralCache {
   private evaluateTxCheck(check: TxCheck): void {
     const rule = check.rule;
     if (this.removedById(rule)) return;
-    let v = this.txSlotVars[check.slot];
-    if (v === undefined) {
-      v = this.txStore.get(check.lowerKey);
-      if (v !== undefined) this.txSlotVars[check.slot] = v;
-    }
+    const store = this.txStore;
+    let v = store.find(check.slot, check.lowerKey);
     let matched: boolean;
     if (check.count) {
       matched = this.txCheckValue(check, v !== undefined ? '1' : '0', check.matchedName);
       if (check.valueName !== undefined) {
         // the value as it is after the count's setvars (the general loop resolves it then)
-        if (check.hasSetvars) v = this.txStore.get(check.lowerKey);
+        if (check.hasSetvars) v = store.find(check.slot, check.lowerKey);
         if (v !== undefined && this.txCheckValue(check, v.value, check.valueName)) matched = true;
       }
     } else matched = v !== undefined && this.txCheckValue(check, v.value, check.matchedName);
@@ -230,12 +227,8 @@ export class Transaction extends TransactionLiteralCache {
 
   /** Whether the TX value of a TxGate exists and passes its comparison (then the rule runs as any other). */
   private txGateMayMatch(gate: TxGate): boolean {
-    let v = this.txSlotVars[gate.slot];
-    if (v === undefined) {
-      v = this.txStore.get(gate.lowerKey);
-      if (v === undefined) return false;
-      this.txSlotVars[gate.slot] = v;
-    }
+    const v = this.txStore.find(gate.slot, gate.lowerKey);
+    if (v === undefined) return false;
     return compareNumeric(gate.numeric, gate.operand, v.value) !== gate.negated;
   }
 
@@ -270,7 +263,7 @@ export class Transaction extends TransactionLiteralCache {
           if (this.checkEntry(rule, msg, this.singleAt(ref.index, ref.name), hasExclusions, removals)) globalRet = true;
           continue;
         case READ_TX_KEY: {
-          const v = this.txStore.get(ref.name);
+          const v = this.txStore.find(ref.index, ref.name);
           if (v !== undefined && this.checkEntry(rule, msg, this.dynamicEntry('TX', ref.key, v), hasExclusions, removals)) globalRet = true;
           continue;
         }
@@ -288,7 +281,7 @@ export class Transaction extends TransactionLiteralCache {
           // its constant entry, without a list
           const counted = ref.resolver.countEntries;
           if (counted !== undefined) {
-            const entry = counted[this.txStore.has(ref.resolver.countedTxKey!) ? 1 : 0];
+            const entry = counted[this.txStore.find(ref.resolver.countedTxSlot!, ref.resolver.countedTxKey!) !== undefined ? 1 : 0];
             if (this.checkEntry(rule, msg, entry, hasExclusions, removals)) globalRet = true;
             continue;
           }

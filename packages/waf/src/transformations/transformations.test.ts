@@ -28,6 +28,8 @@ import {
   urlDecodeUni,
   utf8toUnicode,
 } from './index.ts';
+import { htmlEntityDecodeCodes } from './html.ts';
+import { urlDecodeUniCodes } from './url.ts';
 
 test('transformations: byte semantics of ModSecurity v3', () => {
   assert.equal(lowercase('ABC\xc0'), 'abc\xc0', 'only ASCII letters fold');
@@ -202,5 +204,51 @@ test('transformations: compressWhitespace gives every run of whitespace as one s
     const length = Math.floor(random() * 12);
     for (let i = 0; i < length; i++) value += alphabet[Math.floor(random() * (random() < 0.7 ? 3 : alphabet.length))]!;
     assert.equal(compressWhitespace(value), value.replace(/[\t-\r ]+/g, ' '), JSON.stringify(value));
+  }
+});
+
+test('transformations: urlDecodeUni and htmlEntityDecode give, through the scratch buffer, what the array of codes gives (random values)', () => {
+  let seed = 11;
+  const random = (): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return seed / 2 ** 32;
+  };
+  // the bytes that steer both decoders, and some that do not (a wide character: the array path)
+  const alphabet = [
+    '%',
+    'u',
+    'U',
+    'f',
+    'F',
+    '0',
+    '9',
+    'a',
+    'A',
+    '2',
+    '+',
+    '&',
+    '#',
+    'x',
+    'X',
+    ';',
+    'l',
+    't',
+    'amp',
+    'quot',
+    'nbsp',
+    'g',
+    ' ',
+    '\xff',
+    '\x00',
+    '\u0100',
+    '\u20ac',
+  ];
+  for (let n = 0; n < 20000; n++) {
+    let value = '';
+    const length = Math.floor(random() * 16);
+    const wide = random() < 0.1;
+    for (let i = 0; i < length; i++) value += alphabet[Math.floor(random() * (wide ? alphabet.length : alphabet.length - 2))]!;
+    assert.equal(urlDecodeUni(value), urlDecodeUniCodes(value), JSON.stringify(value));
+    assert.equal(htmlEntityDecode(value), htmlEntityDecodeCodes(value), JSON.stringify(value));
   }
 });

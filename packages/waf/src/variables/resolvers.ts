@@ -14,6 +14,8 @@ import { lowerAscii, upperAscii } from '../ascii.ts';
 import { singleSlot } from '../transaction/collections.ts';
 import type { TransactionCollections } from '../transaction/collections.ts';
 import { newEntry } from '../transaction/value-cache.ts';
+import { someTxSlotKey, txSlot, txSlotCount } from '../transaction/tx-store.ts';
+import type { DynVar } from '../transaction/dyn-var.ts';
 import { ruleValue } from './rule.ts';
 import type { Entry } from '../transaction/value-cache.ts';
 
@@ -198,6 +200,7 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
   }
   const txKey = base.direct?.kind === READ_TX_KEY ? base.direct.lowerKey : undefined;
   if (txKey !== undefined) {
+    const slot = txSlot(txKey);
     // &TX:name (the CRS's "is this setting set?" checks, ~50 per request): present or not, two
     // constant entries (an entry's value never changes; its cached transformations are pure)
     const zero = newEntry(fullName, fullName, '0');
@@ -209,9 +212,10 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
       keyRegex: undefined,
       count: true,
       countedTxKey: txKey,
+      countedTxSlot: slot,
       countEntries: [zero, one],
       resolve(tx, _rule, out) {
-        out.push(tx.txStore.has(txKey) ? one : zero);
+        out.push(tx.txStore.find(slot, txKey) !== undefined ? one : zero);
       },
     };
   }
@@ -288,26 +292,50 @@ function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): V
   if (DYNAMIC_COLLECTIONS.has(collection)) {
     const keyLower = spec.key !== undefined ? lowerAscii(spec.key) : undefined;
     const isTx = collection === 'TX';
+    const slot = isTx && keyLower !== undefined ? txSlot(keyLower) : -1;
+    const push = (tx: TransactionCollections, out: Entry[], v: DynVar): void => {
+      if (keyRe !== undefined && !(keyRe.testLowerCase !== undefined ? keyRe.testLowerCase(v.lowerKey) : keyRe.test(v.key))) return;
+      if (exclusions.length > 0 && excluded(v.key, exclusions)) return;
+      out.push(tx.dynamicEntry(collection, v.key, v));
+    };
+    // A plain-word selector (TX:/^header_name_/) that no constant key passes can only select keys
+    // made at run time, which the TxStore keeps apart: those are read, not every TX variable (in
+    // the same order among themselves). Looked at again when more keys got a slot.
+    const testLowerCase = isTx ? keyRe?.testLowerCase : undefined;
+    let slotsLookedAt = -1;
+    let dynamicOnly = false;
     return {
       ...common,
       direct:
-        isTx && keyLower !== undefined && exclusions.length === 0 ? { kind: READ_TX_KEY, lowerKey: keyLower, key: spec.key! } : undefined,
+        isTx && keyLower !== undefined && exclusions.length === 0
+          ? { kind: READ_TX_KEY, lowerKey: keyLower, key: spec.key!, slot }
+          : undefined,
       resolve(tx, _rule, out) {
-        const store = isTx ? tx.txStore : tx.collection(collection);
         if (keyLower !== undefined) {
-          const v = store.get(keyLower);
+          const v = isTx ? tx.txStore.find(slot, keyLower) : tx.collection(collection).get(keyLower);
           // ModSecurity names the value with the key as the rule wrote it.
           if (v !== undefined && !(exclusions.length > 0 && excluded(spec.key!, exclusions)))
             out.push(tx.dynamicEntry(collection, spec.key!, v));
           return;
         }
-        // the values only: a for-of over entries() makes a [key, value] pair per entry (the rules
-        // that read every TX key made a fifth of a request's garbage), and forEach a call per entry
-        for (const v of store.values()) {
-          if (keyRe !== undefined && !(keyRe.testLowerCase !== undefined ? keyRe.testLowerCase(v.lowerKey) : keyRe.test(v.key))) continue;
-          if (exclusions.length > 0 && excluded(v.key, exclusions)) continue;
-          out.push(tx.dynamicEntry(collection, v.key, v));
+        if (isTx) {
+          if (testLowerCase !== undefined) {
+            if (slotsLookedAt !== txSlotCount()) {
+              slotsLookedAt = txSlotCount();
+              dynamicOnly = !someTxSlotKey(testLowerCase);
+            }
+            if (dynamicOnly) {
+              const dynamic = tx.txStore.dynamicValues();
+              if (dynamic !== undefined) for (const v of dynamic) push(tx, out, v);
+              return;
+            }
+          }
+          const all = tx.txStore.values();
+          for (let k = 0; k < all.length; k++) push(tx, out, all[k]!);
+          return;
         }
+        // the values only: a for-of over entries() makes a [key, value] pair per entry
+        for (const v of tx.collection(collection).values()) push(tx, out, v);
       },
     };
   }

@@ -7,6 +7,7 @@ import { lowerAscii } from '../../ascii.ts';
 import { stoi } from '../../operators/numeric.ts';
 import type { TransactionCollections } from '../../transaction/collections.ts';
 import { expand } from '../../transaction/macros.ts';
+import { knownTxSlot, txSlot } from '../../transaction/tx-store.ts';
 import { compileExpand } from '../macros.ts';
 import type { CompiledRule, SetVarAction } from '../program.ts';
 import type { ActionParser } from './parsed.ts';
@@ -43,10 +44,12 @@ export function parseSetVar(value: string): SetVarAction {
   const collection = text.slice(0, cut).toUpperCase();
   if (!COLLECTIONS.includes(collection)) throw new Error(`setvar: unsupported collection ${collection}`);
   const name = compileExpand(text.slice(cut + 1));
+  const lowerName = name.text !== undefined ? lowerAscii(name.text) : undefined;
   return {
     collection,
     name,
-    lowerName: name.text !== undefined ? lowerAscii(name.text) : undefined,
+    lowerName,
+    txSlot: collection === 'TX' && lowerName !== undefined ? txSlot(lowerName) : -1,
     op,
     ...(valueText !== undefined ? { value: compileExpand(valueText) } : {}),
   };
@@ -59,17 +62,17 @@ export const parseSetVarAction: ActionParser = (action, out) => {
 /** SetVar::evaluate. */
 export function runSetVar(tx: TransactionCollections, sv: SetVarAction, rule: CompiledRule): void {
   const pre = sv.value ? expand(tx, sv.value, rule) : '';
+  if (sv.collection === 'TX') {
+    runTxSetVar(tx, sv, pre, rule);
+    return;
+  }
   const name = expand(tx, sv.name, rule);
   const lk = sv.lowerName ?? lowerAscii(name);
-  const coll = sv.collection === 'TX' ? tx.txStore : tx.collection(sv.collection);
+  const coll = tx.collection(sv.collection);
   switch (sv.op) {
-    case 'unset': {
-      if (coll.delete(lk) && coll === tx.txStore) {
-        const slot = tx.txKeySlots.get(lk);
-        if (slot !== undefined) tx.txSlotVars[slot] = undefined;
-      }
+    case 'unset':
+      coll.delete(lk);
       return;
-    }
     case 'set':
       tx.storeIn(coll, name, lk, pre);
       return;
@@ -77,13 +80,51 @@ export function runSetVar(tx: TransactionCollections, sv: SetVarAction, rule: Co
       tx.storeIn(coll, name, lk, '1');
       return;
     default: {
-      const p = stoi(pre);
       const cur = coll.get(lk);
-      const value = cur ? stoi(cur.value) : 0;
-      const result = String(sv.op === 'add' ? value + p : value - p);
-      // (the variable at hand: the CRS's score increments, one per matched value, look it up once)
+      const result = arithmetic(sv, pre, cur?.value);
       if (cur !== undefined) tx.update(cur, result);
       else tx.storeIn(coll, name, lk, result);
     }
   }
+}
+
+/** runSetVar on TX: a constant name by its slot (SetVarAction.txSlot), a macro-made one by its key. */
+function runTxSetVar(tx: TransactionCollections, sv: SetVarAction, pre: string, rule: CompiledRule): void {
+  const store = tx.txStore;
+  let slot = sv.txSlot;
+  let name: string;
+  let lk: string;
+  if (slot >= 0) {
+    name = sv.name.text!;
+    lk = sv.lowerName!;
+  } else {
+    name = expand(tx, sv.name, rule);
+    lk = lowerAscii(name);
+    slot = knownTxSlot(lk);
+  }
+  switch (sv.op) {
+    case 'unset':
+      store.delete(slot, lk);
+      return;
+    case 'set':
+      store.store(slot, name, lk, pre);
+      return;
+    case 'one':
+      store.store(slot, name, lk, '1');
+      return;
+    default: {
+      // (the variable at hand: the CRS's score increments, one per matched value, look it up once)
+      const cur = store.find(slot, lk);
+      const result = arithmetic(sv, pre, cur?.value);
+      if (cur !== undefined) tx.update(cur, result);
+      else store.insert(slot, { key: name, lowerKey: lk, value: result, box: undefined, entry: undefined });
+    }
+  }
+}
+
+/** `=+n` / `=-n`: the current value (0 when unset) plus or minus n, as std::stoi reads both. */
+function arithmetic(sv: SetVarAction, operand: string, current: string | undefined): string {
+  const p = stoi(operand);
+  const value = current !== undefined ? stoi(current) : 0;
+  return String(sv.op === 'add' ? value + p : value - p);
 }
