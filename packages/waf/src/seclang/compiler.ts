@@ -12,7 +12,7 @@ import { expand } from '../transaction/macros.ts';
 import { literalEffect } from '../transformations/byte-kinds.ts';
 import { TransformationTrie } from '../transformations/trie.ts';
 import type { TransformationNode } from '../transformations/trie.ts';
-import { compileVariable, keyExclusionsFor } from '../variables/resolvers.ts';
+import { compileVariable, fullRequestReadsCompiled, keyExclusionsFor } from '../variables/resolvers.ts';
 import { parseActionList } from './actions/index.ts';
 import type { ActionParseContext } from './actions/index.ts';
 import { applyConfig } from './directives.ts';
@@ -72,6 +72,7 @@ export function readRulesFile(file: string): Directive[] {
 }
 
 export function compileRuleSet(sources: readonly CompileSource[], options: CompileOptions = {}): CompiledRuleSet {
+  const fullRequestReadsBefore = fullRequestReadsCompiled();
   const config = defaultConfig();
   const phases: PhaseEntry[][] = [[], [], [], [], [], []];
   const defaults: { runtime: RuntimeAction[]; transformations: string[]; disruptive: DisruptiveAction[] }[] = Array.from(
@@ -304,6 +305,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     ruleCount,
     rulesById,
     filteredSlots: slots.size,
+    readsFullRequest: fullRequestReadsCompiled() > fullRequestReadsBefore,
   };
 }
 

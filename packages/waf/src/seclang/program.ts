@@ -351,6 +351,8 @@ export interface CompiledRuleSet {
   readonly rulesById: ReadonlyMap<number, CompiledRule>;
   /** Number of READ_FILTERED variables (VarRef.cacheSlot is below it). */
   readonly filteredSlots: number;
+  /** Whether some rule, SecRuleUpdateTarget* addition or macro reads FULL_REQUEST or FULL_REQUEST_LENGTH. */
+  readonly readsFullRequest: boolean;
 }
 
 export interface DefaultActions {
