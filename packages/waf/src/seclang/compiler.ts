@@ -296,6 +296,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     ),
     phaseRules: phases.map((list) => list.map((entry) => entry.rule)),
     phaseMarkers: phases.map((list) => list.map((entry) => entry.marker)),
+    phaseMarkerRunEnds: phases.map(markerRunEnds),
     defaults: defaults as DefaultActions[],
     removedIds,
     removedRanges,
@@ -307,6 +308,16 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     filteredSlots: slots.size,
     readsFullRequest: fullRequestReadsCompiled() > fullRequestReadsBefore,
   };
+}
+
+/** CompiledRuleSet.phaseMarkerRunEnds of one phase. */
+function markerRunEnds(list: readonly PhaseEntry[]): Int32Array {
+  const ends = new Int32Array(list.length).fill(-1);
+  for (let k = list.length - 1; k >= 0; k--) {
+    if (list[k]!.marker === undefined) continue;
+    ends[k] = k + 1 < list.length && list[k + 1]!.marker !== undefined ? ends[k + 1]! : k;
+  }
+  return ends;
 }
 
 /**
