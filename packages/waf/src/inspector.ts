@@ -300,6 +300,7 @@ export class CompiledInspector {
 function addResponseHeader(tx: Transaction, name: string, value: string): void {
   tx.responseHeadersNames.push({ key: name, full: `RESPONSE_HEADERS_NAMES:${name}`, box: newBox(name), uk: undefined });
   tx.responseHeaders.push({ key: name, full: `RESPONSE_HEADERS:${name}`, box: newBox(value), uk: undefined });
-  if (name.toLowerCase() === 'content-type') tx.setSingle('RESPONSE_CONTENT_TYPE', value);
-  if (name.toLowerCase() === 'content-length') tx.setSingle('RESPONSE_CONTENT_LENGTH', value);
+  const lower = name.toLowerCase();
+  if (lower === 'content-type') tx.setSingle('RESPONSE_CONTENT_TYPE', value);
+  else if (lower === 'content-length') tx.setSingle('RESPONSE_CONTENT_LENGTH', value);
 }

@@ -12,7 +12,7 @@ import { expand } from '../transaction/macros.ts';
 import { literalEffect } from '../transformations/byte-kinds.ts';
 import { TransformationTrie } from '../transformations/trie.ts';
 import type { TransformationNode } from '../transformations/trie.ts';
-import { compileVariable, keyExclusionsFor } from '../variables/resolvers.ts';
+import { compileVariable, fullRequestReadsCompiled, keyExclusionsFor } from '../variables/resolvers.ts';
 import { parseActionList } from './actions/index.ts';
 import type { ActionParseContext } from './actions/index.ts';
 import { applyConfig } from './directives.ts';
@@ -72,6 +72,7 @@ export function readRulesFile(file: string): Directive[] {
 }
 
 export function compileRuleSet(sources: readonly CompileSource[], options: CompileOptions = {}): CompiledRuleSet {
+  const fullRequestReadsBefore = fullRequestReadsCompiled();
   const config = defaultConfig();
   const phases: PhaseEntry[][] = [[], [], [], [], [], []];
   const defaults: { runtime: RuntimeAction[]; transformations: string[]; disruptive: DisruptiveAction[] }[] = Array.from(
@@ -295,6 +296,7 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     ),
     phaseRules: phases.map((list) => list.map((entry) => entry.rule)),
     phaseMarkers: phases.map((list) => list.map((entry) => entry.marker)),
+    phaseMarkerRunEnds: phases.map(markerRunEnds),
     defaults: defaults as DefaultActions[],
     removedIds,
     removedRanges,
@@ -304,7 +306,18 @@ export function compileRuleSet(sources: readonly CompileSource[], options: Compi
     ruleCount,
     rulesById,
     filteredSlots: slots.size,
+    readsFullRequest: fullRequestReadsCompiled() > fullRequestReadsBefore,
   };
+}
+
+/** CompiledRuleSet.phaseMarkerRunEnds of one phase. */
+function markerRunEnds(list: readonly PhaseEntry[]): Int32Array {
+  const ends = new Int32Array(list.length).fill(-1);
+  for (let k = list.length - 1; k >= 0; k--) {
+    if (list[k]!.marker === undefined) continue;
+    ends[k] = k + 1 < list.length && list[k + 1]!.marker !== undefined ? ends[k + 1]! : k;
+  }
+  return ends;
 }
 
 /**

@@ -338,6 +338,13 @@ export interface CompiledRuleSet {
    */
   readonly phaseRules: readonly (readonly (CompiledRule | undefined)[])[];
   readonly phaseMarkers: readonly (readonly (string | undefined)[])[];
+  /**
+   * Per phase, parallel to `phases`: for a marker, the index of the last marker of the run of
+   * markers it starts or is in (itself when alone); -1 for a rule. A marker does nothing unless a
+   * jump to it is pending, so the loop passes over the whole run at once (the response phases
+   * and the logging phase are mostly the request files' markers: runs of up to 40).
+   */
+  readonly phaseMarkerRunEnds: readonly Int32Array[];
   /** Default actions per phase (SecDefaultAction): runtime actions, transformations, disruptive. */
   readonly defaults: readonly DefaultActions[];
   /** SecRuleRemoveById / ByTag / ByMsg. */
@@ -351,6 +358,8 @@ export interface CompiledRuleSet {
   readonly rulesById: ReadonlyMap<number, CompiledRule>;
   /** Number of READ_FILTERED variables (VarRef.cacheSlot is below it). */
   readonly filteredSlots: number;
+  /** Whether some rule, SecRuleUpdateTarget* addition or macro reads FULL_REQUEST or FULL_REQUEST_LENGTH. */
+  readonly readsFullRequest: boolean;
 }
 
 export interface DefaultActions {

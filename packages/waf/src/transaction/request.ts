@@ -234,11 +234,13 @@ export function processRequestBody(tx: Transaction, body: string): void {
   }
   const access = tx.requestBodyAccess ?? config.requestBodyAccess;
   if (!access) return;
-  let full = '';
-  for (const h of tx.requestHeaders) full += `${h.key}: ${h.box.v}\n`;
-  full += `\n\n${body}`;
-  tx.setSingle('FULL_REQUEST', full);
-  tx.setSingle('FULL_REQUEST_LENGTH', String(full.length));
+  if (tx.rs.readsFullRequest) {
+    let full = '';
+    for (const h of tx.requestHeaders) full += `${h.key}: ${h.box.v}\n`;
+    full += `\n\n${body}`;
+    tx.setSingle('FULL_REQUEST', full);
+    tx.setSingle('FULL_REQUEST_LENGTH', String(full.length));
+  }
   if (body.length > 0) {
     tx.setSingle('REQUEST_BODY', body);
     tx.setSingle('REQUEST_BODY_LENGTH', String(body.length));

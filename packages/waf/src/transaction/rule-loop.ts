@@ -49,6 +49,7 @@ export class Transaction extends TransactionLiteralCache {
     const txGates = rs.phaseTxGates[phase]!;
     const rules = rs.phaseRules[phase]!;
     const markers = rs.phaseMarkers[phase]!;
+    const markerRunEnds = rs.phaseMarkerRunEnds[phase]!;
     for (let i = 0; i < list.length; i++) {
       // markers first: a third of a phase's entries, which then need no other look
       const marker = markers[i];
@@ -71,7 +72,11 @@ export class Transaction extends TransactionLiteralCache {
         if (marker === this.marker) this.marker = undefined;
         continue;
       }
-      if (marker !== undefined) continue;
+      // no jump pending: this marker and the markers right after it do nothing
+      if (marker !== undefined) {
+        i = markerRunEnds[i]!;
+        continue;
+      }
       // No jump or skip pending, nothing allowed, no rule removed: the rule runs as it comes, so
       // the loop may decide it from its prefilter record or run it from its TxCheck record.
       let prefiltered = false;

@@ -233,8 +233,21 @@ export function compileVariable(spec: VariableSpec, exclusions: readonly KeyExcl
   };
 }
 
+/**
+ * Reads of FULL_REQUEST or FULL_REQUEST_LENGTH compiled so far (rules, SecRuleUpdateTarget*
+ * additions and macros all compile their variables here): compileRuleSet compares the count
+ * before and after, and a rule set that compiled none never has a transaction build them (the
+ * CRS reads neither; building them would join every header and the body on each request).
+ */
+let fullRequestReads = 0;
+
+export function fullRequestReadsCompiled(): number {
+  return fullRequestReads;
+}
+
 function compileBase(spec: VariableSpec, exclusions: readonly KeyExclusion[]): VarResolver {
   const collection = spec.collection;
+  if (collection === 'FULL_REQUEST' || collection === 'FULL_REQUEST_LENGTH') fullRequestReads++;
   const fullName = fullNameOf(spec);
   // what a filtered read depends on besides the list: rules with the same filter share its result
   const filter = [fullName, ...exclusions.map((e) => (e.text !== undefined ? `=${e.text}` : `~${e.source ?? ''}`))].join('\0');
