@@ -8,9 +8,11 @@
  * node:http, bytes untouched, from that head on (and for the rest of the connection):
  *
  * - a head is served here when it is complete, `GET` or `HEAD` with a target of printable ASCII,
- *   `HTTP/1.1`, with a Host field and none of Content-Length, Transfer-Encoding, Upgrade or Expect,
- *   no bare CR or LF, within `maxHeaderSize`, and llhttp (configured as node:http configures it)
- *   parses it without an error: a request without a body, which cannot be smuggled;
+ *   `HTTP/1.1`, within `maxHeaderSize`, llhttp (configured as node:http configures it) parses it
+ *   without an error, and among the fields llhttp read there is a Host and none of Content-Length,
+ *   Transfer-Encoding, Upgrade or Expect: a request without a body, which cannot be smuggled.
+ *   llhttp, strict, refuses a bare CR or LF anywhere in a head (simple-head.test.ts checks these
+ *   decisions against the regular expressions over the head's text they replaced);
  * - anything else (a body, an upgrade, HTTP/1.0, another method, a malformed head, a head that is
  *   not complete one checking interval after it began, a source the rate limit has blocked) goes to
  *   node:http, which answers it (and its errors) as it always did; so there is one parser's
@@ -29,6 +31,7 @@ import { Buffer } from 'node:buffer';
 import { performance } from 'node:perf_hooks';
 import process from 'node:process';
 import type { Socket } from 'node:net';
+import { isNamed } from '../headers.ts';
 import { type HandleReader, readFromHandle, writeToHandle } from '../stream-handle.ts';
 import { FrontRequest } from './front-request.ts';
 import { FrontResponse, type ResponseConnection } from './front-response.ts';
@@ -72,9 +75,7 @@ const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
 /** Bytes of a read decoded to look for the end of a head at once; a longer head is found in the Buffer. */
 const HEAD_WINDOW = 2048;
 const SIMPLE_REQUEST_LINE = /^(?:GET|HEAD) [\x21-\x7e]+ HTTP\/1\.1(?:\r\n|$)/;
-/** Fields that make a request more than a head (a body, an upgrade, an expectation): node:http's. */
-const NOT_SIMPLE_FIELD = /\r\n(?:content-length|transfer-encoding|upgrade|expect)[ \t]*:/i;
-const HOST_FIELD = /\r\nhost[ \t]*:/i;
+/** Only for the start of a head not complete yet (which llhttp has not read). */
 const BARE_CR_OR_LF = /\r(?!\n)|(?<!\r)\n/;
 /** Heads with more fields go to node:http (whose header object keeps at most 1,000 fields' worth); real clients send a few dozen. */
 const MAX_HEADER_FIELDS = 100;
@@ -82,9 +83,40 @@ const MAX_HEADER_FIELDS = 100;
 const MAX_PENDING_BYTES = 64 * 1024;
 const EMPTY = Buffer.alloc(0);
 
-/** Whether the head in `text` (request line to the last field, without the final CRLF CRLF) is one this front end serves. */
-export function isSimpleHead(text: string): boolean {
-  return SIMPLE_REQUEST_LINE.test(text) && HOST_FIELD.test(text) && !NOT_SIMPLE_FIELD.test(text) && !BARE_CR_OR_LF.test(text);
+/** Whether `text`, from the start of a head on, starts with a request line this front end may serve (its fields are llhttp's to read). */
+export function isSimpleRequestLine(text: string): boolean {
+  return SIMPLE_REQUEST_LINE.test(text);
+}
+
+/**
+ * Whether the fields llhttp read from a head (flat names and values) make a request this front end
+ * serves: a Host, and none of the fields that make a request more than a head (a body, an upgrade,
+ * an expectation: node:http's). The names as llhttp read them (tokens, nothing around them): one
+ * short loop instead of regular expressions over the whole head.
+ */
+export function isSimpleFieldList(fields: readonly string[]): boolean {
+  let host = false;
+  for (let i = 0; i < fields.length; i += 2) {
+    const name = fields[i]!;
+    switch (name.length) {
+      case 4:
+        if (isNamed(name, 'host')) host = true;
+        break;
+      case 6:
+        if (isNamed(name, 'expect')) return false;
+        break;
+      case 7:
+        if (isNamed(name, 'upgrade')) return false;
+        break;
+      case 14:
+        if (isNamed(name, 'content-length')) return false;
+        break;
+      case 17:
+        if (isNamed(name, 'transfer-encoding')) return false;
+        break;
+    }
+  }
+  return host;
 }
 
 /** Whether the start of a head (no CRLF CRLF yet) can still become one this front end serves: else node:http takes it now. */
@@ -212,8 +244,8 @@ class FrontConnection implements ResponseConnection, HandleReader {
       // A new list only when this one was handed on or filled (most heads come whole, in `headers`).
       if (list === this.headerList || this.headerList.length > 0) this.headerList = [];
       this.urlParts = '';
-      // An upgrade, or more fields than node:http builds its header object from: node:http's.
-      if (upgrade || list.length > MAX_HEADER_FIELDS * 2) return 0;
+      // An upgrade, more fields than node:http builds its header object from, a body: node:http's.
+      if (upgrade || list.length > MAX_HEADER_FIELDS * 2 || !isSimpleFieldList(list)) return 0;
       this.parsed = new FrontRequest(binding.methods[method] ?? '', target, list, this.socket, this.headsReadAt);
       this.parsedKeepAlive = shouldKeepAlive;
       return 0;
@@ -338,16 +370,13 @@ class FrontConnection implements ResponseConnection, HandleReader {
           return this.handOff(bytes.subarray(from));
         break;
       }
-      if (
-        end - from > this.host.maxHeaderSize ||
-        !isSimpleHead(found !== -1 ? text.slice(0, found) : bytes.toString('latin1', from, end)) ||
-        this.handOffTo.beforeHead()
-      ) {
+      // The request line is in the window when the head's end is.
+      if (end - from > this.host.maxHeaderSize || !SIMPLE_REQUEST_LINE.test(found !== -1 ? text : bytes.toString('latin1', from, end)))
         return this.handOff(bytes.subarray(from));
-      }
-      // Most reads are one head: the read's own view, not a new one.
+      // Most reads are one head: the read's own view, not a new one. Undefined: llhttp refused it,
+      // or its fields make it node:http's (the parser is not used again once node:http has the connection).
       const request = this.parse(from === 0 && end + 4 === bytes.length ? bytes : bytes.subarray(from, end + 4));
-      if (request === undefined) return this.handOff(bytes.subarray(from));
+      if (request === undefined || this.handOffTo.beforeHead()) return this.handOff(bytes.subarray(from));
       from = end + 4;
       this.serve(request);
     }

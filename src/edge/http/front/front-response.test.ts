@@ -140,3 +140,36 @@ describe('FrontResponse writes what ServerResponse writes', () => {
     }
   }
 });
+
+describe('FrontResponse.writeHeadOfTokens', () => {
+  /** The bytes `writeHead` and `writeHeadOfTokens` write for the same head (both, or the error both throw). */
+  function both(headers: string[]): [string, string] {
+    const of = (tokens: boolean): string => {
+      const script: Script = (res) => {
+        const front = res as unknown as FrontResponse;
+        if (tokens) front.writeHeadOfTokens(200, headers);
+        else front.writeHead(200, headers);
+        res.end('x');
+      };
+      try {
+        return withoutDate(frontBytes(script, 'GET', true));
+      } catch (err) {
+        return `threw ${(err as { code?: string }).code}`;
+      }
+    };
+    return [of(false), of(true)];
+  }
+
+  it('writes what writeHead writes for names that are tokens', () => {
+    const [checked, unchecked] = both(['Content-Type', 'text/plain', 'X-A', 'b', 'Set-Cookie', 'c=1']);
+    assert.equal(unchecked, checked);
+  });
+
+  it('still refuses a value node:http refuses', () => {
+    for (const value of ['a\nb', 'a\rb', 'a\x00b', 'a\x7fb']) {
+      const [checked, unchecked] = both(['X-A', value]);
+      assert.equal(checked, 'threw ERR_INVALID_CHAR');
+      assert.equal(unchecked, checked);
+    }
+  });
+});

@@ -88,7 +88,20 @@ export class FrontResponse implements ClientResponse {
     return this.destroyedByCaller || this.connection.gone;
   }
 
-  writeHead(statusCode: number, headers: string[]): this {
+  writeHead(statusCode: number, headers: readonly string[]): this {
+    return this.storeHead(statusCode, headers, false);
+  }
+
+  /**
+   * `writeHead` for headers whose names are tokens already (the origin client's reader checked
+   * each against the same characters as node:http's check, response-head.ts): the values are
+   * checked, the names not a second time.
+   */
+  writeHeadOfTokens(statusCode: number, headers: readonly string[]): this {
+    return this.storeHead(statusCode, headers, true);
+  }
+
+  private storeHead(statusCode: number, headers: readonly string[], namesAreTokens: boolean): this {
     if (this.head !== undefined || this.headersSent)
       throw headerError('ERR_HTTP_HEADERS_SENT', 'Cannot write headers after they are sent to the client');
     if (!Number.isInteger(statusCode) || statusCode < 100 || statusCode > 999)
@@ -102,7 +115,7 @@ export class FrontResponse implements ClientResponse {
     for (let i = 0; i < headers.length; i += 2) {
       const name = headers[i]!;
       const value = headers[i + 1];
-      if (typeof name !== 'string' || name.length === 0 || !isHttpToken(name))
+      if (!namesAreTokens && (typeof name !== 'string' || name.length === 0 || !isHttpToken(name)))
         throw headerError('ERR_INVALID_HTTP_TOKEN', `Header name must be a valid HTTP token ["${String(name)}"]`);
       if (value === undefined) throw headerError('ERR_HTTP_INVALID_HEADER_VALUE', `Invalid value "undefined" for header "${name}"`);
       if (hasInvalidHeaderChar(value)) throw headerError('ERR_INVALID_CHAR', `Invalid character in header content ["${name}"]`);

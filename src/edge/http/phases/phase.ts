@@ -19,8 +19,8 @@ export interface RequestPhase {
 /** The origin's response while a response phase holds it back: nothing of it went to the client yet. */
 export interface HeldResponse {
   readonly status: number;
-  /** The origin's headers as the client is to get them (hop-by-hop ones dropped), flat. */
-  readonly headers: string[];
+  /** The origin's headers as the client is to get them (hop-by-hop ones dropped), flat; not to be changed (see `onResponseHead`). */
+  readonly headers: readonly string[];
   /** The body received so far. */
   readonly chunks: Buffer[];
   length: number;
@@ -56,7 +56,7 @@ export interface ResponsePhase {
    * or to the client (the phase has nothing to do). Else the exchange holds the response in the
    * returned `HeldResponse`, feeds it the body while `wantsBody`, and calls `decide`.
    */
-  onResponseHead(ctx: RequestCtx, method: string, status: number, headers: string[]): HeldResponse | undefined;
+  onResponseHead(ctx: RequestCtx, method: string, status: number, headers: readonly string[]): HeldResponse | undefined;
   /** A chunk of a held response's body arrived (already in `held`): true when the phase decides now. */
   onResponseBody(ctx: RequestCtx, held: HeldResponse): boolean;
   /** The origin's body of a held response is complete: true when the phase decides now. */

@@ -26,7 +26,7 @@ import { applyVerdict, cannotInspect, wafRequestHead } from './waf-request.ts';
 export const wafResponsePhase: ResponsePhase = {
   name: 'waf-response',
 
-  onResponseHead(ctx: RequestCtx, method: string, status: number, headers: string[]): HeldResponse | undefined {
+  onResponseHead(ctx: RequestCtx, method: string, status: number, headers: readonly string[]): HeldResponse | undefined {
     const waf = ctx.proxy.deps.waf;
     if (waf?.inspectResponse === undefined || ctx.wafUninspected) return undefined;
     const limit = waf.responseBodyLimit ?? 0;

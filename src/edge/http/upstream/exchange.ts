@@ -24,6 +24,7 @@ import type { Dispatcher } from 'undici';
 import type { PooledHost } from '../../balance/index.ts';
 import type { RequestCtx } from '../ctx.ts';
 import { clientResponseHeaders, clientResponseHeadersInPlace, headerValue, originRequestHeaders } from '../headers.ts';
+import { FrontResponse } from '../front/front-response.ts';
 import type { OriginHandler } from './origin-client.ts';
 import { isConnectFailure } from './origins.ts';
 import { decideAfterFailure, failurePage } from './retry-decision.ts';
@@ -166,15 +167,17 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     if (host.downUntil !== 0) ctx.proxy.origins.hostPool.markUp(host);
     this.responseStarted = true;
     this.resumeAttempt = resume;
-    // Our origin client's list (strings) is ours to change; undici's (Buffers) is copied.
-    const flat = isStringList(rawHeaders) ? clientResponseHeadersInPlace(rawHeaders) : clientResponseHeaders(rawHeaders);
+    // Our origin client's list (strings) is ours to change, its names tokens already (response-head.ts); undici's (Buffers) is copied.
+    const fromOriginClient = isStringList(rawHeaders);
+    const flat = fromOriginClient ? clientResponseHeadersInPlace(rawHeaders) : clientResponseHeaders(rawHeaders);
     const outcome = this.runResponsePhases(0, statusCode, flat, undefined);
     if (outcome !== 'passed') return outcome === 'reading';
     if (this.method !== 'HEAD' && statusCode !== 204 && statusCode !== 304) {
       const length = headerValue(flat, 'content-length');
       if (length !== undefined) this.remaining = Number(length);
     }
-    this.sendHead(statusCode, flat);
+    // The response phases cannot change the list (readonly to them): its names are still the origin client's tokens.
+    this.sendHead(statusCode, flat, fromOriginClient);
     return true;
   }
 
@@ -281,13 +284,17 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
     this.ctx.proxy.origins.hostPool.end(this.host!);
   }
 
-  private sendHead(status: number, headers: string[]): void {
+  /** `namesAreTokens`: every name was checked as a token already (the handle front end then checks only the values). */
+  private sendHead(status: number, headers: readonly string[], namesAreTokens = false): void {
     const ctx = this.ctx;
     ctx.answeredBy = 'upstream';
     ctx.originAnswered = true;
     ctx.statusCode = status;
     try {
-      ctx.res!.writeHead(status, headers);
+      const res = ctx.res!;
+      if (namesAreTokens && res instanceof FrontResponse) res.writeHeadOfTokens(status, headers);
+      // Readonly to the response phases; writeHead only reads it.
+      else res.writeHead(status, headers as string[]);
     } catch (err) {
       // A header HTTP/2 cannot carry, or a status Node refuses: the origin's response cannot be relayed.
       ctx.proxy.deps.logger?.warn({ err, proxyId: ctx.proxy.id, supportId: ctx.supportId }, 'origin response head refused');
@@ -304,7 +311,7 @@ class OriginExchange implements Dispatcher.DispatchHandler, OriginHandler, Respo
    * ('deciding': the origin's connection is to pause) or wants more of the body ('reading').
    * 'passed': no phase holds it, the response goes to the client.
    */
-  private runResponsePhases(from: number, status: number, headers: string[], before: HeldResponse | undefined): HoldOutcome {
+  private runResponsePhases(from: number, status: number, headers: readonly string[], before: HeldResponse | undefined): HoldOutcome {
     const ctx = this.ctx;
     const phases = this.responsePhases;
     for (let i = from; i < phases.length; i++) {

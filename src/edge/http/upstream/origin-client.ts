@@ -33,7 +33,10 @@ import { emptyResponseHead, parseResponseHead, type ResponseHead } from './respo
 
 export interface OriginHandler {
   onConnect(abort: (err?: Error) => void): void;
-  /** `rawHeaders`: a new list for each response, the handler's to keep or change. Return false to pause the response until `resume` is called. */
+  /**
+   * `rawHeaders`: a new list for each response, the handler's to keep or change; every name a token
+   * (response-head.ts). Return false to pause the response until `resume` is called.
+   */
   onHeaders(statusCode: number, rawHeaders: string[], resume: () => void): boolean;
   /** Return false to pause. */
   onData(chunk: Buffer): boolean;
