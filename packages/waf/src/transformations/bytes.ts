@@ -21,7 +21,7 @@ export function xsingle(a: number): number {
 export const isSpace = (c: number): boolean => c === 0x20 || (c >= 0x09 && c <= 0x0d);
 
 /** Builds a binary string from byte codes in chunks (String.fromCharCode has an argument limit). */
-export function fromCodes(codes: number[] | Uint8Array, length: number = codes.length): string {
+export function fromCodes(codes: number[] | Uint8Array | Uint16Array, length: number = codes.length): string {
   if (length === codes.length && length <= 8192) return String.fromCharCode.apply(null, codes as number[]);
   let out = '';
   for (let i = 0; i < length; i += 8192) {
@@ -40,4 +40,33 @@ let scratch = Buffer.allocUnsafe(4096);
 export function scratchFor(length: number): Buffer {
   if (scratch.length < length) scratch = Buffer.allocUnsafe(Math.max(length, 2 * scratch.length));
   return scratch;
+}
+
+/**
+ * Where a decoder that never lengthens its input writes its result: the byte scratch, or, for an
+ * input with characters past 0xFF (values are binary strings, so rarely), wide codes.
+ */
+export type CodeSink = Uint8Array | Uint16Array;
+
+/**
+ * A decoder writing `s`'s result into `out` from 0: its length, or its length's complement (`~o`,
+ * negative) when it copied a character past 0xFF, which a byte sink cannot hold.
+ */
+export type SinkDecoder = (s: string, out: CodeSink) => number;
+
+let wideScratch = new Uint16Array(1024);
+
+/**
+ * Runs `decode` into the byte scratch and reads it back as latin1; an input with a character past
+ * 0xFF is decoded again into wide codes. One decoder for both: the byte path is the fast one (no
+ * array of codes grown by push, most of a form request's garbage once), the wide one keeps
+ * characters as they are.
+ */
+export function decodeThroughScratch(s: string, decode: SinkDecoder): string {
+  const bytes = scratchFor(s.length);
+  const length = decode(s, bytes);
+  if (length >= 0) return bytes.toString('latin1', 0, length);
+  if (wideScratch.length < s.length) wideScratch = new Uint16Array(Math.max(s.length, 2 * wideScratch.length));
+  const wide = wideScratch;
+  return fromCodes(wide, ~decode(s, wide));
 }

@@ -1,7 +1,8 @@
 /**
  * URL decoding and encoding: urlDecode, urlDecodeUni (IIS %uXXXX), urlEncode.
  */
-import { fromCodes, isHex, scratchFor, x2c } from './bytes.ts';
+import { decodeThroughScratch, fromCodes, isHex, x2c } from './bytes.ts';
+import type { CodeSink } from './bytes.ts';
 
 const PLUSES = /\+/g;
 
@@ -28,12 +29,13 @@ export function urlDecode(s: string): string {
 export function urlDecodeUni(s: string): string {
   // without '%' only '+' changes (a form's spaces, the '+' of a media type): natively
   if (s.indexOf('%') < 0) return s.indexOf('+') < 0 ? s : s.replace(PLUSES, ' ');
+  return decodeThroughScratch(s, decodeUniInto);
+}
+
+/** urlDecodeUni into `out` (a `SinkDecoder`); the OR of the characters copied as they are tells one past 0xFF. */
+function decodeUniInto(s: string, out: CodeSink): number {
   const n = s.length;
-  // bytes into the shared scratch buffer (the result is never longer), read back once: an array
-  // of codes grown by push was most of a form request's garbage
-  const out = scratchFor(n);
   let o = 0;
-  // the OR of the characters copied as they are: past 0xFF (not a binary string) the array path
   let copied = 0;
   let i = 0;
   while (i < n) {
@@ -74,50 +76,7 @@ export function urlDecodeUni(s: string): string {
       i++;
     }
   }
-  return copied > 0xff ? urlDecodeUniCodes(s) : out.toString('latin1', 0, o);
-}
-
-/** urlDecodeUni of a string with characters past 0xFF (kept as they are). */
-export function urlDecodeUniCodes(s: string): string {
-  const n = s.length;
-  const out: number[] = [];
-  let i = 0;
-  while (i < n) {
-    const c = s.charCodeAt(i);
-    if (c === 0x25) {
-      const c1 = s.charCodeAt(i + 1);
-      if (i + 1 < n && (c1 === 0x75 || c1 === 0x55)) {
-        if (i + 5 < n) {
-          const h2 = s.charCodeAt(i + 2);
-          const h3 = s.charCodeAt(i + 3);
-          const h4 = s.charCodeAt(i + 4);
-          const h5 = s.charCodeAt(i + 5);
-          if (isHex(h2) && isHex(h3) && isHex(h4) && isHex(h5)) {
-            let d = x2c(h4, h5);
-            if (d > 0x00 && d < 0x5f && (h2 === 0x66 || h2 === 0x46) && (h3 === 0x66 || h3 === 0x46)) d += 0x20;
-            out.push(d);
-            i += 6;
-          } else {
-            out.push(c, c1);
-            i += 2;
-          }
-        } else {
-          out.push(c, c1);
-          i += 2;
-        }
-      } else if (i + 2 < n && isHex(c1) && isHex(s.charCodeAt(i + 2))) {
-        out.push(x2c(c1, s.charCodeAt(i + 2)));
-        i += 3;
-      } else {
-        out.push(c);
-        i++;
-      }
-    } else {
-      out.push(c === 0x2b ? 0x20 : c);
-      i++;
-    }
-  }
-  return fromCodes(out);
+  return copied > 0xff ? ~o : o;
 }
 
 export function urlEncode(s: string): string {
