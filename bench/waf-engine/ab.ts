@@ -17,9 +17,9 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { WafRequest, WafResponse, WafEngineSettings } from '@tps/waf';
+import type { WafRequest } from '@tps/waf';
 import type { CompiledInspector } from '@tps/waf';
-import { scenarioOf } from './requests.ts';
+import { BENCH_RESPONSE, scenarioOf, settingsFromEnv } from './requests.ts';
 
 const base = process.env.BASE;
 if (!base) throw new Error('BASE=<path of the other checkout> is required');
@@ -38,21 +38,10 @@ async function load(root: string): Promise<CompiledInspector> {
 /** BUDGET=<ms>: each inspection with the cooperative budget on, as the engine's threads run it (250 by default there). */
 const budgetMs = Number(process.env.BUDGET ?? 0);
 const scenario = scenarioOf(process.env.SCENARIO);
-const settings: WafEngineSettings = {
-  paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'],
-  mode: 'BLOCKING',
-};
+const settings = settingsFromEnv();
 const rounds = Number(process.env.ROUNDS ?? 21);
 const perRound = Number(process.env.N ?? 400);
-const response: WafResponse = {
-  status: 200,
-  httpVersion: '1.1',
-  headers: [
-    ['Content-Type', 'text/plain'],
-    ['Content-Length', '57'],
-  ],
-  body: Buffer.alloc(57, 0x78),
-};
+const response = BENCH_RESPONSE;
 
 function exchange(inspector: CompiledInspector, request: WafRequest): void {
   if (!process.env.RESPONSE) {

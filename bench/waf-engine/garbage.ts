@@ -11,25 +11,13 @@
  */
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { Session } from 'node:inspector/promises';
-import type { WafResponse, WafEngineSettings } from '@tps/waf';
 import { CompiledInspector } from '@tps/waf';
-import { scenarioOf } from './requests.ts';
+import { BENCH_RESPONSE, scenarioOf, settingsFromEnv } from './requests.ts';
 
 const scenario = scenarioOf(process.env.SCENARIO);
-const settings: WafEngineSettings = {
-  paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'],
-  mode: 'BLOCKING',
-};
+const settings = settingsFromEnv();
 const withResponse = process.env.RESPONSE !== '0';
-const response: WafResponse = {
-  status: 200,
-  httpVersion: '1.1',
-  headers: [
-    ['Content-Type', 'text/plain'],
-    ['Content-Length', '57'],
-  ],
-  body: Buffer.alloc(57, 0x78),
-};
+const response = BENCH_RESPONSE;
 const inspector = CompiledInspector.load();
 const exchange = (): void => {
   const { open } = inspector.inspectRequest(scenario.request, settings, withResponse);

@@ -1,5 +1,5 @@
 /** The requests both WAF engine benches send (run.ts, ab.ts). */
-import type { WafRequest } from '@tps/waf';
+import type { WafEngineSettings, WafRequest, WafResponse } from '@tps/waf';
 
 const BROWSER_HEADERS: [string, string][] = [
   ['Host', 'shop.example.com'],
@@ -116,3 +116,19 @@ export function scenarioOf(key = 'get'): { key: string; name: string; request: W
   if (!scenario) throw new Error(`SCENARIO: one of ${all.map((s) => s.key).join(', ')}`);
   return scenario;
 }
+
+/** The settings the paired and profiling benches run under: PARANOIA (1), BLOCKING. */
+export function settingsFromEnv(): WafEngineSettings {
+  return { paranoiaLevel: Number(process.env.PARANOIA ?? 1) as WafEngineSettings['paranoiaLevel'], mode: 'BLOCKING' };
+}
+
+/** The response RESPONSE=1 inspects: bench/waf's origin answer, 57 bytes of text/plain. */
+export const BENCH_RESPONSE: WafResponse = {
+  status: 200,
+  httpVersion: '1.1',
+  headers: [
+    ['Content-Type', 'text/plain'],
+    ['Content-Length', '57'],
+  ],
+  body: Buffer.alloc(57, 0x78),
+};
