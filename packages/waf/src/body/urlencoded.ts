@@ -4,17 +4,23 @@
  * token, empty tokens in the middle kept as empty arguments), split each at the first '=',
  * decode both halves (%XX when valid, '+' to space; an invalid % sets URLENCODED_ERROR).
  */
-import { isHex, scratchFor, x2c } from '../transformations/bytes.ts';
+import { decodeThroughScratch, isHex, x2c } from '../transformations/bytes.ts';
+import type { CodeSink } from '../transformations/bytes.ts';
 
 /** urldecode_nonstrict_inplace: returns the decoded text and whether an invalid % was seen. */
 export function urlDecodeNonStrict(s: string): { text: string; invalid: boolean } {
   if (s.indexOf('%') < 0 && s.indexOf('+') < 0) return { text: s, invalid: false };
+  const text = decodeThroughScratch(s, decodeNonStrictInto);
+  return { text, invalid: invalidPercentSeen };
+}
+
+/** Whether the last `decodeNonStrictInto` met a % not followed by two hex digits (set by it, read right after). */
+let invalidPercentSeen = false;
+
+/** urldecode_nonstrict into `out` (a `SinkDecoder`); the OR of the characters copied as they are tells one past 0xFF. */
+function decodeNonStrictInto(s: string, out: CodeSink): number {
   const n = s.length;
-  // bytes into the shared scratch buffer (the result is never longer), read back once: the
-  // string built piece by piece was a form request's largest garbage after the transformations'
-  const out = scratchFor(n);
   let o = 0;
-  // the OR of the characters copied as they are: past 0xFF (not a binary string) the string path
   let copied = 0;
   let invalid = false;
   let i = 0;
@@ -32,41 +38,8 @@ export function urlDecodeNonStrict(s: string): { text: string; invalid: boolean 
     out[o++] = c === 0x2b ? 0x20 : c;
     i++;
   }
-  return copied > 0xff ? urlDecodeNonStrictWide(s) : { text: out.toString('latin1', 0, o), invalid };
-}
-
-/** urlDecodeNonStrict of a string with characters past 0xFF (kept as they are). */
-export function urlDecodeNonStrictWide(s: string): { text: string; invalid: boolean } {
-  if (s.indexOf('%') < 0 && s.indexOf('+') < 0) return { text: s, invalid: false };
-  let out = '';
-  let invalid = false;
-  const n = s.length;
-  const hex = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
-  let i = 0;
-  let start = 0;
-  while (i < n) {
-    const c = s.charCodeAt(i);
-    if (c === 0x25) {
-      if (i + 2 < n + 1 && i + 2 <= n - 1 && hex(s.charCodeAt(i + 1)) && hex(s.charCodeAt(i + 2))) {
-        out += s.slice(start, i) + String.fromCharCode(parseInt(s.slice(i + 1, i + 3), 16));
-        i += 3;
-        start = i;
-        continue;
-      }
-      invalid = true;
-      i++;
-      continue;
-    }
-    if (c === 0x2b) {
-      out += `${s.slice(start, i)} `;
-      i++;
-      start = i;
-      continue;
-    }
-    i++;
-  }
-  out += s.slice(start);
-  return { text: out, invalid };
+  invalidPercentSeen = invalid;
+  return copied > 0xff ? ~o : o;
 }
 
 /** getline()-style split: tokens between separators, no trailing empty token. */

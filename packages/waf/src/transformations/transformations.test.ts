@@ -323,12 +323,8 @@ function urlDecodeUniByArray(s: string): string {
 }
 
 test('transformations: urlDecodeUni and htmlEntityDecode give, through the scratch buffers, what the array of codes gives (random values)', () => {
-  let seed = 11;
-  const random = (): number => {
-    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-    return seed / 2 ** 32;
-  };
-  // the bytes that steer both decoders, and some that do not (a wide character: the array path)
+  const r = new Random(11);
+  // the bytes that steer both decoders, and some that do not (two wide characters, last: the wide path)
   const alphabet = [
     '%',
     'u',
@@ -360,9 +356,9 @@ test('transformations: urlDecodeUni and htmlEntityDecode give, through the scrat
   ];
   for (let n = 0; n < 20000; n++) {
     let value = '';
-    const length = Math.floor(random() * 16);
-    const wide = random() < 0.1;
-    for (let i = 0; i < length; i++) value += alphabet[Math.floor(random() * (wide ? alphabet.length : alphabet.length - 2))]!;
+    const length = r.int(16);
+    const wide = r.chance(0.1);
+    for (let i = 0; i < length; i++) value += alphabet[r.int(wide ? alphabet.length : alphabet.length - 2)]!;
     assert.equal(urlDecodeUni(value), urlDecodeUniByArray(value), JSON.stringify(value));
     assert.equal(htmlEntityDecode(value), htmlEntityDecodeByArray(value), JSON.stringify(value));
   }
