@@ -6,7 +6,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { clientResponseHeaders, clientResponseHeadersInPlace, isNamed } from './headers.ts';
+import { isNamed } from './header-name.ts';
+import { clientResponseHeaders, clientResponseHeadersInPlace } from './headers.ts';
 
 const name = fc.constantFrom(
   'Connection',

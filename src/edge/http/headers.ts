@@ -20,6 +20,7 @@
  * Towards the client: the origin's hop-by-hop headers are dropped (Node frames the response; HTTP/2
  * forbids them).
  */
+import { isNamed } from './header-name.ts';
 import type { RequestCtx } from './ctx.ts';
 
 /** Lower-case names never forwarded in either direction. */
@@ -147,20 +148,6 @@ export function clientResponseHeadersInPlace(flat: string[]): string[] {
   flat.length = w;
   if (listed !== undefined) removeListed(flat, listed);
   return flat;
-}
-
-/**
- * Whether `name` is `lower` (an ASCII lower-case name) in any case: `name.toLowerCase() === lower`
- * for the latin1 names parsers hand over (a letter outside ASCII never lower-cases onto one in
- * it), without making the lower-case copy. The caller has checked that the lengths are equal.
- */
-export function isNamed(name: string, lower: string): boolean {
-  for (let i = 0; i < lower.length; i++) {
-    const c = name.charCodeAt(i);
-    const l = lower.charCodeAt(i);
-    if (c !== l && (c < 0x41 || c > 0x5a || c + 0x20 !== l)) return false;
-  }
-  return true;
 }
 
 /** The first value of `lowerName` in a flat `[name, value, ...]` list, names in any case. */

@@ -31,7 +31,7 @@ import { Buffer } from 'node:buffer';
 import { performance } from 'node:perf_hooks';
 import process from 'node:process';
 import type { Socket } from 'node:net';
-import { isNamed } from '../headers.ts';
+import { isNamed } from '../header-name.ts';
 import { type HandleReader, readFromHandle, writeToHandle } from '../stream-handle.ts';
 import { FrontRequest } from './front-request.ts';
 import { FrontResponse, type ResponseConnection } from './front-response.ts';

@@ -19,7 +19,7 @@ import { Buffer } from 'node:buffer';
 import process from 'node:process';
 import { STATUS_CODES } from 'node:http';
 import type { ClientResponse } from '../ctx.ts';
-import { isNamed } from '../headers.ts';
+import { isNamed } from '../header-name.ts';
 import { currentHttpDate } from '../http-date.ts';
 import { NODE_HTTP_COMMON } from './node-http-common.ts';
 

@@ -14,7 +14,7 @@ import { pageAnswer } from './respond.ts';
 import { unmapIpv4 } from '../../../net/ip.ts';
 import type { PhaseOutcome } from './answer.ts';
 import type { RequestPhase } from './phase.ts';
-import { isNamed } from '../headers.ts';
+import { isNamed } from '../header-name.ts';
 
 /** Per TLS connection: the certificate is the same for every request on it. */
 const certificates = new WeakMap<object, ClientCertificate>();

@@ -24,7 +24,7 @@ import { canonicalTarget, type RequestRefusal } from '../request-target.ts';
 import type { Answer, PhaseOutcome } from './answer.ts';
 import { pageAnswer } from './respond.ts';
 import type { RequestPhase } from './phase.ts';
-import { isNamed } from '../headers.ts';
+import { isNamed } from '../header-name.ts';
 
 /** HTTP/2 request fields that are connection-specific in HTTP/1.1 (RFC 9113 8.2.2). */
 const CONNECTION_SPECIFIC = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);

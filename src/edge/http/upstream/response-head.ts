@@ -18,6 +18,8 @@
  * them when the head is relayed, as it refuses them from any origin.
  */
 
+import { isNamed } from '../header-name.ts';
+
 /** A response head as read: filled by `parseResponseHead`, one per connection (reused). */
 export interface ResponseHead {
   status: number;
@@ -105,17 +107,17 @@ export function parseResponseHead(head: string, size: number, into: ResponseHead
     headers.push(head.slice(start, colon), value);
     switch (colon - start) {
       case 10:
-        if (namedAs(head, start, 'connection')) {
+        if (isNamed(head, 'connection', start)) {
           const v = value.toLowerCase();
           if (v.includes('close')) close = true;
           else if (http10 && v.includes('keep-alive')) close = false;
-        } else if (namedAs(head, start, 'keep-alive')) {
+        } else if (isNamed(head, 'keep-alive', start)) {
           const hint = KEEP_ALIVE_TIMEOUT.exec(value);
           if (hint) keepAliveTimeoutSeconds = Number(hint[1]);
         }
         break;
       case 14:
-        if (namedAs(head, start, 'content-length')) {
+        if (isNamed(head, 'content-length', start)) {
           if (!isDecimal(value)) return 'bad content-length';
           const n = Number(value);
           if (contentLength !== -1 && contentLength !== n) return 'conflicting content-length';
@@ -123,7 +125,7 @@ export function parseResponseHead(head: string, size: number, into: ResponseHead
         }
         break;
       case 17:
-        if (namedAs(head, start, 'transfer-encoding')) {
+        if (isNamed(head, 'transfer-encoding', start)) {
           transferEncoding = true;
           chunked = CHUNKED_LAST.test(value);
         }
@@ -149,18 +151,6 @@ export function parseResponseHead(head: string, size: number, into: ResponseHead
  */
 function hasBareBreak(head: string, from: number, lineEnd: number): boolean {
   return head.indexOf('\r', from) !== lineEnd || head.indexOf('\n', from) !== lineEnd + 1;
-}
-
-/**
- * Whether the name at `head[start]`, as long as `lower` (checked by the caller) and a token, is
- * `lower` in any case: a token's characters that set 0x20 onto a lower-case letter or '-' are the
- * upper-case letters and those themselves.
- */
-function namedAs(head: string, start: number, lower: string): boolean {
-  for (let i = 0; i < lower.length; i++) {
-    if ((head.charCodeAt(start + i) | 0x20) !== lower.charCodeAt(i)) return false;
-  }
-  return true;
 }
 
 /** 1 to 15 ASCII digits (a length JavaScript's numbers hold exactly). */
