@@ -11,20 +11,9 @@
  */
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { Session } from 'node:inspector/promises';
-import { CompiledInspector } from '@tps/waf';
-import { BENCH_RESPONSE, scenarioOf, settingsFromEnv } from './requests.ts';
+import { warmedExchange } from './warm-exchange.ts';
 
-const scenario = scenarioOf(process.env.SCENARIO);
-const settings = settingsFromEnv();
-const withResponse = process.env.RESPONSE !== '0';
-const response = BENCH_RESPONSE;
-const inspector = CompiledInspector.load();
-const exchange = (): void => {
-  const { open } = inspector.inspectRequest(scenario.request, settings, withResponse);
-  if (open) inspector.inspectResponse(open, response);
-};
-const warmEnd = performance.now() + Number(process.env.WARMUP_MS ?? 3000);
-while (performance.now() < warmEnd) exchange();
+const { exchange, label } = warmedExchange(3000);
 const n = Number(process.env.N ?? 20_000);
 
 let scavenges = 0;
@@ -69,7 +58,7 @@ const walk = (node: Node, caller: string): void => {
 };
 walk(profile.head as unknown as Node, '');
 console.log(
-  `${scenario.name} PL${settings.paranoiaLevel}${withResponse ? ' + response' : ''}: ${(total / n / 1024).toFixed(1)} KB sampled per request, ${((scavenges * 1000) / n).toFixed(1)} scavenges per 1,000 requests (${n} requests)`,
+  `${label}: ${(total / n / 1024).toFixed(1)} KB sampled per request, ${((scavenges * 1000) / n).toFixed(1)} scavenges per 1,000 requests (${n} requests)`,
 );
 for (const [frame, size] of [...byFrame].sort((a, b) => b[1] - a[1]).slice(0, Number(process.env.TOP ?? 25)))
   console.log(`${(size / n).toFixed(0).padStart(7)} B  ${frame}`);

@@ -9,23 +9,12 @@
  * (RESPONSE=0: not), as in bench/waf. SECONDS of profile (5), after WARMUP_MS (5000).
  */
 import { Session } from 'node:inspector/promises';
-import { CompiledInspector } from '@tps/waf';
 import { restartOnProductRuntime } from '../../src/cli/runtime.ts';
-import { BENCH_RESPONSE, scenarioOf, settingsFromEnv } from './requests.ts';
+import { warmedExchange } from './warm-exchange.ts';
 
 restartOnProductRuntime();
 
-const scenario = scenarioOf(process.env.SCENARIO);
-const settings = settingsFromEnv();
-const withResponse = process.env.RESPONSE !== '0';
-const response = BENCH_RESPONSE;
-const inspector = CompiledInspector.load();
-const exchange = (): void => {
-  const { open } = inspector.inspectRequest(scenario.request, settings, withResponse);
-  if (open) inspector.inspectResponse(open, response);
-};
-const warmEnd = performance.now() + Number(process.env.WARMUP_MS ?? 5000);
-while (performance.now() < warmEnd) exchange();
+const { exchange, label } = warmedExchange(5000);
 
 const session = new Session();
 session.connect();
@@ -77,9 +66,7 @@ for (const node of profile.nodes) {
   byFrame.set(key, (byFrame.get(key) ?? 0) + count);
 }
 const pct = (count: number): string => `${((count / total) * 100).toFixed(1).padStart(5)}%`;
-console.log(
-  `${scenario.name} PL${settings.paranoiaLevel}${withResponse ? ' + response' : ''}: ${perRequest.toFixed(1)} µs CPU per request (profiler on), ${n} requests`,
-);
+console.log(`${label}: ${perRequest.toFixed(1)} µs CPU per request (profiler on), ${n} requests`);
 for (const [category, count] of [...byCategory].sort((a, b) => b[1] - a[1])) console.log(`${pct(count)}  ${category}`);
 console.log('top frames (self time):');
 for (const [frame, count] of [...byFrame].sort((a, b) => b[1] - a[1]).slice(0, Number(process.env.TOP ?? 25)))
