@@ -103,23 +103,7 @@ export function originRequestHeaders(ctx: RequestCtx, upgrade = false): string[]
  * as on the wire); names are passed on as the origin spelled them (Node lower-cases them for HTTP/2).
  */
 export function clientResponseHeaders(raw: readonly (Buffer | string)[]): string[] {
-  const out: string[] = [];
-  let listed: Set<string> | undefined;
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    const name = latin1(raw[i]!);
-    // Only names as long as a hop-by-hop one are lower-cased and looked up (this runs per response).
-    const length = name.length;
-    if (length === 2 || length === 7 || length === 10 || length === 16 || length === 17) {
-      const lower = name.toLowerCase();
-      if (HOP_BY_HOP.has(lower)) {
-        if (lower === 'connection') listed = connectionTokens(latin1(raw[i + 1]!), listed);
-        continue;
-      }
-    }
-    out.push(name, latin1(raw[i + 1]!));
-  }
-  if (listed !== undefined) removeListed(out, listed);
-  return out;
+  return clientResponseHeadersInPlace(raw.map(latin1));
 }
 
 /**
@@ -131,6 +115,7 @@ export function clientResponseHeadersInPlace(flat: string[]): string[] {
   let w = 0;
   for (let r = 0; r + 1 < flat.length; r += 2) {
     const name = flat[r]!;
+    // Only names as long as a hop-by-hop one are lower-cased and looked up (this runs per response).
     const length = name.length;
     if (length === 2 || length === 7 || length === 10 || length === 16 || length === 17) {
       const lower = name.toLowerCase();
